@@ -1,0 +1,276 @@
+/* main.c: the `ddphook` command: dispatch, help, and the commands that
+ * inspect jobs and hooks without running anything (check, plugins,
+ * describe). */
+#include "build-config.h"
+
+#include <dirent.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ddphook/ddphook.h>
+
+#include "commands.h"
+#include "config.h"
+#include "loader.h"
+#include "options.h"
+
+static const char main_usage[] =
+    "usage: ddphook COMMAND [ARGS]\n"
+    "\n"
+    "Commands:\n"
+    "  check JOB.ini          validate a job without running it and print the\n"
+    "                         resolved configuration and the hooks it loads\n"
+    "  plugins [--job JOB.ini | --plugin-path DIRS]\n"
+    "                         list the hooks found along the plugin path\n"
+    "  describe NAME [--job JOB.ini | --plugin-path DIRS]\n"
+    "                         print one hook's options as a table\n"
+    "  replay --job JOB.ini --trace DIR --out DIR2\n"
+    "                         run a gradient trace through a job (under\n"
+    "                         mpiexec); see `ddphook replay --help`\n"
+    "  version                print the version\n"
+    "  help                   print this text\n"
+    "\n"
+    "Environment: DDPHOOK_LOG=debug|info|warn|error (default warn).\n"
+    "Docs: docs/usage.md, docs/config.md (every INI key), docs/hooks.md.\n";
+
+/* --job FILE or --plugin-path DIRS into a configuration. */
+static int load_paths(int argc, char **argv, ddph_config *cfg,
+                      const char *usage)
+{
+    const char *job = NULL, *path = NULL;
+    static const struct option opts[] = {
+        {"job", required_argument, NULL, 'j'},
+        {"plugin-path", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'j')
+            job = optarg;
+        else if (c == 'p')
+            path = optarg;
+        else {
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : -2;
+        }
+    }
+    ddph_err e;
+    ddph_status st = job ? ddph__config_load(job, cfg, &e)
+                         : ddph__config_defaults(cfg, &e);
+    if (st != DDPH_OK) {
+        fprintf(stderr, "ddphook: %s\n", e.msg);
+        return -1;
+    }
+    if (path) {
+        char *dup = ddph__strdup(path);
+        if (!dup)
+            return -1;
+        free(cfg->plugin_path);
+        cfg->plugin_path = dup;
+    }
+    return 1;
+}
+
+static void print_options_table(const ddph_option_spec *spec, FILE *out)
+{
+    if (!spec || !spec[0].name) {
+        fputs("  (no options)\n", out);
+        return;
+    }
+    fprintf(out, "  %-36s %-7s %-12s %-24s %s\n", "option", "type", "default",
+            "range", "meaning");
+    for (const ddph_option_spec *s = spec; s->name; s++) {
+        char range[64] = "-";
+        if (s->type == DDPH_OPT_INT || s->type == DDPH_OPT_REAL)
+            snprintf(range, sizeof range, "[%g, %g]", s->min, s->max);
+        fprintf(out, "  %-36s %-7s %-12s %-24s %s\n", s->name,
+                ddph__option_type_name(s->type), s->default_value, range,
+                s->doc);
+    }
+}
+
+static int check_hook(const ddph_config *cfg, const char *name,
+                      const char *who)
+{
+    ddph_plugin *p;
+    ddph_options *o;
+    ddph_err e;
+    ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
+                                       cfg->allow_insecure_plugins, &p, &e);
+    if (st == DDPH_OK) {
+        st = ddph__options_build(p->api.name, p->api.options,
+                                 ddph__config_hook_section(cfg, p->api.name),
+                                 cfg->path, &o, &e);
+        if (st != DDPH_OK)
+            ddph__plugin_unload(p);
+    }
+    if (st != DDPH_OK) {
+        fprintf(stderr, "ddphook check: %s\n", e.msg);
+        return 0;
+    }
+    printf("\n; %s: hook '%s' %s from %s (ABI %u.%u, struct_size %u)\n", who,
+           p->api.name, p->api.version, p->path, p->api.abi_major,
+           p->api.abi_minor, p->plugin_size);
+    printf("[hook.%s]\n", p->api.name);
+    ddph__options_print(o, stdout, "");
+    ddph__options_free(o);
+    ddph__plugin_unload(p);
+    return 1;
+}
+
+int cmd_check(int argc, char **argv)
+{
+    if (argc != 2 || argv[1][0] == '-') {
+        fputs("usage: ddphook check JOB.ini\n\nValidates a job file (every "
+              "key, every hook and its options)\nwithout running anything, "
+              "and prints the resolved configuration.\n",
+              argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
+        return argc == 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
+    ddph_config cfg;
+    ddph_err e;
+    if (ddph__config_load(argv[1], &cfg, &e) != DDPH_OK) {
+        fprintf(stderr, "ddphook check: %s\n", e.msg);
+        return 1;
+    }
+    ddph__config_print(&cfg, stdout);
+    int ok = check_hook(&cfg, cfg.hook_name, "[hook] name");
+    for (size_t i = 0; i < cfg.nmodels; i++) {
+        if (!cfg.models[i].hook)
+            continue;
+        char who[256];
+        snprintf(who, sizeof who, "[model.%s] hook", cfg.models[i].model);
+        ok &= check_hook(&cfg, cfg.models[i].hook, who);
+    }
+    if (ok)
+        printf("\n; %s: OK\n", cfg.path);
+    ddph__config_free(&cfg);
+    return ok ? 0 : 1;
+}
+
+static const char plugins_usage[] =
+    "usage: ddphook plugins [--job JOB.ini | --plugin-path DIRS]\n"
+    "\nLists every hook (*.so) along the plugin path with its version,\n"
+    "description and options.\n";
+
+int cmd_plugins(int argc, char **argv)
+{
+    ddph_config cfg;
+    int r = load_paths(argc, argv, &cfg, plugins_usage);
+    if (r <= 0)
+        return r == 0 ? 0 : r == -2 ? 2 : 1;
+    int found = 0, bad = 0;
+    char *dirs = ddph__strdup(cfg.plugin_path), *save = NULL;
+    for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d;
+         d = strtok_r(NULL, ":", &save)) {
+        DIR *dh = opendir(d);
+        if (!dh) {
+            printf("%s: (cannot open)\n", d);
+            continue;
+        }
+        printf("%s:\n", d);
+        struct dirent *de;
+        while ((de = readdir(dh))) {
+            size_t n = strlen(de->d_name);
+            if (n < 4 || strcmp(de->d_name + n - 3, ".so") != 0)
+                continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", d, de->d_name);
+            ddph_plugin *p;
+            ddph_err e;
+            if (ddph__plugin_load(path, NULL, cfg.allow_insecure_plugins, &p,
+                                  &e) != DDPH_OK) {
+                printf("  %-20s (not loadable: %s)\n", de->d_name, e.msg);
+                bad++;
+                continue;
+            }
+            int nopt = 0;
+            for (const ddph_option_spec *s = p->api.options; s && s->name; s++)
+                nopt++;
+            printf("  %-20s %-8s ABI %u.%u  %d option%s  %s\n", p->api.name,
+                   p->api.version, p->api.abi_major, p->api.abi_minor, nopt,
+                   nopt == 1 ? " " : "s", p->api.description);
+            ddph__plugin_unload(p);
+            found++;
+        }
+        closedir(dh);
+    }
+    free(dirs);
+    printf("%d hook%s found%s\n", found, found == 1 ? "" : "s",
+           bad ? " (some files could not be loaded)" : "");
+    ddph__config_free(&cfg);
+    return found ? 0 : 1;
+}
+
+static const char describe_usage[] =
+    "usage: ddphook describe NAME [--job JOB.ini | --plugin-path DIRS]\n"
+    "\nPrints one hook's description and its options (type, default, range,\n"
+    "meaning): what [hook.NAME] in a job file accepts.\n";
+
+int cmd_describe(int argc, char **argv)
+{
+    if (argc < 2 || argv[1][0] == '-') {
+        int help = argc >= 2 && strcmp(argv[1], "--help") == 0;
+        fputs(describe_usage, help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    const char *name = argv[1];
+    ddph_config cfg;
+    int r = load_paths(argc - 1, argv + 1, &cfg, describe_usage);
+    if (r <= 0)
+        return r == 0 ? 0 : r == -2 ? 2 : 1;
+    ddph_plugin *p;
+    ddph_err e;
+    int rc = 1;
+    if (ddph__plugin_load(name, cfg.plugin_path, cfg.allow_insecure_plugins,
+                          &p, &e) != DDPH_OK) {
+        fprintf(stderr, "ddphook describe: %s\n", e.msg);
+    } else {
+        printf("%s %s: %s\n  file: %s\n  ABI %u.%u, struct_size %u, "
+               "on_step_end %s, save/load %s\n\n",
+               p->api.name, p->api.version, p->api.description, p->path,
+               p->api.abi_major, p->api.abi_minor, p->plugin_size,
+               p->api.on_step_end ? "yes" : "no", p->api.save ? "yes" : "no");
+        print_options_table(p->api.options, stdout);
+        ddph__plugin_unload(p);
+        rc = 0;
+    }
+    ddph__config_free(&cfg);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(main_usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 ||
+        strcmp(cmd, "-h") == 0) {
+        fputs(main_usage, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("ddphook %s (plugin ABI %d.%d)\n", PACKAGE_VERSION,
+               DDPH_PLUGIN_ABI_MAJOR, DDPH_PLUGIN_ABI_MINOR);
+        return 0;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } commands[] = {
+        {"check", cmd_check},
+        {"plugins", cmd_plugins},
+        {"describe", cmd_describe},
+        {"replay", cmd_replay},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "ddphook: unknown command '%s'\n\n%s", cmd, main_usage);
+    return 2;
+}

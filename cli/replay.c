@@ -1,0 +1,194 @@
+/* replay.c: `ddphook replay`: feeds a gradient trace through a job, one
+ * trace step per backward pass, and writes what each rank's gradients
+ * became after every synchronised step.  It uses only the public API, as a
+ * trainer would. */
+#include "build-config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <ddphook/ddphook.h>
+
+#include "commands.h"
+#include "trace.h"
+
+static const char replay_usage[] =
+    "usage: mpiexec -n W ddphook replay --job JOB.ini --trace DIR --out DIR2\n"
+    "                                   [--model NAME]\n"
+    "\n"
+    "Feeds step S of the gradient trace in DIR to the job as one backward\n"
+    "pass (parameters marked ready in reverse registration order) and writes\n"
+    "DIR2/rank{R}.step{S}.out.f32 after every step that synchronised.\n"
+    "Gradients accumulate across steps that do not synchronise and are\n"
+    "zeroed after each synchronised step; the last trace step ends the data\n"
+    "(a partial accumulation window synchronises).  W must equal the\n"
+    "trace's world_size.  See docs/replay.md.\n"
+    "\n"
+    "  --job FILE     the job INI (hook, buckets, accumulation)\n"
+    "  --trace DIR    the trace folder (trace.ini + rank{R}.step{S}.f32)\n"
+    "  --out DIR      where outputs go (created if missing)\n"
+    "  --model NAME   the model's name, for [model.NAME] sections (model)\n";
+
+static int write_out(const char *dir, int rank, int step, const float *v,
+                     size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank%d.step%d.out.f32", dir, rank, step);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(v, sizeof *v, n, f) != n) {
+        fprintf(stderr, "ddphook replay: %s: %s\n", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    return fclose(f) == 0;
+}
+
+int cmd_replay(int argc, char **argv)
+{
+    const char *job = NULL, *dir = NULL, *out = NULL, *model_name = "model";
+    static const struct option opts[] = {
+        {"job", required_argument, NULL, 'j'},
+        {"trace", required_argument, NULL, 't'},
+        {"out", required_argument, NULL, 'o'},
+        {"model", required_argument, NULL, 'm'},
+        {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            job = optarg;
+            break;
+        case 't':
+            dir = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'm':
+            model_name = optarg;
+            break;
+        case 'h':
+            fputs(replay_usage, stdout);
+            return 0;
+        default:
+            fputs(replay_usage, stderr);
+            return 2;
+        }
+    }
+    if (!job || !dir || !out) {
+        fputs("ddphook replay: --job, --trace and --out are required\n\n",
+              stderr);
+        fputs(replay_usage, stderr);
+        return 2;
+    }
+    char msg[4096];
+    trace t;
+    if (!trace_open(dir, &t, msg, sizeof msg)) {
+        fprintf(stderr, "ddphook replay: %s\n", msg);
+        return 1;
+    }
+    ddph_ctx *ctx = NULL;
+    ddph_model *model = NULL;
+    float *input = NULL;
+    float **own = calloc((size_t)t.nparams, sizeof *own);   /* we free */
+    float **grads = calloc((size_t)t.nparams, sizeof *grads); /* in use */
+    int rc = 1;
+    if (!own || !grads || ddph_open(job, &argc, &argv, &ctx) != DDPH_OK)
+        goto done;
+    int rank = ddph_rank(ctx), world = ddph_world_size(ctx);
+    if (world != t.world_size) {
+        fprintf(stderr,
+                "ddphook replay: the trace was captured on %d ranks; this "
+                "run has %d (use mpiexec -n %d)\n",
+                t.world_size, world, t.world_size);
+        goto done;
+    }
+    if (ddph_model_create(ctx, model_name, &model) != DDPH_OK)
+        goto fail;
+    for (int i = 0; i < t.nparams; i++) {
+        own[i] = calloc(t.params[i].numel ? t.params[i].numel : 1,
+                        sizeof(float));
+        if (!own[i] ||
+            ddph_model_add_param(model, t.params[i].name, own[i],
+                                 t.params[i].shape, t.params[i].ndim,
+                                 DDPH_F32, DDPH_CPU, NULL) != DDPH_OK)
+            goto fail;
+    }
+    if (ddph_model_finalize(model) != DDPH_OK)
+        goto fail;
+    /* With gradient_as_bucket_view the gradients live in the runtime. */
+    for (int i = 0; i < t.nparams; i++) {
+        void *p;
+        if (ddph_model_grad_ptr(model, i, &p) != DDPH_OK)
+            goto fail;
+        grads[i] = p;
+    }
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ddphook replay: %s: %s\n", out, strerror(errno));
+        goto done;
+    }
+    input = malloc((t.total ? t.total : 1) * sizeof *input);
+    if (!input)
+        goto done;
+    int synced_steps = 0;
+    for (int s = 0; s < t.steps; s++) {
+        if (!trace_read_step(&t, rank, s, input, msg, sizeof msg)) {
+            fprintf(stderr, "ddphook replay: %s\n", msg);
+            goto done;
+        }
+        unsigned flags = s == t.steps - 1 ? DDPH_STEP_END_OF_DATA : 0;
+        if (ddph_step_begin_flags(ctx, &model, 1, flags) != DDPH_OK)
+            goto fail;
+        /* The backward pass: last parameters first, each one complete
+         * (accumulated onto what earlier unsynchronised steps left). */
+        size_t off = t.total;
+        for (int i = t.nparams - 1; i >= 0; i--) {
+            off -= t.params[i].numel;
+            for (size_t k = 0; k < t.params[i].numel; k++)
+                grads[i][k] += input[off + k];
+            if (ddph_grad_ready(model, i) != DDPH_OK)
+                goto fail;
+        }
+        int synced = ddph_step_syncs(ctx);
+        if (ddph_step_wait(ctx) != DDPH_OK)
+            goto fail;
+        if (synced) {
+            off = 0;
+            for (int i = 0; i < t.nparams; i++) {
+                memcpy(input + off, grads[i], t.params[i].numel * sizeof(float));
+                memset(grads[i], 0, t.params[i].numel * sizeof(float));
+                off += t.params[i].numel;
+            }
+            if (!write_out(out, rank, s, input, t.total))
+                goto done;
+            synced_steps++;
+        }
+        if (ddph_step_end(ctx) != DDPH_OK)
+            goto fail;
+    }
+    if (rank == 0)
+        printf("ddphook replay: %d steps of %s, %d synchronised, %d ranks, "
+               "%d buckets -> %s\n",
+               t.steps, dir, synced_steps, world,
+               ddph_model_bucket_count(model), out);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "ddphook replay: %s\n", ddph_last_error(ctx));
+done:
+    for (int i = 0; own && i < t.nparams; i++)
+        free(own[i]);
+    free(own);
+    free(input);
+    ddph_close(ctx);
+    trace_close(&t);
+    free(grads);
+    return rc;
+}

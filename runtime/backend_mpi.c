@@ -1,0 +1,329 @@
+/* backend_mpi.c: see backend_mpi.h. */
+#include "build-config.h"
+
+#include "backend_mpi.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_ops.h"
+
+/* Elements per MPI call: counts are int in MPI-3. */
+#define CHUNK ((size_t)1 << 30)
+
+static ddph_status mpi_fail(ddph_err *err, int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %.*s", what, len, msg);
+}
+
+/* Polls req until it completes or timeout_s passes.  MPICH progresses only
+ * inside MPI calls, so the loop tests, then backs off to a short sleep to
+ * leave the core to ranks sharing it. */
+static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
+                              ddph_err *err)
+{
+    double deadline = ddph__now() + m->timeout_s;
+    unsigned polls = 0;
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, what);
+        if (done)
+            return DDPH_OK;
+        if (++polls < 64) {
+            sched_yield();
+            continue;
+        }
+        if (ddph__now() > deadline)
+            return ddph__fail(err, DDPH_ERR_TIMEOUT,
+                              "%s did not complete within timeout_s = %g s "
+                              "(a peer rank died, is stuck, or called a "
+                              "different collective)",
+                              what, m->timeout_s);
+        struct timespec ts = {0, polls < 4096 ? 2000 : 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- half types --------------------------------------------------------- */
+
+#define HALF_OP(fn, dt, kernel)                                              \
+    static void fn(void *in, void *inout, int *len, MPI_Datatype *type)      \
+    {                                                                        \
+        (void)type;                                                          \
+        kernel(inout, in, dt, (size_t)*len);                                 \
+    }
+HALF_OP(f16_sum, DDPH_F16, ddph__cpu_add)
+HALF_OP(f16_max, DDPH_F16, ddph__cpu_max)
+HALF_OP(f16_min, DDPH_F16, ddph__cpu_min)
+HALF_OP(bf16_sum, DDPH_BF16, ddph__cpu_add)
+HALF_OP(bf16_max, DDPH_BF16, ddph__cpu_max)
+HALF_OP(bf16_min, DDPH_BF16, ddph__cpu_min)
+#undef HALF_OP
+
+static MPI_Datatype mpi_type(const ddph_mpi *m, ddph_dtype t)
+{
+    switch (t) {
+    case DDPH_F32:
+        return MPI_FLOAT;
+    case DDPH_F64:
+        return MPI_DOUBLE;
+    case DDPH_F16:
+    case DDPH_BF16:
+        return m->half_type;
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(const ddph_mpi *m, ddph_dtype t, ddph_redop op)
+{
+    if (t == DDPH_F16 || t == DDPH_BF16)
+        return m->ops[t][op];
+    switch (op) {
+    case DDPH_SUM:
+        return MPI_SUM;
+    case DDPH_MAX:
+        return MPI_MAX;
+    case DDPH_MIN:
+        return MPI_MIN;
+    }
+    return MPI_OP_NULL;
+}
+
+static int valid(ddph_dtype t, ddph_redop op)
+{
+    return (unsigned)t < DDPH_DTYPE_COUNT && (unsigned)op <= DDPH_MIN;
+}
+
+ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
+                           double timeout_s, ddph_err *err)
+{
+    memset(m, 0, sizeof *m);
+    m->timeout_s = timeout_s;
+    int inited = 0, rc;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &m->thread_level);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "MPI_Init_thread");
+        m->initialized_mpi = 1;
+    } else {
+        MPI_Query_thread(&m->thread_level);
+    }
+    /* The communication thread calls MPI while the trainer may too. */
+    if (m->thread_level < MPI_THREAD_MULTIPLE) {
+        ddph__mpi_finalize(m);
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "MPI was initialised with thread level %d; ddphook "
+                          "needs MPI_THREAD_MULTIPLE (call MPI_Init_thread "
+                          "with it, or let ddph_open initialise MPI)",
+                          m->thread_level);
+    }
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->world.comm);
+    if (rc != MPI_SUCCESS) {
+        ddph__mpi_finalize(m);
+        return mpi_fail(err, rc, "MPI_Comm_dup");
+    }
+    m->world.owned = 1;
+    MPI_Comm_set_errhandler(m->world.comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->world.comm, &m->world.rank);
+    MPI_Comm_size(m->world.comm, &m->world.size);
+    MPI_Type_contiguous(2, MPI_BYTE, &m->half_type);
+    MPI_Type_commit(&m->half_type);
+    MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min},
+                                    {bf16_sum, bf16_max, bf16_min}};
+    for (int k = 0; k < 3; k++) {
+        MPI_Op_create(fns[0][k], 1, &m->ops[DDPH_F16][k]);
+        MPI_Op_create(fns[1][k], 1, &m->ops[DDPH_BF16][k]);
+    }
+    return DDPH_OK;
+}
+
+void ddph__mpi_finalize(ddph_mpi *m)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+        for (struct ddph_group *g = m->groups, *next; g; g = next) {
+            next = g->next;
+            if (g->owned)
+                MPI_Comm_free(&g->comm);
+            free(g);
+        }
+        if (m->world.owned)
+            MPI_Comm_free(&m->world.comm);
+        for (int t = DDPH_F16; t <= DDPH_BF16; t++)
+            for (int k = 0; k < 3; k++)
+                if (m->ops[t][k] != MPI_OP_NULL && m->ops[t][k])
+                    MPI_Op_free(&m->ops[t][k]);
+        if (m->half_type)
+            MPI_Type_free(&m->half_type);
+        if (m->initialized_mpi)
+            MPI_Finalize();
+    }
+    memset(m, 0, sizeof *m);
+}
+
+ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
+                                size_t count, ddph_dtype dtype, ddph_redop op,
+                                ddph_err *err)
+{
+    if (!valid(dtype, op))
+        return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: bad dtype or op");
+    size_t es = ddph__dtype_size(dtype);
+    char *p = buf;
+    /* An empty allreduce still synchronises, as PyTorch's does. */
+    do {
+        size_t n = count < CHUNK ? count : CHUNK;
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, n ? (void *)p : NULL, (int)n,
+                                mpi_type(m, dtype), mpi_op(m, dtype, op),
+                                g->comm, &req);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "MPI_Iallreduce");
+        ddph_status st = wait_timed(m, &req, "allreduce", err);
+        if (st != DDPH_OK)
+            return st;
+        p += n * es;
+        count -= n;
+    } while (count > 0);
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err)
+{
+    if (!valid(dtype, DDPH_SUM))
+        return ddph__fail(err, DDPH_ERR_INVALID, "allgather: bad dtype");
+    if (count > CHUNK)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "allgather: %zu elements per rank is over 2^30",
+                          count);
+    MPI_Request req;
+    int rc = MPI_Iallgather(send, (int)count, mpi_type(m, dtype), recv,
+                            (int)count, mpi_type(m, dtype), g->comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Iallgather");
+    return wait_timed(m, &req, "allgather", err);
+}
+
+ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
+                                size_t count, ddph_dtype dtype, int root,
+                                ddph_err *err)
+{
+    if (!valid(dtype, DDPH_SUM) || root < 0 || root >= g->size)
+        return ddph__fail(err, DDPH_ERR_INVALID, "broadcast: bad dtype or root");
+    size_t es = ddph__dtype_size(dtype);
+    char *p = buf;
+    do {
+        size_t n = count < CHUNK ? count : CHUNK;
+        MPI_Request req;
+        int rc = MPI_Ibcast(p, (int)n, mpi_type(m, dtype), root, g->comm, &req);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "MPI_Ibcast");
+        ddph_status st = wait_timed(m, &req, "broadcast", err);
+        if (st != DDPH_OK)
+            return st;
+        p += n * es;
+        count -= n;
+    } while (count > 0);
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
+                                     const void *send, void *recv,
+                                     size_t count, ddph_dtype dtype,
+                                     ddph_redop op, ddph_err *err)
+{
+    if (!valid(dtype, op))
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "reduce_scatter: bad dtype or op");
+    if (count > CHUNK)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "reduce_scatter: %zu elements per rank is over 2^30",
+                          count);
+    MPI_Request req;
+    int rc = MPI_Ireduce_scatter_block(send, recv, (int)count,
+                                       mpi_type(m, dtype), mpi_op(m, dtype, op),
+                                       g->comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Ireduce_scatter_block");
+    return wait_timed(m, &req, "reduce_scatter", err);
+}
+
+ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
+                                  ddph_err *err)
+{
+    if (n > CHUNK)
+        return ddph__fail(err, DDPH_ERR_INVALID, "broadcast: too large");
+    MPI_Request req;
+    int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, m->world.comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Ibcast");
+    return wait_timed(m, &req, "broadcast", err);
+}
+
+ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
+                                    ddph_redop op, ddph_err *err)
+{
+    MPI_Request req;
+    MPI_Op o = op == DDPH_MAX ? MPI_MAX : op == DDPH_MIN ? MPI_MIN : MPI_SUM;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_INT64_T, o,
+                            m->world.comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Iallreduce");
+    return wait_timed(m, &req, "allreduce", err);
+}
+
+static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
+                         ddph_err *err)
+{
+    struct ddph_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        MPI_Comm_free(&comm);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    g->comm = comm;
+    g->owned = 1;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &g->rank);
+    MPI_Comm_size(comm, &g->size);
+    g->next = m->groups;
+    m->groups = g;
+    *out = g;
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
+                            int key, struct ddph_group **out, ddph_err *err)
+{
+    MPI_Comm comm;
+    int rc = MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color,
+                            key, &comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Comm_split");
+    if (comm == MPI_COMM_NULL)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "group_split: a negative color leaves no group");
+    return adopt(m, comm, out, err);
+}
+
+ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
+                                 ddph_err *err)
+{
+    MPI_Comm comm;
+    int rc = MPI_Comm_split_type(m->world.comm, MPI_COMM_TYPE_SHARED,
+                                 m->world.rank, MPI_INFO_NULL, &comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Comm_split_type");
+    return adopt(m, comm, out, err);
+}

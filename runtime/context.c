@@ -1,0 +1,283 @@
+/* context.c: opening and closing a job, the step protocol and the
+ * accumulation decision, hook state checkpoints. */
+#include "build-config.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context.h"
+#include "state_file.h"
+
+ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
+{
+    memcpy(ctx->error, err->msg, sizeof ctx->error);
+    ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
+    return st;
+}
+
+ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
+{
+    ddph_err e;
+    va_list ap;
+    va_start(ap, fmt);
+    ddph__vfail(&e, st, fmt, ap);
+    va_end(ap);
+    return ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
+                      ddph_ctx **out)
+{
+    if (!out)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return DDPH_ERR_NOMEM;
+    ddph__logger_init(&ctx->log);
+    pthread_mutex_init(&ctx->mu, NULL);
+    pthread_cond_init(&ctx->work, NULL);
+    pthread_cond_init(&ctx->done, NULL);
+    ddph_err e;
+    ddph_status st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &e)
+                              : ddph__config_defaults(&ctx->cfg, &e);
+    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
+        st = ddph__fail(&e, DDPH_ERR_UNSUPPORTED,
+                        "%s: [runtime] backend = nccl: this build of ddphook "
+                        "has no NCCL backend",
+                        ctx->cfg.path);
+    if (st == DDPH_OK) {
+        st = ddph__mpi_init(&ctx->mpi, argc, argv, ctx->cfg.timeout_s, &e);
+        ctx->mpi_up = st == DDPH_OK;
+        ctx->log.rank = ctx->mpi_up ? ctx->mpi.world.rank : -1;
+    }
+    if (st == DDPH_OK)
+        st = ddph__reducer_start(ctx, &e);
+    if (st != DDPH_OK) {
+        ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
+        ddph_close(ctx);
+        return st;
+    }
+    *out = ctx;
+    return DDPH_OK;
+}
+
+void ddph_close(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    ddph__reducer_stop(ctx);
+    for (int i = 0; i < ctx->nmodels; i++) {
+        ddph_model *m = ctx->models[i];
+        if (m->window > 0)
+            ddph__log(&ctx->log, DDPH_LOG_WARN,
+                      "closing with %d accumulated backward pass%s of model "
+                      "'%s' never synchronised (end the epoch with "
+                      "DDPH_STEP_END_OF_DATA)",
+                      m->window, m->window == 1 ? "" : "es", m->name);
+        ddph__model_free(m);
+    }
+    free(ctx->models);
+    free(ctx->step_models);
+    if (ctx->mpi_up)
+        ddph__mpi_finalize(&ctx->mpi);
+    ddph__config_free(&ctx->cfg);
+    pthread_cond_destroy(&ctx->work);
+    pthread_cond_destroy(&ctx->done);
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+}
+
+const char *ddph_last_error(const ddph_ctx *ctx)
+{
+    return ctx ? ctx->error : "no context";
+}
+
+int ddph_rank(const ddph_ctx *ctx)
+{
+    return ctx->mpi.world.rank;
+}
+
+int ddph_world_size(const ddph_ctx *ctx)
+{
+    return ctx->mpi.world.size;
+}
+
+/* ---- steps ---------------------------------------------------------------- */
+
+ddph_status ddph_step_begin(ddph_ctx *ctx, ddph_model *const *models, int n)
+{
+    return ddph_step_begin_flags(ctx, models, n, DDPH_STEP_DEFAULT);
+}
+
+/* One decision for every model of the step: synchronise when the flags
+ * force it, when sync_each_batch is on, or when any model's window
+ * reaches its accumulate_steps (models usually share one N). */
+static int decide_sync(const ddph_ctx *ctx, ddph_model *const *models, int n,
+                       unsigned flags)
+{
+    if (flags & DDPH_STEP_NO_SYNC)
+        return 0;
+    if (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA) ||
+        ctx->cfg.sync_each_batch)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (models[i]->window + 1 >= models[i]->accumulate_steps)
+            return 1;
+    return 0;
+}
+
+ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
+                                  int n, unsigned flags)
+{
+    if (!ctx || !models || n <= 0)
+        return DDPH_ERR_INVALID;
+    if (ctx->in_step)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_begin while a step is open (call "
+                               "ddph_step_wait and ddph_step_end first)");
+    if ((flags & DDPH_STEP_NO_SYNC) &&
+        (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA)))
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "step_begin: DDPH_STEP_NO_SYNC contradicts "
+                               "FORCE_SYNC / END_OF_DATA");
+    for (int i = 0; i < n; i++) {
+        if (!models[i] || models[i]->ctx != ctx)
+            return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                                   "step_begin: model %d is not of this job",
+                                   i);
+        if (!models[i]->finalized)
+            return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                                   "step_begin: model '%s' is not finalized",
+                                   models[i]->name);
+        for (int j = 0; j < i; j++)
+            if (models[j] == models[i])
+                return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                                       "step_begin: model '%s' given twice",
+                                       models[i]->name);
+    }
+    ddph_model **list = realloc(ctx->step_models, (size_t)n * sizeof *list);
+    if (!list)
+        return DDPH_ERR_NOMEM;
+    memcpy(list, models, (size_t)n * sizeof *list);
+    ctx->step_models = list;
+    ctx->nstep_models = n;
+    ctx->syncs = decide_sync(ctx, models, n, flags);
+    ctx->in_step = 1;
+    ctx->waited = 0;
+    for (int i = 0; i < n; i++) {
+        models[i]->in_step = 1;
+        ddph__reducer_begin(models[i]);
+    }
+    return DDPH_OK;
+}
+
+int ddph_step_syncs(const ddph_ctx *ctx)
+{
+    return ctx && ctx->in_step && ctx->syncs;
+}
+
+ddph_status ddph_grad_ready(ddph_model *m, int index)
+{
+    if (!m)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    if (!m->in_step || ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "grad_ready on model '%s' outside its step "
+                               "(not in the models given to ddph_step_begin, "
+                               "or after ddph_step_wait)",
+                               m->name);
+    if (index < 0 || index >= m->nparams)
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "grad_ready: model '%s' has no parameter %d "
+                               "(it has %d)",
+                               m->name, index, m->nparams);
+    ddph_err e;
+    ddph_status st = ddph__reducer_ready(m, index, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_step_wait(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->in_step || ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_wait without a step_begin");
+    ctx->waited = 1;
+    if (!ctx->syncs) {
+        for (int i = 0; i < ctx->nstep_models; i++)
+            ctx->step_models[i]->window++;
+        return DDPH_OK;
+    }
+    ddph_err e;
+    ddph_status st = ddph__reducer_wait(ctx, &e);
+    for (int i = 0; i < ctx->nstep_models; i++) {
+        ctx->step_models[i]->window = 0;
+        ctx->step_models[i]->iteration++;
+    }
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_step_end(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->in_step || !ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_end without step_begin and step_wait");
+    ddph_status st = DDPH_OK;
+    ddph_err e;
+    for (int i = 0; i < ctx->nstep_models; i++) {
+        ddph_model *m = ctx->step_models[i];
+        m->in_step = 0;
+        m->steps++;
+        if (st != DDPH_OK || !m->hook->plugin->api.on_step_end)
+            continue;
+        ddph_param_view *views = calloc((size_t)(m->nparams ? m->nparams : 1),
+                                        sizeof *views);
+        if (!views) {
+            st = ddph__fail(&e, DDPH_ERR_NOMEM, "out of memory");
+            continue;
+        }
+        for (int j = 0; j < m->nparams; j++)
+            views[j] = (ddph_param_view){m->params[j].name, m->params[j].data,
+                                         m->params[j].numel,
+                                         m->params[j].dtype,
+                                         m->params[j].device};
+        ddph_step_info info = {
+            .struct_size = sizeof info,
+            .step = m->steps,
+            .iteration = m->iteration,
+            .synced = ctx->syncs,
+            .nparams = (size_t)m->nparams,
+            .params = views,
+            .model = m->name,
+        };
+        st = ddph__hook_on_step_end(m->hook, &info, &e);
+        free(views);
+    }
+    ctx->in_step = 0;
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+/* ---- hook state ---------------------------------------------------------- */
+
+ddph_status ddph_state_save(ddph_ctx *ctx, const char *path)
+{
+    if (!ctx || !path)
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_save(ctx, path, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_state_load(ddph_ctx *ctx, const char *path)
+{
+    if (!ctx || !path)
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_load(ctx, path, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}

@@ -1,0 +1,132 @@
+/* context.h: the runtime's internal view of a job: the context, its
+ * models, their parameters and buckets.  Shared by context.c (open, steps,
+ * accumulation), model.c (registration, bucket layout, finalize),
+ * reducer.c (readiness, launch order, the communication thread) and
+ * agreement.c (the cross-rank check). */
+#ifndef DDPH_CONTEXT_H
+#define DDPH_CONTEXT_H
+
+#include <pthread.h>
+
+#include <ddphook/ddphook.h>
+#include <ddphook/plugin.h>
+
+#include "backend_mpi.h"
+#include "config.h"
+#include "hook.h"
+#include "log.h"
+#include "util.h"
+
+typedef struct ddph_param {
+    char *name;
+    void *grad;     /* caller's memory, or inside the bucket storage */
+    void *data;     /* caller's parameter memory (optional) */
+    int64_t *shape;
+    int ndim;
+    size_t numel;
+    ddph_dtype dtype;
+    ddph_device device;
+    int bucket;     /* index of its bucket */
+    size_t offset;  /* first element inside the bucket */
+    int ready;      /* marked ready in the current step */
+} ddph_param;
+
+typedef enum {
+    DDPH_BUCKET_IDLE = 0,     /* waiting for gradients */
+    DDPH_BUCKET_QUEUED = 1,   /* handed to the communication thread */
+    DDPH_BUCKET_DONE = 2,     /* hook finished (ok or not) */
+} ddph_bucket_state;
+
+typedef struct ddph_rt_bucket {
+    int index;
+    int *params; /* parameter indices, bucket order */
+    int nparams;
+    size_t numel;
+    ddph_dtype dtype;
+    ddph_device device;
+    void *storage;           /* flat, numel elements of dtype */
+    void *scratch;           /* wrapper's low-precision copy, or NULL */
+    ddph_tensor_view *views; /* one per parameter */
+    int pending;             /* parameters not yet ready this step */
+    ddph_bucket_state state;
+    ddph_status status;      /* hook result of this step */
+    char *message;           /* detailed failure, or NULL */
+    uint64_t hook_calls;
+    uint64_t bytes_on_wire;
+} ddph_rt_bucket;
+
+struct ddph_model {
+    ddph_ctx *ctx;
+    char *name;
+    ddph_param *params;
+    int nparams, capparams;
+    int finalized;
+    ddph_rt_bucket *buckets;
+    int nbuckets;
+    int next_launch;    /* lowest bucket not yet launched this step */
+    ddph_hook *hook;
+    int accumulate_steps;
+    int window;         /* backward passes accumulated since last sync */
+    uint64_t iteration; /* synchronised steps so far */
+    uint64_t steps;     /* optimizer steps so far */
+    int in_step;
+};
+
+/* One job of the queue the communication thread serves. */
+typedef struct ddph_job {
+    ddph_model *model;
+    int bucket;
+} ddph_job;
+
+struct ddph_ctx {
+    ddph_config cfg;
+    ddph_logger log;
+    ddph_mpi mpi;
+    int mpi_up;
+    ddph_model **models;
+    int nmodels;
+    char error[DDPH__ERR_LEN];
+
+    /* The current step. */
+    ddph_model **step_models;
+    int nstep_models;
+    int in_step;
+    int waited;  /* step_wait returned for this step */
+    int syncs;   /* this step synchronises */
+
+    /* Communication thread and its queue (guarded by mu). */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    pthread_cond_t done;
+    ddph_job *queue;
+    size_t qcap, qhead, qtail;
+    int stop;
+};
+
+/* Records err as the context's last error, logs it, returns st. */
+ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
+ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* model.c */
+void ddph__model_free(ddph_model *m);
+
+/* reducer.c */
+ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);
+void ddph__reducer_stop(ddph_ctx *ctx);
+/* Resets the model's bucket state for a new step. */
+void ddph__reducer_begin(ddph_model *m);
+ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err);
+/* Waits for every bucket of the models of the step and copies back. */
+ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err);
+
+/* agreement.c */
+/* Collective: every rank compares its description of the model with rank
+ * 0's; local_status/local_err is this rank's finalize result so far, so
+ * that a rank that failed alone still takes part and every rank learns. */
+ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
+                        const ddph_err *local_err, ddph_err *err);
+
+#endif

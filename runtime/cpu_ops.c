@@ -1,0 +1,298 @@
+/* cpu_ops.c: see cpu_ops.h. */
+#include "build-config.h"
+
+#include "cpu_ops.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ddph__f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t absx = x & 0x7FFFFFFFu;
+    if (absx > 0x7F800000u) /* NaN: the canonical quiet NaN, as c10::Half */
+        return (uint16_t)(sign | 0x7E00u);
+    if (absx >= 0x477FF000u) /* rounds to >= 65520: Inf */
+        return (uint16_t)(sign | 0x7C00u);
+    if (absx < 0x38800000u) { /* below 2^-14: subnormal half or zero */
+        /* Adding 0.5 aligns the half's subnormal grid to float's ulp, so
+         * the FPU's own round-to-nearest-even does the rounding. */
+        float r = bits_f32(absx) + 0.5f;
+        return (uint16_t)(sign | (f32_bits(r) - 0x3F000000u));
+    }
+    uint32_t mant_odd = (absx >> 13) & 1u;
+    absx += 0xC8000FFFu + mant_odd; /* rebias exponent (-112 << 23) + RNE */
+    return (uint16_t)(sign | (absx >> 13));
+}
+
+float ddph__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t mant = h & 0x3FFu;
+    if (exp == 0x1F) /* Inf / NaN */
+        return bits_f32(sign | 0x7F800000u | (mant << 13));
+    if (exp == 0) { /* zero / subnormal: mant * 2^-24, exact in float */
+        float v = (float)mant * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t ddph__f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) /* NaN: quiet, as c10::BFloat16 */
+        return 0x7FC0u;
+    x += 0x7FFFu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+float ddph__bf16_to_f32(uint16_t b)
+{
+    return bits_f32((uint32_t)b << 16);
+}
+
+/* ---- generic element access (the slow, obviously right path) ------------- */
+
+static double load(const void *p, ddph_dtype t, size_t i)
+{
+    switch (t) {
+    case DDPH_F32:
+        return ((const float *)p)[i];
+    case DDPH_F64:
+        return ((const double *)p)[i];
+    case DDPH_F16:
+        return ddph__f16_to_f32(((const uint16_t *)p)[i]);
+    case DDPH_BF16:
+        return ddph__bf16_to_f32(((const uint16_t *)p)[i]);
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+    return 0;
+}
+
+/* Values from f16/bf16/f32 arrive as exact floats; rounding to the half
+ * types goes through float, which is exact for them (no double rounding). */
+static void store(void *p, ddph_dtype t, size_t i, double v)
+{
+    switch (t) {
+    case DDPH_F32:
+        ((float *)p)[i] = (float)v;
+        return;
+    case DDPH_F64:
+        ((double *)p)[i] = v;
+        return;
+    case DDPH_F16:
+        ((uint16_t *)p)[i] = ddph__f32_to_f16((float)v);
+        return;
+    case DDPH_BF16:
+        ((uint16_t *)p)[i] = ddph__f32_to_bf16((float)v);
+        return;
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+}
+
+static int valid_dtype(ddph_dtype t)
+{
+    return (unsigned)t < DDPH_DTYPE_COUNT;
+}
+
+ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
+                           ddph_dtype dst_dtype, size_t n, double scale,
+                           ddph_err *err)
+{
+    if (!valid_dtype(src_dtype) || !valid_dtype(dst_dtype))
+        return ddph__fail(err, DDPH_ERR_INVALID, "cast: unknown dtype");
+    if (src_dtype == DDPH_F32 && dst_dtype == DDPH_F16 && scale == 1.0) {
+        const float *s = src;
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = ddph__f32_to_f16(s[i]);
+        return DDPH_OK;
+    }
+    if (src_dtype == DDPH_F16 && dst_dtype == DDPH_F32 && scale == 1.0) {
+        const uint16_t *s = src;
+        float *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = ddph__f16_to_f32(s[i]);
+        return DDPH_OK;
+    }
+    if (src_dtype == DDPH_F32 && dst_dtype == DDPH_BF16 && scale == 1.0) {
+        const float *s = src;
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = ddph__f32_to_bf16(s[i]);
+        return DDPH_OK;
+    }
+    if (src_dtype == DDPH_BF16 && dst_dtype == DDPH_F32 && scale == 1.0) {
+        const uint16_t *s = src;
+        float *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = ddph__bf16_to_f32(s[i]);
+        return DDPH_OK;
+    }
+    if (src == dst && src_dtype == dst_dtype && scale == 1.0)
+        return DDPH_OK;
+    /* The product is formed in float for float-or-narrower types so that
+     * f32 * scale rounds as PyTorch's float kernels do. */
+    int via_float = src_dtype != DDPH_F64 && dst_dtype != DDPH_F64;
+    for (size_t i = 0; i < n; i++) {
+        double v = load(src, src_dtype, i);
+        v = via_float ? (double)((float)v * (float)scale) : v * scale;
+        store(dst, dst_dtype, i, v);
+    }
+    return DDPH_OK;
+}
+
+ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
+                             double divisor, ddph_err *err)
+{
+    switch (dtype) {
+    case DDPH_F32: {
+        float *b = buf, d = (float)divisor;
+        for (size_t i = 0; i < n; i++)
+            b[i] /= d;
+        return DDPH_OK;
+    }
+    case DDPH_F64: {
+        double *b = buf;
+        for (size_t i = 0; i < n; i++)
+            b[i] /= divisor;
+        return DDPH_OK;
+    }
+    case DDPH_F16:
+    case DDPH_BF16: {
+        float d = (float)divisor;
+        for (size_t i = 0; i < n; i++)
+            store(buf, dtype, i, (float)load(buf, dtype, i) / d);
+        return DDPH_OK;
+    }
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+    return ddph__fail(err, DDPH_ERR_INVALID, "divide: unknown dtype");
+}
+
+/* For f16/bf16 the operands are widened to float, combined in float and
+ * rounded back to the half type: one rounding per addition, as gloo's
+ * float16 operator+ does. */
+#define ELEMENTWISE(name, expr)                                              \
+    void name(void *a, const void *b, ddph_dtype dtype, size_t n)            \
+    {                                                                        \
+        if (dtype == DDPH_F64) {                                             \
+            double *x = a;                                                   \
+            const double *y = b;                                             \
+            for (size_t i = 0; i < n; i++) {                                 \
+                double u = x[i], v = y[i];                                   \
+                x[i] = (expr);                                               \
+            }                                                                \
+            return;                                                          \
+        }                                                                    \
+        if (dtype == DDPH_F32) {                                             \
+            float *x = a;                                                    \
+            const float *y = b;                                              \
+            for (size_t i = 0; i < n; i++) {                                 \
+                float u = x[i], v = y[i];                                    \
+                x[i] = (expr);                                               \
+            }                                                                \
+            return;                                                          \
+        }                                                                    \
+        for (size_t i = 0; i < n; i++) {                                     \
+            float u = (float)load(a, dtype, i), v = (float)load(b, dtype, i); \
+            float r = (expr);                                                \
+            store(a, dtype, i, r);                                           \
+        }                                                                    \
+    }
+
+ELEMENTWISE(ddph__cpu_add, u + v)
+ELEMENTWISE(ddph__cpu_max, (u > v || isnan(u)) ? u : v)
+ELEMENTWISE(ddph__cpu_min, (u < v || isnan(u)) ? u : v)
+#undef ELEMENTWISE
+
+ddph_status ddph__cpu_gemm(int trans_a, int trans_b, size_t m, size_t n,
+                           size_t k, float alpha, const float *a, size_t lda,
+                           const float *b, size_t ldb, float beta, float *c,
+                           size_t ldc, ddph_err *err)
+{
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return ddph__fail(err, DDPH_ERR_INVALID, "gemm: dimension too large");
+    if (m == 0 || n == 0)
+        return DDPH_OK;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return DDPH_OK;
+}
+
+/* PyTorch's _orthogonalize_gram_schmidt: column by column, normalise, then
+ * remove its component from every later column. */
+static void gram_schmidt(float *x, size_t rows, size_t cols, double eps)
+{
+    for (size_t i = 0; i < cols; i++) {
+        double ss = 0;
+        for (size_t r = 0; r < rows; r++)
+            ss += (double)x[r * cols + i] * x[r * cols + i];
+        float norm = (float)sqrt(ss);
+        float denom = eps == 0 ? norm : norm + (float)eps;
+        for (size_t r = 0; r < rows; r++)
+            x[r * cols + i] /= denom;
+        for (size_t j = i + 1; j < cols; j++) {
+            double dot = 0;
+            for (size_t r = 0; r < rows; r++)
+                dot += (double)x[r * cols + i] * x[r * cols + j];
+            float d = (float)dot;
+            for (size_t r = 0; r < rows; r++)
+                x[r * cols + j] -= d * x[r * cols + i];
+        }
+    }
+}
+
+ddph_status ddph__cpu_orthogonalize(float *x, size_t rows, size_t cols,
+                                    double eps, ddph_err *err)
+{
+    if (cols > rows)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "orthogonalize: %zu columns > %zu rows", cols, rows);
+    if (cols == 0)
+        return DDPH_OK;
+    if (cols <= 2) {
+        gram_schmidt(x, rows, cols, eps);
+        return DDPH_OK;
+    }
+    if (rows > INT32_MAX)
+        return ddph__fail(err, DDPH_ERR_INVALID, "orthogonalize: too large");
+    float *tau = malloc(cols * sizeof *tau);
+    if (!tau)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "orthogonalize: out of memory");
+    lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, (lapack_int)rows,
+                                     (lapack_int)cols, x, (lapack_int)cols, tau);
+    if (info == 0)
+        info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, (lapack_int)rows,
+                              (lapack_int)cols, (lapack_int)cols, x,
+                              (lapack_int)cols, tau);
+    free(tau);
+    if (info != 0)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "orthogonalize: LAPACK QR failed (info %d)", (int)info);
+    return DDPH_OK;
+}

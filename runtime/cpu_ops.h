@@ -1,0 +1,38 @@
+/* cpu_ops.h: device operations on host memory, behind the services table:
+ * f32 <-> f16/bf16 casts, division in a dtype, GEMM and orthogonalisation
+ * (OpenBLAS / LAPACKE).  Casts round to nearest even, keep NaN a (quiet)
+ * NaN, overflow to Inf and handle subnormals exactly as IEEE and PyTorch. */
+#ifndef DDPH_CPU_OPS_H
+#define DDPH_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+/* Scalar conversions: the reference every vector path must match. */
+uint16_t ddph__f32_to_f16(float f);
+float ddph__f16_to_f32(uint16_t h);
+uint16_t ddph__f32_to_bf16(float f);
+float ddph__bf16_to_f32(uint16_t b);
+
+/* dst[i] = (dst_dtype)(src[i] * scale).  Any pair of f32/f64/f16/bf16. */
+ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
+                           ddph_dtype dst_dtype, size_t n, double scale,
+                           ddph_err *err);
+/* buf[i] /= divisor in the buffer's dtype. */
+ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
+                             double divisor, ddph_err *err);
+/* Element-wise a[i] += b[i] in dtype (half types rounded after each add). */
+void ddph__cpu_add(void *a, const void *b, ddph_dtype dtype, size_t n);
+void ddph__cpu_max(void *a, const void *b, ddph_dtype dtype, size_t n);
+void ddph__cpu_min(void *a, const void *b, ddph_dtype dtype, size_t n);
+
+ddph_status ddph__cpu_gemm(int trans_a, int trans_b, size_t m, size_t n,
+                           size_t k, float alpha, const float *a, size_t lda,
+                           const float *b, size_t ldb, float beta, float *c,
+                           size_t ldc, ddph_err *err);
+ddph_status ddph__cpu_orthogonalize(float *x, size_t rows, size_t cols,
+                                    double eps, ddph_err *err);
+
+#endif

@@ -1,0 +1,139 @@
+/* hook.c: see hook.h. */
+#include "build-config.h"
+
+#include "hook.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "services.h"
+
+#include <ddphook/ddphook.h>
+
+ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
+                              ddph_wrapper wrapper, const char *model,
+                              ddph_mpi *mpi, const ddph_logger *log,
+                              ddph_hook **out, ddph_err *err)
+{
+    ddph_hook *h = calloc(1, sizeof *h);
+    if (!h || !(h->model = ddph__strdup(model))) {
+        free(h);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    h->mpi = mpi;
+    h->log = log;
+    h->wrapper = wrapper;
+    ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
+                                       cfg->allow_insecure_plugins,
+                                       &h->plugin, err);
+    if (st != DDPH_OK)
+        goto fail;
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    st = ddph__options_build(api->name, api->options,
+                             ddph__config_hook_section(cfg, api->name),
+                             cfg->path, &h->options, err);
+    if (st != DDPH_OK)
+        goto fail;
+    snprintf(h->prefix, sizeof h->prefix, "hook '%s' (model '%s'): ",
+             api->name, model);
+    ddph__services_init(h);
+    h->message[0] = '\0';
+    st = api->create(&h->services, h->options, &h->state);
+    if (st != DDPH_OK) {
+        st = ddph__fail(err, st < 0 ? st : DDPH_ERR_HOOK,
+                        "hook '%s' (%s): create failed: %s", api->name,
+                        h->plugin->path,
+                        h->message[0] ? h->message : ddph_strerror(st));
+        h->state = NULL;
+        goto fail;
+    }
+    *out = h;
+    return DDPH_OK;
+fail:
+    ddph__hook_destroy(h);
+    return st;
+}
+
+void ddph__hook_destroy(ddph_hook *h)
+{
+    if (!h)
+        return;
+    if (h->plugin && h->state)
+        h->plugin->api.destroy(&h->services, h->state);
+    ddph__options_free(h->options);
+    ddph__plugin_unload(h->plugin);
+    free(h->model);
+    free(h);
+}
+
+ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype)
+{
+    switch (h->wrapper) {
+    case DDPH_WRAP_FP16:
+        return DDPH_F16;
+    case DDPH_WRAP_BF16:
+        return DDPH_BF16;
+    case DDPH_WRAP_NONE:
+        break;
+    }
+    return dtype;
+}
+
+ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
+                                 uint64_t *bytes, ddph_err *err)
+{
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    h->call_bytes = 0;
+    h->message[0] = '\0';
+    ddph_dtype wire = ddph__hook_wire_dtype(h, b->dtype);
+    void *grads = b->buffer;
+    ddph_dtype grad_dtype = b->dtype;
+    ddph_status st;
+    /* fp16_compress_wrapper: the inner hook sees a low-precision copy; the
+     * result is cast back into the gradients (PYTORCH_SEMANTICS.md §1). */
+    if (wire != b->dtype) {
+        st = ddph__cpu_cast(grads, grad_dtype, scratch, wire, b->numel, 1.0,
+                            err);
+        if (st != DDPH_OK)
+            return st;
+        b->buffer = scratch;
+        b->dtype = wire;
+    }
+    st = api->on_bucket(h->state, b, &h->services);
+    if (st == DDPH_OK && wire != grad_dtype)
+        st = ddph__cpu_cast(scratch, wire, grads, grad_dtype, b->numel, 1.0,
+                            err);
+    else if (st != DDPH_OK)
+        ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st, "%s",
+                   h->message[0] ? h->message : "(the hook set no message)");
+    b->buffer = grads;
+    b->dtype = grad_dtype;
+    *bytes = h->call_bytes;
+    return st > 0 ? DDPH_ERR_HOOK : st;
+}
+
+ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
+                                   ddph_err *err)
+{
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    if (!api->on_step_end)
+        return DDPH_OK;
+    h->message[0] = '\0';
+    ddph_status st = api->on_step_end(h->state, info, &h->services);
+    if (st != DDPH_OK)
+        return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
+                          "hook '%s' on_step_end failed on model '%s' (rank "
+                          "%d): %s",
+                          api->name, h->model, h->mpi->world.rank,
+                          h->message[0] ? h->message : "(no message)");
+    return DDPH_OK;
+}
+
+void ddph__hook_describe(const ddph_hook *h, FILE *out)
+{
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    fprintf(out, "hook %s %s wrapper %s\n", api->name, api->version,
+            ddph__wrapper_name(h->wrapper));
+    ddph__options_print(h->options, out, "hook option ");
+}

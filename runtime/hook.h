@@ -1,0 +1,55 @@
+/* hook.h: one hook instance, for one model: the loaded plugin, its
+ * validated options, the plugin's state, the services table it is handed,
+ * and the fp16/bf16 wrapper around it.  Also the per-call context the
+ * services use to count bytes and carry the plugin's error message. */
+#ifndef DDPH_HOOK_H
+#define DDPH_HOOK_H
+
+#include <stdio.h>
+
+#include <ddphook/plugin.h>
+
+#include "backend_mpi.h"
+#include "config.h"
+#include "loader.h"
+#include "log.h"
+#include "options.h"
+
+typedef struct ddph_hook {
+    ddph_plugin *plugin;
+    ddph_options *options;
+    void *state;
+    ddph_wrapper wrapper;
+    ddph_services services;
+    ddph_mpi *mpi;
+    const ddph_logger *log;
+    char *model;           /* for messages */
+    char prefix[160];      /* "hook 'x' (model 'm'): " for its log lines */
+    /* Per call: set by the runtime around each plugin call. */
+    uint64_t call_bytes;   /* bytes handed to collectives */
+    char message[DDPH__ERR_LEN]; /* from set_error or a failed service */
+} ddph_hook;
+
+/* Loads `name` (a name along plugin_path or a path), validates the
+ * [hook.NAME] options of cfg and creates the instance. */
+ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
+                              ddph_wrapper wrapper, const char *model,
+                              ddph_mpi *mpi, const ddph_logger *log,
+                              ddph_hook **out, ddph_err *err);
+void ddph__hook_destroy(ddph_hook *h);
+
+/* Runs on_bucket on b (with the wrapper's casts when configured); `scratch`
+ * is a buffer of b->numel half elements for the wrapper (NULL without).
+ * Returns the plugin's status; the message is in err. */
+ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
+                                 uint64_t *bytes, ddph_err *err);
+ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
+                                   ddph_err *err);
+
+/* The dtype the plugin sees for a bucket of `dtype` under the wrapper. */
+ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype);
+/* Canonical text for the cross-rank digest: name, version, wrapper and
+ * every option. */
+void ddph__hook_describe(const ddph_hook *h, FILE *out);
+
+#endif

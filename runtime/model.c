@@ -1,0 +1,294 @@
+/* model.c: registering a model's parameters, laying out its buckets,
+ * creating its hook instance and checking that every rank agrees. */
+#include "build-config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "buckets.h"
+#include "context.h"
+
+ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
+                              ddph_model **out)
+{
+    if (!ctx || !name || !*name || !out)
+        return DDPH_ERR_INVALID;
+    for (int i = 0; i < ctx->nmodels; i++)
+        if (strcmp(ctx->models[i]->name, name) == 0)
+            return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "a model named '%s' exists "
+                                              "already",
+                                              name);
+    ddph_model **list =
+        realloc(ctx->models, (size_t)(ctx->nmodels + 1) * sizeof *list);
+    if (!list)
+        return DDPH_ERR_NOMEM;
+    ctx->models = list;
+    ddph_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->name = ddph__strdup(name))) {
+        free(m);
+        return DDPH_ERR_NOMEM;
+    }
+    m->ctx = ctx;
+    const ddph_model_section *ms = ddph__config_model(&ctx->cfg, name);
+    m->accumulate_steps = ms && ms->accumulate_steps ? ms->accumulate_steps
+                                                     : ctx->cfg.accumulate_steps;
+    ctx->models[ctx->nmodels++] = m;
+    *out = m;
+    return DDPH_OK;
+}
+
+ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
+                                 const int64_t *shape, int ndim,
+                                 ddph_dtype dtype, ddph_device device,
+                                 int *index_out)
+{
+    if (!m || !name)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    if (m->finalized)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "model '%s': add_param('%s') after "
+                                          "finalize",
+                                          m->name, name);
+    if (ndim < 0 || ndim > 16 || (ndim > 0 && !shape))
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': ndim %d "
+                                          "must be 0..16 with a shape",
+                                          m->name, name, ndim);
+    if ((unsigned)dtype >= DDPH_DTYPE_COUNT ||
+        (unsigned)device >= DDPH_DEVICE_COUNT)
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': unknown "
+                                          "dtype or device",
+                                          m->name, name);
+    if (device == DDPH_CUDA)
+        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED, "model '%s' parameter '%s': CUDA "
+                                          "gradients need backend = nccl, "
+                                          "which this build does not have",
+                                          m->name, name);
+    if (!grad && !ctx->cfg.gradient_as_bucket_view)
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': grad is "
+                                          "NULL (allowed only with "
+                                          "gradient_as_bucket_view = true)",
+                                          m->name, name);
+    size_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': "
+                                              "negative extent",
+                                              m->name, name);
+        numel *= (size_t)shape[d];
+    }
+    if (m->nparams == m->capparams) {
+        int cap = m->capparams ? 2 * m->capparams : 16;
+        ddph_param *p = realloc(m->params, (size_t)cap * sizeof *p);
+        if (!p)
+            return DDPH_ERR_NOMEM;
+        m->params = p;
+        m->capparams = cap;
+    }
+    ddph_param *p = &m->params[m->nparams];
+    memset(p, 0, sizeof *p);
+    p->name = ddph__strdup(name);
+    p->shape = malloc((size_t)(ndim ? ndim : 1) * sizeof *p->shape);
+    if (!p->name || !p->shape) {
+        free(p->name);
+        free(p->shape);
+        return DDPH_ERR_NOMEM;
+    }
+    if (ndim)
+        memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
+    p->ndim = ndim;
+    p->numel = numel;
+    p->grad = grad;
+    p->dtype = dtype;
+    p->device = device;
+    if (index_out)
+        *index_out = m->nparams;
+    m->nparams++;
+    return DDPH_OK;
+}
+
+ddph_status ddph_model_set_param_data(ddph_model *m, int index, void *data)
+{
+    if (!m || index < 0 || index >= m->nparams)
+        return DDPH_ERR_INVALID;
+    m->params[index].data = data;
+    return DDPH_OK;
+}
+
+/* Buckets from the plan; storage, views and the wrapper's scratch. */
+static ddph_status build_buckets(ddph_model *m, ddph_err *err)
+{
+    ddph_ctx *ctx = m->ctx;
+    ddph_bucket_tensor *t = malloc((size_t)(m->nparams ? m->nparams : 1) *
+                                   sizeof *t);
+    if (!t)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    /* Reverse registration order: a backward pass finishes the last
+     * parameters first, so bucket 0 holds them. */
+    for (int i = 0; i < m->nparams; i++) {
+        const ddph_param *p = &m->params[m->nparams - 1 - i];
+        t[i] = (ddph_bucket_tensor){m->nparams - 1 - i,
+                                    p->numel * ddph__dtype_size(p->dtype),
+                                    p->dtype, p->device};
+    }
+    size_t limits[2] = {ddph__mib_to_bytes(ctx->cfg.first_bucket_cap_mb),
+                        ddph__mib_to_bytes(ctx->cfg.bucket_cap_mb)};
+    ddph_bucket_plan plan;
+    ddph_status st = ddph__assign_buckets(t, (size_t)m->nparams, limits, 2, 0,
+                                          &plan, err);
+    free(t);
+    if (st != DDPH_OK)
+        return st;
+    m->buckets = calloc((size_t)(plan.nbuckets ? plan.nbuckets : 1),
+                        sizeof *m->buckets);
+    if (!m->buckets) {
+        ddph__bucket_plan_free(&plan);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    m->nbuckets = plan.nbuckets;
+    st = DDPH_OK;
+    for (int b = 0; b < plan.nbuckets && st == DDPH_OK; b++) {
+        ddph_rt_bucket *bk = &m->buckets[b];
+        bk->index = b;
+        bk->nparams = plan.start[b + 1] - plan.start[b];
+        bk->params = malloc((size_t)bk->nparams * sizeof *bk->params);
+        bk->views = calloc((size_t)bk->nparams, sizeof *bk->views);
+        if (!bk->params || !bk->views) {
+            st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(bk->params, plan.indices + plan.start[b],
+               (size_t)bk->nparams * sizeof *bk->params);
+        const ddph_param *first = &m->params[bk->params[0]];
+        bk->dtype = first->dtype;
+        bk->device = first->device;
+        for (int j = 0; j < bk->nparams; j++) {
+            ddph_param *p = &m->params[bk->params[j]];
+            p->bucket = b;
+            p->offset = bk->numel;
+            bk->views[j] = (ddph_tensor_view){p->name, bk->numel, p->numel,
+                                              p->ndim, p->shape};
+            bk->numel += p->numel;
+        }
+        size_t es = ddph__dtype_size(bk->dtype);
+        size_t bytes = (bk->numel * es + 63) / 64 * 64;
+        if (posix_memalign(&bk->storage, 64, bytes ? bytes : 64) != 0) {
+            bk->storage = NULL;
+            st = ddph__fail(err, DDPH_ERR_NOMEM,
+                            "out of memory for bucket %d (%zu bytes)", b, bytes);
+            break;
+        }
+        memset(bk->storage, 0, bytes);
+        ddph_dtype wire = ddph__hook_wire_dtype(m->hook, bk->dtype);
+        if (wire != bk->dtype &&
+            !(bk->scratch = malloc(bk->numel * ddph__dtype_size(wire) + 64))) {
+            st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+            break;
+        }
+        if (ctx->cfg.gradient_as_bucket_view) {
+            for (int j = 0; j < bk->nparams; j++) {
+                ddph_param *p = &m->params[bk->params[j]];
+                char *view = (char *)bk->storage + p->offset * es;
+                if (p->grad) /* keep what the caller had, as PyTorch does */
+                    memcpy(view, p->grad, p->numel * es);
+                p->grad = view;
+            }
+        }
+    }
+    ddph__bucket_plan_free(&plan);
+    return st;
+}
+
+ddph_status ddph_model_finalize(ddph_model *m)
+{
+    if (!m)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    ddph_err e, agree_err;
+    if (m->finalized)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "model '%s' is finalized already",
+                                          m->name);
+    const ddph_model_section *ms = ddph__config_model(&ctx->cfg, m->name);
+    const char *hook = ms && ms->hook ? ms->hook : ctx->cfg.hook_name;
+    ddph_wrapper wrapper = ms && ms->wrapper_set ? ms->wrapper
+                                                 : ctx->cfg.wrapper;
+    e.msg[0] = '\0';
+    ddph_status st = ddph__hook_create(&ctx->cfg, hook, wrapper, m->name,
+                                       &ctx->mpi, &ctx->log, &m->hook, &e);
+    if (st == DDPH_OK)
+        st = build_buckets(m, &e);
+    if (st != DDPH_OK)
+        ddph__err_prefix(&e, "model '%s'", m->name);
+    /* Every rank takes part, even one that failed above, so that nobody
+     * waits for it. */
+    ddph_status ag = ddph__agree(ctx, m, st, &e, &agree_err);
+    if (st != DDPH_OK)
+        return ddph__ctx_fail(ctx, st, &e);
+    if (ag != DDPH_OK)
+        return ddph__ctx_fail(ctx, ag, &agree_err);
+    m->finalized = 1;
+    ddph__log(&ctx->log, DDPH_LOG_INFO,
+              "model '%s': %d parameters in %d buckets, hook '%s' from %s",
+              m->name, m->nparams, m->nbuckets, m->hook->plugin->api.name,
+              m->hook->plugin->path);
+    return DDPH_OK;
+}
+
+ddph_status ddph_model_grad_ptr(ddph_model *m, int index, void **out)
+{
+    if (!m || !out || index < 0 || index >= m->nparams)
+        return DDPH_ERR_INVALID;
+    if (!m->finalized)
+        return DDPH_ERR_STATE;
+    *out = m->params[index].grad;
+    return DDPH_OK;
+}
+
+int ddph_model_bucket_count(const ddph_model *m)
+{
+    return m && m->finalized ? m->nbuckets : 0;
+}
+
+ddph_status ddph_model_bucket_info(ddph_model *m, int index,
+                                   ddph_bucket_info *out)
+{
+    if (!m || !out || !m->finalized || index < 0 || index >= m->nbuckets)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    const ddph_rt_bucket *b = &m->buckets[index];
+    pthread_mutex_lock(&ctx->mu);
+    *out = (ddph_bucket_info){
+        .index = b->index,
+        .nparams = b->nparams,
+        .params = b->params,
+        .numel = b->numel,
+        .bytes = b->numel * ddph__dtype_size(b->dtype),
+        .dtype = b->dtype,
+        .device = b->device,
+        .hook_calls = b->hook_calls,
+        .bytes_on_wire = b->bytes_on_wire,
+    };
+    pthread_mutex_unlock(&ctx->mu);
+    return DDPH_OK;
+}
+
+void ddph__model_free(ddph_model *m)
+{
+    if (!m)
+        return;
+    for (int b = 0; b < m->nbuckets; b++) {
+        free(m->buckets[b].params);
+        free(m->buckets[b].views);
+        free(m->buckets[b].storage);
+        free(m->buckets[b].scratch);
+        free(m->buckets[b].message);
+    }
+    free(m->buckets);
+    for (int i = 0; i < m->nparams; i++) {
+        free(m->params[i].name);
+        free(m->params[i].shape);
+    }
+    free(m->params);
+    ddph__hook_destroy(m->hook);
+    free(m->name);
+    free(m);
+}

@@ -1,0 +1,239 @@
+/* reducer.c: readiness tracking, strictly in-order launch, the
+ * communication thread that runs the hooks, and the copy back.
+ *
+ * The trainer thread copies a gradient into its bucket as soon as it is
+ * ready and, when that completes a bucket, launches every complete bucket
+ * whose lower-index buckets are launched, so all ranks call collectives in
+ * the same order.  The communication thread runs the hooks meanwhile:
+ * reduction overlaps the rest of the backward pass. */
+#include "build-config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "context.h"
+
+static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
+{
+    ddph_rt_bucket *b = &m->buckets[index];
+    ddph_bucket view = {
+        .struct_size = sizeof(ddph_bucket),
+        .index = index,
+        .count = m->nbuckets,
+        .is_last = index == m->nbuckets - 1,
+        .iteration = m->iteration,
+        .dtype = b->dtype,
+        .device = b->device,
+        .buffer = b->storage,
+        .numel = b->numel,
+        .ntensors = (size_t)b->nparams,
+        .tensors = b->views,
+        .model = m->name,
+    };
+    ddph_err e;
+    uint64_t bytes = 0;
+    ddph_status st = ddph__hook_on_bucket(m->hook, &view, b->scratch, &bytes, &e);
+    char *message = NULL;
+    if (st != DDPH_OK) {
+        size_t n = strlen(e.msg) + 256;
+        message = malloc(n);
+        if (message)
+            snprintf(message, n,
+                     "hook '%s' failed on model '%s' bucket %d (rank %d): "
+                     "%s: %s",
+                     m->hook->plugin->api.name, m->name, index,
+                     ctx->mpi.world.rank, ddph_status_name(st), e.msg);
+    }
+    pthread_mutex_lock(&ctx->mu);
+    b->status = st;
+    free(b->message);
+    b->message = message;
+    b->bytes_on_wire += bytes;
+    b->state = DDPH_BUCKET_DONE;
+    pthread_cond_broadcast(&ctx->done);
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+static void *comm_thread(void *arg)
+{
+    ddph_ctx *ctx = arg;
+    pthread_mutex_lock(&ctx->mu);
+    for (;;) {
+        while (ctx->qhead == ctx->qtail && !ctx->stop)
+            pthread_cond_wait(&ctx->work, &ctx->mu);
+        if (ctx->qhead == ctx->qtail)
+            break; /* stop requested and nothing left */
+        ddph_job job = ctx->queue[ctx->qhead++ % ctx->qcap];
+        job.model->buckets[job.bucket].hook_calls++;
+        pthread_mutex_unlock(&ctx->mu);
+        run_bucket(ctx, job.model, job.bucket);
+        pthread_mutex_lock(&ctx->mu);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return NULL;
+}
+
+ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err)
+{
+    ctx->qcap = 64;
+    ctx->queue = malloc(ctx->qcap * sizeof *ctx->queue);
+    if (!ctx->queue)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    if (pthread_create(&ctx->thread, NULL, comm_thread, ctx) != 0)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "cannot start the communication thread");
+    ctx->thread_started = 1;
+    return DDPH_OK;
+}
+
+void ddph__reducer_stop(ddph_ctx *ctx)
+{
+    if (ctx->thread_started) {
+        pthread_mutex_lock(&ctx->mu);
+        ctx->stop = 1;
+        pthread_cond_broadcast(&ctx->work);
+        pthread_mutex_unlock(&ctx->mu);
+        pthread_join(ctx->thread, NULL);
+        ctx->thread_started = 0;
+    }
+    free(ctx->queue);
+    ctx->queue = NULL;
+}
+
+void ddph__reducer_begin(ddph_model *m)
+{
+    for (int i = 0; i < m->nparams; i++)
+        m->params[i].ready = 0;
+    for (int b = 0; b < m->nbuckets; b++) {
+        ddph_rt_bucket *bk = &m->buckets[b];
+        bk->pending = bk->nparams;
+        bk->state = DDPH_BUCKET_IDLE;
+        bk->status = DDPH_OK;
+        free(bk->message);
+        bk->message = NULL;
+    }
+    m->next_launch = 0;
+}
+
+/* Called with ctx->mu held. */
+static int enqueue(ddph_ctx *ctx, ddph_model *m, int bucket)
+{
+    size_t used = ctx->qtail - ctx->qhead;
+    if (used == ctx->qcap) {
+        /* Unroll the ring into a larger array. */
+        ddph_job *q = malloc(2 * ctx->qcap * sizeof *q);
+        if (!q)
+            return 0;
+        for (size_t i = 0; i < used; i++)
+            q[i] = ctx->queue[(ctx->qhead + i) % ctx->qcap];
+        free(ctx->queue);
+        ctx->queue = q;
+        ctx->qcap *= 2;
+        ctx->qhead = 0;
+        ctx->qtail = used;
+    }
+    ctx->queue[ctx->qtail++ % ctx->qcap] = (ddph_job){m, bucket};
+    m->buckets[bucket].state = DDPH_BUCKET_QUEUED;
+    return 1;
+}
+
+ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
+{
+    ddph_ctx *ctx = m->ctx;
+    ddph_param *p = &m->params[index];
+    if (p->ready)
+        return ddph__fail(err, DDPH_ERR_STATE,
+                          "model '%s': parameter %d '%s' marked ready twice "
+                          "in one step",
+                          m->name, index, p->name);
+    p->ready = 1;
+    if (!ctx->syncs)
+        return DDPH_OK; /* accumulating: the gradient stays where it is */
+    ddph_rt_bucket *b = &m->buckets[p->bucket];
+    if (!ctx->cfg.gradient_as_bucket_view) {
+        size_t es = ddph__dtype_size(p->dtype);
+        memcpy((char *)b->storage + p->offset * es, p->grad, p->numel * es);
+    }
+    pthread_mutex_lock(&ctx->mu);
+    b->pending--;
+    int launched = 0, ok = 1;
+    while (ok && m->next_launch < m->nbuckets &&
+           m->buckets[m->next_launch].pending == 0) {
+        ok = enqueue(ctx, m, m->next_launch);
+        m->next_launch += ok;
+        launched += ok;
+    }
+    if (launched)
+        pthread_cond_signal(&ctx->work);
+    pthread_mutex_unlock(&ctx->mu);
+    if (!ok)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory launching a "
+                                               "bucket");
+    return DDPH_OK;
+}
+
+/* Names of up to a few parameters never marked ready. */
+static int list_unready(const ddph_model *m, char *out, size_t len)
+{
+    int missing = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = m->nparams - 1; i >= 0; i--) {
+        if (m->params[i].ready)
+            continue;
+        if (missing < 4 && used < len)
+            used += (size_t)snprintf(out + used, len - used, "%s'%s'",
+                                     missing ? ", " : "", m->params[i].name);
+        missing++;
+    }
+    if (missing > 4 && used < len)
+        snprintf(out + used, len - used, " and %d more", missing - 4);
+    return missing;
+}
+
+ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
+{
+    ddph_status st = DDPH_OK;
+    /* Unready parameters: say which, but still wait for what launched. */
+    for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++) {
+        ddph_model *m = ctx->step_models[k];
+        char names[512];
+        int missing = list_unready(m, names, sizeof names);
+        if (missing)
+            st = ddph__fail(err, DDPH_ERR_STATE,
+                            "model '%s' (rank %d): %d parameter%s never "
+                            "marked ready in this step: %s",
+                            m->name, ctx->mpi.world.rank, missing,
+                            missing == 1 ? " was" : "s were", names);
+    }
+    pthread_mutex_lock(&ctx->mu);
+    for (int k = 0; k < ctx->nstep_models; k++) {
+        ddph_model *m = ctx->step_models[k];
+        for (int b = 0; b < m->next_launch; b++)
+            while (m->buckets[b].state != DDPH_BUCKET_DONE)
+                pthread_cond_wait(&ctx->done, &ctx->mu);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    for (int k = 0; k < ctx->nstep_models; k++) {
+        ddph_model *m = ctx->step_models[k];
+        for (int b = 0; b < m->next_launch; b++) {
+            ddph_rt_bucket *bk = &m->buckets[b];
+            if (bk->status != DDPH_OK) {
+                if (st == DDPH_OK)
+                    st = ddph__fail(err, bk->status, "%s",
+                                    bk->message ? bk->message
+                                                : "hook failed (no message)");
+                continue;
+            }
+            if (ctx->cfg.gradient_as_bucket_view)
+                continue;
+            size_t es = ddph__dtype_size(bk->dtype);
+            for (int j = 0; j < bk->nparams; j++) {
+                ddph_param *p = &m->params[bk->params[j]];
+                memcpy(p->grad, (char *)bk->storage + p->offset * es,
+                       p->numel * es);
+            }
+        }
+    }
+    return st;
+}

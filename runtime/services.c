@@ -1,0 +1,204 @@
+/* services.c: see services.h.  Every service that fails writes its message
+ * into the instance's per-call message, so a plugin only has to return the
+ * status it got. */
+#include "build-config.h"
+
+#include "services.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+static ddph_hook *host(const ddph_services *s)
+{
+    return s->host;
+}
+
+/* Runs a backend call with an error carrier that lands in h->message. */
+static ddph_status keep(ddph_hook *h, ddph_status st, const ddph_err *e)
+{
+    if (st != DDPH_OK)
+        memcpy(h->message, e->msg, sizeof h->message);
+    return st;
+}
+
+static int svc_group_rank(const ddph_group *g)
+{
+    return g->rank;
+}
+
+static int svc_group_size(const ddph_group *g)
+{
+    return g->size;
+}
+
+static ddph_status svc_intra_node(const ddph_services *s, ddph_group **out)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    return keep(h, ddph__mpi_intra_node(h->mpi, out, &e), &e);
+}
+
+static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
+                             int color, int key, ddph_group **out)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
+}
+
+static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 ddph_redop op)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    return keep(h, ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e),
+                &e);
+}
+
+static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    return keep(h,
+                ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype, &e),
+                &e);
+}
+
+static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 int root)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    if (g->rank == root)
+        h->call_bytes += count * ddph__dtype_size(dtype);
+    return keep(h,
+                ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e),
+                &e);
+}
+
+static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
+    return keep(h,
+                ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count, dtype,
+                                         op, &e),
+                &e);
+}
+
+static ddph_status svc_cast(const ddph_services *s, const void *src,
+                            ddph_dtype src_dtype, void *dst,
+                            ddph_dtype dst_dtype, size_t n, double scale)
+{
+    ddph_err e;
+    return keep(host(s),
+                ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
+                &e);
+}
+
+static ddph_status svc_divide(const ddph_services *s, void *buf,
+                              ddph_dtype dtype, size_t n, double divisor)
+{
+    ddph_err e;
+    return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
+}
+
+static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
+                            size_t m, size_t n, size_t k, float alpha,
+                            const float *a, size_t lda, const float *b,
+                            size_t ldb, float beta, float *c, size_t ldc)
+{
+    ddph_err e;
+    return keep(host(s),
+                ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                               ldb, beta, c, ldc, &e),
+                &e);
+}
+
+static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
+                                     size_t rows, size_t cols, double eps)
+{
+    ddph_err e;
+    return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
+}
+
+static void *svc_alloc(const ddph_services *s, size_t bytes)
+{
+    (void)s;
+    void *p = NULL;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0)
+        return NULL;
+    return p;
+}
+
+static void svc_free(const ddph_services *s, void *p)
+{
+    (void)s;
+    free(p);
+}
+
+static void svc_log(const ddph_services *s, ddph_log_level level,
+                    const char *fmt, ...)
+{
+    ddph_hook *h = host(s);
+    va_list ap;
+    va_start(ap, fmt);
+    ddph__vlog(h->log, level, h->prefix, fmt, ap);
+    va_end(ap);
+}
+
+static void svc_set_error(const ddph_services *s, const char *fmt, ...)
+{
+    ddph_hook *h = host(s);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->message, sizeof h->message, fmt, ap);
+    va_end(ap);
+}
+
+void ddph__services_init(ddph_hook *h)
+{
+    h->services = (ddph_services){
+        .struct_size = sizeof(ddph_services),
+        .abi_minor = DDPH_PLUGIN_ABI_MINOR,
+        .rank = h->mpi->world.rank,
+        .world_size = h->mpi->world.size,
+        .world = &h->mpi->world,
+        .group_rank = svc_group_rank,
+        .group_size = svc_group_size,
+        .group_intra_node = svc_intra_node,
+        .group_split = svc_split,
+        .allreduce = svc_allreduce,
+        .allgather = svc_allgather,
+        .broadcast = svc_broadcast,
+        .reduce_scatter = svc_reduce_scatter,
+        .cast = svc_cast,
+        .divide = svc_divide,
+        .gemm = svc_gemm,
+        .orthogonalize = svc_orthogonalize,
+        .alloc = svc_alloc,
+        .free = svc_free,
+        .log = svc_log,
+        .set_error = svc_set_error,
+        .opt_bool = ddph__opt_bool,
+        .opt_int = ddph__opt_int,
+        .opt_real = ddph__opt_real,
+        .opt_string = ddph__opt_string,
+        .native_stream = NULL,
+        .host = h,
+    };
+}

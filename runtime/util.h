@@ -1,0 +1,44 @@
+/* util.h: small helpers every runtime module uses: the detailed-error
+ * carrier, element sizes and names, and "did you mean" suggestions. */
+#ifndef DDPH_UTIL_H
+#define DDPH_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ddphook/status.h>
+#include <ddphook/types.h>
+
+#define DDPH__ERR_LEN 2048
+
+/* Detailed message of a failure, filled by the function that fails. */
+typedef struct ddph_err {
+    char msg[DDPH__ERR_LEN];
+} ddph_err;
+
+/* Formats the message into err (when not NULL) and returns status. */
+ddph_status ddph__fail(ddph_err *err, ddph_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+ddph_status ddph__vfail(ddph_err *err, ddph_status status, const char *fmt,
+                        va_list ap);
+/* Prepends "prefix: " to an existing message. */
+void ddph__err_prefix(ddph_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+size_t ddph__dtype_size(ddph_dtype dtype);
+const char *ddph__dtype_name(ddph_dtype dtype);
+int ddph__dtype_parse(const char *s, ddph_dtype *out);
+const char *ddph__device_name(ddph_device device);
+
+/* The candidate nearest to `word` by edit distance, or NULL when none is
+ * close enough to be a plausible typo. */
+const char *ddph__nearest(const char *word, const char *const *candidates,
+                          size_t n);
+
+/* Copies a string; NULL on allocation failure. */
+char *ddph__strdup(const char *s);
+/* Monotonic seconds. */
+double ddph__now(void);
+
+#endif

@@ -1,0 +1,168 @@
+/* ddphook/ddphook.h: the trainer's API.
+ *
+ * A trainer opens a job (an INI file), creates one or more models, registers
+ * each model's gradient tensors, finalizes the models (bucket layout, hook
+ * instance, cross-rank agreement), and then, for every step:
+ *
+ *     ddph_step_begin(ctx, models, n)      before the backward pass
+ *     ddph_grad_ready(model, i)            as each gradient is complete
+ *     ddph_step_wait(ctx)                  all buckets reduced and averaged
+ *     ... optimizer ...
+ *     ddph_step_end(ctx)                   after the optimizer
+ *
+ * Threading: one context is used by one trainer thread at a time; the
+ * runtime runs hooks on a communication thread of its own.
+ *
+ * Errors: every fallible call returns a ddph_status (0 = DDPH_OK, negative on
+ * failure).  The detailed message of the most recent failure on a context is
+ * returned by ddph_last_error(); it names the file and line (INI), the plugin
+ * and symbol (loader), or the bucket, hook and rank (runtime).  Failures are
+ * also logged to stderr.  Outputs through pointers are written only on
+ * success.
+ */
+#ifndef DDPHOOK_DDPHOOK_H
+#define DDPHOOK_DDPHOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ddphook/status.h>
+#include <ddphook/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDPH_VERSION_MAJOR 0
+#define DDPH_VERSION_MINOR 1
+#define DDPH_VERSION_PATCH 0
+
+typedef struct ddph_ctx ddph_ctx;     /* a job: one per process */
+typedef struct ddph_model ddph_model; /* owned by its ctx */
+
+/* Generic message for a status ("invalid job configuration"); never NULL.
+ * Static storage. */
+const char *ddph_strerror(ddph_status status);
+/* Symbolic name of a status ("DDPH_ERR_CONFIG"); never NULL. */
+const char *ddph_status_name(ddph_status status);
+
+/* ---- context ------------------------------------------------------------ */
+
+/* Reads the job INI at ini_path (NULL: all defaults), initialises MPI when
+ * the trainer has not (with MPI_THREAD_MULTIPLE; argc/argv may be NULL),
+ * and loads the configured hook plugin.  On failure nothing is returned
+ * through *out and the message is logged to stderr. */
+ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
+                      ddph_ctx **out);
+/* Frees every model and hook; finalizes MPI if ddph_open initialised it.
+ * Accepts NULL.  Closing with an accumulation window open (gradients
+ * accumulated but never synchronised) logs a warning. */
+void ddph_close(ddph_ctx *ctx);
+/* The detailed message of the most recent failure on ctx ("" if none).
+ * Valid until the next call on ctx. */
+const char *ddph_last_error(const ddph_ctx *ctx);
+int ddph_rank(const ddph_ctx *ctx);
+int ddph_world_size(const ddph_ctx *ctx);
+
+/* ---- models ------------------------------------------------------------- */
+
+/* Creates a model named `name` (used by [model.NAME] sections and in
+ * messages).  The model belongs to ctx and is freed by ddph_close. */
+ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
+                              ddph_model **out);
+
+/* Registers one gradient tensor, dense and row-major.  `grad` is the
+ * caller's gradient memory of prod(shape) elements (it may be NULL when
+ * gradient_as_bucket_view is on: fetch the runtime's pointer with
+ * ddph_model_grad_ptr after finalize).  The caller keeps ownership.  The
+ * parameter's index (registration order, from 0) goes to *index_out when it
+ * is not NULL.  `name` is copied. */
+ddph_status ddph_model_add_param(ddph_model *model, const char *name,
+                                 void *grad, const int64_t *shape, int ndim,
+                                 ddph_dtype dtype, ddph_device device,
+                                 int *index_out);
+
+/* Gives the runtime the parameter (weight) memory of parameter `index`, for
+ * hooks that average parameters after the optimizer (on_step_end).  The
+ * caller keeps ownership.  Optional. */
+ddph_status ddph_model_set_param_data(ddph_model *model, int index,
+                                      void *data);
+
+/* Freezes the parameter list: assigns buckets, creates the model's hook
+ * instance, and checks on every rank that all ranks agree on parameters,
+ * buckets and hook configuration.  Collective over all ranks. */
+ddph_status ddph_model_finalize(ddph_model *model);
+
+/* With gradient_as_bucket_view = true: the address where parameter
+ * `index`'s gradient lives (inside the runtime's flat bucket storage, owned
+ * by the runtime, valid until ddph_close).  Without it: the caller's
+ * pointer.  Only after finalize. */
+ddph_status ddph_model_grad_ptr(ddph_model *model, int index, void **out);
+
+/* What a trainer, a test or a benchmark may want to know about a bucket. */
+typedef struct ddph_bucket_info {
+    int index;              /* launch order, 0 first */
+    int nparams;            /* parameters in the bucket */
+    const int *params;      /* their indices, in bucket order */
+    size_t numel;           /* elements */
+    size_t bytes;           /* numel * element size */
+    ddph_dtype dtype;
+    ddph_device device;
+    uint64_t hook_calls;    /* on_bucket calls started so far */
+    uint64_t bytes_on_wire; /* bytes this bucket's hooks sent, all calls */
+} ddph_bucket_info;
+
+int ddph_model_bucket_count(const ddph_model *model);
+/* Fills *out for bucket `index`; the params array stays valid until
+ * ddph_close. */
+ddph_status ddph_model_bucket_info(ddph_model *model, int index,
+                                   ddph_bucket_info *out);
+
+/* ---- steps -------------------------------------------------------------- */
+
+/* Flags for ddph_step_begin_flags. */
+enum {
+    DDPH_STEP_DEFAULT = 0,
+    DDPH_STEP_NO_SYNC = 1 << 0,     /* accumulate locally, like no_sync() */
+    DDPH_STEP_FORCE_SYNC = 1 << 1,  /* sync now (trigger_sync_in_backward) */
+    DDPH_STEP_END_OF_DATA = 1 << 2, /* last batch: sync the partial window */
+};
+
+/* Starts a backward pass for models[0..n-1] (each finalized).  The models
+ * share one decision, synchronise or accumulate, taken from [accumulate]
+ * steps and the flags.  On a step that does not synchronise, grad_ready
+ * only counts: the trainer's gradients accumulate in its own memory. */
+ddph_status ddph_step_begin(ddph_ctx *ctx, ddph_model *const *models, int n);
+ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
+                                  int n, unsigned flags);
+/* 1 when the current step synchronises, 0 when it only accumulates. */
+int ddph_step_syncs(const ddph_ctx *ctx);
+
+/* Marks parameter `index` of `model` as holding its complete gradient for
+ * this step.  When its bucket becomes full and every lower-index bucket of
+ * the model has been launched, the bucket is handed to the communication
+ * thread at once, overlapping the rest of the backward pass. */
+ddph_status ddph_grad_ready(ddph_model *model, int index);
+
+/* Waits until every bucket of the step has been reduced and copies the
+ * averaged results into the gradients.  A parameter never marked ready, a
+ * hook error or a timeout is reported here (with model, bucket, hook and
+ * rank). */
+ddph_status ddph_step_wait(ddph_ctx *ctx);
+
+/* Ends the step after the optimizer: runs the hooks' on_step_end (parameter
+ * averaging) for synchronised steps. */
+ddph_status ddph_step_end(ddph_ctx *ctx);
+
+/* ---- hook state --------------------------------------------------------- */
+
+/* Saves every model's hook state (e.g. PowerSGD's error feedback and Q
+ * memories) to `path`, atomically; loads it back into a job with the same
+ * models and hooks. */
+ddph_status ddph_state_save(ddph_ctx *ctx, const char *path);
+ddph_status ddph_state_load(ddph_ctx *ctx, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DDPHOOK_DDPHOOK_H */

@@ -1,0 +1,271 @@
+/* ddphook/plugin.h: the communication-hook plugin ABI, version 1.
+ *
+ * A hook is a shared object loaded with dlopen.  It exports one entry
+ * function per ABI major it supports:
+ *
+ *     const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor);
+ *
+ * The host (libddphook) tries the newest major it knows first.  The entry
+ * function returns a pointer to a static table that stays valid until the
+ * object is unloaded, or NULL to decline (e.g. host_minor is too old for a
+ * member the plugin cannot do without).
+ *
+ * Versioning promise (docs/abi.md):
+ *   - A minor version only appends members at the end of ddph_plugin_api_v1,
+ *     ddph_services, ddph_bucket and ddph_step_info, and appends status
+ *     codes, dtypes and option types.  Every struct starts with its size, and
+ *     a reader touches a member only if the size says it is there.
+ *   - Anything else (reordering, changing a member's type or meaning) is a
+ *     new major with a new entry symbol; the host keeps loading older majors
+ *     it still supports through an adapter.
+ *
+ * A plugin never links libddphook: everything it needs from the host
+ * (collectives, device operations, scratch memory, logging, its options)
+ * comes through the ddph_services table handed to every call.
+ */
+#ifndef DDPHOOK_PLUGIN_H
+#define DDPHOOK_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ddphook/status.h>
+#include <ddphook/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDPH_PLUGIN_ABI_MAJOR 1
+#define DDPH_PLUGIN_ABI_MINOR 0
+
+/* Name of the entry symbol for ABI major 1. */
+#define DDPH_PLUGIN_ENTRY_V1 "ddph_plugin_v1"
+
+#if defined(__GNUC__)
+#define DDPH_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define DDPH_PLUGIN_EXPORT
+#endif
+
+/* ---- options -------------------------------------------------------------
+ * A plugin declares its options in a table terminated by a member with
+ * name == NULL.  The host parses [hook.NAME] keys from the job INI against
+ * it, fills defaults, rejects unknown keys, wrong types and values outside
+ * [min, max] (for INT and REAL), and hands the validated set to create().
+ */
+typedef enum ddph_option_type {
+    DDPH_OPT_BOOL = 1,   /* true/false, yes/no, on/off, 1/0 */
+    DDPH_OPT_INT = 2,    /* 64-bit signed integer */
+    DDPH_OPT_REAL = 3,   /* double */
+    DDPH_OPT_STRING = 4, /* free text */
+} ddph_option_type;
+
+typedef struct ddph_option_spec {
+    const char *name;          /* lowercase key in [hook.NAME] */
+    ddph_option_type type;
+    const char *default_value; /* as it would be written in the INI */
+    double min, max;           /* inclusive range for INT and REAL */
+    const char *doc;           /* one line, shown by `ddphook describe` */
+} ddph_option_spec;
+
+typedef struct ddph_options ddph_options; /* opaque, owned by the host */
+
+/* ---- groups --------------------------------------------------------------
+ * A group is a set of ranks that communicate together: the world, the
+ * ranks on this node, or a custom split.  Owned by the host; valid until the
+ * hook instance is destroyed. */
+typedef struct ddph_group ddph_group;
+
+/* ---- what a hook sees ---------------------------------------------------- */
+
+/* One tensor inside a bucket or a model. */
+typedef struct ddph_tensor_view {
+    const char *name;     /* parameter name as registered */
+    size_t offset;        /* first element inside the bucket buffer */
+    size_t numel;         /* elements */
+    int ndim;
+    const int64_t *shape; /* ndim extents, row-major */
+} ddph_tensor_view;
+
+/* The bucket handed to on_bucket.  `buffer` holds `numel` elements of
+ * `dtype` on `device`: the trainer's local gradients on entry; the hook
+ * leaves the average across ranks in it.  Under a wrapper (fp16, bf16) the
+ * buffer is the low-precision copy and dtype says so; the host casts the
+ * result back into the gradients.  Everything is owned by the host and
+ * valid only during the call. */
+typedef struct ddph_bucket {
+    uint32_t struct_size;  /* sizeof(ddph_bucket) of the host */
+    int index;             /* 0 .. count-1; launch order; stable */
+    int count;             /* buckets in this model */
+    int is_last;           /* index == count - 1: last bucket of the step */
+    uint64_t iteration;    /* synchronised steps before this one */
+    ddph_dtype dtype;
+    ddph_device device;
+    void *buffer;
+    size_t numel;
+    size_t ntensors;
+    const ddph_tensor_view *tensors; /* in bucket order */
+    const char *model;               /* model name */
+} ddph_bucket;
+
+/* One parameter as on_step_end sees it: the trainer's parameter (weight)
+ * memory registered with ddph_model_set_param_data (NULL if none). */
+typedef struct ddph_param_view {
+    const char *name;
+    void *data;
+    size_t numel;
+    ddph_dtype dtype;
+    ddph_device device;
+} ddph_param_view;
+
+/* Handed to on_step_end after the optimizer has stepped. */
+typedef struct ddph_step_info {
+    uint32_t struct_size;
+    uint64_t step;         /* optimizer steps so far, this one included */
+    uint64_t iteration;    /* synchronised steps so far, this one included */
+    int synced;            /* this step synchronised gradients */
+    size_t nparams;
+    const ddph_param_view *params; /* registration order */
+    const char *model;
+} ddph_step_info;
+
+/* Byte sinks and sources for save/load of hook state. */
+typedef ddph_status (*ddph_write_fn)(void *sink, const void *data, size_t n);
+typedef ddph_status (*ddph_read_fn)(void *source, void *data, size_t n);
+
+/* ---- host services ---------------------------------------------------------
+ * Handed to every plugin call.  Collectives are blocking, in place where the
+ * signature has one buffer, and honour the job's timeout_s (DDPH_ERR_TIMEOUT).
+ * Buffers may be host or device memory according to the bucket's device;
+ * the host picks MPI or NCCL accordingly.  Every rank of a group must call
+ * the same collectives in the same order. */
+typedef struct ddph_services ddph_services;
+struct ddph_services {
+    uint32_t struct_size; /* sizeof(ddph_services) of the host */
+    uint32_t abi_minor;   /* DDPH_PLUGIN_ABI_MINOR of the host */
+    int rank;             /* in the world */
+    int world_size;
+    ddph_group *world;
+
+    /* Groups. */
+    int (*group_rank)(const ddph_group *g);
+    int (*group_size)(const ddph_group *g);
+    /* Ranks sharing this node (MPI_COMM_TYPE_SHARED).  Collective. */
+    ddph_status (*group_intra_node)(const ddph_services *s, ddph_group **out);
+    /* Ranks of `parent` with the same color, ordered by key.  Collective
+     * over parent. */
+    ddph_status (*group_split)(const ddph_services *s, ddph_group *parent,
+                               int color, int key, ddph_group **out);
+
+    /* Collectives. */
+    ddph_status (*allreduce)(const ddph_services *s, ddph_group *g, void *buf,
+                             size_t count, ddph_dtype dtype, ddph_redop op);
+    /* recv holds group_size * count elements, rank order. */
+    ddph_status (*allgather)(const ddph_services *s, ddph_group *g,
+                             const void *send, void *recv, size_t count,
+                             ddph_dtype dtype);
+    ddph_status (*broadcast)(const ddph_services *s, ddph_group *g, void *buf,
+                             size_t count, ddph_dtype dtype, int root);
+    /* send holds group_size * count elements; recv gets this rank's count. */
+    ddph_status (*reduce_scatter)(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_redop op);
+
+    /* Device operations on bucket memory (CPU: SIMD; CUDA: kernels). */
+    /* dst[i] = (dst_dtype)(src[i] * scale); round to nearest even; NaN stays
+     * NaN.  src and dst may not overlap unless they are the same pointer
+     * and dtype. */
+    ddph_status (*cast)(const ddph_services *s, const void *src,
+                        ddph_dtype src_dtype, void *dst, ddph_dtype dst_dtype,
+                        size_t n, double scale);
+    /* buf[i] /= divisor, computed as PyTorch's div_ does: in the buffer's
+     * dtype, f16/bf16 through float and rounded once. */
+    ddph_status (*divide)(const ddph_services *s, void *buf, ddph_dtype dtype,
+                          size_t n, double divisor);
+    /* Row-major single-precision C = alpha * op(A) op(B) + beta * C, with
+     * op(X) = X or X^T; op(A) is m x k, op(B) is k x n. */
+    ddph_status (*gemm)(const ddph_services *s, int trans_a, int trans_b,
+                        size_t m, size_t n, size_t k, float alpha,
+                        const float *a, size_t lda, const float *b,
+                        size_t ldb, float beta, float *c, size_t ldc);
+    /* Orthonormalises the `cols` columns of the row-major rows x cols
+     * matrix x in place (cols <= rows): modified Gram-Schmidt with `eps`
+     * added to each norm when cols <= 2, Householder QR otherwise. */
+    ddph_status (*orthogonalize)(const ddph_services *s, float *x,
+                                 size_t rows, size_t cols, double eps);
+
+    /* Scratch memory on the bucket's device, aligned to 64 bytes. */
+    void *(*alloc)(const ddph_services *s, size_t bytes);
+    void (*free)(const ddph_services *s, void *p);
+
+    /* Logging through the host's logger (prefix: hook name and rank). */
+    void (*log)(const ddph_services *s, ddph_log_level level, const char *fmt,
+                ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+    /* Sets the message that goes with the error status the plugin is about
+     * to return; the host adds hook name, bucket and rank. */
+    void (*set_error)(const ddph_services *s, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 2, 3)))
+#endif
+        ;
+
+    /* Validated options (only names from the plugin's schema). */
+    int (*opt_bool)(const ddph_options *o, const char *name);
+    int64_t (*opt_int)(const ddph_options *o, const char *name);
+    double (*opt_real)(const ddph_options *o, const char *name);
+    const char *(*opt_string)(const ddph_options *o, const char *name);
+
+    /* The native stream (cudaStream_t) for CUDA buckets, else NULL. */
+    void *native_stream;
+
+    void *host; /* private to the host */
+};
+
+/* ---- the plugin table ------------------------------------------------------ */
+typedef struct ddph_plugin_api_v1 {
+    uint32_t abi_major;   /* DDPH_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;   /* DDPH_PLUGIN_ABI_MINOR the plugin was built with */
+    uint32_t struct_size; /* sizeof(ddph_plugin_api_v1) the plugin was built with */
+
+    const char *name;        /* required: hook name, [a-z0-9_]+ */
+    const char *version;     /* required: the plugin's own version */
+    const char *description; /* required: one line */
+    const ddph_option_spec *options; /* may be NULL: no options */
+
+    /* Required.  Creates one hook instance for one model.  *state may be
+     * left NULL by a stateless hook. */
+    ddph_status (*create)(const ddph_services *s, const ddph_options *opts,
+                          void **state);
+    /* Required.  Frees what create made; accepts a NULL state. */
+    void (*destroy)(const ddph_services *s, void *state);
+    /* Required.  Reduces bucket->buffer in place across s->world and leaves
+     * the average there.  Called on the host's communication thread, once
+     * per bucket per synchronised step, in bucket index order. */
+    ddph_status (*on_bucket)(void *state, const ddph_bucket *bucket,
+                             const ddph_services *s);
+    /* Optional.  Called after the optimizer on every step, with the
+     * parameters (e.g. for periodic model averaging). */
+    ddph_status (*on_step_end)(void *state, const ddph_step_info *info,
+                               const ddph_services *s);
+    /* Optional, in pairs.  Writes / reads the instance's state so that a
+     * resumed job continues bit for bit. */
+    ddph_status (*save)(void *state, const ddph_services *s,
+                        ddph_write_fn write, void *sink);
+    ddph_status (*load)(void *state, const ddph_services *s,
+                        ddph_read_fn read, void *source);
+} ddph_plugin_api_v1;
+
+typedef const ddph_plugin_api_v1 *(*ddph_plugin_entry_v1)(uint32_t host_minor);
+
+/* The entry point every v1 plugin defines (and the host looks up). */
+DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DDPHOOK_PLUGIN_H */

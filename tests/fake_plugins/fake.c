@@ -1,0 +1,121 @@
+/* fake.c: hook plugins that are wrong on purpose, one per loader error
+ * (and two that are right: an older minor, and one with options), built
+ * from this one file with a FAKE_* macro.  Only the tests load them. */
+#include <stddef.h>
+#include <string.h>
+
+#include <ddphook/plugin.h>
+
+static ddph_status fake_create(const ddph_services *s, const ddph_options *o,
+                               void **state)
+{
+    (void)s;
+    (void)o;
+    *state = NULL;
+    return DDPH_OK;
+}
+
+static void fake_destroy(const ddph_services *s, void *state)
+{
+    (void)s;
+    (void)state;
+}
+
+__attribute__((unused)) static ddph_status
+fake_on_bucket(void *state, const ddph_bucket *b,
+                                  const ddph_services *s)
+{
+    (void)state;
+#ifdef FAKE_FAILING
+    /* Fails on bucket 1 only, from iteration 1 on, with a message. */
+    if (b->index == 1 && b->iteration >= 1) {
+        s->set_error(s, "fake failure on bucket %d at iteration %llu",
+                     b->index, (unsigned long long)b->iteration);
+        return DDPH_ERR_HOOK;
+    }
+#endif
+    ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
+                               (double)s->world_size);
+    return st ? st : s->allreduce(s, s->world, b->buffer, b->numel, b->dtype,
+                                  DDPH_SUM);
+}
+
+#ifdef FAKE_WITH_OPTIONS
+static const ddph_option_spec fake_options[] = {
+    {"rank", DDPH_OPT_INT, "1", 1, 64, "approximation rank"},
+    {"ratio", DDPH_OPT_REAL, "0.5", 0, 1, "a ratio"},
+    {"enabled", DDPH_OPT_BOOL, "true", 0, 0, "switch"},
+    {"label", DDPH_OPT_STRING, "x", 0, 0, "free text"},
+    {NULL, 0, NULL, 0, 0, NULL},
+};
+#elif defined(FAKE_BAD_SCHEMA)
+static const ddph_option_spec fake_options[] = {
+    {"rank", DDPH_OPT_INT, "100", 1, 64, "default out of range"},
+    {NULL, 0, NULL, 0, 0, NULL},
+};
+#else
+#define fake_options NULL
+#endif
+
+__attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
+#ifdef FAKE_MAJOR_MISMATCH
+    .abi_major = 7,
+#else
+    .abi_major = DDPH_PLUGIN_ABI_MAJOR,
+#endif
+    .abi_minor = DDPH_PLUGIN_ABI_MINOR,
+#ifdef FAKE_SMALL_STRUCT
+    .struct_size = 12,
+#elif defined(FAKE_OLDER_MINOR)
+    /* A table from a minor that ended at on_bucket. */
+    .struct_size = offsetof(ddph_plugin_api_v1, on_bucket) + sizeof(void *),
+#else
+    .struct_size = sizeof(ddph_plugin_api_v1),
+#endif
+    .name = "fake",
+    .version = "0.0.1",
+    .description = "a plugin for loader tests",
+    .options = fake_options,
+    .create = fake_create,
+    .destroy = fake_destroy,
+#ifndef FAKE_NULL_MEMBER
+    .on_bucket = fake_on_bucket,
+#endif
+#ifdef FAKE_OLDER_MINOR
+    /* Past struct_size: the host must not read this. */
+    .on_step_end = (ddph_status(*)(void *, const ddph_step_info *,
+                                   const ddph_services *))1,
+#endif
+};
+
+#if defined(FAKE_V2_ONLY)
+DDPH_PLUGIN_EXPORT const void *ddph_plugin_v2(uint32_t host_minor);
+DDPH_PLUGIN_EXPORT const void *ddph_plugin_v2(uint32_t host_minor)
+{
+    (void)host_minor;
+    return &fake_plugin;
+}
+#elif defined(FAKE_V0_ONLY)
+DDPH_PLUGIN_EXPORT const void *ddph_plugin_v0(uint32_t host_minor);
+DDPH_PLUGIN_EXPORT const void *ddph_plugin_v0(uint32_t host_minor)
+{
+    (void)host_minor;
+    return &fake_plugin;
+}
+#elif defined(FAKE_NO_ENTRY)
+DDPH_PLUGIN_EXPORT const void *not_a_hook(void);
+DDPH_PLUGIN_EXPORT const void *not_a_hook(void)
+{
+    return &fake_plugin;
+}
+#else
+DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
+{
+    (void)host_minor;
+#ifdef FAKE_DECLINES
+    return NULL;
+#else
+    return &fake_plugin;
+#endif
+}
+#endif

@@ -1,0 +1,373 @@
+/* test_runtime: multi-rank behaviour of the runtime through the public API,
+ * run under `mpiexec -n 2` and `-n 4` by tests/run_mpi.sh.
+ *
+ *   test_runtime SCENARIO
+ *
+ * average     every rank's gradients become the exact average, several
+ *             buckets, several steps, hook called once per bucket per step
+ * view        the same with gradient_as_bucket_view (no copies)
+ * overlap     bucket 0's hook starts before the last gradient is ready
+ * mismatch    one rank registers a different shape: every rank gets
+ *             DDPH_ERR_MISMATCH naming the difference
+ * hook-error  a hook failing on bucket 1 surfaces from step_wait on every
+ *             rank with hook name, bucket, rank and the plugin's message
+ * timeout     the last rank never sends its bucket: the others report a
+ *             timeout within timeout_s naming bucket, hook and rank
+ * misuse      grad_ready twice, outside a step, parameters never ready
+ *
+ * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ddphook/ddphook.h>
+
+static int g_rank = -1;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank,    \
+                    __FILE__, __LINE__, #cond);                              \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_OK(call, ctx)                                                  \
+    CHECK((call) == DDPH_OK, "%s", ddph_last_error(ctx))
+
+/* Writes a job file for this rank; extra is appended verbatim. */
+static const char *job(const char *hook_dir, const char *hook,
+                       const char *extra)
+{
+    static char path[256];
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(path, sizeof path, "/tmp/ddph-test-%d-%d.ini", (int)getppid(),
+             rank);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    fprintf(f,
+            "[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.001\n"
+            "first_bucket_cap_mb = 0.001\n%s\n%s\n"
+            "[hook]\nname = %s\n",
+            hook_dir, extra && strstr(extra, "timeout_s") ? "" : "timeout_s = 20",
+            extra ? extra : "", hook);
+    fclose(f);
+    return path;
+}
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    CHECK(v && *v, "%s is not set (run through make check)", name);
+    return v;
+}
+
+#define NP 6
+static const int64_t shapes[NP][2] = {{40, 30}, {30, 1}, {64, 32},
+                                      {32, 1},  {10, 64}, {10, 1}};
+
+typedef struct model_fixture {
+    ddph_model *m;
+    float *grads[NP];
+    size_t numel[NP];
+} model_fixture;
+
+static void setup(ddph_ctx *ctx, model_fixture *fx, int shape_bump)
+{
+    CHECK_OK(ddph_model_create(ctx, "net", &fx->m), ctx);
+    for (int i = 0; i < NP; i++) {
+        int64_t sh[2] = {shapes[i][0] + (i == 2 ? shape_bump : 0),
+                         shapes[i][1]};
+        fx->numel[i] = (size_t)(sh[0] * sh[1]);
+        fx->grads[i] = calloc(fx->numel[i], sizeof(float));
+        char name[32];
+        snprintf(name, sizeof name, "p%d", i);
+        CHECK_OK(ddph_model_add_param(fx->m, name, fx->grads[i], sh, 2,
+                                      DDPH_F32, DDPH_CPU, NULL),
+                 ctx);
+    }
+}
+
+/* Small integers: x / W then a sum of W terms is exact for W = 2, 4. */
+static float value(int rank, int step, int p, size_t i)
+{
+    return (float)((rank + 1) * (int)((i + (size_t)p) % 5) - step);
+}
+
+static void run_average(int view)
+{
+    ddph_ctx *ctx;
+    const char *extra = view ? "gradient_as_bucket_view = true" : NULL;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra),
+                    NULL, NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    int nb = ddph_model_bucket_count(fx.m);
+    CHECK(nb >= 3, "expected several buckets, got %d", nb);
+    float *g[NP];
+    for (int i = 0; i < NP; i++) {
+        void *p;
+        CHECK_OK(ddph_model_grad_ptr(fx.m, i, &p), ctx);
+        CHECK(view ? p != fx.grads[i] : p == fx.grads[i],
+              "grad_ptr of p%d", i);
+        g[i] = p;
+    }
+    const int steps = 3;
+    for (int s = 0; s < steps; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        CHECK(ddph_step_syncs(ctx), "step %d should sync", s);
+        for (int i = NP - 1; i >= 0; i--) {
+            for (size_t k = 0; k < fx.numel[i]; k++)
+                g[i][k] = value(g_rank, s, i, k);
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        for (int i = 0; i < NP; i++)
+            for (size_t k = 0; k < fx.numel[i]; k++) {
+                float want = 0;
+                for (int r = 0; r < world; r++)
+                    want += value(r, s, i, k) / (float)world;
+                CHECK(g[i][k] == want, "p%d[%zu] = %g, want %g at step %d", i,
+                      k, g[i][k], want, s);
+            }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    for (int b = 0; b < nb; b++) {
+        ddph_bucket_info info;
+        CHECK_OK(ddph_model_bucket_info(fx.m, b, &info), ctx);
+        CHECK(info.hook_calls == (uint64_t)steps,
+              "bucket %d: %llu hook calls, want %d", b,
+              (unsigned long long)info.hook_calls, steps);
+        CHECK(info.bytes_on_wire == (uint64_t)steps * info.bytes,
+              "bucket %d: %llu bytes on the wire, want %zu per step", b,
+              (unsigned long long)info.bytes_on_wire, info.bytes);
+    }
+    ddph_close(ctx);
+    for (int i = 0; i < NP; i++)
+        free(fx.grads[i]);
+}
+
+static void run_overlap(void)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL), NULL,
+                    NULL, &ctx) == DDPH_OK,
+          "open failed");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    ddph_bucket_info b0;
+    CHECK_OK(ddph_model_bucket_info(fx.m, 0, &b0), ctx);
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    /* Backward reaches bucket 0's parameters first... */
+    for (int j = 0; j < b0.nparams; j++)
+        CHECK_OK(ddph_grad_ready(fx.m, b0.params[j]), ctx);
+    /* ...and its hook must start while parameter 0 is still not ready. */
+    double waited = 0;
+    for (;;) {
+        ddph_bucket_info now;
+        CHECK_OK(ddph_model_bucket_info(fx.m, 0, &now), ctx);
+        if (now.hook_calls >= 1)
+            break;
+        CHECK(waited < 10.0, "bucket 0's hook did not start within 10 s "
+                             "while backward was still running");
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        waited += 1e-3;
+    }
+    for (int i = NP - 1; i >= 0; i--) {
+        int in_b0 = 0;
+        for (int j = 0; j < b0.nparams; j++)
+            in_b0 |= b0.params[j] == i;
+        if (!in_b0)
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    }
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    ddph_close(ctx);
+}
+
+static void run_mismatch(void)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL), NULL,
+                    NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, g_rank == world - 1 ? 1 : 0); /* the last rank differs */
+    ddph_status st = ddph_model_finalize(fx.m);
+    CHECK(st == DDPH_ERR_MISMATCH, "finalize returned %s",
+          ddph_status_name(st));
+    const char *msg = ddph_last_error(ctx);
+    char want[200];
+    snprintf(want, sizeof want,
+             "ranks disagree on the configuration: rank 0 has 'param 2 p2 "
+             "f32 cpu shape 64x32' where rank %d has 'param 2 p2 f32 cpu "
+             "shape 65x32'",
+             world - 1);
+    CHECK(strstr(msg, want), "message '%s' lacks '%s'", msg, want);
+    ddph_close(ctx);
+}
+
+static void run_hook_error(void)
+{
+    ddph_ctx *ctx;
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/failing.so", env("DDPH_TEST_FAKE_DIR"));
+    CHECK(ddph_open(job("/nowhere", hook, NULL), NULL, NULL, &ctx) == DDPH_OK,
+          "open failed");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    for (int s = 0; s < 3; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        for (int i = NP - 1; i >= 0; i--)
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        ddph_status st = ddph_step_wait(ctx);
+        if (s == 0) {
+            CHECK(st == DDPH_OK, "%s", ddph_last_error(ctx));
+        } else {
+            CHECK(st == DDPH_ERR_HOOK, "step %d: %s", s, ddph_status_name(st));
+            char want[256];
+            snprintf(want, sizeof want,
+                     "hook 'fake' failed on model 'net' bucket 1 (rank %d): "
+                     "DDPH_ERR_HOOK: fake failure on bucket 1 at iteration %d",
+                     g_rank, s);
+            CHECK(strstr(ddph_last_error(ctx), want), "'%s' lacks '%s'",
+                  ddph_last_error(ctx), want);
+        }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    ddph_close(ctx);
+}
+
+static void run_timeout(void)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                        "timeout_s = 1.5"),
+                    NULL, NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    int stuck = g_rank == world - 1; /* never reaches its backward */
+    double t0 = MPI_Wtime();
+    if (!stuck)
+        for (int i = NP - 1; i >= 0; i--)
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    ddph_status st = ddph_step_wait(ctx);
+    double took = MPI_Wtime() - t0;
+    if (stuck) {
+        CHECK(st == DDPH_ERR_STATE, "%s", ddph_status_name(st));
+    } else {
+        CHECK(st == DDPH_ERR_TIMEOUT, "%s: %s", ddph_status_name(st),
+              ddph_last_error(ctx));
+        char want[200];
+        snprintf(want, sizeof want,
+                 "hook 'allreduce' failed on model 'net' bucket 0 (rank %d): "
+                 "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                 "timeout_s = 1.5 s",
+                 g_rank);
+        CHECK(strstr(ddph_last_error(ctx), want), "'%s' lacks '%s'",
+              ddph_last_error(ctx), want);
+        CHECK(took < 1.5 + 10, "reported after %.1f s", took);
+    }
+    /* The runtime's collectives cannot be cancelled: like any MPI job after
+     * a fault, this one ends without MPI_Finalize, all ranks together (on
+     * the test's own communicator) so that mpiexec sees clean exits. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0)
+        printf("ok timeout (reported after %.2f s)\n", took);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+}
+
+static void run_misuse(void)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL), NULL,
+                    NULL, &ctx) == DDPH_OK,
+          "open failed");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK(ddph_step_begin(ctx, &fx.m, 1) == DDPH_ERR_STATE, "before finalize");
+    CHECK(strstr(ddph_last_error(ctx), "model 'net' is not finalized"), "%s",
+          ddph_last_error(ctx));
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK(ddph_grad_ready(fx.m, 0) == DDPH_ERR_STATE, "outside a step");
+    CHECK(strstr(ddph_last_error(ctx), "grad_ready on model 'net' outside its "
+                                       "step"),
+          "%s", ddph_last_error(ctx));
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    CHECK(ddph_grad_ready(fx.m, 99) == DDPH_ERR_INVALID, "bad index");
+    CHECK(strstr(ddph_last_error(ctx), "model 'net' has no parameter 99"),
+          "%s", ddph_last_error(ctx));
+    /* Every rank skips p0 and p1 (the last bucket), consistently. */
+    for (int i = NP - 1; i >= 2; i--)
+        CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    CHECK(ddph_grad_ready(fx.m, 5) == DDPH_ERR_STATE, "twice");
+    CHECK(strstr(ddph_last_error(ctx), "parameter 5 'p5' marked ready twice in "
+                                       "one step"),
+          "%s", ddph_last_error(ctx));
+    CHECK(ddph_step_wait(ctx) == DDPH_ERR_STATE, "unready parameters");
+    CHECK(strstr(ddph_last_error(ctx), "2 parameters were never marked ready "
+                                       "in this step: 'p1', 'p0'"),
+          "%s", ddph_last_error(ctx));
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    ddph_close(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_runtime SCENARIO (see the source)\n");
+        return 2;
+    }
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    const char *s = argv[1];
+    if (strcmp(s, "average") == 0)
+        run_average(0);
+    else if (strcmp(s, "view") == 0)
+        run_average(1);
+    else if (strcmp(s, "overlap") == 0)
+        run_overlap();
+    else if (strcmp(s, "mismatch") == 0)
+        run_mismatch();
+    else if (strcmp(s, "hook-error") == 0)
+        run_hook_error();
+    else if (strcmp(s, "timeout") == 0)
+        run_timeout();
+    else if (strcmp(s, "misuse") == 0)
+        run_misuse();
+    else {
+        fprintf(stderr, "unknown scenario '%s'\n", s);
+        return 2;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ddph-test-%d-%d.ini", (int)getppid(),
+             g_rank);
+    unlink(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0)
+        printf("ok %s\n", s);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,38 @@
+#!/bin/sh
+# run_mpi.sh: the multi-rank tests.  Every scenario of tests/mpi/test_runtime
+# and the example trainer run under `mpiexec -n 2` and `-n 4` (this machine
+# has 2 cores: 4 ranks oversubscribe, which MPICH allows).  Exit 77 (skip)
+# only when mpiexec is truly absent.
+set -u
+if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
+    echo "SKIP: mpiexec not found (apt-get install mpich)"
+    exit 77
+fi
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+fail=0
+pass=0
+run() {
+    n=$1; shift
+    out=$(timeout 120 "$MPIEXEC" -n "$n" "$@" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        pass=$((pass + 1))
+        echo "PASS: -n $n $(basename "$1") ${2:-} :: $(printf '%s\n' "$out" | tail -n 1)"
+    else
+        fail=$((fail + 1))
+        echo "FAIL: -n $n $* (exit $rc)"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+for n in 2 4; do
+    for s in average view overlap mismatch hook-error timeout misuse; do
+        run "$n" "$B/tests/mpi/test_runtime" "$s"
+    done
+    job="$B/tests/out/minimal.ini"
+    mkdir -p "$B/tests/out"
+    printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.1\n' \
+        "$DDPH_TEST_PLUGIN_DIR" > "$job"
+    run "$n" "$B/examples/minimal_trainer" "$job"
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

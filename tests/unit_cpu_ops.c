@@ -1,0 +1,235 @@
+/* unit_cpu_ops.c: half-precision casts against slow, independent
+ * references (exhaustive for the 16-bit side, edge cases and random inputs
+ * for the 32-bit side), division, the half-type sum, GEMM and the
+ * orthogonaliser. */
+#include "build-config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "unit.h"
+
+static uint32_t bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Value of a binary16 pattern by its definition. */
+static double half_value(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+    double v = exp == 0 ? ldexp(mant, -24) : ldexp(1024 + mant, exp - 25);
+    if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    return sign ? -v : v;
+}
+
+/* Nearest binary16 by search over the positive finite patterns, ties to the
+ * even pattern; beyond 65520 (the midpoint to the next binade) Inf. */
+static uint16_t ref_f32_to_f16(float f)
+{
+    if (isnan(f))
+        return (uint16_t)((bits(f) >> 16 & 0x8000) | 0x7E00);
+    uint16_t sign = (uint16_t)(bits(f) >> 16 & 0x8000);
+    double a = fabs((double)f);
+    if (a >= 65520.0)
+        return sign | 0x7C00;
+    uint16_t lo = 0, hi = 0x7BFF;
+    while (hi - lo > 1) { /* half_value is monotonic on 0..0x7BFF */
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        if (half_value(mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (half_value(hi) <= a)
+        lo = hi;
+    uint16_t best = lo;
+    if (lo < 0x7BFF) {
+        double dlo = a - half_value(lo), dhi = half_value(lo + 1) - a;
+        if (dhi < dlo || (dhi == dlo && (lo & 1)))
+            best = (uint16_t)(lo + 1);
+    }
+    return sign | best;
+}
+
+static uint16_t ref_f32_to_bf16(float f)
+{
+    if (isnan(f))
+        return 0x7FC0;
+    uint32_t u = bits(f), lo = u & 0xFFFF0000u;
+    if ((u & 0x7FFFFFFFu) >= 0x7F800000u)
+        return (uint16_t)(u >> 16); /* Inf */
+    double a = fabs((double)f), vlo = fabs((double)from_bits(lo));
+    /* Past the largest finite bf16 the next step is 2^128 (rounds to Inf). */
+    double vhi = ((lo + 0x10000u) & 0x7FFFFFFFu) == 0x7F800000u
+                     ? ldexp(1.0, 128)
+                     : fabs((double)from_bits(lo + 0x10000u));
+    double dlo = a - vlo, dhi = vhi - a;
+    if (dhi < dlo || (dhi == dlo && ((lo >> 16) & 1)))
+        return (uint16_t)((lo + 0x10000u) >> 16);
+    return (uint16_t)(lo >> 16);
+}
+
+START_TEST(f16_every_pattern_round_trips)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ddph__f16_to_f32((uint16_t)h);
+        double want = half_value((uint16_t)h);
+        if (isnan(want)) {
+            ck_assert(isnan(f));
+            /* A NaN comes back as the canonical quiet NaN of its sign. */
+            ck_assert_uint_eq(ddph__f32_to_f16(f), (h & 0x8000) | 0x7E00);
+            continue;
+        }
+        ck_assert_msg((double)f == want, "0x%04x -> %g, want %g", h, f, want);
+        ck_assert_uint_eq(ddph__f32_to_f16(f), h);
+    }
+}
+END_TEST
+
+START_TEST(bf16_every_pattern_round_trips)
+{
+    for (uint32_t b = 0; b < 65536; b++) {
+        float f = ddph__bf16_to_f32((uint16_t)b);
+        ck_assert_uint_eq(bits(f), b << 16);
+        if (isnan(f))
+            ck_assert_uint_eq(ddph__f32_to_bf16(f), 0x7FC0); /* quiet */
+        else
+            ck_assert_uint_eq(ddph__f32_to_bf16(f), b);
+    }
+}
+END_TEST
+
+START_TEST(f32_to_half_edge_cases)
+{
+    static const float edges[] = {
+        0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f,
+        1e10f, -1e10f, INFINITY, -INFINITY, 5.9604645e-8f, 2.9802322e-8f,
+        2.9802326e-8f, 1.4901161e-8f, 6.1035156e-5f, 6.1031434e-5f,
+        1.0009766f, 1.0004883f, 1.0014648f, 3.4028235e38f, 1e-45f, 0.1f,
+        0.333333f, 2049.0f, 2051.0f, 4097.0f};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        ck_assert_msg(ddph__f32_to_f16(edges[i]) == ref_f32_to_f16(edges[i]),
+                      "f16(%a): 0x%04x, want 0x%04x", edges[i],
+                      ddph__f32_to_f16(edges[i]), ref_f32_to_f16(edges[i]));
+        ck_assert_msg(ddph__f32_to_bf16(edges[i]) == ref_f32_to_bf16(edges[i]),
+                      "bf16(%a): 0x%04x, want 0x%04x", edges[i],
+                      ddph__f32_to_bf16(edges[i]), ref_f32_to_bf16(edges[i]));
+    }
+    /* NaN stays NaN; bf16 never rounds a NaN up to Inf. */
+    ck_assert_uint_eq(ddph__f32_to_bf16(from_bits(0x7FFFFFFFu)), 0x7FC0);
+    ck_assert_uint_eq(ddph__f32_to_f16(from_bits(0x7F800001u)), 0x7E00);
+    ck_assert_uint_eq(ddph__f32_to_bf16(from_bits(0x7F7FFFFFu)), 0x7F80);
+}
+END_TEST
+
+START_TEST(f32_to_half_random)
+{
+    /* Random bit patterns cover every exponent; a second stream is
+     * concentrated on the half range, where rounding matters. */
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 2000000; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        uint32_t u = (uint32_t)s;
+        if (i & 1)
+            u = (u & 0x807FFFFFu) | ((uint32_t)(100 + (s >> 40) % 45) << 23);
+        float f = from_bits(u);
+        ck_assert_msg(ddph__f32_to_f16(f) == ref_f32_to_f16(f), "f16(%a)", f);
+        ck_assert_msg(ddph__f32_to_bf16(f) == ref_f32_to_bf16(f), "bf16(%a)",
+                      f);
+    }
+}
+END_TEST
+
+START_TEST(cast_divide_and_half_sum)
+{
+    float src[5] = {1.0f, -2.5f, 65504.0f, 1e5f, 3.0f};
+    uint16_t h[5];
+    float back[5];
+    ddph_err e;
+    ck_assert_int_eq(ddph__cpu_cast(src, DDPH_F32, h, DDPH_F16, 5, 1.0, &e),
+                     DDPH_OK);
+    ck_assert_uint_eq(h[3], 0x7C00); /* 1e5 overflows fp16 to Inf */
+    /* Dividing after the cast cannot undo the overflow (PyTorch's order). */
+    ck_assert_int_eq(ddph__cpu_divide(h, DDPH_F16, 5, 4.0, &e), DDPH_OK);
+    ck_assert_int_eq(ddph__cpu_cast(h, DDPH_F16, back, DDPH_F32, 5, 1.0, &e),
+                     DDPH_OK);
+    ck_assert(back[0] == 0.25f && back[1] == -0.625f);
+    ck_assert(isinf(back[3]));
+    /* 3/3 in fp16 through float: exactly 1. */
+    uint16_t three = ddph__f32_to_f16(3.0f);
+    ck_assert_int_eq(ddph__cpu_divide(&three, DDPH_F16, 1, 3.0, &e), DDPH_OK);
+    ck_assert_uint_eq(three, 0x3C00);
+    /* Half sum rounds after the addition: 2048 + 1 = 2048 in fp16. */
+    uint16_t a = ddph__f32_to_f16(2048.0f), b = ddph__f32_to_f16(1.0f);
+    ddph__cpu_add(&a, &b, DDPH_F16, 1);
+    ck_assert_uint_eq(a, ddph__f32_to_f16(2048.0f));
+    uint16_t c = ddph__f32_to_bf16(1.0f), d = ddph__f32_to_bf16(1.0f / 256);
+    ddph__cpu_add(&c, &d, DDPH_BF16, 1);
+    ck_assert_uint_eq(c, ddph__f32_to_bf16(1.0f)); /* tie to even */
+}
+END_TEST
+
+START_TEST(gemm_and_orthogonalize)
+{
+    /* [1 2; 3 4] x [5 6; 7 8] = [19 22; 43 50] */
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
+    ddph_err e;
+    ck_assert_int_eq(ddph__cpu_gemm(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c,
+                                    2, &e),
+                     DDPH_OK);
+    ck_assert(c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50);
+    /* a^T b = [26 30; 38 44] */
+    ck_assert_int_eq(ddph__cpu_gemm(1, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c,
+                                    2, &e),
+                     DDPH_OK);
+    ck_assert(c[0] == 26 && c[1] == 30 && c[2] == 38 && c[3] == 44);
+    /* Both orthogonalisers give orthonormal columns. */
+    for (size_t cols = 1; cols <= 4; cols++) {
+        float x[6 * 4];
+        for (int i = 0; i < 24; i++)
+            x[i] = (float)((i * 7919) % 13) - 6.0f + (i % 4 == 0);
+        ck_assert_int_eq(ddph__cpu_orthogonalize(x, 6, cols, 0.0, &e), DDPH_OK);
+        for (size_t i = 0; i < cols; i++)
+            for (size_t j = 0; j < cols; j++) {
+                double dot = 0;
+                for (size_t r = 0; r < 6; r++)
+                    dot += (double)x[r * cols + i] * x[r * cols + j];
+                ck_assert_double_eq_tol(dot, i == j ? 1.0 : 0.0, 1e-5);
+            }
+    }
+    float x[2] = {1, 2};
+    ck_assert_int_eq(ddph__cpu_orthogonalize(x, 1, 2, 0.0, &e),
+                     DDPH_ERR_INVALID);
+}
+END_TEST
+
+Suite *cpu_ops_suite(void)
+{
+    Suite *s = suite_create("cpu_ops");
+    TCase *tc = tcase_create("Core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, f16_every_pattern_round_trips);
+    tcase_add_test(tc, bf16_every_pattern_round_trips);
+    tcase_add_test(tc, f32_to_half_edge_cases);
+    tcase_add_test(tc, f32_to_half_random);
+    tcase_add_test(tc, cast_divide_and_half_sum);
+    tcase_add_test(tc, gemm_and_orthogonalize);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,251 @@
+/* unit_loader.c: the loader's error matrix against the fake plugins, the
+ * shipped allreduce plugin, and hook options validated against a schema.
+ * Every message is asserted, not only the status. */
+#include "build-config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "loader.h"
+#include "options.h"
+#include "unit.h"
+
+static char fake_path[512];
+
+static const char *fake(const char *name)
+{
+    snprintf(fake_path, sizeof fake_path, "%s/%s.so",
+             unit_env("DDPH_TEST_FAKE_DIR"), name);
+    return fake_path;
+}
+
+static void expect_load_error(const char *name_or_path, const char *dirs,
+                              ddph_status want, const char *needle)
+{
+    ddph_plugin *p = NULL;
+    ddph_err e;
+    ck_assert_int_eq(ddph__plugin_load(name_or_path, dirs, 1, &p, &e), want);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(e.msg, needle), "'%s' lacks '%s'", e.msg, needle);
+}
+
+START_TEST(shipped_allreduce_loads_by_name)
+{
+    ddph_plugin *p;
+    ddph_err e;
+    ck_assert_int_eq(ddph__plugin_load("allreduce",
+                                       unit_env("DDPH_TEST_PLUGIN_DIR"), 0, &p,
+                                       &e),
+                     DDPH_OK);
+    ck_assert_str_eq(p->api.name, "allreduce");
+    ck_assert_uint_eq(p->api.abi_major, 1);
+    ck_assert_uint_eq(p->plugin_size, sizeof(ddph_plugin_api_v1));
+    ddph__plugin_unload(p);
+}
+END_TEST
+
+START_TEST(missing_file_lists_paths_tried)
+{
+    expect_load_error("nosuchhook", "/nowhere/a:/nowhere/b", DDPH_ERR_PLUGIN,
+                      "hook 'nosuchhook' not found; paths tried: "
+                      "/nowhere/a/nosuchhook.so, /nowhere/b/nosuchhook.so");
+    expect_load_error("/nowhere/x.so", NULL, DDPH_ERR_PLUGIN,
+                      "hook plugin /nowhere/x.so: No such file or directory");
+    expect_load_error("bad name!", "/tmp", DDPH_ERR_PLUGIN,
+                      "has characters other than");
+}
+END_TEST
+
+START_TEST(not_a_shared_object)
+{
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[600];
+    snprintf(path, sizeof path, "%s/notso.so", dir);
+    FILE *f = fopen(path, "w");
+    fputs("this is text, not ELF\n", f);
+    fclose(f);
+    expect_load_error(path, NULL, DDPH_ERR_PLUGIN, "dlopen failed:");
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(abi_errors)
+{
+    expect_load_error(fake("no_entry"), NULL, DDPH_ERR_PLUGIN,
+                      "has no entry symbol ddph_plugin_v1");
+    expect_load_error(fake("v2_only"), NULL, DDPH_ERR_ABI,
+                      "exports ddph_plugin_v2 only: ABI major 2 is newer "
+                      "than this host; this host supports major 1");
+    expect_load_error(fake("v0_only"), NULL, DDPH_ERR_ABI,
+                      "exports ddph_plugin_v0 only: ABI major 0 is no longer "
+                      "supported; this host supports major 1");
+    expect_load_error(fake("major_mismatch"), NULL, DDPH_ERR_ABI,
+                      "returned a table of ABI major 7; this host supports "
+                      "major 1");
+    expect_load_error(fake("small_struct"), NULL, DDPH_ERR_ABI,
+                      "struct_size 12 is smaller than");
+    expect_load_error(fake("null_member"), NULL, DDPH_ERR_PLUGIN,
+                      "required member 'on_bucket' is NULL");
+    expect_load_error(fake("declines"), NULL, DDPH_ERR_ABI,
+                      "returned NULL (the plugin declined");
+    expect_load_error(fake("bad_schema"), NULL, DDPH_ERR_PLUGIN,
+                      "default of option 'rank': 100 is out of range");
+}
+END_TEST
+
+START_TEST(older_minor_loads_and_reads_nothing_past_its_size)
+{
+    ddph_plugin *p;
+    ddph_err e;
+    ck_assert_int_eq(ddph__plugin_load(fake("older_minor"), NULL, 1, &p, &e),
+                     DDPH_OK);
+    ck_assert_uint_eq(p->plugin_size, DDPH__PLUGIN_V1_MIN_SIZE);
+    ck_assert_ptr_nonnull(p->api.on_bucket);
+    ck_assert_ptr_null(p->api.on_step_end); /* set past its struct_size */
+    ck_assert_ptr_null(p->api.save);
+    ddph__plugin_unload(p);
+}
+END_TEST
+
+START_TEST(name_must_match)
+{
+    /* Looked up by name, a file must declare that name. */
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/other.so'", fake("with_options"),
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    expect_load_error("other", dir, DDPH_ERR_PLUGIN,
+                      "declares the name 'fake', not 'other'");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(world_writable_is_refused)
+{
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[600], cmd[1400];
+    snprintf(path, sizeof path, "%s/fake.so", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", fake("with_options"), path);
+    ck_assert_int_eq(system(cmd), 0);
+    ddph_plugin *p;
+    ddph_err e;
+    /* The file writable by others. */
+    chmod(dir, 0755);
+    chmod(path, 0666);
+    ck_assert_int_eq(ddph__plugin_load("fake", dir, 0, &p, &e),
+                     DDPH_ERR_INSECURE);
+    ck_assert_msg(strstr(e.msg, "the file is writable by other users"), "%s",
+                  e.msg);
+    ck_assert_msg(strstr(e.msg, "allow_insecure_plugins = true"), "%s", e.msg);
+    /* The folder writable by others. */
+    chmod(path, 0644);
+    chmod(dir, 0777);
+    ck_assert_int_eq(ddph__plugin_load("fake", dir, 0, &p, &e),
+                     DDPH_ERR_INSECURE);
+    ck_assert_msg(strstr(e.msg, "is writable by other users, who could "
+                                "replace it"),
+                  "%s", e.msg);
+    /* Allowed when the job says so. */
+    ck_assert_int_eq(ddph__plugin_load("fake", dir, 1, &p, &e), DDPH_OK);
+    ddph__plugin_unload(p);
+    chmod(dir, 0755);
+    ck_assert_int_eq(ddph__plugin_load("fake", dir, 0, &p, &e), DDPH_OK);
+    ddph__plugin_unload(p);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Options of the with_options fake, from an INI section.  The options
+ * point into the plugin's table: it stays loaded until the test is done. */
+static ddph_plugin *loaded;
+
+static ddph_status options_from(const char *ini, ddph_options **o,
+                                ddph_err *e, char *path, size_t len)
+{
+    ddph_config cfg;
+    unit_write_temp(ini, path, len);
+    ck_assert_int_eq(ddph__config_load(path, &cfg, e), DDPH_OK);
+    unlink(path);
+    ddph_plugin *p;
+    ck_assert_int_eq(ddph__plugin_load(fake("with_options"), NULL, 1, &p, e),
+                     DDPH_OK);
+    ddph_status st = ddph__options_build(p->api.name, p->api.options,
+                                         ddph__config_hook_section(&cfg, "fake"),
+                                         path, o, e);
+    ddph__plugin_unload(loaded);
+    loaded = p;
+    ddph__config_free(&cfg);
+    return st;
+}
+
+static void expect_option_error(const char *ini, const char *needle)
+{
+    ddph_options *o = NULL;
+    ddph_err e;
+    char path[256], where[300];
+    ck_assert_int_eq(options_from(ini, &o, &e, path, sizeof path),
+                     DDPH_ERR_OPTION);
+    snprintf(where, sizeof where, "%s:3: ", path);
+    ck_assert_msg(strstr(e.msg, where), "'%s' lacks '%s'", e.msg, where);
+    ck_assert_msg(strstr(e.msg, needle), "'%s' lacks '%s'", e.msg, needle);
+}
+
+START_TEST(options_validated_against_schema)
+{
+    ddph_options *o;
+    ddph_err e;
+    char path[256];
+    ck_assert_int_eq(options_from("[hook.fake]\nrank = 4\nratio = 0.25\n"
+                                  "enabled = off\n",
+                                  &o, &e, path, sizeof path),
+                     DDPH_OK);
+    ck_assert_int_eq(ddph__opt_int(o, "rank"), 4);
+    ck_assert(ddph__opt_real(o, "ratio") == 0.25);
+    ck_assert_int_eq(ddph__opt_bool(o, "enabled"), 0);
+    ck_assert_str_eq(ddph__opt_string(o, "label"), "x"); /* default */
+    ddph__options_free(o);
+
+    expect_option_error("[hook.fake]\nrank = 1\nrnak = 2\n",
+                        "hook 'fake' has no option 'rnak'; did you mean "
+                        "'rank'?");
+    expect_option_error("[hook.fake]\nrank = 1\nzzzzzzzz = 2\n",
+                        "has no option 'zzzzzzzz' (see `ddphook describe");
+    expect_option_error("[hook.fake]\nlabel = y\nrank = two\n",
+                        "[hook.fake] rank (int): 'two' is not an integer");
+    expect_option_error("[hook.fake]\nlabel = y\nrank = 65\n",
+                        "[hook.fake] rank (int): 65 is out of range [1, 64]");
+    expect_option_error("[hook.fake]\nlabel = y\nratio = 1.5\n",
+                        "ratio (real): 1.5 is out of range [0, 1]");
+    expect_option_error("[hook.fake]\nlabel = y\nenabled = perhaps\n",
+                        "enabled (bool): 'perhaps' is not true or false");
+    ddph__plugin_unload(loaded);
+    loaded = NULL;
+}
+END_TEST
+
+Suite *loader_suite(void)
+{
+    Suite *s = suite_create("loader");
+    TCase *tc = tcase_create("Core");
+    tcase_add_test(tc, shipped_allreduce_loads_by_name);
+    tcase_add_test(tc, missing_file_lists_paths_tried);
+    tcase_add_test(tc, not_a_shared_object);
+    tcase_add_test(tc, abi_errors);
+    tcase_add_test(tc, older_minor_loads_and_reads_nothing_past_its_size);
+    tcase_add_test(tc, name_must_match);
+    tcase_add_test(tc, world_writable_is_refused);
+    tcase_add_test(tc, options_validated_against_schema);
+    suite_add_tcase(s, tc);
+    return s;
+}

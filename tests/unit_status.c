@@ -1,0 +1,35 @@
+/* unit_status.c: status names and messages come from the one table. */
+#include "build-config.h"
+
+#include <string.h>
+
+#include <ddphook/ddphook.h>
+
+#include "unit.h"
+
+START_TEST(every_code_has_name_and_message)
+{
+    static const ddph_status all[] = {
+#define X(name, value, msg) DDPH_##name,
+        DDPH_STATUS_MAP(X)
+#undef X
+    };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        ck_assert_str_ne(ddph_strerror(all[i]), "unknown status");
+        ck_assert_int_eq(strncmp(ddph_status_name(all[i]), "DDPH_", 5), 0);
+        ck_assert(all[i] <= 0);
+    }
+    ck_assert_str_eq(ddph_strerror(DDPH_OK), "success");
+    ck_assert_str_eq(ddph_status_name(DDPH_ERR_TIMEOUT), "DDPH_ERR_TIMEOUT");
+    ck_assert_str_eq(ddph_strerror((ddph_status)-999), "unknown status");
+}
+END_TEST
+
+Suite *status_suite(void)
+{
+    Suite *s = suite_create("status");
+    TCase *tc = tcase_create("Core");
+    tcase_add_test(tc, every_code_has_name_and_message);
+    suite_add_tcase(s, tc);
+    return s;
+}
