@@ -6,5 +6,6 @@ int cmd_check(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

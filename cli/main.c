@@ -29,6 +29,8 @@ static const char main_usage[] =
     "  replay --job JOB.ini --trace DIR --out DIR2\n"
     "                         run a gradient trace through a job (under\n"
     "                         mpiexec); see `ddphook replay --help`\n"
+    "  bench casts [--mib N]  cast throughput as a ratio to memcpy; see\n"
+    "                         `ddphook bench --help`\n"
     "  version                print the version\n"
     "  help                   print this text\n"
     "\n"
@@ -267,6 +269,7 @@ int main(int argc, char **argv)
         {"plugins", cmd_plugins},
         {"describe", cmd_describe},
         {"replay", cmd_replay},
+        {"bench", cmd_bench},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(cmd, commands[i].name) == 0)

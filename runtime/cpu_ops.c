@@ -2,6 +2,7 @@
 #include "build-config.h"
 
 #include "cpu_ops.h"
+#include "cpu_simd.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -48,8 +49,9 @@ float ddph__f16_to_f32(uint16_t h)
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu;
     uint32_t mant = h & 0x3FFu;
-    if (exp == 0x1F) /* Inf / NaN */
-        return bits_f32(sign | 0x7F800000u | (mant << 13));
+    if (exp == 0x1F) /* Inf, or NaN made quiet (as the FPU and c10 do) */
+        return bits_f32(sign | 0x7F800000u | (mant << 13) |
+                        (mant ? 0x00400000u : 0));
     if (exp == 0) { /* zero / subnormal: mant * 2^-24, exact in float */
         float v = (float)mant * 5.9604644775390625e-8f;
         return sign ? -v : v;
@@ -123,32 +125,9 @@ ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
 {
     if (!valid_dtype(src_dtype) || !valid_dtype(dst_dtype))
         return ddph__fail(err, DDPH_ERR_INVALID, "cast: unknown dtype");
-    if (src_dtype == DDPH_F32 && dst_dtype == DDPH_F16 && scale == 1.0) {
-        const float *s = src;
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = ddph__f32_to_f16(s[i]);
-        return DDPH_OK;
-    }
-    if (src_dtype == DDPH_F16 && dst_dtype == DDPH_F32 && scale == 1.0) {
-        const uint16_t *s = src;
-        float *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = ddph__f16_to_f32(s[i]);
-        return DDPH_OK;
-    }
-    if (src_dtype == DDPH_F32 && dst_dtype == DDPH_BF16 && scale == 1.0) {
-        const float *s = src;
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = ddph__f32_to_bf16(s[i]);
-        return DDPH_OK;
-    }
-    if (src_dtype == DDPH_BF16 && dst_dtype == DDPH_F32 && scale == 1.0) {
-        const uint16_t *s = src;
-        float *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = ddph__bf16_to_f32(s[i]);
+    ddph_cast_kind kind;
+    if (scale == 1.0 && ddph__cast_kind_of(src_dtype, dst_dtype, &kind)) {
+        ddph__cast_run(ddph__simd_best(), kind, src, dst, n);
         return DDPH_OK;
     }
     if (src == dst && src_dtype == dst_dtype && scale == 1.0)

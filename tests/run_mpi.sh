@@ -13,7 +13,7 @@ fail=0
 pass=0
 run() {
     n=$1; shift
-    out=$(timeout 120 "$MPIEXEC" -n "$n" "$@" 2>&1)
+    out=$(timeout 120 "$MPIEXEC" -n "$n" "$@" </dev/null 2>&1)
     rc=$?
     if [ $rc -eq 0 ]; then
         pass=$((pass + 1))

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "cpu_simd.h"
 #include "unit.h"
 
 static uint32_t bits(float f)
@@ -219,6 +220,66 @@ START_TEST(gemm_and_orthogonalize)
 }
 END_TEST
 
+
+/* Every vector path the CPU has, forced one at a time, against scalar:
+ * all 65,536 patterns of the 16-bit side; edge cases and random bits of the
+ * 32-bit side; odd lengths so the tails run too. */
+START_TEST(every_simd_path_matches_scalar)
+{
+    enum { N = 65536 + 7 };
+    uint16_t *h = malloc(N * 2), *want16 = malloc(N * 2), *got16 = malloc(N * 2);
+    float *f = malloc(N * 4), *want32 = malloc(N * 4), *got32 = malloc(N * 4);
+    ck_assert(h && want16 && got16 && f && want32 && got32);
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)(i * 40503u); /* a permutation of all patterns */
+    uint64_t s = 12345;
+    static const uint32_t edges[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u,
+                                     0x7F800000u, 0xFF800000u, 0x7F7FFFFFu,
+                                     0x00000001u, 0x80000001u, 0x387FE000u,
+                                     0x33800000u, 0x477FF000u, 0x477FEFFFu};
+    for (int i = 0; i < N; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        uint32_t u = i < 12 ? edges[i] : (uint32_t)s;
+        f[i] = from_bits(u);
+    }
+    int tried = 0;
+    for (int p = 0; p < DDPH_SIMD_COUNT; p++) {
+        if (!ddph__simd_available((ddph_simd_path)p))
+            continue;
+        tried++;
+        for (int k = 0; k < DDPH_CAST_COUNT; k++) {
+            int from16 = k == DDPH_CAST_F16_F32 || k == DDPH_CAST_BF16_F32;
+            for (size_t len = N - 5; len <= N; len += 5) {
+                const void *src = from16 ? (const void *)h : (const void *)f;
+                void *want = from16 ? (void *)want32 : (void *)want16;
+                void *got = from16 ? (void *)got32 : (void *)got16;
+                size_t es = from16 ? 4 : 2;
+                ddph__cast_run(DDPH_SIMD_SCALAR, (ddph_cast_kind)k, src, want, len);
+                memset(got, 0xAB, len * es);
+                ddph__cast_run((ddph_simd_path)p, (ddph_cast_kind)k, src, got, len);
+                for (size_t i = 0; i < len; i++) {
+                    uint32_t a = 0, b = 0;
+                    memcpy(&a, (char *)got + i * es, es);
+                    memcpy(&b, (char *)want + i * es, es);
+                    ck_assert_msg(a == b, "path %s cast %d element %zu: 0x%x, "
+                                          "scalar 0x%x",
+                                  ddph__simd_name((ddph_simd_path)p), k, i, a, b);
+                }
+            }
+        }
+    }
+    ck_assert_int_ge(tried, 1);
+    free(h);
+    free(want16);
+    free(got16);
+    free(f);
+    free(want32);
+    free(got32);
+}
+END_TEST
+
 Suite *cpu_ops_suite(void)
 {
     Suite *s = suite_create("cpu_ops");
@@ -230,6 +291,7 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, f32_to_half_random);
     tcase_add_test(tc, cast_divide_and_half_sum);
     tcase_add_test(tc, gemm_and_orthogonalize);
+    tcase_add_test(tc, every_simd_path_matches_scalar);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,6 +15,7 @@ fi
 B=${DDPH_TEST_BUILDDIR:?}
 OUT="$B/tests/out/vectors"
 mkdir -p "$OUT"
+rm -f "$OUT/failed" "$OUT/passed"
 pass=0
 fail=0
 # case  folder  world  hook  wrapper  rtol  atol
@@ -23,29 +24,42 @@ none      2 allreduce none 1e-5 0
 none      4 allreduce none 1e-5 0
 allreduce 2 allreduce none 1e-5 0
 allreduce 4 allreduce none 1e-5 0
+fp16      2 fp16      none 0 0
+fp16      4 fp16      none 0 2e-3
+bf16_emul 2 bf16      none 0 0
+bf16_emul 4 bf16      none 0 1.6e-2
+fp16      2 allreduce fp16 0 0
+fp16      4 allreduce fp16 0 2e-3
+bf16_emul 2 allreduce bf16 0 0
+bf16_emul 4 allreduce bf16 0 1.6e-2
 '
 echo "$cases" | while read -r folder w hook wrapper rtol atol; do
     [ -n "$folder" ] || continue
     [ -d "$V/ws$w/$folder" ] || { echo "FAIL: $V/ws$w/$folder missing"; echo x >> "$OUT/failed"; continue; }
-    job="$OUT/$folder-ws$w.ini"
+    tag="$folder-ws$w-$hook-$wrapper"
+    job="$OUT/$tag.ini"
     printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.0078125\nfirst_bucket_cap_mb = 0.0078125\ntimeout_s = 60\n[hook]\nname = %s\nwrapper = %s\n' \
         "$DDPH_TEST_PLUGIN_DIR" "$hook" "$wrapper" > "$job"
-    rm -rf "$OUT/$folder-ws$w"
+    rm -rf "$OUT/$tag"
     if ! timeout 120 "$MPIEXEC" -n "$w" "$B/ddphook" replay --job "$job" \
-            --trace "$V/ws$w/inputs" --out "$OUT/$folder-ws$w" >/dev/null; then
+            --trace "$V/ws$w/inputs" --out "$OUT/$tag" \
+            </dev/null >/dev/null; then
         echo "FAIL: replay of $folder on $w ranks"
         echo x >> "$OUT/failed"
         continue
     fi
-    if res=$("$B/tests/tools/compare_f32" "$V/ws$w/$folder" "$OUT/$folder-ws$w" "$w" 6 "$rtol" "$atol" 2>&1); then
-        echo "PASS: $folder ws$w: $res"
+    if res=$("$B/tests/tools/compare_f32" "$V/ws$w/$folder" "$OUT/$tag" "$w" 6 "$rtol" "$atol" 2>&1); then
+        echo "PASS: $folder ws$w (hook $hook, wrapper $wrapper): $res"
+        echo x >> "$OUT/passed"
     else
-        echo "FAIL: $folder ws$w: $res"
+        echo "FAIL: $folder ws$w (hook $hook, wrapper $wrapper): $res"
         echo x >> "$OUT/failed"
     fi
 done
-nfail=$(cat "$OUT/failed" 2>/dev/null | wc -l)
-rm -f "$OUT/failed"
+# Every case must have run and passed: a case that silently did not run
+# is a failure.
+npass=$(cat "$OUT/passed" 2>/dev/null | wc -l)
 ntotal=$(echo "$cases" | grep -c .)
-echo "$((ntotal - nfail)) passed, $nfail failed"
-[ "$nfail" -eq 0 ]
+rm -f "$OUT/failed" "$OUT/passed"
+echo "$npass passed, $((ntotal - npass)) failed"
+[ "$npass" -eq "$ntotal" ]
