@@ -18,7 +18,9 @@
 
 static const char replay_usage[] =
     "usage: mpiexec -n W ddphook replay --job JOB.ini --trace DIR --out DIR2\n"
-    "                                   [--model NAME]\n"
+    "                                   [--model NAME] [--save-state PATH\n"
+    "                                   --save-after S] [--load-state PATH\n"
+    "                                   --from-step S]\n"
     "\n"
     "Feeds step S of the gradient trace in DIR to the job as one backward\n"
     "pass (parameters marked ready in reverse registration order) and writes\n"
@@ -31,7 +33,13 @@ static const char replay_usage[] =
     "  --job FILE     the job INI (hook, buckets, accumulation)\n"
     "  --trace DIR    the trace folder (trace.ini + rank{R}.step{S}.f32)\n"
     "  --out DIR      where outputs go (created if missing)\n"
-    "  --model NAME   the model's name, for [model.NAME] sections (model)\n";
+    "  --model NAME   the model's name, for [model.NAME] sections (model)\n"
+    "  --save-state PATH --save-after S\n"
+    "                 after trace step S, save the hook state (PowerSGD's\n"
+    "                 error feedback, Q, RNG) to PATH.rank{R}\n"
+    "  --load-state PATH --from-step S\n"
+    "                 load that state first and replay from step S on: a\n"
+    "                 resumed run gives the same outputs, bit for bit\n";
 
 static int write_out(const char *dir, int rank, int step, const float *v,
                      size_t n)
@@ -51,11 +59,17 @@ static int write_out(const char *dir, int rank, int step, const float *v,
 int cmd_replay(int argc, char **argv)
 {
     const char *job = NULL, *dir = NULL, *out = NULL, *model_name = "model";
+    const char *save_path = NULL, *load_path = NULL;
+    int save_after = -1, from_step = 0;
     static const struct option opts[] = {
         {"job", required_argument, NULL, 'j'},
         {"trace", required_argument, NULL, 't'},
         {"out", required_argument, NULL, 'o'},
         {"model", required_argument, NULL, 'm'},
+        {"save-state", required_argument, NULL, 'S'},
+        {"save-after", required_argument, NULL, 'A'},
+        {"load-state", required_argument, NULL, 'L'},
+        {"from-step", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
@@ -74,6 +88,18 @@ int cmd_replay(int argc, char **argv)
         case 'm':
             model_name = optarg;
             break;
+        case 'S':
+            save_path = optarg;
+            break;
+        case 'A':
+            save_after = atoi(optarg);
+            break;
+        case 'L':
+            load_path = optarg;
+            break;
+        case 'F':
+            from_step = atoi(optarg);
+            break;
         case 'h':
             fputs(replay_usage, stdout);
             return 0;
@@ -81,6 +107,13 @@ int cmd_replay(int argc, char **argv)
             fputs(replay_usage, stderr);
             return 2;
         }
+    }
+    if ((save_path != NULL) != (save_after >= 0) ||
+        (load_path != NULL) != (from_step > 0)) {
+        fputs("ddphook replay: --save-state goes with --save-after, "
+              "--load-state with --from-step\n",
+              stderr);
+        return 2;
     }
     if (!job || !dir || !out) {
         fputs("ddphook replay: --job, --trace and --out are required\n\n",
@@ -137,8 +170,10 @@ int cmd_replay(int argc, char **argv)
     input = malloc((t.total ? t.total : 1) * sizeof *input);
     if (!input)
         goto done;
+    if (load_path && ddph_state_load(ctx, load_path) != DDPH_OK)
+        goto fail;
     int synced_steps = 0;
-    for (int s = 0; s < t.steps; s++) {
+    for (int s = from_step; s < t.steps; s++) {
         if (!trace_read_step(&t, rank, s, input, msg, sizeof msg)) {
             fprintf(stderr, "ddphook replay: %s\n", msg);
             goto done;
@@ -171,6 +206,8 @@ int cmd_replay(int argc, char **argv)
             synced_steps++;
         }
         if (ddph_step_end(ctx) != DDPH_OK)
+            goto fail;
+        if (s == save_after && ddph_state_save(ctx, save_path) != DDPH_OK)
             goto fail;
     }
     if (rank == 0)

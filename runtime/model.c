@@ -271,6 +271,18 @@ ddph_status ddph_model_bucket_info(ddph_model *m, int index,
     return DDPH_OK;
 }
 
+ddph_status ddph_model_hook_stats(ddph_model *m, ddph_stat *out, size_t max,
+                                  size_t *count)
+{
+    if (!m || !count || (max && !out))
+        return DDPH_ERR_INVALID;
+    if (!m->finalized)
+        return DDPH_ERR_STATE;
+    const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
+    *count = api->stats ? api->stats(m->hook->state, out, max) : 0;
+    return DDPH_OK;
+}
+
 void ddph__model_free(ddph_model *m)
 {
     if (!m)

@@ -18,7 +18,9 @@ mkdir -p "$OUT"
 rm -f "$OUT/failed" "$OUT/passed"
 pass=0
 fail=0
-# case  folder  world  hook  wrapper  rtol  atol
+# folder  world  hook  wrapper  rtol  atol  [hook options, k=v;k=v]
+# PowerSGD runs read PyTorch's own random Q (q_init_dir) so that the
+# compressed steps can be compared too.
 cases='
 none      2 allreduce none 1e-5 0
 none      4 allreduce none 1e-5 0
@@ -32,14 +34,29 @@ fp16      2 allreduce fp16 0 0
 fp16      4 allreduce fp16 0 2e-3
 bf16_emul 2 allreduce bf16 0 0
 bf16_emul 4 allreduce bf16 0 1.6e-2
+powerSGD_r1 2 powersgd none 1e-4 1e-5 matrix_approximation_rank=1;start_powerSGD_iter=2
+powerSGD_r1 4 powersgd none 1e-4 1e-5 matrix_approximation_rank=1;start_powerSGD_iter=2
+powerSGD_r2 2 powersgd none 1e-4 1e-5 matrix_approximation_rank=2;start_powerSGD_iter=2
+powerSGD_r2 4 powersgd none 1e-4 1e-5 matrix_approximation_rank=2;start_powerSGD_iter=2
+powerSGD_r1_noEF_noWS 2 powersgd none 1e-4 1e-5 matrix_approximation_rank=1;start_powerSGD_iter=2;use_error_feedback=false;warm_start=false
+powerSGD_r1_noEF_noWS 4 powersgd none 1e-4 1e-5 matrix_approximation_rank=1;start_powerSGD_iter=2;use_error_feedback=false;warm_start=false
+batched_powerSGD_r1_2dfix 2 batched_powersgd none 1e-4 1e-5 matrix_approximation_rank=1;start_powerSGD_iter=2
+batched_powerSGD_r1_2dfix 4 batched_powersgd none 1e-4 1e-5 matrix_approximation_rank=1;start_powerSGD_iter=2
+batched_powerSGD_r2_2dfix 2 batched_powersgd none 1e-4 1e-5 matrix_approximation_rank=2;start_powerSGD_iter=2
+batched_powerSGD_r2_2dfix 4 batched_powersgd none 1e-4 1e-5 matrix_approximation_rank=2;start_powerSGD_iter=2
 '
-echo "$cases" | while read -r folder w hook wrapper rtol atol; do
+echo "$cases" | while read -r folder w hook wrapper rtol atol opts; do
     [ -n "$folder" ] || continue
     [ -d "$V/ws$w/$folder" ] || { echo "FAIL: $V/ws$w/$folder missing"; echo x >> "$OUT/failed"; continue; }
     tag="$folder-ws$w-$hook-$wrapper"
     job="$OUT/$tag.ini"
     printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.0078125\nfirst_bucket_cap_mb = 0.0078125\ntimeout_s = 60\n[hook]\nname = %s\nwrapper = %s\n' \
         "$DDPH_TEST_PLUGIN_DIR" "$hook" "$wrapper" > "$job"
+    if [ -n "${opts:-}" ]; then
+        printf '[hook.%s]\n' "$hook" >> "$job"
+        printf '%s\n' "$opts" | tr ';' '\n' | sed 's/=/ = /' >> "$job"
+        [ -d "$V/ws$w/$folder/psgd" ] && printf 'q_init_dir = %s\n' "$V/ws$w/$folder/psgd" >> "$job"
+    fi
     rm -rf "$OUT/$tag"
     if ! timeout 120 "$MPIEXEC" -n "$w" "$B/ddphook" replay --job "$job" \
             --trace "$V/ws$w/inputs" --out "$OUT/$tag" \

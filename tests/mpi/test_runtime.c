@@ -14,8 +14,11 @@
  * timeout     the last rank never sends its bucket: the others report a
  *             timeout within timeout_s naming bucket, hook and rank
  * misuse      grad_ready twice, outside a step, parameters never ready
+ * fp16-overflow  gradients of 1e5 through the fp16 hook become Inf (cast
+ *             before dividing, as PyTorch), through bf16 they stay finite
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
+#include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -333,6 +336,44 @@ static void run_misuse(void)
     ddph_close(ctx);
 }
 
+
+/* |g| = 1e5 > 65504: fp16_compress_hook casts before it divides, so the
+ * value is Inf before the division could bring it in range. */
+static void run_fp16_overflow(void)
+{
+    static const char *const hooks[] = {"fp16", "bf16"};
+    for (int h = 0; h < 2; h++) {
+        ddph_ctx *ctx;
+        CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), hooks[h], NULL), NULL,
+                        NULL, &ctx) == DDPH_OK,
+              "open failed");
+        model_fixture fx;
+        setup(ctx, &fx, 0);
+        CHECK_OK(ddph_model_finalize(fx.m), ctx);
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        for (int i = NP - 1; i >= 0; i--) {
+            for (size_t k = 0; k < fx.numel[i]; k++)
+                fx.grads[i][k] = (k % 2 ? -1e5f : 1e5f);
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        for (int i = 0; i < NP; i++)
+            for (size_t k = 0; k < fx.numel[i]; k++) {
+                float g = fx.grads[i][k], want = k % 2 ? -1e5f : 1e5f;
+                if (h == 0)
+                    CHECK(g == (k % 2 ? -1.0f / 0.0f : 1.0f / 0.0f),
+                          "fp16: p%d[%zu] = %g, want Inf", i, k, g);
+                else
+                    CHECK(fabsf(g - want) <= 0.005f * fabsf(want),
+                          "bf16: p%d[%zu] = %g, want about %g", i, k, g, want);
+            }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+        ddph_close(ctx);
+        for (int i = 0; i < NP; i++)
+            free(fx.grads[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -357,6 +398,8 @@ int main(int argc, char **argv)
         run_timeout();
     else if (strcmp(s, "misuse") == 0)
         run_misuse();
+    else if (strcmp(s, "fp16-overflow") == 0)
+        run_fp16_overflow();
     else {
         fprintf(stderr, "unknown scenario '%s'\n", s);
         return 2;

@@ -118,6 +118,13 @@ int ddph_model_bucket_count(const ddph_model *model);
 ddph_status ddph_model_bucket_info(ddph_model *model, int index,
                                    ddph_bucket_info *out);
 
+/* The hook's own statistics for this model (e.g. PowerSGD's elements
+ * before and after compression): up to max entries into out, the number
+ * the hook has into *count.  A hook without statistics gives 0.  Call
+ * between steps. */
+ddph_status ddph_model_hook_stats(ddph_model *model, ddph_stat *out,
+                                  size_t max, size_t *count);
+
 /* ---- steps -------------------------------------------------------------- */
 
 /* Flags for ddph_step_begin_flags. */

@@ -258,6 +258,10 @@ typedef struct ddph_plugin_api_v1 {
                         ddph_write_fn write, void *sink);
     ddph_status (*load)(void *state, const ddph_services *s,
                         ddph_read_fn read, void *source);
+    /* Optional.  Writes up to `max` statistics into out and returns how
+     * many the hook has (call with max = 0 to count).  Called on the
+     * trainer's thread between steps. */
+    size_t (*stats)(void *state, ddph_stat *out, size_t max);
 } ddph_plugin_api_v1;
 
 typedef const ddph_plugin_api_v1 *(*ddph_plugin_entry_v1)(uint32_t host_minor);

@@ -35,6 +35,12 @@ typedef enum ddph_log_level {
     DDPH_LOG_ERROR = 3,
 } ddph_log_level;
 
+/* A named statistic a hook reports (e.g. PowerSGD's compression rate). */
+typedef struct ddph_stat {
+    const char *name; /* static storage of the plugin */
+    double value;
+} ddph_stat;
+
 #ifdef __cplusplus
 }
 #endif

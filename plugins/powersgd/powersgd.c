@@ -1,0 +1,678 @@
+/* powersgd: PyTorch's powerSGD_hook and batched_powerSGD_hook
+ * (PYTORCH_SEMANTICS.md §2), step by step.  Built twice from this file:
+ * powersgd.so, and batched_powersgd.so with PSGD_BATCHED defined.
+ *
+ * Per bucket, after start_powerSGD_iter synchronised steps of plain
+ * allreduce: add the error feedback, view each tensor as n x m, allreduce
+ * the tensors that do not pass (n+m)*r*rate < n*m together (divided after
+ * the sum), and for the others P = MQ, allreduce P, orthogonalise P,
+ * Q = M^T P, allreduce Q, divide, M = PQ^T; the new error is input minus
+ * result.  The batched variant treats the whole bucket as one zero-padded
+ * s x s matrix (two allreduces).
+ *
+ * Compute is f32 (OpenBLAS on CPU through the host's gemm and
+ * orthogonalize services).  A half-precision bucket (under the fp16/bf16
+ * wrapper) is widened to f32 for the arithmetic; every allreduce still
+ * travels in the bucket's dtype, so the bytes on the wire are PyTorch's. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ddphook/plugin.h>
+
+#include "rng.h"
+
+#ifdef PSGD_BATCHED
+#define HOOK_NAME "batched_powersgd"
+#define HOOK_DESC "PowerSGD on the whole bucket as one square matrix " \
+                  "(PyTorch batched_powerSGD_hook), error feedback"
+#else
+#define HOOK_NAME "powersgd"
+#define HOOK_DESC "low-rank PowerSGD compression per tensor with error " \
+                  "feedback and warm start (PyTorch powerSGD_hook)"
+#endif
+#define STATE_MAGIC 0x44475350u /* "PSGD" */
+#define STATE_VERSION 1u
+
+static const ddph_option_spec psgd_options[] = {
+    {"matrix_approximation_rank", DDPH_OPT_INT, "1", 1, 4096,
+     "rank r of the approximation (more: more accurate, more bytes)"},
+    {"start_powerSGD_iter", DDPH_OPT_INT, "1000", 0, 1e15,
+     "synchronised steps of plain allreduce before compression starts"},
+    {"min_compression_rate", DDPH_OPT_REAL, "2", 0, 1e15,
+     "compress a tensor only if (n+m)*r*rate < n*m"},
+    {"use_error_feedback", DDPH_OPT_BOOL, "true", 0, 0,
+     "add the previous step's compression error to the gradients"},
+    {"warm_start", DDPH_OPT_BOOL, "true", 0, 0,
+     "reuse the previous step's Q instead of a new random one"},
+    {"orthogonalization_epsilon", DDPH_OPT_REAL, "0", 0, 1,
+     "added to each column norm in Gram-Schmidt (0 = PyTorch's default)"},
+    {"random_seed", DDPH_OPT_INT, "0", 0, 4294967295.0,
+     "seed of the generator every rank draws Q's seeds from"},
+    {"compression_stats_logging_frequency", DDPH_OPT_INT, "10000", 0, 1e15,
+     "log compression statistics every this many steps (info level)"},
+    {"batch_tensors_with_same_shape", DDPH_OPT_BOOL, "false", 0, 0,
+     "accepted for PyTorch parity; results are the same either way"},
+    {"q_init_dir", DDPH_OPT_STRING, "", 0, 0,
+     "reproduce a PyTorch run: read each random Q from "
+     "DIR/r{rank}_it{iter}_b{bucket}_qinit.f32"},
+    {NULL, 0, NULL, 0, 0, NULL},
+};
+
+typedef struct psgd_bucket {
+    float *error; /* NULL until the first compressed step */
+    size_t nerror;
+    float *p, *q; /* NULL when there is no memory to warm-start from */
+    size_t np, nq;
+} psgd_bucket;
+
+/* One compressed tensor of a bucket. */
+typedef struct matrix {
+    size_t offset, n, m, r;
+    size_t p_off, q_off;
+} matrix;
+
+typedef struct psgd {
+    /* options */
+    size_t rank;
+    uint64_t start_iter;
+    double min_rate;
+    int use_ef, warm_start;
+    double eps;
+    uint64_t log_every;
+    char *qinit_dir;
+    /* state that a checkpoint keeps */
+    uint64_t iter;
+    mt19937 rng;
+    uint64_t next_stats_report;
+    double before, after; /* elements, over all compressed steps */
+    psgd_bucket *buckets;
+    int nbuckets;
+    /* scratch, reused */
+    float *work, *copy, *flat;
+    size_t work_cap, copy_cap, flat_cap;
+    void *wire;
+    size_t wire_cap;
+    matrix *mats;
+    size_t mats_cap;
+} psgd;
+
+static int grow(const ddph_services *s, void *pp, size_t *cap, size_t bytes)
+{
+    void **p = pp;
+    if (bytes <= *cap)
+        return 1;
+    s->free(s, *p);
+    *p = s->alloc(s, bytes);
+    *cap = *p ? bytes : 0;
+    if (!*p)
+        s->set_error(s, "out of memory for %zu bytes of scratch", bytes);
+    return *p != NULL;
+}
+
+static ddph_status psgd_create(const ddph_services *s, const ddph_options *o,
+                               void **state)
+{
+    psgd *st = calloc(1, sizeof *st);
+    if (!st) {
+        s->set_error(s, "out of memory");
+        return DDPH_ERR_NOMEM;
+    }
+    st->rank = (size_t)s->opt_int(o, "matrix_approximation_rank");
+    st->start_iter = (uint64_t)s->opt_int(o, "start_powerSGD_iter");
+    st->min_rate = s->opt_real(o, "min_compression_rate");
+    st->use_ef = s->opt_bool(o, "use_error_feedback");
+    st->warm_start = s->opt_bool(o, "warm_start");
+    st->eps = s->opt_real(o, "orthogonalization_epsilon");
+    int64_t every = s->opt_int(o, "compression_stats_logging_frequency");
+    st->log_every = every < 1 ? 1 : (uint64_t)every;
+    const char *dir = s->opt_string(o, "q_init_dir");
+    if (dir && *dir && (st->qinit_dir = malloc(strlen(dir) + 1)))
+        memcpy(st->qinit_dir, dir, strlen(dir) + 1);
+    mt_seed(&st->rng, (uint32_t)s->opt_int(o, "random_seed"));
+    /* PyTorch's rule: the bucket rebuild after the first step changes the
+     * buckets the error and Q memories are keyed by. */
+    if ((st->use_ef || st->warm_start) && st->start_iter <= 1) {
+        free(st);
+        s->set_error(s, "start_powerSGD_iter = %llu: it must be > 1 when "
+                        "use_error_feedback or warm_start is on (PyTorch "
+                        "raises the same ValueError)",
+                     (unsigned long long)s->opt_int(o, "start_powerSGD_iter"));
+        return DDPH_ERR_OPTION;
+    }
+    *state = st;
+    return DDPH_OK;
+}
+
+static void psgd_destroy(const ddph_services *s, void *state)
+{
+    psgd *st = state;
+    if (!st)
+        return;
+    for (int i = 0; i < st->nbuckets; i++) {
+        free(st->buckets[i].error);
+        free(st->buckets[i].p);
+        free(st->buckets[i].q);
+    }
+    free(st->buckets);
+    s->free(s, st->work);
+    s->free(s, st->copy);
+    s->free(s, st->flat);
+    s->free(s, st->wire);
+    free(st->mats);
+    free(st->qinit_dir);
+    free(st);
+}
+
+static psgd_bucket *bucket_memory(const ddph_services *s, psgd *st, int index)
+{
+    if (index >= st->nbuckets) {
+        psgd_bucket *b = realloc(st->buckets, (size_t)(index + 1) * sizeof *b);
+        if (!b) {
+            s->set_error(s, "out of memory");
+            return NULL;
+        }
+        memset(b + st->nbuckets, 0,
+               (size_t)(index + 1 - st->nbuckets) * sizeof *b);
+        st->buckets = b;
+        st->nbuckets = index + 1;
+    }
+    return &st->buckets[index];
+}
+
+/* maybe_increase_iter: the counter advances once per synchronised step. */
+static void step_done(psgd *st, const ddph_bucket *b)
+{
+    if (b->is_last)
+        st->iter++;
+}
+
+/* Allreduce (sum) of f32 values, carried in the bucket's dtype. */
+static ddph_status allreduce_as(psgd *st, const ddph_services *s, float *v,
+                                size_t n, ddph_dtype wire)
+{
+    if (wire == DDPH_F32)
+        return s->allreduce(s, s->world, v, n, DDPH_F32, DDPH_SUM);
+    if (!grow(s, &st->wire, &st->wire_cap, n * 2 + 2))
+        return DDPH_ERR_NOMEM;
+    ddph_status r = s->cast(s, v, DDPH_F32, st->wire, wire, n, 1.0);
+    if (!r)
+        r = s->allreduce(s, s->world, st->wire, n, wire, DDPH_SUM);
+    if (!r)
+        r = s->cast(s, st->wire, wire, v, DDPH_F32, n, 1.0);
+    return r;
+}
+
+/* Zero-based error feedback and the copy of the input it is measured
+ * against.  Returns 0 on allocation failure. */
+static int add_error(const ddph_services *s, psgd *st, psgd_bucket *pb,
+                     float *in, size_t n)
+{
+    if (!st->use_ef)
+        return 1;
+    if (pb->error && pb->nerror == n) {
+        for (size_t i = 0; i < n; i++)
+            in[i] += pb->error[i];
+    } else {
+        free(pb->error);
+        pb->error = calloc(n ? n : 1, sizeof(float));
+        pb->nerror = pb->error ? n : 0;
+        if (!pb->error) {
+            s->set_error(s, "out of memory for the error feedback");
+            return 0;
+        }
+    }
+    if (!grow(s, &st->copy, &st->copy_cap, n * sizeof(float) + 4))
+        return 0;
+    memcpy(st->copy, in, n * sizeof(float));
+    return 1;
+}
+
+static void keep_error(psgd *st, psgd_bucket *pb, const float *out, size_t n)
+{
+    if (st->use_ef)
+        for (size_t i = 0; i < n; i++)
+            pb->error[i] = st->copy[i] - out[i];
+}
+
+/* A new random Q: one seed drawn per initialisation, as PyTorch does,
+ * then normals (or PyTorch's own, from q_init_dir). */
+static ddph_status random_q(psgd *st, const ddph_services *s, int bucket,
+                            float *q, size_t n)
+{
+    uint32_t seed = mt_randint(&st->rng, 1000000000u);
+    if (!st->qinit_dir) {
+        normal_fill(seed, q, n);
+        return DDPH_OK;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/r%d_it%llu_b%d_qinit.f32", st->qinit_dir,
+             s->rank, (unsigned long long)st->iter, bucket);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(q, sizeof(float), n, f) : 0;
+    int extra = f && fgetc(f) != EOF;
+    if (f)
+        fclose(f);
+    if (got != n || extra) {
+        s->set_error(s, "q_init_dir: %s: %s (need exactly %zu floats)", path,
+                     f ? "wrong size" : "cannot open", n);
+        return DDPH_ERR_IO;
+    }
+    return DDPH_OK;
+}
+
+static ddph_status vanilla(psgd *st, const ddph_bucket *b,
+                           const ddph_services *s)
+{
+    step_done(st, b);
+    ddph_status r = s->divide(s, b->buffer, b->dtype, b->numel,
+                              (double)s->world_size);
+    return r ? r : s->allreduce(s, s->world, b->buffer, b->numel, b->dtype,
+                                DDPH_SUM);
+}
+
+static void maybe_report(psgd *st, const ddph_bucket *b, const ddph_services *s)
+{
+    if (!b->is_last || st->iter < st->next_stats_report)
+        return;
+    s->log(s, DDPH_LOG_INFO,
+           "compression stats: iter %llu, rate %.2f, elements %.0f before, "
+           "%.0f after",
+           (unsigned long long)st->iter,
+           st->after > 0 ? st->before / st->after : 0.0, st->before,
+           st->after);
+    st->next_stats_report += st->log_every;
+}
+
+#ifndef PSGD_BATCHED
+/* The per-tensor algorithm on f32 input in[0..numel). */
+static ddph_status compress(psgd *st, const ddph_bucket *b,
+                            const ddph_services *s, float *in)
+{
+    double world = (double)s->world_size;
+    psgd_bucket *pb = bucket_memory(s, st, b->index);
+    if (!pb || !add_error(s, st, pb, in, b->numel))
+        return DDPH_ERR_NOMEM;
+    /* Split: which tensors are compressed, and the concatenation of the
+     * others in bucket order. */
+    if (b->ntensors > st->mats_cap) {
+        matrix *m = realloc(st->mats, b->ntensors * sizeof *m);
+        if (!m) {
+            s->set_error(s, "out of memory");
+            return DDPH_ERR_NOMEM;
+        }
+        st->mats = m;
+        st->mats_cap = b->ntensors;
+    }
+    size_t nmat = 0, flat_n = 0;
+    for (size_t t = 0; t < b->ntensors; t++) {
+        const ddph_tensor_view *v = &b->tensors[t];
+        size_t n = v->ndim >= 1 ? (size_t)v->shape[0] : 1;
+        size_t m = n ? v->numel / n : 0;
+        size_t r = st->rank < n ? st->rank : n;
+        r = r < m ? r : m;
+        st->before += (double)(n * m);
+        if ((double)((n + m) * r) * st->min_rate < (double)(n * m)) {
+            st->mats[nmat++] = (matrix){v->offset, n, m, r, 0, 0};
+            st->after += (double)((n + m) * r);
+        } else {
+            st->after += (double)(n * m);
+            flat_n += v->numel;
+        }
+    }
+    if (!grow(s, &st->flat, &st->flat_cap, flat_n * sizeof(float) + 4))
+        return DDPH_ERR_NOMEM;
+    /* P and Q layout: matrices grouped by shape in order of first
+     * appearance (this fixes the random fill order too). */
+    size_t np = 0, nq = 0;
+    for (size_t i = 0; i < nmat; i++) {
+        int first = 1;
+        for (size_t j = 0; j < i; j++)
+            if (st->mats[j].n == st->mats[i].n && st->mats[j].m == st->mats[i].m)
+                first = 0;
+        if (!first)
+            continue;
+        for (size_t j = i; j < nmat; j++)
+            if (st->mats[j].n == st->mats[i].n && st->mats[j].m == st->mats[i].m) {
+                st->mats[j].p_off = np;
+                st->mats[j].q_off = nq;
+                np += st->mats[j].n * st->mats[j].r;
+                nq += st->mats[j].m * st->mats[j].r;
+            }
+    }
+    int randomize = !st->warm_start || !pb->p || pb->np != np || pb->nq != nq;
+    if (randomize) {
+        free(pb->p);
+        free(pb->q);
+        pb->p = malloc((np ? np : 1) * sizeof(float));
+        pb->q = malloc((nq ? nq : 1) * sizeof(float));
+        pb->np = np;
+        pb->nq = nq;
+        if (!pb->p || !pb->q) {
+            s->set_error(s, "out of memory for P and Q");
+            return DDPH_ERR_NOMEM;
+        }
+    }
+    ddph_status r = DDPH_OK;
+    if (randomize)
+        r = random_q(st, s, b->index, pb->q, nq);
+    for (size_t i = 0; i < nmat && !r; i++)
+        r = s->orthogonalize(s, pb->q + st->mats[i].q_off, st->mats[i].m,
+                             st->mats[i].r, st->eps);
+    /* P = M Q */
+    for (size_t i = 0; i < nmat && !r; i++) {
+        const matrix *x = &st->mats[i];
+        r = s->gemm(s, 0, 0, x->n, x->r, x->m, 1.0f, in + x->offset, x->m,
+                    pb->q + x->q_off, x->r, 0.0f, pb->p + x->p_off, x->r);
+    }
+    /* The uncompressed tensors: summed, then divided (after the sum). */
+    size_t pos = 0, k = 0;
+    for (size_t t = 0; t < b->ntensors && !r; t++) {
+        const ddph_tensor_view *v = &b->tensors[t];
+        if (k < nmat && st->mats[k].offset == v->offset && v->numel) {
+            k++;
+            continue;
+        }
+        memcpy(st->flat + pos, in + v->offset, v->numel * sizeof(float));
+        pos += v->numel;
+    }
+    if (!r)
+        r = allreduce_as(st, s, st->flat, flat_n, b->dtype);
+    if (!r)
+        r = s->divide(s, st->flat, DDPH_F32, flat_n, world);
+    pos = 0;
+    k = 0;
+    for (size_t t = 0; t < b->ntensors && !r; t++) {
+        const ddph_tensor_view *v = &b->tensors[t];
+        if (k < nmat && st->mats[k].offset == v->offset && v->numel) {
+            k++;
+            continue;
+        }
+        memcpy(in + v->offset, st->flat + pos, v->numel * sizeof(float));
+        pos += v->numel;
+    }
+    /* allreduce(P), orthogonalise, Q = M^T P, allreduce(Q), divide */
+    if (!r)
+        r = allreduce_as(st, s, pb->p, np, b->dtype);
+    for (size_t i = 0; i < nmat && !r; i++)
+        r = s->orthogonalize(s, pb->p + st->mats[i].p_off, st->mats[i].n,
+                             st->mats[i].r, st->eps);
+    for (size_t i = 0; i < nmat && !r; i++) {
+        const matrix *x = &st->mats[i];
+        r = s->gemm(s, 1, 0, x->m, x->r, x->n, 1.0f, in + x->offset, x->m,
+                    pb->p + x->p_off, x->r, 0.0f, pb->q + x->q_off, x->r);
+    }
+    if (!r)
+        r = allreduce_as(st, s, pb->q, nq, b->dtype);
+    if (!r)
+        r = s->divide(s, pb->q, DDPH_F32, nq, world);
+    /* M = P Q^T, in place */
+    for (size_t i = 0; i < nmat && !r; i++) {
+        const matrix *x = &st->mats[i];
+        r = s->gemm(s, 0, 1, x->n, x->m, x->r, 1.0f, pb->p + x->p_off, x->r,
+                    pb->q + x->q_off, x->r, 0.0f, in + x->offset, x->m);
+    }
+    if (r)
+        return r;
+    keep_error(st, pb, in, b->numel);
+    if (!st->warm_start) {
+        free(pb->p);
+        free(pb->q);
+        pb->p = pb->q = NULL;
+    }
+    return DDPH_OK;
+}
+#else
+/* The batched algorithm: the bucket, zero-padded to s*s, as one matrix. */
+static ddph_status compress(psgd *st, const ddph_bucket *b,
+                            const ddph_services *s, float *in)
+{
+    double world = (double)s->world_size;
+    size_t len = b->numel;
+    size_t side = (size_t)ceil(sqrt((double)len));
+    while (side * side < len)
+        side++;
+    while (side > 0 && (side - 1) * (side - 1) >= len)
+        side--;
+    size_t sq = side * side, rank = st->rank;
+    psgd_bucket *pb = bucket_memory(s, st, b->index);
+    if (!pb || !grow(s, &st->flat, &st->flat_cap, sq * sizeof(float) + 4))
+        return DDPH_ERR_NOMEM;
+    float *mat = st->flat;
+    memcpy(mat, in, len * sizeof(float));
+    memset(mat + len, 0, (sq - len) * sizeof(float));
+    if (!add_error(s, st, pb, mat, sq))
+        return DDPH_ERR_NOMEM;
+    st->before += (double)len;
+    st->after += (double)(2 * side * rank);
+    size_t n = side * rank;
+    int randomize = !st->warm_start || !pb->p || pb->np != n;
+    ddph_status r = DDPH_OK;
+    if (randomize) {
+        free(pb->p);
+        free(pb->q);
+        pb->p = malloc((n ? n : 1) * sizeof(float));
+        pb->q = malloc((n ? n : 1) * sizeof(float));
+        pb->np = pb->nq = n;
+        if (!pb->p || !pb->q) {
+            s->set_error(s, "out of memory for P and Q");
+            return DDPH_ERR_NOMEM;
+        }
+        r = random_q(st, s, b->index, pb->q, n);
+    }
+    /* Orthogonalised with eps = 0 whatever the option says, as upstream. */
+    if (!r)
+        r = s->orthogonalize(s, pb->q, side, rank, 0.0);
+    if (!r)
+        r = s->gemm(s, 0, 0, side, rank, side, 1.0f, mat, side, pb->q, rank,
+                    0.0f, pb->p, rank);
+    if (!r)
+        r = allreduce_as(st, s, pb->p, n, b->dtype);
+    if (!r)
+        r = s->orthogonalize(s, pb->p, side, rank, 0.0);
+    if (!r)
+        r = s->gemm(s, 1, 0, side, rank, side, 1.0f, mat, side, pb->p, rank,
+                    0.0f, pb->q, rank);
+    if (!r)
+        r = allreduce_as(st, s, pb->q, n, b->dtype);
+    if (!r)
+        r = s->divide(s, pb->q, DDPH_F32, n, world);
+    if (!r)
+        r = s->gemm(s, 0, 1, side, side, rank, 1.0f, pb->p, rank, pb->q, rank,
+                    0.0f, mat, side);
+    if (r)
+        return r;
+    keep_error(st, pb, mat, sq);
+    if (!st->warm_start) {
+        free(pb->p);
+        free(pb->q);
+        pb->p = pb->q = NULL;
+    }
+    memcpy(in, mat, len * sizeof(float));
+    return DDPH_OK;
+}
+#endif
+
+static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
+                                  const ddph_services *s)
+{
+    psgd *st = state;
+    if (st->iter < st->start_iter)
+        return vanilla(st, b, s);
+    maybe_report(st, b, s);
+    ddph_status r;
+    if (b->dtype == DDPH_F32) {
+        r = compress(st, b, s, b->buffer);
+    } else if (b->dtype == DDPH_F16 || b->dtype == DDPH_BF16) {
+        if (!grow(s, &st->work, &st->work_cap, b->numel * sizeof(float) + 4))
+            return DDPH_ERR_NOMEM;
+        r = s->cast(s, b->buffer, b->dtype, st->work, DDPH_F32, b->numel, 1.0);
+        if (!r)
+            r = compress(st, b, s, st->work);
+        if (!r)
+            r = s->cast(s, st->work, DDPH_F32, b->buffer, b->dtype, b->numel,
+                        1.0);
+    } else {
+        s->set_error(s, "buckets of dtype %d are not supported (f32, f16, "
+                        "bf16 are)",
+                     (int)b->dtype);
+        return DDPH_ERR_UNSUPPORTED;
+    }
+    if (!r)
+        step_done(st, b);
+    return r;
+}
+
+/* ---- checkpoints ----------------------------------------------------------- */
+
+#define PUT(x) (r = r ? r : write(sink, &(x), sizeof(x)))
+#define PUTN(p, n) (r = r ? r : ((n) ? write(sink, (p), (n) * sizeof(float)) : 0))
+#define GET(x) (r = r ? r : read(source, &(x), sizeof(x)))
+
+static ddph_status psgd_save(void *state, const ddph_services *s,
+                             ddph_write_fn write, void *sink)
+{
+    (void)s;
+    psgd *st = state;
+    ddph_status r = DDPH_OK;
+    uint32_t magic = STATE_MAGIC, version = STATE_VERSION;
+    uint64_t rank = st->rank;
+    int32_t mti = st->rng.mti, nb = st->nbuckets;
+    PUT(magic);
+    PUT(version);
+    PUT(rank);
+    PUT(st->iter);
+    PUT(st->next_stats_report);
+    PUT(st->before);
+    PUT(st->after);
+    PUT(st->rng.mt);
+    PUT(mti);
+    PUT(nb);
+    for (int i = 0; i < st->nbuckets; i++) {
+        const psgd_bucket *pb = &st->buckets[i];
+        uint64_t ne = pb->error ? pb->nerror : UINT64_MAX;
+        uint64_t np = pb->p ? pb->np : UINT64_MAX, nq = pb->q ? pb->nq : 0;
+        PUT(ne);
+        PUTN(pb->error, pb->error ? pb->nerror : 0);
+        PUT(np);
+        PUT(nq);
+        PUTN(pb->p, pb->p ? pb->np : 0);
+        PUTN(pb->q, pb->p ? pb->nq : 0);
+    }
+    return r;
+}
+
+static float *read_floats(ddph_read_fn read, void *source, uint64_t n,
+                          ddph_status *r)
+{
+    if (*r || n > ((uint64_t)1 << 40)) {
+        *r = *r ? *r : DDPH_ERR_IO;
+        return NULL;
+    }
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v)
+        *r = DDPH_ERR_NOMEM;
+    else if (n && (*r = read(source, v, (size_t)n * sizeof *v)) != DDPH_OK) {
+        free(v);
+        v = NULL;
+    }
+    return v;
+}
+
+static ddph_status psgd_load(void *state, const ddph_services *s,
+                             ddph_read_fn read, void *source)
+{
+    psgd *st = state;
+    ddph_status r = DDPH_OK;
+    uint32_t magic = 0, version = 0;
+    uint64_t rank = 0;
+    int32_t mti = 0, nb = 0;
+    GET(magic);
+    GET(version);
+    if (!r && (magic != STATE_MAGIC || version != STATE_VERSION)) {
+        s->set_error(s, "not a " HOOK_NAME " state of version %u", STATE_VERSION);
+        return DDPH_ERR_IO;
+    }
+    GET(rank);
+    if (!r && rank != st->rank) {
+        s->set_error(s, "saved with matrix_approximation_rank %llu, this job "
+                        "has %zu",
+                     (unsigned long long)rank, st->rank);
+        return DDPH_ERR_MISMATCH;
+    }
+    GET(st->iter);
+    GET(st->next_stats_report);
+    GET(st->before);
+    GET(st->after);
+    GET(st->rng.mt);
+    GET(mti);
+    GET(nb);
+    if (!r && (mti < 0 || mti > MT_N || nb < 0 || nb > 1000000))
+        r = DDPH_ERR_IO;
+    st->rng.mti = mti;
+    for (int i = 0; i < nb && !r; i++) {
+        psgd_bucket *pb = bucket_memory(s, st, i);
+        if (!pb)
+            return DDPH_ERR_NOMEM;
+        uint64_t ne = 0, np = 0, nq = 0;
+        GET(ne);
+        free(pb->error);
+        pb->error = NULL;
+        if (!r && ne != UINT64_MAX) {
+            pb->error = read_floats(read, source, ne, &r);
+            pb->nerror = (size_t)ne;
+        }
+        GET(np);
+        GET(nq);
+        free(pb->p);
+        free(pb->q);
+        pb->p = pb->q = NULL;
+        if (!r && np != UINT64_MAX) {
+            pb->p = read_floats(read, source, np, &r);
+            pb->q = read_floats(read, source, nq, &r);
+            pb->np = (size_t)np;
+            pb->nq = (size_t)nq;
+        }
+    }
+    if (r)
+        s->set_error(s, "truncated or corrupt " HOOK_NAME " state");
+    return r;
+}
+
+static size_t psgd_stats(void *state, ddph_stat *out, size_t max)
+{
+    const psgd *st = state;
+    ddph_stat all[] = {
+        {"compression_rate", st->after > 0 ? st->before / st->after : 0.0},
+        {"elements_before", st->before},
+        {"elements_after", st->after},
+        {"iteration", (double)st->iter},
+    };
+    size_t n = sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i] = all[i];
+    return n;
+}
+
+static const ddph_plugin_api_v1 psgd_plugin = {
+    .abi_major = DDPH_PLUGIN_ABI_MAJOR,
+    .abi_minor = DDPH_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(ddph_plugin_api_v1),
+    .name = HOOK_NAME,
+    .version = "1.0.0",
+    .description = HOOK_DESC,
+    .options = psgd_options,
+    .create = psgd_create,
+    .destroy = psgd_destroy,
+    .on_bucket = psgd_on_bucket,
+    .save = psgd_save,
+    .load = psgd_load,
+    .stats = psgd_stats,
+};
+
+DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
+{
+    (void)host_minor;
+    return &psgd_plugin;
+}
