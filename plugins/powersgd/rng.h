@@ -12,6 +12,7 @@
 #ifndef PSGD_RNG_H
 #define PSGD_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define MT_N 624
