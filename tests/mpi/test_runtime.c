@@ -17,6 +17,16 @@
  * powersgd    exact reconstruction of rank-1 gradients sharing a column
  *             space, error feedback, bytes on the wire = the compression
  *             formula, statistics, PyTorch's invalid-option rule
+ * accumulate  [accumulate] steps = 1, 2, 4: the synchronised step gives
+ *             the average over ranks of the summed micro-steps, hooks run
+ *             once per bucket per synchronised step, nothing is sent
+ *             otherwise; NO_SYNC, FORCE_SYNC, END_OF_DATA, sync_each_batch
+ * two-models  two models in one step with different hooks (powersgd,
+ *             fp16) share the decision; [model.NAME] accumulate_steps
+ * local-sgd   the post_localsgd example hook ($DDPH_TEST_LOCALSGD) on 4
+ *             ranks: parameters identical on all ranks exactly on
+ *             averaging steps, within subgroups of 2 otherwise; then the
+ *             hierarchical averager's schedule
  * fp16-overflow  gradients of 1e5 through the fp16 hook become Inf (cast
  *             before dividing, as PyTorch), through bf16 they stay finite
  *
@@ -86,20 +96,31 @@ typedef struct model_fixture {
     size_t numel[NP];
 } model_fixture;
 
-static void setup(ddph_ctx *ctx, model_fixture *fx, int shape_bump)
+static void setup_named(ddph_ctx *ctx, model_fixture *fx, int shape_bump,
+                        const char *name)
 {
-    CHECK_OK(ddph_model_create(ctx, "net", &fx->m), ctx);
+    CHECK_OK(ddph_model_create(ctx, name, &fx->m), ctx);
     for (int i = 0; i < NP; i++) {
         int64_t sh[2] = {shapes[i][0] + (i == 2 ? shape_bump : 0),
                          shapes[i][1]};
         fx->numel[i] = (size_t)(sh[0] * sh[1]);
         fx->grads[i] = calloc(fx->numel[i], sizeof(float));
-        char name[32];
-        snprintf(name, sizeof name, "p%d", i);
-        CHECK_OK(ddph_model_add_param(fx->m, name, fx->grads[i], sh, 2,
+        char pname[32];
+        snprintf(pname, sizeof pname, "p%d", i);
+        CHECK_OK(ddph_model_add_param(fx->m, pname, fx->grads[i], sh, 2,
                                       DDPH_F32, DDPH_CPU, NULL),
                  ctx);
     }
+}
+
+static void setup(ddph_ctx *ctx, model_fixture *fx, int shape_bump)
+{
+    setup_named(ctx, fx, shape_bump, "net");
+}
+
+static void fx_named(ddph_ctx *ctx, model_fixture *fx, const char *name)
+{
+    setup_named(ctx, fx, 0, name);
 }
 
 /* Small integers: x / W then a sum of W terms is exact for W = 2, 4. */
@@ -476,6 +497,251 @@ static void run_powersgd(void)
         free(g[i]);
 }
 
+
+/* Whether p (n floats) is bitwise the same on the ranks of `ranks`. */
+static int same_on(const float *p, size_t n, int world, const int *ranks,
+                   int nranks)
+{
+    float *all = malloc((size_t)world * n * sizeof *all);
+    MPI_Allgather(p, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
+    int same = 1;
+    for (int i = 1; i < nranks; i++)
+        same &= memcmp(all + (size_t)ranks[0] * n, all + (size_t)ranks[i] * n,
+                       n * sizeof *all) == 0;
+    free(all);
+    return same;
+}
+
+/* One local-SGD run: `steps` steps of SGD on a 2-parameter model; expect(t)
+ * says at step t whether parameters must agree on all ranks (2), only
+ * within subgroups of 2 (1), or nowhere (0). */
+static void local_sgd_run(const char *options, int steps, int (*expect)(int))
+{
+    ddph_ctx *ctx;
+    char extra[512];
+    snprintf(extra, sizeof extra, "[hook.post_localsgd]\n%s\n[runtime]",
+             options);
+    CHECK(ddph_open(job("/nowhere", env("DDPH_TEST_LOCALSGD"), extra), NULL,
+                    NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    CHECK(world == 4, "local-sgd runs on 4 ranks, not %d", world);
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, "net", &m), ctx);
+    enum { N0 = 300, N1 = 20 };
+    static float p0[N0], p1[N1], g0[N0], g1[N1];
+    int64_t s0[1] = {N0}, s1[1] = {N1};
+    for (int k = 0; k < N0; k++)
+        p0[k] = 1.0f;
+    for (int k = 0; k < N1; k++)
+        p1[k] = -1.0f;
+    CHECK_OK(ddph_model_add_param(m, "w", g0, s0, 1, DDPH_F32, DDPH_CPU, NULL),
+             ctx);
+    CHECK_OK(ddph_model_add_param(m, "b", g1, s1, 1, DDPH_F32, DDPH_CPU, NULL),
+             ctx);
+    CHECK_OK(ddph_model_set_param_data(m, 0, p0), ctx);
+    CHECK_OK(ddph_model_set_param_data(m, 1, p1), ctx);
+    CHECK_OK(ddph_model_finalize(m), ctx);
+    int all[4] = {0, 1, 2, 3}, pair[2] = {g_rank & ~1, g_rank | 1};
+    int other[2] = {0, 2};
+    for (int t = 0; t < steps; t++) {
+        CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+        for (int k = 0; k < N1; k++)
+            g1[k] = (float)((g_rank + 1) * (k % 3 + 1) * (t + 1));
+        CHECK_OK(ddph_grad_ready(m, 1), ctx);
+        for (int k = 0; k < N0; k++)
+            g0[k] = (float)((g_rank * 7 + k) % 11) * 0.5f - (float)t;
+        CHECK_OK(ddph_grad_ready(m, 0), ctx);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        for (int k = 0; k < N0; k++) /* the optimizer: plain SGD */
+            p0[k] -= 0.125f * g0[k];
+        for (int k = 0; k < N1; k++)
+            p1[k] -= 0.125f * g1[k];
+        CHECK_OK(ddph_step_end(ctx), ctx);
+        int want = expect(t);
+        int on_all = same_on(p0, N0, world, all, 4) &&
+                     same_on(p1, N1, world, all, 4);
+        int in_pair = same_on(p0, N0, world, pair, 2);
+        int pairs_differ = !same_on(p0, N0, world, other, 2);
+        CHECK(want != 2 || on_all, "step %d: parameters differ across ranks "
+                                   "on an averaging step", t);
+        CHECK(want != 1 || (in_pair && pairs_differ),
+              "step %d: want identical within subgroups (%d) and different "
+              "across them (%d)",
+              t, in_pair, pairs_differ);
+        CHECK(want != 0 || !in_pair, "step %d: subgroup agrees without "
+                                     "averaging", t);
+    }
+    ddph_close(ctx);
+}
+
+/* start 3, subgroups of 2, period 4 after 3 warm-up steps: global before
+ * step 3, averaged at steps 3, 7, 11, subgroup-local otherwise. */
+static int periodic_schedule(int t)
+{
+    return t < 3 || (t - 3) % 4 == 0 ? 2 : 1;
+}
+
+/* No gradient communication at all; hierarchical 2:2,4:4: every 4 steps
+ * over all ranks, every other step within pairs, else nowhere. */
+static int hierarchical_schedule(int t)
+{
+    return t % 4 == 0 ? 2 : t % 2 == 0 ? 1 : 0;
+}
+
+static void run_local_sgd(void)
+{
+    local_sgd_run("start_localSGD_iter = 3\nsubgroup_size = 2\nperiod = 4\n"
+                  "warmup_steps = 3",
+                  12, periodic_schedule);
+    local_sgd_run("start_localSGD_iter = 0\npost_local_gradient_allreduce = "
+                  "false\nsubgroup_size = 2\nperiod_group_size = 2:2,4:4",
+                  9, hierarchical_schedule);
+}
+
+
+/* Runs `micro` backward passes of the fixture's model with the given flags
+ * per pass, accumulating like .grad; checks every synchronised result. */
+static void accumulate_run(const char *extra, int micro, const unsigned *flags,
+                           const int *want_sync)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra), NULL,
+                    NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    int nb = ddph_model_bucket_count(fx.m), synced = 0, window_start = 0;
+    for (int s = 0; s < micro; s++) {
+        CHECK_OK(ddph_step_begin_flags(ctx, &fx.m, 1, flags ? flags[s] : 0),
+                 ctx);
+        CHECK(ddph_step_syncs(ctx) == want_sync[s], "%s: step %d syncs %d, "
+                                                    "want %d",
+              extra, s, ddph_step_syncs(ctx), want_sync[s]);
+        for (int i = NP - 1; i >= 0; i--) {
+            for (size_t k = 0; k < fx.numel[i]; k++)
+                fx.grads[i][k] += value(g_rank, s, i, k);
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        if (want_sync[s]) {
+            synced++;
+            for (int i = 0; i < NP; i++)
+                for (size_t k = 0; k < fx.numel[i]; k++) {
+                    float want = 0;
+                    for (int r = 0; r < world; r++) {
+                        float sum = 0;
+                        for (int t = window_start; t <= s; t++)
+                            sum += value(r, t, i, k);
+                        want += sum / (float)world;
+                    }
+                    CHECK(fx.grads[i][k] == want,
+                          "%s: step %d p%d[%zu] = %g, want %g", extra, s, i,
+                          k, fx.grads[i][k], want);
+                    fx.grads[i][k] = 0; /* optimizer.zero_grad() */
+                }
+            window_start = s + 1;
+        }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+        for (int b = 0; b < nb; b++) {
+            ddph_bucket_info info;
+            CHECK_OK(ddph_model_bucket_info(fx.m, b, &info), ctx);
+            CHECK(info.hook_calls == (uint64_t)synced, "%s: bucket %d: %llu "
+                                                       "hook calls after %d "
+                                                       "synced steps",
+                  extra, b, (unsigned long long)info.hook_calls, synced);
+            CHECK(info.bytes_on_wire == (uint64_t)synced * info.bytes,
+                  "%s: bytes sent on steps that did not sync", extra);
+        }
+    }
+    ddph_close(ctx);
+    for (int i = 0; i < NP; i++)
+        free(fx.grads[i]);
+}
+
+static void run_accumulate(void)
+{
+    static const int every[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    static const int two[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    static const int four[8] = {0, 0, 0, 1, 0, 0, 0, 1};
+    accumulate_run("[accumulate]\nsteps = 1\n[runtime]", 8, NULL, every);
+    accumulate_run("[accumulate]\nsteps = 2\n[runtime]", 8, NULL, two);
+    accumulate_run("[accumulate]\nsteps = 4\n[runtime]", 8, NULL, four);
+    accumulate_run("[accumulate]\nsteps = 4\nsync_each_batch = true\n"
+                   "[runtime]",
+                   8, NULL, every);
+    /* Flags: no_sync holds off the 4th step; a forced sync in the middle
+     * (trigger_sync_in_backward); the end of data syncs a partial window. */
+    static const unsigned flags[7] = {0, 0, 0, DDPH_STEP_NO_SYNC, 0,
+                                      DDPH_STEP_FORCE_SYNC, DDPH_STEP_END_OF_DATA};
+    static const int flagged[7] = {0, 0, 0, 0, 1, 1, 1};
+    accumulate_run("[accumulate]\nsteps = 4\n[runtime]", 7, flags, flagged);
+}
+
+/* gen: PowerSGD (start 2) with accumulate_steps = 2 of its own; disc:
+ * fp16 with the job's steps = 4.  Together in one step they share one
+ * decision; alone, each follows its own window. */
+static void run_two_models(void)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                        "[accumulate]\nsteps = 4\n[model.gen]\nhook = powersgd\n"
+                        "accumulate_steps = 2\n[model.disc]\nhook = fp16\n"
+                        "[hook.powersgd]\nstart_powerSGD_iter = 2\n[runtime]"),
+                    NULL, NULL, &ctx) == DDPH_OK,
+          "open failed");
+    model_fixture gen, disc;
+    fx_named(ctx, &gen, "gen");
+    fx_named(ctx, &disc, "disc");
+    CHECK_OK(ddph_model_finalize(gen.m), ctx);
+    CHECK_OK(ddph_model_finalize(disc.m), ctx);
+    ddph_model *both[2] = {gen.m, disc.m};
+    /* Together: gen's window of 2 decides for both. */
+    for (int s = 0; s < 4; s++) {
+        CHECK_OK(ddph_step_begin(ctx, both, 2), ctx);
+        CHECK(ddph_step_syncs(ctx) == (s % 2 == 1), "together, step %d", s);
+        for (int i = NP - 1; i >= 0; i--) {
+            CHECK_OK(ddph_grad_ready(disc.m, i), ctx);
+            CHECK_OK(ddph_grad_ready(gen.m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    /* Alone: disc waits for its own 4. */
+    for (int s = 0; s < 4; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &disc.m, 1), ctx);
+        CHECK(ddph_step_syncs(ctx) == (s == 3), "disc alone, step %d", s);
+        for (int i = NP - 1; i >= 0; i--)
+            CHECK_OK(ddph_grad_ready(disc.m, i), ctx);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    /* A model of the job not given to step_begin is not in the step. */
+    CHECK_OK(ddph_step_begin(ctx, &disc.m, 1), ctx);
+    CHECK(ddph_grad_ready(gen.m, 0) == DDPH_ERR_STATE, "gen outside its step");
+    CHECK(strstr(ddph_last_error(ctx), "grad_ready on model 'gen' outside its "
+                                       "step"),
+          "%s", ddph_last_error(ctx));
+    for (int i = NP - 1; i >= 0; i--)
+        CHECK_OK(ddph_grad_ready(disc.m, i), ctx);
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    /* gen's hook counted its 2 synchronised steps only. */
+    ddph_stat st[4];
+    size_t n;
+    CHECK_OK(ddph_model_hook_stats(gen.m, st, 4, &n), ctx);
+    CHECK(n == 4 && st[3].value == 2.0, "gen's PowerSGD iteration %g, want 2",
+          st[3].value);
+    ddph_bucket_info info;
+    CHECK_OK(ddph_model_bucket_info(disc.m, 0, &info), ctx);
+    CHECK(info.hook_calls == 3, "disc: %llu hook calls, want 2 together + 1 "
+                                "alone",
+          (unsigned long long)info.hook_calls);
+    ddph_close(ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -502,6 +768,12 @@ int main(int argc, char **argv)
         run_misuse();
     else if (strcmp(s, "powersgd") == 0)
         run_powersgd();
+    else if (strcmp(s, "accumulate") == 0)
+        run_accumulate();
+    else if (strcmp(s, "two-models") == 0)
+        run_two_models();
+    else if (strcmp(s, "local-sgd") == 0)
+        run_local_sgd();
     else if (strcmp(s, "fp16-overflow") == 0)
         run_fp16_overflow();
     else {
