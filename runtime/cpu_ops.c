@@ -249,11 +249,11 @@ static void gram_schmidt(float *x, size_t rows, size_t cols, double eps)
 ddph_status ddph__cpu_orthogonalize(float *x, size_t rows, size_t cols,
                                     double eps, ddph_err *err)
 {
+    if (cols == 0 || rows == 0)
+        return DDPH_OK; /* nothing to orthogonalise */
     if (cols > rows)
         return ddph__fail(err, DDPH_ERR_INVALID,
                           "orthogonalize: %zu columns > %zu rows", cols, rows);
-    if (cols == 0)
-        return DDPH_OK;
     if (cols <= 2) {
         gram_schmidt(x, rows, cols, eps);
         return DDPH_OK;

@@ -435,7 +435,9 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
         side++;
     while (side > 0 && (side - 1) * (side - 1) >= len)
         side--;
-    size_t sq = side * side, rank = st->rank;
+    /* A bucket smaller than rank x rank gets rank = side: PyTorch would
+     * orthogonalise more columns than rows and produce NaN. */
+    size_t sq = side * side, rank = st->rank < side ? st->rank : side;
     psgd_bucket *pb = bucket_memory(s, st, b->index);
     if (!pb || !grow(s, &st->flat, &st->flat_cap, sq * sizeof(float) + 4))
         return DDPH_ERR_NOMEM;

@@ -1,0 +1,530 @@
+/* plugin_test.c: `ddphook-plugin-test`, the conformance tester for hooks.
+ *
+ *   [mpiexec -n W] ddphook-plugin-test PLUGIN.so [--option k=v ...]
+ *       [--rtol R] [--steps N] [--valgrind]
+ *
+ * Loads the plugin through the real loader and runs it through the real
+ * runtime (public API) on realistic, odd and empty buckets, then prints a
+ * table of checks on rank 0; a check fails if it fails on any rank.  Exit 0
+ * when nothing failed.  See docs/plugin-guide.md. */
+#include "build-config.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <ddphook/ddphook.h>
+
+#include "hook.h"
+#include "loader.h"
+#include "options.h"
+
+static const char usage[] =
+    "usage: [mpiexec -n W] ddphook-plugin-test PLUGIN.so [--option KEY=VALUE]...\n"
+    "                      [--rtol R] [--steps N] [--valgrind]\n"
+    "\n"
+    "Checks a hook plugin against the ABI contract and prints a pass/fail\n"
+    "table: entry symbol and ABI numbers, struct_size, required members,\n"
+    "option schema, create/destroy, the same collectives and the same\n"
+    "result on every rank, the result within R of the plain average,\n"
+    "save/load round trip, empty, 1-element and odd-sized buckets, f16 and\n"
+    "bf16 buckets under a wrapper, and a service error propagated.\n"
+    "\n"
+    "  --option K=V   a [hook.NAME] option for the runs (repeatable)\n"
+    "  --rtol R       allowed error relative to the largest |average|\n"
+    "                 (default 1e-5; a compressing hook needs more)\n"
+    "  --steps N      steps per run (default 6)\n"
+    "  --valgrind     re-run this test under valgrind --leak-check=full and\n"
+    "                 fail on any leak or error\n";
+
+typedef struct tester {
+    const char *plugin;
+    char name[128];
+    char options[4096]; /* INI lines */
+    double rtol;
+    int steps;
+    int rank, world;
+    int failed;
+    char dir[256];
+} tester;
+
+/* One row; status is agreed over all ranks (any failure fails the row). */
+static void row(tester *t, int ok, int skipped, const char *check,
+                const char *fmt, ...)
+{
+    int all_ok = ok;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    char detail[512] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    /* The first failing rank's detail is the interesting one. */
+    int who = all_ok ? 0 : (ok ? t->world : t->rank), first = 0;
+    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Bcast(detail, sizeof detail, MPI_CHAR, first, MPI_COMM_WORLD);
+    if (t->rank == 0)
+        printf("%-5s %-46s %s\n", skipped ? "SKIP" : all_ok ? "PASS" : "FAIL",
+               check, detail);
+    t->failed |= !all_ok && !skipped;
+}
+
+/* ---- a model with realistic, odd and empty tensors ------------------------ */
+
+typedef struct shape_set {
+    const char *label;
+    int n;
+    int64_t shapes[8][4];
+    int ndims[8];
+} shape_set;
+
+static const shape_set realistic = {"realistic", 6,
+    {{64, 32}, {64}, {33, 17}, {16, 8, 3, 3}, {16}, {10, 64}},
+    {2, 1, 2, 4, 1, 2}};
+static const shape_set odd = {"odd", 3, {{7, 13}, {1}, {5}}, {2, 1, 1}};
+static const shape_set empty = {"empty", 1, {{0}}, {1}};
+
+static float grad_value(int rank, int step, int p, size_t i)
+{
+    uint32_t h = (uint32_t)(rank * 73856093) ^ (uint32_t)(step * 19349663) ^
+                 (uint32_t)(p * 83492791) ^ (uint32_t)(i * 2654435761u);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return (float)(h % 20001) / 10000.0f - 1.0f;
+}
+
+typedef struct run {
+    ddph_ctx *ctx;
+    ddph_model *m;
+    float *g[8];
+    size_t numel[8];
+    int n;
+} run;
+
+static const char *write_job(tester *t, const char *wrapper)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/job.rank%d.ini", t->dir, t->rank);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return NULL;
+    fprintf(f, "[runtime]\nbucket_cap_mb = 0.004\nfirst_bucket_cap_mb = 0.002\n"
+               "timeout_s = 60\nallow_insecure_plugins = true\n"
+               "[hook]\nname = %s\nwrapper = %s\n[hook.%s]\n%s",
+            t->plugin, wrapper, t->name, t->options);
+    fclose(f);
+    return path;
+}
+
+static int run_open(tester *t, run *r, const shape_set *set, const char *wrapper,
+                    char *why, size_t whylen)
+{
+    memset(r, 0, sizeof *r);
+    const char *job = write_job(t, wrapper);
+    if (!job || ddph_open(job, NULL, NULL, &r->ctx) != DDPH_OK) {
+        snprintf(why, whylen, "the job could not be opened (see stderr)");
+        return 0;
+    }
+    r->n = set->n;
+    if (ddph_model_create(r->ctx, set->label, &r->m) != DDPH_OK)
+        goto fail;
+    for (int i = 0; i < set->n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < set->ndims[i]; d++)
+            numel *= (size_t)set->shapes[i][d];
+        r->numel[i] = numel;
+        r->g[i] = calloc(numel ? numel : 1, sizeof(float));
+        char name[32];
+        snprintf(name, sizeof name, "t%d", i);
+        if (ddph_model_add_param(r->m, name, r->g[i], set->shapes[i],
+                                 set->ndims[i], DDPH_F32, DDPH_CPU,
+                                 NULL) != DDPH_OK)
+            goto fail;
+    }
+    if (ddph_model_finalize(r->m) != DDPH_OK)
+        goto fail;
+    return 1;
+fail:
+    snprintf(why, whylen, "%s", ddph_last_error(r->ctx));
+    return 0;
+}
+
+static void run_close(run *r)
+{
+    ddph_close(r->ctx);
+    for (int i = 0; i < r->n; i++)
+        free(r->g[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* One step with step index s; leaves the reduced gradients in r->g. */
+static int run_step(run *r, int s, char *why, size_t whylen, int rank)
+{
+    if (ddph_step_begin(r->ctx, &r->m, 1) != DDPH_OK)
+        goto fail;
+    for (int i = r->n - 1; i >= 0; i--) {
+        for (size_t k = 0; k < r->numel[i]; k++)
+            r->g[i][k] = grad_value(rank, s, i, k);
+        if (ddph_grad_ready(r->m, i) != DDPH_OK)
+            goto fail;
+    }
+    if (ddph_step_wait(r->ctx) != DDPH_OK || ddph_step_end(r->ctx) != DDPH_OK)
+        goto fail;
+    return 1;
+fail:
+    snprintf(why, whylen, "%s", ddph_last_error(r->ctx));
+    return 0;
+}
+
+/* Largest |out - mean| relative to the largest |mean|, the mean computed
+ * in double with a plain MPI_Allreduce. */
+static double error_vs_average(const run *r, int s, int world)
+{
+    double worst = 0, scale = 0;
+    for (int i = 0; i < r->n; i++) {
+        size_t n = r->numel[i];
+        double *loc = malloc((n ? n : 1) * sizeof *loc);
+        double *sum = malloc((n ? n : 1) * sizeof *sum);
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        for (size_t k = 0; k < n; k++)
+            loc[k] = grad_value(rank, s, i, k);
+        MPI_Allreduce(loc, sum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        for (size_t k = 0; k < n; k++) {
+            double mean = sum[k] / world;
+            double d = fabs((double)r->g[i][k] - mean);
+            if (!(d <= worst))
+                worst = d; /* NaN propagates as a failure */
+            if (fabs(mean) > scale)
+                scale = fabs(mean);
+        }
+        free(loc);
+        free(sum);
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+static uint32_t checksum(const run *r)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < r->n; i++)
+        c = crc32(c, (const Bytef *)r->g[i], (uInt)(r->numel[i] * sizeof(float)));
+    return (uint32_t)c;
+}
+
+/* Whether v is the same on every rank. */
+static int same_everywhere(uint64_t v)
+{
+    uint64_t lo = v, hi = v;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+/* ---- the checks --------------------------------------------------------------- */
+
+static int check_load(tester *t)
+{
+    ddph_plugin *p;
+    ddph_err e;
+    ddph_status st = ddph__plugin_load(t->plugin, NULL, 1, &p, &e);
+    int loaded = st == DDPH_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &loaded, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!loaded) {
+        row(t, st == DDPH_OK, 0, "entry symbol and ABI numbers", "%s",
+            st == DDPH_OK ? "" : e.msg);
+        if (st == DDPH_OK)
+            ddph__plugin_unload(p);
+        return 0;
+    }
+    snprintf(t->name, sizeof t->name, "%s", p->api.name);
+    row(t, 1, 0, "entry symbol and ABI numbers", "%s %s exports %s, ABI %u.%u",
+        p->api.name, p->api.version, DDPH_PLUGIN_ENTRY_V1, p->api.abi_major,
+        p->api.abi_minor);
+    row(t, p->plugin_size >= DDPH__PLUGIN_V1_MIN_SIZE, 0, "struct_size",
+        "%u bytes (host: %zu; members past it read as NULL)", p->plugin_size,
+        sizeof(ddph_plugin_api_v1));
+    row(t, 1, 0, "required members",
+        "name, version, description, create, destroy, on_bucket set; "
+        "on_step_end %s, save/load %s, stats %s",
+        p->api.on_step_end ? "yes" : "no", p->api.save ? "yes" : "no",
+        p->api.stats ? "yes" : "no");
+    int nopt = 0;
+    for (const ddph_option_spec *o = p->api.options; o && o->name; o++)
+        nopt++;
+    row(t, 1, 0, "option schema", "%d option%s: unique names, docs, defaults "
+                                  "within ranges",
+        nopt, nopt == 1 ? "" : "s");
+    ddph__plugin_unload(p);
+    return 1;
+}
+
+static void check_create_destroy(tester *t)
+{
+    char why[512] = "";
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; i++) {
+        run r;
+        ok = run_open(t, &r, &realistic, "none", why, sizeof why);
+        run_close(&r);
+    }
+    row(t, ok, 0, "create/destroy", "%s", ok ? "3 instances made and freed "
+                                               "(--valgrind checks for leaks)"
+                                             : why);
+}
+
+static void check_numerics(tester *t, const shape_set *set, const char *wrapper,
+                           double rtol, const char *label)
+{
+    char why[512] = "";
+    run r;
+    int ok = run_open(t, &r, set, wrapper, why, sizeof why);
+    double worst = 0;
+    int same_result = 1, same_bytes = 1;
+    for (int s = 0; ok && s < t->steps; s++) {
+        ok = run_step(&r, s, why, sizeof why, t->rank);
+        if (!ok)
+            break;
+        double err = error_vs_average(&r, s, t->world);
+        if (!(err <= worst))
+            worst = err;
+        same_result &= same_everywhere(checksum(&r));
+        int nb = ddph_model_bucket_count(r.m);
+        for (int b = 0; b < nb; b++) {
+            ddph_bucket_info info;
+            ddph_model_bucket_info(r.m, b, &info);
+            same_bytes &= same_everywhere(info.bytes_on_wire);
+        }
+    }
+    int nb = ok ? ddph_model_bucket_count(r.m) : 0;
+    run_close(&r);
+    char check[64];
+    if (!ok) {
+        row(t, 0, 0, label, "%s", why);
+        return;
+    }
+    snprintf(check, sizeof check, "%s: same collectives", label);
+    row(t, same_bytes, 0, check, "bytes per bucket %s on all ranks (%d buckets)",
+        same_bytes ? "identical" : "DIFFER", nb);
+    snprintf(check, sizeof check, "%s: same result", label);
+    row(t, same_result, 0, check, "%s", same_result
+                                            ? "bit-identical on all ranks"
+                                            : "ranks hold different results");
+    snprintf(check, sizeof check, "%s: close to average", label);
+    row(t, worst <= rtol, 0, check, "max error %.3g of max |average| (rtol %g)",
+        worst, rtol);
+}
+
+static void check_save_load(tester *t)
+{
+    ddph_plugin *p;
+    ddph_err e;
+    int has = 0;
+    if (ddph__plugin_load(t->plugin, NULL, 1, &p, &e) == DDPH_OK) {
+        has = p->api.save != NULL;
+        ddph__plugin_unload(p);
+    }
+    if (!has) {
+        row(t, 1, 1, "save/load round trip", "the hook has no save/load");
+        return;
+    }
+    char why[512] = "", state[300];
+    snprintf(state, sizeof state, "%s/state", t->dir);
+    int half = t->steps / 2, n = t->steps - half;
+    uint32_t *want = calloc((size_t)n, sizeof *want);
+    run a, b;
+    int ok = run_open(t, &a, &realistic, "none", why, sizeof why);
+    for (int s = 0; ok && s < t->steps; s++) {
+        ok = run_step(&a, s, why, sizeof why, t->rank);
+        if (ok && s == half - 1 && ddph_state_save(a.ctx, state) != DDPH_OK) {
+            snprintf(why, sizeof why, "%s", ddph_last_error(a.ctx));
+            ok = 0;
+        }
+        if (ok && s >= half)
+            want[s - half] = checksum(&a);
+    }
+    run_close(&a);
+    int same = ok;
+    if (ok && (ok = run_open(t, &b, &realistic, "none", why, sizeof why))) {
+        if (ddph_state_load(b.ctx, state) != DDPH_OK) {
+            snprintf(why, sizeof why, "%s", ddph_last_error(b.ctx));
+            ok = 0;
+        }
+        for (int s = half; ok && s < t->steps; s++) {
+            ok = run_step(&b, s, why, sizeof why, t->rank);
+            same &= ok && checksum(&b) == want[s - half];
+        }
+        run_close(&b);
+    }
+    char path[320];
+    snprintf(path, sizeof path, "%s.rank%d", state, t->rank);
+    unlink(path);
+    free(want);
+    row(t, ok && same, 0, "save/load round trip", "%s",
+        !ok ? why
+            : same ? "a loaded instance continues bit for bit"
+                   : "results after load differ from the saved run's");
+}
+
+/* on_bucket with a services table whose allreduce fails: the plugin must
+ * return an error status, not crash and not report success. */
+static ddph_status failing_allreduce(const ddph_services *s, ddph_group *g,
+                                     void *buf, size_t count, ddph_dtype dtype,
+                                     ddph_redop op)
+{
+    (void)g;
+    (void)buf;
+    (void)count;
+    (void)dtype;
+    (void)op;
+    s->set_error(s, "injected failure");
+    return DDPH_ERR_BACKEND;
+}
+
+static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
+{
+    ddph_config cfg;
+    ddph_err e;
+    ddph_hook *h = NULL;
+    const char *job = write_job(t, "none");
+    ddph_status st = job ? ddph__config_load(job, &cfg, &e) : DDPH_ERR_IO;
+    if (st == DDPH_OK) {
+        st = ddph__hook_create(&cfg, t->plugin, DDPH_WRAP_NONE, "probe", mpi,
+                               log, &h, &e);
+        ddph__config_free(&cfg);
+    }
+    if (st != DDPH_OK) {
+        row(t, 0, 0, "service error propagates", "%s", e.msg);
+        return;
+    }
+    h->services.allreduce = failing_allreduce;
+    float buf[64];
+    for (int i = 0; i < 64; i++)
+        buf[i] = (float)i;
+    int64_t shape[1] = {64};
+    ddph_tensor_view v = {"t0", 0, 64, 1, shape};
+    /* A late iteration, past any warm-up a hook may have. */
+    ddph_bucket b = {sizeof b, 0, 1, 1, 1u << 30, DDPH_F32, DDPH_CPU, buf, 64,
+                     1, &v, "probe"};
+    uint64_t bytes;
+    st = ddph__hook_on_bucket(h, &b, NULL, &bytes, &e);
+    ddph__hook_destroy(h);
+    row(t, st != DDPH_OK, 0, "service error propagates", "%s",
+        st != DDPH_OK ? "on_bucket returned an error when allreduce failed"
+                      : "on_bucket returned DDPH_OK although allreduce failed "
+                        "(or it never communicates)");
+}
+
+static int rerun_under_valgrind(int argc, char **argv)
+{
+    char **args = calloc((size_t)argc + 8, sizeof *args);
+    int n = 0;
+    args[n++] = "valgrind";
+    args[n++] = "--leak-check=full";
+    args[n++] = "--errors-for-leak-kinds=definite";
+    args[n++] = "--error-exitcode=99";
+    args[n++] = "--quiet";
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--valgrind") != 0)
+            args[n++] = argv[i];
+    args[n] = NULL;
+    execvp("valgrind", args);
+    perror("ddphook-plugin-test: cannot run valgrind");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    tester t = {.rtol = 1e-5, .steps = 6};
+    static const struct option opts[] = {
+        {"option", required_argument, NULL, 'o'},
+        {"rtol", required_argument, NULL, 'r'},
+        {"steps", required_argument, NULL, 's'},
+        {"valgrind", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0},
+    };
+    int c, valgrind = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'o') {
+            char *eq = strchr(optarg, '=');
+            if (!eq) {
+                fprintf(stderr, "ddphook-plugin-test: --option %s: KEY=VALUE\n",
+                        optarg);
+                return 2;
+            }
+            size_t used = strlen(t.options);
+            snprintf(t.options + used, sizeof t.options - used, "%.*s = %s\n",
+                     (int)(eq - optarg), optarg, eq + 1);
+        } else if (c == 'r') {
+            t.rtol = atof(optarg);
+        } else if (c == 's') {
+            t.steps = atoi(optarg);
+        } else if (c == 'v') {
+            valgrind = 1;
+        } else {
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    if (optind != argc - 1 || t.steps < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    if (valgrind)
+        return rerun_under_valgrind(argc, argv);
+    /* The job files live in a temporary folder: name the plugin by an
+     * absolute path (a name without '/' is looked up as given). */
+    static char plugin_abs[4096];
+    if (strchr(argv[optind], '/') && realpath(argv[optind], plugin_abs))
+        t.plugin = plugin_abs;
+    else
+        t.plugin = argv[optind];
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &t.world);
+    snprintf(t.dir, sizeof t.dir, "/tmp/ddph-plugin-test-XXXXXX");
+    if (t.rank == 0 && !mkdtemp(t.dir))
+        t.dir[0] = '\0';
+    MPI_Bcast(t.dir, sizeof t.dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (t.rank == 0)
+        printf("ddphook-plugin-test %s on %d rank%s\n\n", t.plugin, t.world,
+               t.world == 1 ? "" : "s");
+    if (t.dir[0] && check_load(&t)) {
+        check_create_destroy(&t);
+        check_numerics(&t, &realistic, "none", t.rtol, "f32 buckets");
+        check_numerics(&t, &odd, "none", t.rtol, "1-element and odd buckets");
+        check_numerics(&t, &empty, "none", t.rtol, "empty bucket");
+        /* Half precision loses bits: 1e-2 relative at least. */
+        double hr = t.rtol > 2e-2 ? t.rtol : 2e-2;
+        check_numerics(&t, &realistic, "fp16", hr, "f16 under wrapper");
+        check_numerics(&t, &realistic, "bf16", hr, "bf16 under wrapper");
+        check_save_load(&t);
+        ddph_mpi mpi;
+        ddph_logger log;
+        ddph_err e;
+        ddph__logger_init(&log);
+        if (ddph__mpi_init(&mpi, &argc, &argv, 60, &e) == DDPH_OK) {
+            check_error_path(&t, &mpi, &log);
+            ddph__mpi_finalize(&mpi);
+        }
+    }
+    char path[320];
+    snprintf(path, sizeof path, "%s/job.rank%d.ini", t.dir, t.rank);
+    unlink(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (t.rank == 0) {
+        rmdir(t.dir);
+        printf("\n%s: %s\n", t.plugin, t.failed ? "FAILED" : "conforms");
+    }
+    MPI_Finalize();
+    return t.failed ? 1 : 0;
+}

@@ -1,0 +1,109 @@
+#!/bin/sh
+# sdk.sh: the hook author's path, end to end.  Installs this build into a
+# temporary root; builds examples/post_localsgd and the installed template
+# with their own Makefiles against the installed SDK (pkg-config only, no
+# path into the source tree); replays PyTorch's post-local-SGD vectors (when
+# present); checks the averaging schedule on 4 ranks with subgroups of 2;
+# and runs the installed ddphook-plugin-test on every shipped hook, the
+# template and post_localsgd, failing on any failed row.
+set -u
+if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
+    echo "SKIP: mpiexec not found (apt-get install mpich)"
+    exit 77
+fi
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+S=${DDPH_TEST_SRCDIR:?}
+OUT="$B/tests/out/sdk"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS: $1"; }
+ko() { fail=$((fail + 1)); echo "FAIL: $1"; }
+
+root="$OUT/root"
+if ${MAKE:-make} -C "$B" install DESTDIR="$root" >"$OUT/install.log" 2>&1; then
+    ok "make install DESTDIR=$root"
+else
+    ko "make install"; cat "$OUT/install.log"; exit 1
+fi
+pc=$(find "$root" -name ddphook.pc | head -n 1)
+bindir=$(dirname "$(find "$root" -name ddphook-plugin-test -type f | head -n 1)")
+template=$(find "$root" -type d -name template -path '*ddphook*' | head -n 1)
+# build NAME FOLDER: copies FOLDER and builds it with its own Makefile.
+build() {
+    rm -rf "$OUT/$1"
+    cp -R "$2" "$OUT/$1"
+    chmod -R u+w "$OUT/$1"
+    if PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root" \
+            ${MAKE:-make} -C "$OUT/$1" >"$OUT/$1.log" 2>&1; then
+        ok "$1 built against the installed SDK"
+    else
+        ko "building $1"; cat "$OUT/$1.log"; exit 1
+    fi
+    # Every include path must come from the installed root, none from the tree.
+    for flag in $(grep -o -- '-I[^ ]*' "$OUT/$1.log"); do
+        case "$flag" in
+        -I"$root"/*) ;;
+        *) ko "$1: the build used $flag, outside the installed SDK" ;;
+        esac
+    done
+}
+build post_localsgd "$S/examples/post_localsgd"
+build template "$template"
+so="$OUT/post_localsgd/post_localsgd.so"
+
+V=${REFERENCE_VECTORS:-}
+if [ -f "$V/ws2/inputs/trace.ini" ]; then
+    for w in 2 4; do
+        for case in post_localSGD:true post_localSGD_nosync:false; do
+            folder=${case%%:*}
+            job="$OUT/$folder-$w.ini"
+            printf '[runtime]\nbucket_cap_mb = 0.0078125\nfirst_bucket_cap_mb = 0.0078125\ntimeout_s = 60\n[hook]\nname = %s\n[hook.post_localsgd]\nstart_localSGD_iter = 2\nsubgroup_size = 2\npost_local_gradient_allreduce = %s\n' \
+                "$so" "${case#*:}" > "$job"
+            if timeout 120 "$MPIEXEC" -n "$w" "$B/ddphook" replay --job "$job" \
+                    --trace "$V/ws$w/inputs" --out "$OUT/$folder-$w" </dev/null >/dev/null &&
+                res=$("$B/tests/tools/compare_f32" "$V/ws$w/$folder" "$OUT/$folder-$w" "$w" 6 1e-5 0); then
+                ok "$folder ws$w: $res"
+            else
+                ko "$folder ws$w: ${res:-replay failed}"
+            fi
+        done
+    done
+else
+    echo "note: reference vectors not found at '$V': vector replays not run"
+fi
+
+if out=$(DDPH_TEST_LOCALSGD="$so" timeout 120 "$MPIEXEC" -n 4 \
+        "$B/tests/mpi/test_runtime" local-sgd </dev/null 2>&1); then
+    ok "averaging schedule on 4 ranks, subgroups of 2 (periodic, hierarchical)"
+else
+    ko "averaging schedule"; printf '%s\n' "$out" | sed 's/^/    /'
+fi
+# The conformance tester, as installed, on every hook.
+# conform RANKS PLUGIN [ARGS...]
+conform() {
+    n=$1; shift
+    if out=$(timeout 300 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+        ok "ddphook-plugin-test -n $n $(basename "$1") ${2:-} ${3:-} :: $(printf '%s\n' "$out" | tail -n 1)"
+    else
+        ko "ddphook-plugin-test -n $n $*"; printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+P="$DDPH_TEST_PLUGIN_DIR"
+for n in 1 2 4; do
+    conform "$n" "$P/allreduce.so"
+    conform "$n" "$OUT/template/my_hook.so"
+done
+for n in 1 2; do
+    conform "$n" "$P/fp16.so" --rtol 2e-3
+    conform "$n" "$P/bf16.so" --rtol 2e-2
+    # Plain phase (exact), then the compressed phase: random gradients are
+    # full rank, so only a loose bound (finite, bounded) makes sense there.
+    conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=100
+    conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=2 --rtol 10
+    conform "$n" "$P/batched_powersgd.so" --option start_powerSGD_iter=2 --rtol 10
+    conform "$n" "$so" --option start_localSGD_iter=100
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
