@@ -2,19 +2,30 @@
  * run, printed as a ratio (docs/performance.md).
  *
  *   ddphook bench casts [--mib N] [--repeats R]
+ *     For a buffer of N MiB of f32 (and the matching half buffer) each cast
+ *     is timed on every SIMD path this CPU has and compared with memcpy of
+ *     the same N MiB: ratio = memcpy time / cast time (1.0 = as fast as
+ *     copying the f32 bytes once).  Medians of R runs, buffers pre-faulted.
  *
- * For a buffer of N MiB of f32 (and the matching half buffer) each cast is
- * timed on every SIMD path this CPU has and compared with memcpy of the
- * same N MiB: ratio = memcpy time / cast time (1.0 = as fast as copying
- * the f32 bytes once).  Times are medians of R runs, buffers pre-faulted. */
+ *   mpiexec -n W ddphook bench hooks [--model NAME | --mib N] [--hooks LIST]
+ *   mpiexec -n W ddphook bench powersgd [...]
+ *     Each hook reduces the model's gradients through the real runtime;
+ *     the baseline is a raw MPI_Allreduce of the same total bytes in the
+ *     same run.  ratio = baseline time / hook time. */
 #include "build-config.h"
 
 #include <getopt.h>
+#include <stddef.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <ddphook/ddphook.h>
 
 #include "commands.h"
+#include "presets.h"
 #include "cpu_simd.h"
 #include "util.h"
 
@@ -32,10 +43,26 @@ static double median(double *v, int n)
 
 static const char bench_usage[] =
     "usage: ddphook bench casts [--mib N] [--repeats R]\n"
+    "       mpiexec -n W ddphook bench hooks [--model NAME | --mib N]\n"
+    "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
+    "           [--view] [--plugin-path DIRS] [--csv FILE]\n"
+    "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "\n"
     "  casts      f32<->f16/bf16 casts on every SIMD path of this CPU, as a\n"
     "             ratio to memcpy of the same f32 bytes (default 64 MiB,\n"
-    "             median of 7 runs)\n";
+    "             median of 7 runs)\n"
+    "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
+    "             batched_powersgd) on the gradients of a model preset\n"
+    "             (gpt2-124m, resnet50, mlp; default resnet50) or of one\n"
+    "             1024-row matrix of N MiB: bytes on the wire per step, time\n"
+    "             per step (median of R, default 10), bus bandwidth, and the\n"
+    "             ratio to a raw MPI_Allreduce of the same bytes in the same\n"
+    "             run.  PowerSGD variants start compressing after 2 warm-up\n"
+    "             steps, with rank R (default 4).  --view uses\n"
+    "             gradient_as_bucket_view (no copies in or out); --csv FILE\n"
+    "             writes the table.\n"
+    "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
+    "             powersgd,batched_powersgd by default\n";
 
 static int bench_casts(size_t mib, int repeats)
 {
@@ -100,34 +127,289 @@ static int bench_casts(size_t mib, int repeats)
     return 0;
 }
 
+
+/* ---- hooks on model gradients ------------------------------------------- */
+
+typedef struct hook_bench {
+    const char *model, *hooks, *plugin_path, *csv;
+    size_t mib;
+    int repeats, rank, view;
+    double cap_mb;
+} hook_bench;
+
+static double barrier_time(void)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    return MPI_Wtime();
+}
+
+/* Median over ranks is not needed: the slowest rank's time is the step's. */
+static double slowest(double t)
+{
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+
+static int bench_one_hook(const hook_bench *hb, const char *hook,
+                          const preset_param *pp, int np, const float *pristine,
+                          size_t total, int rank, double *median_s,
+                          double *wire_per_step)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ddph-bench-%d-%d.ini", (int)getppid(),
+             rank);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    fprintf(f, "[runtime]\nbucket_cap_mb = %.17g\ntimeout_s = 600\n"
+               "gradient_as_bucket_view = %s\n",
+            hb->cap_mb, hb->view ? "true" : "false");
+    if (hb->plugin_path)
+        fprintf(f, "plugin_path = %s\n", hb->plugin_path);
+    fprintf(f, "[hook]\nname = %s\n", hook);
+    /* Options go to [hook.NAME]: NAME is the file's name without .so. */
+    const char *base = strrchr(hook, '/') ? strrchr(hook, '/') + 1 : hook;
+    int len = (int)(strstr(base, ".so") ? strstr(base, ".so") - base
+                                        : (ptrdiff_t)strlen(base));
+    if (strstr(base, "powersgd"))
+        fprintf(f, "[hook.%.*s]\nstart_powerSGD_iter = 2\n"
+                   "matrix_approximation_rank = %d\n",
+                len, base, hb->rank);
+    fclose(f);
+    ddph_ctx *ctx;
+    ddph_model *m;
+    int ok = 0;
+    if (ddph_open(path, NULL, NULL, &ctx) != DDPH_OK)
+        return 0;
+    float *grads = malloc(total * sizeof *grads);
+    float **ptr = calloc((size_t)np, sizeof *ptr);
+    size_t *numel = calloc((size_t)np, sizeof *numel);
+    double *t = calloc((size_t)hb->repeats, sizeof *t);
+    if (!grads || !ptr || !numel || !t ||
+        ddph_model_create(ctx, "bench", &m) != DDPH_OK)
+        goto out;
+    size_t off = 0;
+    for (int i = 0; i < np; i++) {
+        numel[i] = preset_numel(&pp[i], 1);
+        if (ddph_model_add_param(m, pp[i].name, grads + off, pp[i].shape,
+                                 pp[i].ndim, DDPH_F32, DDPH_CPU,
+                                 NULL) != DDPH_OK)
+            goto out;
+        off += numel[i];
+    }
+    if (ddph_model_finalize(m) != DDPH_OK)
+        goto out;
+    for (int i = 0; i < np; i++) {
+        void *p;
+        ddph_model_grad_ptr(m, i, &p);
+        ptr[i] = p;
+    }
+    const int warmup = 3;
+    uint64_t wire0 = 0;
+    for (int s = 0; s < warmup + hb->repeats; s++) {
+        off = 0;
+        for (int i = 0; i < np; i++) { /* fresh gradients, outside the clock */
+            memcpy(ptr[i], pristine + off, numel[i] * sizeof(float));
+            off += numel[i];
+        }
+        if (s == warmup)
+            for (int b = 0; b < ddph_model_bucket_count(m); b++) {
+                ddph_bucket_info info;
+                ddph_model_bucket_info(m, b, &info);
+                wire0 += info.bytes_on_wire;
+            }
+        if (rank == 0)
+            fprintf(stderr, "\r  %-22s step %2d/%d", hook, s + 1,
+                    warmup + hb->repeats);
+        double t0 = barrier_time();
+        if (ddph_step_begin(ctx, &m, 1) != DDPH_OK)
+            goto out;
+        for (int i = np - 1; i >= 0; i--)
+            if (ddph_grad_ready(m, i) != DDPH_OK)
+                goto out;
+        if (ddph_step_wait(ctx) != DDPH_OK)
+            goto out;
+        double dt = slowest(MPI_Wtime() - t0);
+        if (ddph_step_end(ctx) != DDPH_OK)
+            goto out;
+        if (s >= warmup)
+            t[s - warmup] = dt;
+    }
+    uint64_t wire = 0;
+    for (int b = 0; b < ddph_model_bucket_count(m); b++) {
+        ddph_bucket_info info;
+        ddph_model_bucket_info(m, b, &info);
+        wire += info.bytes_on_wire;
+    }
+    *wire_per_step = (double)(wire - wire0) / hb->repeats;
+    *median_s = median(t, hb->repeats);
+    ok = 1;
+out:
+    if (!ok)
+        fprintf(stderr, "\nddphook bench: %s: %s\n", hook, ddph_last_error(ctx));
+    ddph_close(ctx);
+    unlink(path);
+    free(grads);
+    free(ptr);
+    free(numel);
+    free(t);
+    return ok;
+}
+
+static int bench_hooks(const hook_bench *hb)
+{
+    int inited = 0, provided, rank, world;
+    MPI_Initialized(&inited);
+    if (!inited)
+        MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    preset_param *pp = NULL;
+    int np = 0;
+    char label[64];
+    if (hb->mib) {
+        pp = calloc(1, sizeof *pp);
+        np = 1;
+        size_t n = hb->mib * 1048576 / 4;
+        *pp = (preset_param){"matrix", {1024, (int64_t)(n / 1024)}, 2};
+        snprintf(label, sizeof label, "one 1024 x %zu matrix", n / 1024);
+    } else if (!preset_load(hb->model, &pp, &np)) {
+        if (rank == 0)
+            fprintf(stderr, "ddphook bench: unknown model '%s' (gpt2-124m, "
+                            "resnet50, mlp)\n",
+                    hb->model);
+        MPI_Finalize();
+        return 2;
+    } else {
+        snprintf(label, sizeof label, "%s", hb->model);
+    }
+    size_t total = preset_numel(pp, np);
+    float *pristine = malloc(total * sizeof *pristine);
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(rank + 1);
+    for (size_t i = 0; i < total; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        pristine[i] = (float)((double)(x >> 11) / 9007199254740992.0) - 0.5f;
+    }
+    /* Baseline: a raw MPI_Allreduce of the same bytes. */
+    float *raw = malloc(total * sizeof *raw);
+    double *t = calloc((size_t)hb->repeats, sizeof *t);
+    for (int s = 0; s < hb->repeats + 1; s++) {
+        memcpy(raw, pristine, total * sizeof *raw);
+        double t0 = barrier_time();
+        MPI_Allreduce(MPI_IN_PLACE, raw, (int)total, MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+        double dt = slowest(MPI_Wtime() - t0);
+        if (s > 0)
+            t[s - 1] = dt;
+    }
+    double base = median(t, hb->repeats);
+    double bytes = (double)total * 4, bus = 2.0 * (world - 1) / world;
+    FILE *csv = NULL;
+    if (rank == 0) {
+        printf("ddphook bench hooks: %s, %d parameters, %.1f MiB of f32 "
+               "gradients, %d ranks, bucket_cap_mb %g%s, median of %d steps\n",
+               label, np, bytes / 1048576, world, hb->cap_mb,
+               hb->view ? ", gradient_as_bucket_view" : "", hb->repeats);
+        printf("baseline: raw MPI_Allreduce of %.1f MiB: %.2f ms, bus "
+               "bandwidth %.2f GB/s\n\n",
+               bytes / 1048576, base * 1e3, bytes * bus / base / 1e9);
+        printf("%-20s %14s %12s %12s %14s\n", "hook", "bytes/step",
+               "ms/step", "busbw GB/s", "x raw MPI");
+        if (hb->csv && !(csv = fopen(hb->csv, "w")))
+            fprintf(stderr, "ddphook bench: cannot write %s\n", hb->csv);
+        if (csv)
+            fprintf(csv, "hook,bytes_per_step,seconds_per_step,busbw_gbs,"
+                         "ratio_to_mpi\n");
+    }
+    char *list = ddph__strdup(hb->hooks), *save = NULL;
+    int rc = 0;
+    for (char *h = strtok_r(list, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+        double med = 0, wire = 0;
+        if (!bench_one_hook(hb, h, pp, np, pristine, total, rank, &med, &wire)) {
+            rc = 1;
+            continue;
+        }
+        double busbw = wire * bus / med / 1e9;
+        if (rank == 0) {
+            fprintf(stderr, "\r%60s\r", "");
+            printf("%-20s %14.0f %12.2f %12.2f %13.2fx\n", h, wire, med * 1e3,
+                   busbw, base / med);
+            fflush(stdout);
+            if (csv)
+                fprintf(csv, "%s,%.0f,%.6f,%.4f,%.4f\n", h, wire, med, busbw,
+                        base / med);
+        }
+    }
+    if (csv)
+        fclose(csv);
+    free(list);
+    free(pp);
+    free(pristine);
+    free(raw);
+    free(t);
+    if (!inited)
+        MPI_Finalize();
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    size_t mib = 64;
-    int repeats = 7;
+    size_t mib = 0;
+    int repeats = 0;
+    hook_bench hb = {.model = NULL, .hooks = NULL, .rank = 4, .cap_mb = 25};
     static const struct option opts[] = {
         {"mib", required_argument, NULL, 'm'},
         {"repeats", required_argument, NULL, 'r'},
+        {"model", required_argument, NULL, 'M'},
+        {"hooks", required_argument, NULL, 'H'},
+        {"plugin-path", required_argument, NULL, 'p'},
+        {"bucket-cap-mb", required_argument, NULL, 'b'},
+        {"rank", required_argument, NULL, 'R'},
+        {"view", no_argument, NULL, 'v'},
+        {"csv", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'm')
-            mib = (size_t)strtoul(optarg, NULL, 10);
-        else if (c == 'r')
-            repeats = atoi(optarg);
-        else {
+        switch (c) {
+        case 'm': mib = (size_t)strtoul(optarg, NULL, 10); break;
+        case 'r': repeats = atoi(optarg); break;
+        case 'M': hb.model = optarg; break;
+        case 'H': hb.hooks = optarg; break;
+        case 'p': hb.plugin_path = optarg; break;
+        case 'b': hb.cap_mb = atof(optarg); break;
+        case 'R': hb.rank = atoi(optarg); break;
+        case 'v': hb.view = 1; break;
+        case 'c': hb.csv = optarg; break;
+        default:
             fputs(bench_usage, c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
         }
     }
-    if (optind >= argc || mib == 0 || repeats < 1) {
+    if (optind >= argc || repeats < 0 || hb.rank < 1 || hb.cap_mb <= 0) {
         fputs(bench_usage, stderr);
         return 2;
     }
-    if (strcmp(argv[optind], "casts") == 0)
-        return bench_casts(mib, repeats);
-    fprintf(stderr, "ddphook bench: unknown benchmark '%s'\n\n%s",
-            argv[optind], bench_usage);
+    const char *what = argv[optind];
+    if (strcmp(what, "casts") == 0)
+        return bench_casts(mib ? mib : 64, repeats ? repeats : 7);
+    hb.repeats = repeats ? repeats : 10;
+    hb.mib = mib;
+    if (strcmp(what, "hooks") == 0) {
+        hb.model = hb.model ? hb.model : "resnet50";
+        hb.hooks = hb.hooks ? hb.hooks
+                            : "allreduce,fp16,bf16,powersgd,batched_powersgd";
+        return bench_hooks(&hb);
+    }
+    if (strcmp(what, "powersgd") == 0) {
+        hb.model = hb.model ? hb.model : "gpt2-124m";
+        hb.hooks = hb.hooks ? hb.hooks : "allreduce,powersgd,batched_powersgd";
+        return bench_hooks(&hb);
+    }
+    fprintf(stderr, "ddphook bench: unknown benchmark '%s'\n\n%s", what,
+            bench_usage);
     return 2;
 }

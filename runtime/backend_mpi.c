@@ -284,6 +284,52 @@ ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
     return wait_timed(m, &req, "allreduce", err);
 }
 
+ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
+                                   char **out, size_t *total, ddph_err *err)
+{
+    int size = m->world.size, root = m->world.rank == 0;
+    if (n > CHUNK)
+        return ddph__fail(err, DDPH_ERR_INVALID, "gather: too large");
+    int len = (int)n, *lens = root ? calloc((size_t)size, sizeof *lens) : NULL;
+    int *displs = root ? calloc((size_t)size, sizeof *displs) : NULL;
+    if (root && (!lens || !displs)) {
+        free(lens);
+        free(displs);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    MPI_Request req;
+    int rc = MPI_Igather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, m->world.comm,
+                         &req);
+    ddph_status st = rc == MPI_SUCCESS ? wait_timed(m, &req, "gather", err)
+                                       : mpi_fail(err, rc, "MPI_Igather");
+    size_t sum = 0;
+    for (int r = 0; root && r < size; r++) {
+        displs[r] = (int)sum;
+        sum += (size_t)lens[r];
+    }
+    char *all = NULL;
+    if (st == DDPH_OK && root && (sum > CHUNK || !(all = malloc(sum + 1))))
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "gather: %zu bytes", sum);
+    /* Every rank enters the second collective, even if rank 0 failed to
+     * allocate (it then receives nothing useful but does not hang). */
+    if (st == DDPH_OK || (root && st == DDPH_ERR_NOMEM)) {
+        rc = MPI_Igatherv(buf, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0,
+                          m->world.comm, &req);
+        ddph_status st2 = rc == MPI_SUCCESS ? wait_timed(m, &req, "gather", err)
+                                            : mpi_fail(err, rc, "MPI_Igatherv");
+        st = st == DDPH_OK ? st2 : st;
+    }
+    free(lens);
+    free(displs);
+    if (st != DDPH_OK) {
+        free(all);
+        return st;
+    }
+    *out = all;
+    *total = root ? sum : 0;
+    return DDPH_OK;
+}
+
 static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
                          ddph_err *err)
 {

@@ -56,6 +56,11 @@ ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
 ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
                                     ddph_redop op, ddph_err *err);
 
+/* Concatenates every rank's bytes on rank 0 into *out (malloc'd, rank
+ * order; NULL elsewhere). */
+ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
+                                   char **out, size_t *total, ddph_err *err);
+
 ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
                             int key, struct ddph_group **out, ddph_err *err);
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,

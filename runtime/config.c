@@ -57,6 +57,8 @@ static const key_spec key_table[] = {
     {.section = "runtime", .key = "allow_insecure_plugins", .type = K_BOOL,
      .offset = AT(allow_insecure_plugins),
      .doc = "load plugins from files or folders others can write"},
+    {.section = "runtime", .key = "trace", .type = K_STRING,
+     .offset = AT(trace), .doc = "write a Chrome/Perfetto timeline here"},
     {.section = "accumulate", .key = "steps", .type = K_INT,
      .offset = AT(accumulate_steps), .min = 1, .max = INT_MAX,
      .doc = "backward passes per synchronisation"},
@@ -319,7 +321,8 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
         char *v;
         if (strcmp(k->key, "plugin_path") == 0)
             v = resolve_path_list(ps, value);
-        else if (strcmp(k->key, "name") == 0 && strchr(value, '/'))
+        else if ((strcmp(k->key, "name") == 0 && strchr(value, '/')) ||
+                 strcmp(k->key, "trace") == 0)
             v = resolve_path(ps, value);
         else
             v = ddph__strdup(value);
@@ -576,6 +579,7 @@ void ddph__config_free(ddph_config *cfg)
     free(cfg->path);
     free(cfg->plugin_path);
     free(cfg->hook_name);
+    free(cfg->trace);
     for (size_t i = 0; i < cfg->nhook_sections; i++) {
         ddph_hook_section *hs = &cfg->hook_sections[i];
         for (size_t j = 0; j < hs->nkv; j++) {
@@ -622,6 +626,10 @@ void ddph__config_print(const ddph_config *cfg, FILE *out)
         if (strcmp(section, k->section) != 0) {
             fprintf(out, "%s[%s]\n", i ? "\n" : "", k->section);
             section = k->section;
+        }
+        if (k->type == K_STRING && !*(char *const *)(base + k->offset)) {
+            fprintf(out, "; %s = (not set)  ; %s\n", k->key, k->doc);
+            continue;
         }
         fprintf(out, "%s = ", k->key);
         switch (k->type) {

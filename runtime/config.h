@@ -55,6 +55,7 @@ typedef struct ddph_config {
     char *plugin_path; /* ':'-separated directories */
     double timeout_s;
     int allow_insecure_plugins;
+    char *trace; /* Chrome/Perfetto timeline file, or NULL */
 
     /* [accumulate] */
     int accumulate_steps;

@@ -35,6 +35,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     if (!ctx)
         return DDPH_ERR_NOMEM;
     ddph__logger_init(&ctx->log);
+    ddph__timeline_init(&ctx->timeline, 0);
     pthread_mutex_init(&ctx->mu, NULL);
     pthread_cond_init(&ctx->work, NULL);
     pthread_cond_init(&ctx->done, NULL);
@@ -51,6 +52,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         ctx->mpi_up = st == DDPH_OK;
         ctx->log.rank = ctx->mpi_up ? ctx->mpi.world.rank : -1;
     }
+    ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = ddph__reducer_start(ctx, &e);
     if (st != DDPH_OK) {
@@ -67,6 +69,16 @@ void ddph_close(ddph_ctx *ctx)
     if (!ctx)
         return;
     ddph__reducer_stop(ctx);
+    if (ctx->timeline.enabled && ctx->mpi_up) {
+        ddph_err e;
+        if (ddph__timeline_write(&ctx->timeline, &ctx->mpi, ctx->cfg.trace,
+                                 &e) != DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
+        else if (ctx->mpi.world.rank == 0)
+            ddph__log(&ctx->log, DDPH_LOG_INFO, "timeline written to %s",
+                      ctx->cfg.trace);
+    }
+    ddph__timeline_free(&ctx->timeline);
     for (int i = 0; i < ctx->nmodels; i++) {
         ddph_model *m = ctx->models[i];
         if (m->window > 0)
@@ -164,6 +176,8 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     ctx->nstep_models = n;
     ctx->syncs = decide_sync(ctx, models, n, flags);
     ctx->in_step = 1;
+    ctx->step_start = ddph__timeline_now(&ctx->timeline);
+    ctx->step_count++;
     ctx->waited = 0;
     for (int i = 0; i < n; i++) {
         models[i]->in_step = 1;
@@ -212,7 +226,13 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
         return DDPH_OK;
     }
     ddph_err e;
+    double wait_start = ddph__timeline_now(&ctx->timeline);
     ddph_status st = ddph__reducer_wait(ctx, &e);
+    ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, wait_start,
+                          "step_wait");
+    ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, ctx->step_start,
+                          "step %llu (synchronised)",
+                          (unsigned long long)ctx->step_count - 1);
     for (int i = 0; i < ctx->nstep_models; i++) {
         ctx->step_models[i]->window = 0;
         ctx->step_models[i]->iteration++;

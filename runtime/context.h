@@ -15,6 +15,7 @@
 #include "config.h"
 #include "hook.h"
 #include "log.h"
+#include "timeline.h"
 #include "util.h"
 
 typedef struct ddph_param {
@@ -86,6 +87,9 @@ struct ddph_ctx {
     ddph_model **models;
     int nmodels;
     char error[DDPH__ERR_LEN];
+    ddph_timeline timeline;
+    uint64_t step_count;  /* steps begun, for the timeline */
+    double step_start;    /* timeline clock at step_begin */
 
     /* The current step. */
     ddph_model **step_models;

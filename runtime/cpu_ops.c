@@ -114,6 +114,9 @@ static void store(void *p, ddph_dtype t, size_t i, double v)
     }
 }
 
+/* Elements per block when half types are widened to float on the stack. */
+#define HALF_BLOCK 512
+
 static int valid_dtype(ddph_dtype t)
 {
     return (unsigned)t < DDPH_DTYPE_COUNT;
@@ -161,9 +164,22 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
     }
     case DDPH_F16:
     case DDPH_BF16: {
-        float d = (float)divisor;
-        for (size_t i = 0; i < n; i++)
-            store(buf, dtype, i, (float)load(buf, dtype, i) / d);
+        /* Widen a block with the vector casts, divide in float, round back:
+         * the same single rounding as element by element. */
+        float d = (float)divisor, tmp[HALF_BLOCK];
+        ddph_cast_kind up = dtype == DDPH_F16 ? DDPH_CAST_F16_F32
+                                              : DDPH_CAST_BF16_F32;
+        ddph_cast_kind down = dtype == DDPH_F16 ? DDPH_CAST_F32_F16
+                                                : DDPH_CAST_F32_BF16;
+        ddph_simd_path path = ddph__simd_best();
+        uint16_t *h = buf;
+        for (size_t i = 0; i < n; i += HALF_BLOCK) {
+            size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+            ddph__cast_run(path, up, h + i, tmp, k);
+            for (size_t j = 0; j < k; j++)
+                tmp[j] /= d;
+            ddph__cast_run(path, down, tmp, h + i, k);
+        }
         return DDPH_OK;
     }
     case DDPH_DTYPE_COUNT:
@@ -196,10 +212,24 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
             }                                                                \
             return;                                                          \
         }                                                                    \
-        for (size_t i = 0; i < n; i++) {                                     \
-            float u = (float)load(a, dtype, i), v = (float)load(b, dtype, i); \
-            float r = (expr);                                                \
-            store(a, dtype, i, r);                                           \
+        /* Half types: blocks widened with the vector casts. */           \
+        float ua[HALF_BLOCK], vb[HALF_BLOCK];                                \
+        ddph_cast_kind up = dtype == DDPH_F16 ? DDPH_CAST_F16_F32            \
+                                              : DDPH_CAST_BF16_F32;          \
+        ddph_cast_kind down = dtype == DDPH_F16 ? DDPH_CAST_F32_F16          \
+                                                : DDPH_CAST_F32_BF16;        \
+        ddph_simd_path path = ddph__simd_best();                             \
+        uint16_t *ha = a;                                                    \
+        const uint16_t *hb = b;                                              \
+        for (size_t i = 0; i < n; i += HALF_BLOCK) {                         \
+            size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;              \
+            ddph__cast_run(path, up, ha + i, ua, k);                         \
+            ddph__cast_run(path, up, hb + i, vb, k);                         \
+            for (size_t j = 0; j < k; j++) {                                 \
+                float u = ua[j], v = vb[j];                                  \
+                ua[j] = (expr);                                              \
+            }                                                                \
+            ddph__cast_run(path, down, ua, ha + i, k);                       \
         }                                                                    \
     }
 

@@ -14,6 +14,7 @@
 #include "loader.h"
 #include "log.h"
 #include "options.h"
+#include "timeline.h"
 
 typedef struct ddph_hook {
     ddph_plugin *plugin;
@@ -24,6 +25,7 @@ typedef struct ddph_hook {
     ddph_mpi *mpi;
     const ddph_logger *log;
     char *model;           /* for messages */
+    ddph_timeline *timeline; /* the job's, for collective spans */
     char prefix[160];      /* "hook 'x' (model 'm'): " for its log lines */
     /* Per call: set by the runtime around each plugin call. */
     uint64_t call_bytes;   /* bytes handed to collectives */

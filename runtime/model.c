@@ -214,8 +214,10 @@ ddph_status ddph_model_finalize(ddph_model *m)
     e.msg[0] = '\0';
     ddph_status st = ddph__hook_create(&ctx->cfg, hook, wrapper, m->name,
                                        &ctx->mpi, &ctx->log, &m->hook, &e);
-    if (st == DDPH_OK)
+    if (st == DDPH_OK) {
+        m->hook->timeline = &ctx->timeline;
         st = build_buckets(m, &e);
+    }
     if (st != DDPH_OK)
         ddph__err_prefix(&e, "model '%s'", m->name);
     /* Every rank takes part, even one that failed above, so that nobody

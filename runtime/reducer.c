@@ -32,7 +32,11 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
     };
     ddph_err e;
     uint64_t bytes = 0;
+    double t0 = ddph__timeline_now(&ctx->timeline);
     ddph_status st = ddph__hook_on_bucket(m->hook, &view, b->scratch, &bytes, &e);
+    ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMM, t0,
+                          "hook %s: %s bucket %d", m->hook->plugin->api.name,
+                          m->name, index);
     char *message = NULL;
     if (st != DDPH_OK) {
         size_t n = strlen(e.msg) + 256;
@@ -160,6 +164,10 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
     while (ok && m->next_launch < m->nbuckets &&
            m->buckets[m->next_launch].pending == 0) {
         ok = enqueue(ctx, m, m->next_launch);
+        if (ok)
+            ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, -1,
+                                  "%s bucket %d ready", m->name,
+                                  m->next_launch);
         m->next_launch += ok;
         launched += ok;
     }

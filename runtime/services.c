@@ -49,15 +49,32 @@ static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
     return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
 }
 
+/* A collective's span on the communication track of the timeline. */
+static ddph_status traced(ddph_hook *h, const char *what, size_t count,
+                          ddph_dtype dtype, double start, ddph_status st)
+{
+    if (h->timeline)
+        ddph__timeline_record(h->timeline, DDPH_TRACK_COMM, start,
+                              "%s %zu x %s", what, count,
+                              ddph__dtype_name(dtype));
+    return st;
+}
+
+static double span_start(const ddph_hook *h)
+{
+    return h->timeline ? ddph__timeline_now(h->timeline) : 0;
+}
+
 static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
                                  void *buf, size_t count, ddph_dtype dtype,
                                  ddph_redop op)
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    double t0 = span_start(h);
     h->call_bytes += count * ddph__dtype_size(dtype);
-    return keep(h, ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e),
-                &e);
+    ddph_status st = ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
+    return traced(h, "allreduce", count, dtype, t0, keep(h, st, &e));
 }
 
 static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
@@ -66,10 +83,10 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    double t0 = span_start(h);
     h->call_bytes += count * ddph__dtype_size(dtype);
-    return keep(h,
-                ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype, &e),
-                &e);
+    ddph_status st = ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype, &e);
+    return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
 }
 
 static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
@@ -78,11 +95,11 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    double t0 = span_start(h);
     if (g->rank == root)
         h->call_bytes += count * ddph__dtype_size(dtype);
-    return keep(h,
-                ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e),
-                &e);
+    ddph_status st = ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
+    return traced(h, "broadcast", count, dtype, t0, keep(h, st, &e));
 }
 
 static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
@@ -92,11 +109,11 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    double t0 = span_start(h);
     h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
-    return keep(h,
-                ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count, dtype,
-                                         op, &e),
-                &e);
+    ddph_status st = ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count,
+                                              dtype, op, &e);
+    return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
 }
 
 static ddph_status svc_cast(const ddph_services *s, const void *src,

@@ -23,6 +23,8 @@
  *             otherwise; NO_SYNC, FORCE_SYNC, END_OF_DATA, sync_each_batch
  * two-models  two models in one step with different hooks (powersgd,
  *             fp16) share the decision; [model.NAME] accumulate_steps
+ * trace       [runtime] trace = FILE: rank 0 writes one Chrome trace with
+ *             every rank's buckets, hook calls and collectives
  * local-sgd   the post_localsgd example hook ($DDPH_TEST_LOCALSGD) on 4
  *             ranks: parameters identical on all ranks exactly on
  *             averaging steps, within subgroups of 2 otherwise; then the
@@ -742,6 +744,50 @@ static void run_two_models(void)
     ddph_close(ctx);
 }
 
+
+static void run_trace(void)
+{
+    char path[256], extra[300];
+    snprintf(path, sizeof path, "/tmp/ddph-trace-%d.json", (int)getppid());
+    snprintf(extra, sizeof extra, "trace = %s", path);
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra), NULL,
+                    NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        for (int i = NP - 1; i >= 0; i--)
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    ddph_close(ctx);
+    if (g_rank == 0) {
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL, "%s was not written", path);
+        static char text[1 << 20];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        char want[128];
+        snprintf(want, sizeof want, "\"name\":\"rank %d\"", world - 1);
+        const char *needles[] = {"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[",
+                                 "\"name\":\"hook allreduce: net bucket 0\"",
+                                 "\"name\":\"net bucket 2 ready\"",
+                                 "\"name\":\"allreduce ", "step_wait",
+                                 "\"name\":\"communication\"", want, "\n]}\n"};
+        for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
+            CHECK(strstr(text, needles[i]), "trace lacks %s", needles[i]);
+        unlink(path);
+    }
+    for (int i = 0; i < NP; i++)
+        free(fx.grads[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -772,6 +818,8 @@ int main(int argc, char **argv)
         run_accumulate();
     else if (strcmp(s, "two-models") == 0)
         run_two_models();
+    else if (strcmp(s, "trace") == 0)
+        run_trace();
     else if (strcmp(s, "local-sgd") == 0)
         run_local_sgd();
     else if (strcmp(s, "fp16-overflow") == 0)

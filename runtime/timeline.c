@@ -1,0 +1,138 @@
+/* timeline.c: see timeline.h. */
+#include "build-config.h"
+
+#include "timeline.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend_mpi.h"
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ddph__timeline_init(ddph_timeline *tl, int enabled)
+{
+    memset(tl, 0, sizeof *tl);
+    tl->enabled = enabled;
+    pthread_mutex_init(&tl->mu, NULL);
+    tl->origin = wall();
+}
+
+void ddph__timeline_free(ddph_timeline *tl)
+{
+    free(tl->ev);
+    pthread_mutex_destroy(&tl->mu);
+    memset(tl, 0, sizeof *tl);
+}
+
+double ddph__timeline_now(const ddph_timeline *tl)
+{
+    return tl->enabled ? wall() - tl->origin : 0;
+}
+
+void ddph__timeline_record(ddph_timeline *tl, int track, double start,
+                           const char *fmt, ...)
+{
+    if (!tl->enabled)
+        return;
+    double now = ddph__timeline_now(tl);
+    ddph_trace_event e = {.track = track,
+                          .ts = (start < 0 ? now : start) * 1e6,
+                          .dur = start < 0 ? -1 : (now - start) * 1e6};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.name, sizeof e.name, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&tl->mu);
+    if (tl->n == tl->cap) {
+        size_t cap = tl->cap ? 2 * tl->cap : 1024;
+        ddph_trace_event *ev = realloc(tl->ev, cap * sizeof *ev);
+        if (!ev) { /* drop the event rather than fail the step */
+            pthread_mutex_unlock(&tl->mu);
+            return;
+        }
+        tl->ev = ev;
+        tl->cap = cap;
+    }
+    tl->ev[tl->n++] = e;
+    pthread_mutex_unlock(&tl->mu);
+}
+
+/* This rank's events as JSON objects, each followed by ",\n". */
+static char *serialize(const ddph_timeline *tl, int rank, double shift_us,
+                       size_t *len)
+{
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f)
+        return NULL;
+    static const char *const tracks[] = {"compute", "communication"};
+    for (int t = 0; t < 2; t++)
+        fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\","
+                   "\"args\":{\"name\":\"%s\"}},\n",
+                rank, t, tracks[t]);
+    fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":"
+               "{\"name\":\"rank %d\"}},\n",
+            rank, rank);
+    for (size_t i = 0; i < tl->n; i++) {
+        const ddph_trace_event *e = &tl->ev[i];
+        if (e->dur < 0)
+            fprintf(f, "{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,"
+                       "\"ts\":%.3f,\"name\":\"%s\"},\n",
+                    rank, e->track, e->ts + shift_us, e->name);
+        else
+            fprintf(f, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                       "\"dur\":%.3f,\"name\":\"%s\"},\n",
+                    rank, e->track, e->ts + shift_us, e->dur, e->name);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+ddph_status ddph__timeline_write(ddph_timeline *tl, ddph_mpi *mpi,
+                                 const char *path, ddph_err *err)
+{
+    /* One time axis: every rank's origin relative to the earliest. */
+    double first = tl->origin;
+    ddph_status st = ddph__mpi_allreduce(mpi, &mpi->world, &first, 1, DDPH_F64,
+                                         DDPH_MIN, err);
+    if (st != DDPH_OK)
+        return st;
+    size_t len = 0;
+    char *mine = serialize(tl, mpi->world.rank, (tl->origin - first) * 1e6, &len);
+    if (!mine)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "trace: out of memory");
+    char *all = NULL;
+    size_t total = 0;
+    st = ddph__mpi_gather_bytes(mpi, mine, len, &all, &total, err);
+    free(mine);
+    if (st != DDPH_OK || mpi->world.rank != 0)
+        return st;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(all);
+        return ddph__fail(err, DDPH_ERR_IO, "trace %s: %s", path,
+                          strerror(errno));
+    }
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+    /* Drop the last ",\n" so the array is valid JSON. */
+    if (total >= 2)
+        fwrite(all, 1, total - 2, f);
+    fputs("\n]}\n", f);
+    free(all);
+    if (fclose(f) != 0)
+        return ddph__fail(err, DDPH_ERR_IO, "trace %s: write failed", path);
+    return DDPH_OK;
+}
