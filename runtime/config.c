@@ -59,6 +59,9 @@ static const key_spec key_table[] = {
      .doc = "load plugins from files or folders others can write"},
     {.section = "runtime", .key = "trace", .type = K_STRING,
      .offset = AT(trace), .doc = "write a Chrome/Perfetto timeline here"},
+    {.section = "runtime", .key = "check_finite", .type = K_BOOL,
+     .offset = AT(check_finite),
+     .doc = "report the first NaN/Inf gradient (bucket, parameter)"},
     {.section = "accumulate", .key = "steps", .type = K_INT,
      .offset = AT(accumulate_steps), .min = 1, .max = INT_MAX,
      .doc = "backward passes per synchronisation"},
@@ -522,16 +525,23 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
 ddph_status ddph__config_load(const char *path, ddph_config *cfg,
                               ddph_err *err)
 {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        memset(cfg, 0, sizeof *cfg);
+        return ddph__fail(err, DDPH_ERR_CONFIG, "%s: cannot open job file: %s",
+                          path, strerror(errno));
+    }
+    ddph_status st = ddph__config_parse(f, path, cfg, err);
+    fclose(f);
+    return st;
+}
+
+ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
+                               ddph_err *err)
+{
     ddph_status st = ddph__config_defaults(cfg, err);
     if (st != DDPH_OK)
         return st;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        st = ddph__fail(err, DDPH_ERR_CONFIG, "%s: cannot open job file: %s",
-                        path, strerror(errno));
-        ddph__config_free(cfg);
-        return st;
-    }
     parse_state ps = {.file = f, .path = path, .cfg = cfg, .err = err,
                       .status = DDPH_OK};
     const char *slash = strrchr(path, '/');
@@ -554,7 +564,6 @@ ddph_status ddph__config_load(const char *path, ddph_config *cfg,
     if (ps.status == DDPH_OK && rc < 0)
         ps.status = ddph__fail(err, DDPH_ERR_NOMEM, "%s: inih failed (%d)",
                                path, rc);
-    fclose(f);
     for (size_t i = 0; i < ps.nseen; i++) {
         free(ps.seen[i].section);
         free(ps.seen[i].key);

@@ -56,6 +56,7 @@ typedef struct ddph_config {
     double timeout_s;
     int allow_insecure_plugins;
     char *trace; /* Chrome/Perfetto timeline file, or NULL */
+    int check_finite;
 
     /* [accumulate] */
     int accumulate_steps;
@@ -78,6 +79,10 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err);
  * freed and err names file and line. */
 ddph_status ddph__config_load(const char *path, ddph_config *cfg,
                               ddph_err *err);
+/* The same from an open stream; `name` is used in messages and to
+ * resolve relative paths. */
+ddph_status ddph__config_parse(FILE *f, const char *name, ddph_config *cfg,
+                               ddph_err *err);
 void ddph__config_free(ddph_config *cfg);
 
 /* The [hook.NAME] section for `hook`, or NULL. */

@@ -71,6 +71,7 @@ struct ddph_model {
     uint64_t iteration; /* synchronised steps so far */
     uint64_t steps;     /* optimizer steps so far */
     int in_step;
+    char nonfinite[512]; /* check_finite: the first report of the step */
 };
 
 /* One job of the queue the communication thread serves. */

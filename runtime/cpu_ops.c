@@ -114,6 +114,17 @@ static void store(void *p, ddph_dtype t, size_t i, double v)
     }
 }
 
+int ddph__cpu_all_finite(const void *buf, ddph_dtype dtype, size_t n,
+                         size_t *first_bad)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(load(buf, dtype, i))) {
+            *first_bad = i;
+            return 0;
+        }
+    return 1;
+}
+
 /* Elements per block when half types are widened to float on the stack. */
 #define HALF_BLOCK 512
 

@@ -23,6 +23,9 @@ ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
 /* buf[i] /= divisor in the buffer's dtype. */
 ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
                              double divisor, ddph_err *err);
+/* 1 when every element is finite; else 0 and the first bad index. */
+int ddph__cpu_all_finite(const void *buf, ddph_dtype dtype, size_t n,
+                         size_t *first_bad);
 /* Element-wise a[i] += b[i] in dtype (half types rounded after each add). */
 void ddph__cpu_add(void *a, const void *b, ddph_dtype dtype, size_t n);
 void ddph__cpu_max(void *a, const void *b, ddph_dtype dtype, size_t n);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "cpu_ops.h"
 
 static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
 {
@@ -106,6 +107,7 @@ void ddph__reducer_stop(ddph_ctx *ctx)
 
 void ddph__reducer_begin(ddph_model *m)
 {
+    m->nonfinite[0] = '\0';
     for (int i = 0; i < m->nparams; i++)
         m->params[i].ready = 0;
     for (int b = 0; b < m->nbuckets; b++) {
@@ -157,6 +159,17 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
     if (!ctx->cfg.gradient_as_bucket_view) {
         size_t es = ddph__dtype_size(p->dtype);
         memcpy((char *)b->storage + p->offset * es, p->grad, p->numel * es);
+    }
+    if (ctx->cfg.check_finite) {
+        size_t at;
+        if (!ddph__cpu_all_finite(p->grad, p->dtype, p->numel, &at)) {
+            /* Still launch: the other ranks must not wait for this one. */
+            if (!m->nonfinite[0])
+                snprintf(m->nonfinite, sizeof m->nonfinite,
+                         "model '%s' bucket %d (rank %d): gradient of '%s' is "
+                         "not finite at element %zu (check_finite = true)",
+                         m->name, p->bucket, ctx->mpi.world.rank, p->name, at);
+        }
     }
     pthread_mutex_lock(&ctx->mu);
     b->pending--;
@@ -222,6 +235,10 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                 pthread_cond_wait(&ctx->done, &ctx->mu);
     }
     pthread_mutex_unlock(&ctx->mu);
+    for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
+        if (ctx->step_models[k]->nonfinite[0])
+            st = ddph__fail(err, DDPH_ERR_NONFINITE, "%s",
+                            ctx->step_models[k]->nonfinite);
     for (int k = 0; k < ctx->nstep_models; k++) {
         ddph_model *m = ctx->step_models[k];
         for (int b = 0; b < m->next_launch; b++) {

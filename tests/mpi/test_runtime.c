@@ -25,6 +25,12 @@
  *             fp16) share the decision; [model.NAME] accumulate_steps
  * trace       [runtime] trace = FILE: rank 0 writes one Chrome trace with
  *             every rank's buckets, hook calls and collectives
+ * nonfinite   a NaN on rank 0 propagates to every rank by default; with
+ *             check_finite = true rank 0's step_wait names bucket and
+ *             parameter
+ * rank-dies   the last rank exits mid-step (run with mpiexec
+ *             -disable-auto-cleanup): the others report a timeout naming
+ *             bucket, hook and rank, then exit non-zero themselves
  * local-sgd   the post_localsgd example hook ($DDPH_TEST_LOCALSGD) on 4
  *             ranks: parameters identical on all ranks exactly on
  *             averaging steps, within subgroups of 2 otherwise; then the
@@ -788,6 +794,88 @@ static void run_trace(void)
         free(fx.grads[i]);
 }
 
+
+static void nonfinite_run(int check)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                        check ? "check_finite = true" : NULL),
+                    NULL, NULL, &ctx) == DDPH_OK,
+          "open failed");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    for (int i = NP - 1; i >= 0; i--) {
+        for (size_t k = 0; k < fx.numel[i]; k++)
+            fx.grads[i][k] = 1.0f;
+        if (g_rank == 0 && i == 2)
+            fx.grads[i][7] = 0.0f / 0.0f;
+        CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    }
+    ddph_status st = ddph_step_wait(ctx);
+    if (check && g_rank == 0) {
+        CHECK(st == DDPH_ERR_NONFINITE, "%s", ddph_status_name(st));
+        CHECK(strstr(ddph_last_error(ctx), "model 'net' bucket 1 (rank 0): "
+                                           "gradient of 'p2' is not finite at "
+                                           "element 7"),
+              "%s", ddph_last_error(ctx));
+    } else {
+        CHECK(st == DDPH_OK, "%s", ddph_last_error(ctx));
+        /* Propagated faithfully: NaN exactly where it was, on every rank. */
+        CHECK(isnan(fx.grads[2][7]) && fx.grads[2][6] == 1.0f,
+              "p2[7] = %g, p2[6] = %g", fx.grads[2][7], fx.grads[2][6]);
+    }
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    ddph_close(ctx);
+    for (int i = 0; i < NP; i++)
+        free(fx.grads[i]);
+}
+
+static void run_nonfinite(void)
+{
+    nonfinite_run(0);
+    nonfinite_run(1);
+}
+
+static void run_rank_dies(void)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                        "timeout_s = 2"),
+                    NULL, NULL, &ctx) == DDPH_OK,
+          "open failed");
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    for (int s = 0; s < 3; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        if (s == 1 && g_rank == world - 1) {
+            fprintf(stderr, "rank %d: exiting mid-step on purpose\n", g_rank);
+            _exit(3);
+        }
+        double t0 = MPI_Wtime();
+        for (int i = NP - 1; i >= 0; i--)
+            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        ddph_status st = ddph_step_wait(ctx);
+        if (st != DDPH_OK) {
+            double took = MPI_Wtime() - t0;
+            fprintf(stderr, "rank %d: step %d failed after %.1f s: %s\n",
+                    g_rank, s, took, ddph_last_error(ctx));
+            CHECK(st == DDPH_ERR_TIMEOUT || st == DDPH_ERR_BACKEND, "%s",
+                  ddph_status_name(st));
+            /* Within timeout_s per outstanding bucket plus a margin. */
+            CHECK(took < 3 * 2.0 + 5, "took %.1f s", took);
+            fflush(stderr);
+            _exit(4); /* a job that lost a rank ends, non-zero */
+        }
+        CHECK(s == 0, "step %d succeeded without the last rank", s);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    _exit(5);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -820,6 +908,10 @@ int main(int argc, char **argv)
         run_two_models();
     else if (strcmp(s, "trace") == 0)
         run_trace();
+    else if (strcmp(s, "nonfinite") == 0)
+        run_nonfinite();
+    else if (strcmp(s, "rank-dies") == 0)
+        run_rank_dies();
     else if (strcmp(s, "local-sgd") == 0)
         run_local_sgd();
     else if (strcmp(s, "fp16-overflow") == 0)

@@ -30,7 +30,8 @@ extern "C" {
     X(ERR_STATE, -12, "call out of order")                                   \
     X(ERR_UNSUPPORTED, -13, "not supported")                                 \
     X(ERR_INSECURE, -14, "plugin location is writable by other users")       \
-    X(ERR_TRACE, -15, "invalid gradient trace")
+    X(ERR_TRACE, -15, "invalid gradient trace")                              \
+    X(ERR_NONFINITE, -16, "a gradient is NaN or infinite")
 
 typedef enum ddph_status {
 #define DDPH__STATUS_ENUM(name, value, msg) DDPH_##name = value,

@@ -1,0 +1,68 @@
+#!/bin/sh
+# bad_input.sh: bad input gets a clear error and loses nothing.
+#  - the fuzz regression inputs and the shipped configs replay without a
+#    crash (tests/fuzz/fuzz_replay);
+#  - job files: a 100 MB line, a 100 MB file of comments, a directory;
+#  - gradient traces for `ddphook replay`: a truncated step file, a shape
+#    that does not match trace.ini, a missing trace.ini, a world-size
+#    mismatch: each a specific message.
+set -u
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+S=${DDPH_TEST_SRCDIR:?}
+OUT="$B/tests/out/bad_input"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pass=0
+fail=0
+# expect NAME PATTERN COMMAND...: the command fails and prints PATTERN.
+expect() {
+    name=$1; pattern=$2; shift 2
+    if out=$("$@" </dev/null 2>&1); then
+        fail=$((fail + 1)); echo "FAIL: $name: accepted"; return
+    fi
+    if printf '%s\n' "$out" | grep -q -- "$pattern"; then
+        pass=$((pass + 1)); echo "PASS: $name"
+    else
+        fail=$((fail + 1)); echo "FAIL: $name: no '$pattern' in:"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+if out=$("$B/tests/fuzz/fuzz_replay" "$S"/tests/fuzz/regressions/* "$S"/examples/configs/*.ini 2>&1); then
+    pass=$((pass + 1)); echo "PASS: $out"
+else
+    fail=$((fail + 1)); echo "FAIL: fuzz regressions: $out"
+fi
+# 100 MB on one line, then 100 MB of short comment lines.
+{ printf '[runtime]\nplugin_path = '; head -c 104857600 /dev/zero | tr '\0' a; printf '\n'; } > "$OUT/long.ini"
+expect "100 MB line" "long.ini:2: line longer than 197 characters" \
+    "$B/ddphook" check "$OUT/long.ini"
+{ printf '[runtime]\n'; yes '; a comment line of forty-odd characters...' | head -c 104857600; printf '\ntimeout_s = x\n'; } > "$OUT/big.ini"
+lines=$(wc -l < "$OUT/big.ini")
+expect "100 MB file" "big.ini:$((lines)): \[runtime\] timeout_s = 'x' is not a number" \
+    "$B/ddphook" check "$OUT/big.ini"
+rm -f "$OUT/long.ini" "$OUT/big.ini"
+expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"
+
+if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
+    job="$OUT/job.ini"
+    printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n' "$DDPH_TEST_PLUGIN_DIR" > "$job"
+    "$B/tests/tools/make_trace" "$OUT/t" 2 2 1 w=4,3 b=4
+    cp -R "$OUT/t" "$OUT/trunc"
+    head -c 30 "$OUT/t/rank1.step1.f32" > "$OUT/trunc/rank1.step1.f32"
+    expect "truncated step file" "rank1.step1.f32 has 30 bytes; trace.ini's parameters make 16 floats = 64 bytes" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trunc" --out "$OUT/o1"
+    cp -R "$OUT/t" "$OUT/shape"
+    sed -i 's/shape = 4,3/shape = 4,4/' "$OUT/shape/trace.ini"
+    expect "shape mismatch" "rank0.step0.f32 has 64 bytes; trace.ini's parameters make 20 floats = 80 bytes" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/shape" --out "$OUT/o2"
+    cp -R "$OUT/t" "$OUT/badshape"
+    sed -i 's/shape = 4,3/shape = 4,x/' "$OUT/badshape/trace.ini"
+    expect "malformed shape" "shape = '4,x' is not a,b,... of non-negative integers" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/badshape" --out "$OUT/o3"
+    expect "missing trace.ini" "trace.ini: cannot open" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/nothing" --out "$OUT/o4"
+    expect "world size mismatch" "the trace was captured on 2 ranks; this run has 1" \
+        "$MPIEXEC" -n 1 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/o5"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
