@@ -28,6 +28,7 @@
 static const char usage[] =
     "usage: [mpiexec -n W] ddphook-plugin-test PLUGIN.so [--option KEY=VALUE]...\n"
     "                      [--rtol R] [--steps N] [--valgrind]\n"
+    "                      [--suppressions FILE]\n"
     "\n"
     "Checks a hook plugin against the ABI contract and prints a pass/fail\n"
     "table: entry symbol and ABI numbers, struct_size, required members,\n"
@@ -41,7 +42,9 @@ static const char usage[] =
     "                 (default 1e-5; a compressing hook needs more)\n"
     "  --steps N      steps per run (default 6)\n"
     "  --valgrind     re-run this test under valgrind --leak-check=full and\n"
-    "                 fail on any leak or error\n";
+    "                 fail on any leak or error (MPICH's own start-up\n"
+    "                 allocations are suppressed with the installed\n"
+    "                 valgrind.supp, or --suppressions FILE)\n";
 
 typedef struct tester {
     const char *plugin;
@@ -422,18 +425,33 @@ static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
                         "(or it never communicates)");
 }
 
-static int rerun_under_valgrind(int argc, char **argv)
+#ifndef DDPH_DATA_DIR
+#define DDPH_DATA_DIR "/usr/local/share/ddphook"
+#endif
+
+static int rerun_under_valgrind(int argc, char **argv, const char *supp)
 {
     char **args = calloc((size_t)argc + 8, sizeof *args);
+    static char supp_arg[4200];
     int n = 0;
     args[n++] = "valgrind";
+    /* MPICH's own start-up allocations (docs/reliability.md). */
+    if (!supp && access(DDPH_DATA_DIR "/valgrind.supp", R_OK) == 0)
+        supp = DDPH_DATA_DIR "/valgrind.supp";
+    if (supp) {
+        snprintf(supp_arg, sizeof supp_arg, "--suppressions=%s", supp);
+        args[n++] = supp_arg;
+    }
     args[n++] = "--leak-check=full";
     args[n++] = "--errors-for-leak-kinds=definite";
     args[n++] = "--error-exitcode=99";
     args[n++] = "--quiet";
     for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], "--valgrind") != 0)
+        if (strcmp(argv[i], "--valgrind") != 0 &&
+            strncmp(argv[i], "--suppressions", 14) != 0)
             args[n++] = argv[i];
+        else if (strcmp(argv[i], "--suppressions") == 0)
+            i++; /* and its value */
     args[n] = NULL;
     execvp("valgrind", args);
     perror("ddphook-plugin-test: cannot run valgrind");
@@ -448,10 +466,12 @@ int main(int argc, char **argv)
         {"rtol", required_argument, NULL, 'r'},
         {"steps", required_argument, NULL, 's'},
         {"valgrind", no_argument, NULL, 'v'},
+        {"suppressions", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     int c, valgrind = 0;
+    const char *supp = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'o') {
             char *eq = strchr(optarg, '=');
@@ -469,6 +489,8 @@ int main(int argc, char **argv)
             t.steps = atoi(optarg);
         } else if (c == 'v') {
             valgrind = 1;
+        } else if (c == 'S') {
+            supp = optarg;
         } else {
             fputs(usage, c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
@@ -479,7 +501,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (valgrind)
-        return rerun_under_valgrind(argc, argv);
+        return rerun_under_valgrind(argc, argv, supp);
     /* The job files live in a temporary folder: name the plugin by an
      * absolute path (a name without '/' is looked up as given). */
     static char plugin_abs[4096];

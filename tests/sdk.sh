@@ -91,6 +91,19 @@ conform() {
     fi
 }
 P="$DDPH_TEST_PLUGIN_DIR"
+# Leaks and memory errors: every shipped hook once under valgrind.
+if command -v valgrind >/dev/null 2>&1; then
+    for h in allreduce fp16 bf16; do
+        conform 1 "$P/$h.so" --rtol 2e-2 --steps 3 --valgrind \
+            --suppressions "$S/sdk/valgrind.supp"
+    done
+    for h in powersgd batched_powersgd; do
+        conform 1 "$P/$h.so" --option start_powerSGD_iter=2 --rtol 10 --steps 3 \
+            --valgrind --suppressions "$S/sdk/valgrind.supp"
+    done
+else
+    echo "note: valgrind not found: leak checks not run"
+fi
 for n in 1 2 4; do
     conform "$n" "$P/allreduce.so"
     conform "$n" "$OUT/template/my_hook.so"

@@ -121,6 +121,12 @@ static void setup_named(ddph_ctx *ctx, model_fixture *fx, int shape_bump,
     }
 }
 
+static void fixture_free(model_fixture *fx)
+{
+    for (int i = 0; i < NP; i++)
+        free(fx->grads[i]);
+}
+
 static void setup(ddph_ctx *ctx, model_fixture *fx, int shape_bump)
 {
     setup_named(ctx, fx, shape_bump, "net");
@@ -189,8 +195,7 @@ static void run_average(int view)
               (unsigned long long)info.bytes_on_wire, info.bytes);
     }
     ddph_close(ctx);
-    for (int i = 0; i < NP; i++)
-        free(fx.grads[i]);
+    fixture_free(&fx);
 }
 
 static void run_overlap(void)
@@ -231,6 +236,7 @@ static void run_overlap(void)
     CHECK_OK(ddph_step_wait(ctx), ctx);
     CHECK_OK(ddph_step_end(ctx), ctx);
     ddph_close(ctx);
+    fixture_free(&fx);
 }
 
 static void run_mismatch(void)
@@ -254,6 +260,7 @@ static void run_mismatch(void)
              world - 1);
     CHECK(strstr(msg, want), "message '%s' lacks '%s'", msg, want);
     ddph_close(ctx);
+    fixture_free(&fx);
 }
 
 static void run_hook_error(void)
@@ -286,6 +293,7 @@ static void run_hook_error(void)
         CHECK_OK(ddph_step_end(ctx), ctx);
     }
     ddph_close(ctx);
+    fixture_free(&fx);
 }
 
 /* The last rank is stuck (it sleeps through the others' timeouts): the
@@ -332,8 +340,7 @@ static void run_timeout(void)
     CHECK_OK(ddph_step_end(ctx), ctx);
     MPI_Barrier(MPI_COMM_WORLD);
     ddph_close(ctx);
-    for (int i = 0; i < NP; i++)
-        free(fx.grads[i]);
+    fixture_free(&fx);
 }
 
 static void run_misuse(void)
@@ -369,6 +376,7 @@ static void run_misuse(void)
           "%s", ddph_last_error(ctx));
     CHECK_OK(ddph_step_end(ctx), ctx);
     ddph_close(ctx);
+    fixture_free(&fx);
 }
 
 
@@ -404,8 +412,7 @@ static void run_fp16_overflow(void)
             }
         CHECK_OK(ddph_step_end(ctx), ctx);
         ddph_close(ctx);
-        for (int i = 0; i < NP; i++)
-            free(fx.grads[i]);
+        fixture_free(&fx);
     }
 }
 
@@ -665,8 +672,7 @@ static void accumulate_run(const char *extra, int micro, const unsigned *flags,
         }
     }
     ddph_close(ctx);
-    for (int i = 0; i < NP; i++)
-        free(fx.grads[i]);
+    fixture_free(&fx);
 }
 
 static void run_accumulate(void)
@@ -748,6 +754,8 @@ static void run_two_models(void)
                                 "alone",
           (unsigned long long)info.hook_calls);
     ddph_close(ctx);
+    fixture_free(&gen);
+    fixture_free(&disc);
 }
 
 
@@ -790,8 +798,7 @@ static void run_trace(void)
             CHECK(strstr(text, needles[i]), "trace lacks %s", needles[i]);
         unlink(path);
     }
-    for (int i = 0; i < NP; i++)
-        free(fx.grads[i]);
+    fixture_free(&fx);
 }
 
 
@@ -828,8 +835,7 @@ static void nonfinite_run(int check)
     }
     CHECK_OK(ddph_step_end(ctx), ctx);
     ddph_close(ctx);
-    for (int i = 0; i < NP; i++)
-        free(fx.grads[i]);
+    fixture_free(&fx);
 }
 
 static void run_nonfinite(void)
