@@ -3,7 +3,6 @@
 
 #include "backend_mpi.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,33 +20,36 @@ static ddph_status mpi_fail(ddph_err *err, int rc, const char *what)
     return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %.*s", what, len, msg);
 }
 
-/* Polls req until it completes or timeout_s passes.  MPICH progresses only
- * inside MPI calls, so the loop tests, then backs off to a short sleep to
- * leave the core to ranks sharing it. */
+/* Polls req until it completes or timeout_s passes.  MPICH moves data only
+ * inside MPI calls, so for the first SPIN_S seconds the loop tests without
+ * pause, as MPICH's own blocking calls do; after that (a slow or dead peer)
+ * it sleeps between tests so that a waiting rank does not burn a core. */
+#define SPIN_S 0.25
+
 static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
                               ddph_err *err)
 {
-    double deadline = ddph__now() + m->timeout_s;
-    unsigned polls = 0;
-    for (;;) {
+    double start = ddph__now(), deadline = start + m->timeout_s;
+    for (unsigned polls = 0;; polls++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
             return mpi_fail(err, rc, what);
         if (done)
             return DDPH_OK;
-        if (++polls < 64) {
-            sched_yield();
+        if (polls % 256 != 255)
             continue;
-        }
-        if (ddph__now() > deadline)
+        double now = ddph__now();
+        if (now > deadline)
             return ddph__fail(err, DDPH_ERR_TIMEOUT,
                               "%s did not complete within timeout_s = %g s "
                               "(a peer rank died, is stuck, or called a "
                               "different collective)",
                               what, m->timeout_s);
-        struct timespec ts = {0, polls < 4096 ? 2000 : 50000};
-        nanosleep(&ts, NULL);
+        if (now - start > SPIN_S) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 
