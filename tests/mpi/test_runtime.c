@@ -87,6 +87,21 @@ static const char *job(const char *hook_dir, const char *hook,
     return path;
 }
 
+static ddph_ctx *open_path(const char *path)
+{
+    ddph_ctx *ctx;
+    CHECK(ddph_open(path, NULL, NULL, &ctx) == DDPH_OK, "cannot open %s",
+          path);
+    return ctx;
+}
+
+/* Opens a job made by job(). */
+static ddph_ctx *open_job(const char *hook_dir, const char *hook,
+                          const char *extra)
+{
+    return open_path(job(hook_dir, hook, extra));
+}
+
 static const char *env(const char *name)
 {
     const char *v = getenv(name);
@@ -121,6 +136,13 @@ static void setup_named(ddph_ctx *ctx, model_fixture *fx, int shape_bump,
     }
 }
 
+/* The backward pass of a fixture: every parameter, last first. */
+static void mark_all_ready(ddph_ctx *ctx, ddph_model *m)
+{
+    for (int i = NP - 1; i >= 0; i--)
+        CHECK_OK(ddph_grad_ready(m, i), ctx);
+}
+
 static void fixture_free(model_fixture *fx)
 {
     for (int i = 0; i < NP; i++)
@@ -145,11 +167,8 @@ static float value(int rank, int step, int p, size_t i)
 
 static void run_average(int view)
 {
-    ddph_ctx *ctx;
     const char *extra = view ? "gradient_as_bucket_view = true" : NULL;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra),
-                    NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
@@ -200,10 +219,7 @@ static void run_average(int view)
 
 static void run_overlap(void)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL), NULL,
-                    NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);
@@ -241,10 +257,7 @@ static void run_overlap(void)
 
 static void run_mismatch(void)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL), NULL,
-                    NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, g_rank == world - 1 ? 1 : 0); /* the last rank differs */
@@ -265,18 +278,15 @@ static void run_mismatch(void)
 
 static void run_hook_error(void)
 {
-    ddph_ctx *ctx;
     char hook[512];
     snprintf(hook, sizeof hook, "%s/failing.so", env("DDPH_TEST_FAKE_DIR"));
-    CHECK(ddph_open(job("/nowhere", hook, NULL), NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job("/nowhere", hook, NULL);
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);
     for (int s = 0; s < 3; s++) {
         CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
-        for (int i = NP - 1; i >= 0; i--)
-            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        mark_all_ready(ctx, fx.m);
         ddph_status st = ddph_step_wait(ctx);
         if (s == 0) {
             CHECK(st == DDPH_OK, "%s", ddph_last_error(ctx));
@@ -302,11 +312,7 @@ static void run_hook_error(void)
  * outstanding, so the job can still close cleanly. */
 static void run_timeout(void)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
-                        "timeout_s = 1.5"),
-                    NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", "timeout_s = 1.5");
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
@@ -317,8 +323,7 @@ static void run_timeout(void)
     if (stuck)
         sleep((unsigned)(2 * nb + 3)); /* longer than nb timeouts */
     double t0 = MPI_Wtime();
-    for (int i = NP - 1; i >= 0; i--)
-        CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    mark_all_ready(ctx, fx.m);
     ddph_status st = ddph_step_wait(ctx);
     double took = MPI_Wtime() - t0;
     if (stuck) {
@@ -345,10 +350,7 @@ static void run_timeout(void)
 
 static void run_misuse(void)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL), NULL,
-                    NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK(ddph_step_begin(ctx, &fx.m, 1) == DDPH_ERR_STATE, "before finalize");
@@ -386,10 +388,7 @@ static void run_fp16_overflow(void)
 {
     static const char *const hooks[] = {"fp16", "bf16"};
     for (int h = 0; h < 2; h++) {
-        ddph_ctx *ctx;
-        CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), hooks[h], NULL), NULL,
-                        NULL, &ctx) == DDPH_OK,
-              "open failed");
+        ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), hooks[h], NULL);
         model_fixture fx;
         setup(ctx, &fx, 0);
         CHECK_OK(ddph_model_finalize(fx.m), ctx);
@@ -420,11 +419,9 @@ static void run_fp16_overflow(void)
 static void run_powersgd(void)
 {
     /* start_powerSGD_iter <= 1 with error feedback: PyTorch's ValueError. */
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "powersgd",
-                        "[hook.powersgd]\nstart_powerSGD_iter = 1\n[runtime]"),
-                    NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "powersgd",
+                             "[hook.powersgd]\nstart_powerSGD_iter = 1\n"
+                             "[runtime]");
     ddph_model *bad;
     CHECK_OK(ddph_model_create(ctx, "bad", &bad), ctx);
     CHECK(ddph_model_finalize(bad) == DDPH_ERR_OPTION, "start 1 accepted");
@@ -437,7 +434,7 @@ static void run_powersgd(void)
     const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), "powersgd",
                            "[hook.powersgd]\nmatrix_approximation_rank = 1\n"
                            "start_powerSGD_iter = 2\n[runtime]");
-    CHECK(ddph_open(path, NULL, NULL, &ctx) == DDPH_OK, "open failed");
+    ctx = open_path(path);
     int world = ddph_world_size(ctx);
     static const int64_t sh[4][2] = {{64, 32}, {64, 1}, {32, 16}, {16, 1}};
     float *g[4];
@@ -532,13 +529,10 @@ static int same_on(const float *p, size_t n, int world, const int *ranks,
  * within subgroups of 2 (1), or nowhere (0). */
 static void local_sgd_run(const char *options, int steps, int (*expect)(int))
 {
-    ddph_ctx *ctx;
     char extra[512];
     snprintf(extra, sizeof extra, "[hook.post_localsgd]\n%s\n[runtime]",
              options);
-    CHECK(ddph_open(job("/nowhere", env("DDPH_TEST_LOCALSGD"), extra), NULL,
-                    NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job("/nowhere", env("DDPH_TEST_LOCALSGD"), extra);
     int world = ddph_world_size(ctx);
     CHECK(world == 4, "local-sgd runs on 4 ranks, not %d", world);
     ddph_model *m;
@@ -620,10 +614,7 @@ static void run_local_sgd(void)
 static void accumulate_run(const char *extra, int micro, const unsigned *flags,
                            const int *want_sync)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra), NULL,
-                    NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
@@ -699,13 +690,11 @@ static void run_accumulate(void)
  * decision; alone, each follows its own window. */
 static void run_two_models(void)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
-                        "[accumulate]\nsteps = 4\n[model.gen]\nhook = powersgd\n"
-                        "accumulate_steps = 2\n[model.disc]\nhook = fp16\n"
-                        "[hook.powersgd]\nstart_powerSGD_iter = 2\n[runtime]"),
-                    NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(
+        env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+        "[accumulate]\nsteps = 4\n[model.gen]\nhook = powersgd\n"
+        "accumulate_steps = 2\n[model.disc]\nhook = fp16\n"
+        "[hook.powersgd]\nstart_powerSGD_iter = 2\n[runtime]");
     model_fixture gen, disc;
     fx_named(ctx, &gen, "gen");
     fx_named(ctx, &disc, "disc");
@@ -764,18 +753,14 @@ static void run_trace(void)
     char path[256], extra[300];
     snprintf(path, sizeof path, "/tmp/ddph-trace-%d.json", (int)getppid());
     snprintf(extra, sizeof extra, "trace = %s", path);
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra), NULL,
-                    NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);
     for (int s = 0; s < 2; s++) {
         CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
-        for (int i = NP - 1; i >= 0; i--)
-            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        mark_all_ready(ctx, fx.m);
         CHECK_OK(ddph_step_wait(ctx), ctx);
         CHECK_OK(ddph_step_end(ctx), ctx);
     }
@@ -804,11 +789,7 @@ static void run_trace(void)
 
 static void nonfinite_run(int check)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
-                        check ? "check_finite = true" : NULL),
-                    NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", check ? "check_finite = true" : NULL);
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);
@@ -846,11 +827,7 @@ static void run_nonfinite(void)
 
 static void run_rank_dies(void)
 {
-    ddph_ctx *ctx;
-    CHECK(ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
-                        "timeout_s = 2"),
-                    NULL, NULL, &ctx) == DDPH_OK,
-          "open failed");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", "timeout_s = 2");
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
@@ -862,8 +839,7 @@ static void run_rank_dies(void)
             _exit(3);
         }
         double t0 = MPI_Wtime();
-        for (int i = NP - 1; i >= 0; i--)
-            CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+        mark_all_ready(ctx, fx.m);
         ddph_status st = ddph_step_wait(ctx);
         if (st != DDPH_OK) {
             double took = MPI_Wtime() - t0;
