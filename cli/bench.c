@@ -26,6 +26,7 @@
 
 #include "commands.h"
 #include "presets.h"
+#include "trace.h"
 #include "cpu_simd.h"
 #include "util.h"
 
@@ -43,7 +44,8 @@ static double median(double *v, int n)
 
 static const char bench_usage[] =
     "usage: ddphook bench casts [--mib N] [--repeats R]\n"
-    "       mpiexec -n W ddphook bench hooks [--model NAME | --mib N]\n"
+    "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
+    "           --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
     "           [--view] [--plugin-path DIRS] [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
@@ -53,8 +55,9 @@ static const char bench_usage[] =
     "             median of 7 runs)\n"
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
     "             batched_powersgd) on the gradients of a model preset\n"
-    "             (gpt2-124m, resnet50, mlp; default resnet50) or of one\n"
-    "             1024-row matrix of N MiB: bytes on the wire per step, time\n"
+    "             (gpt2-124m, resnet50, mlp; default resnet50), of the\n"
+    "             parameters of a gradient trace, or of one 1024-row matrix\n"
+    "             of N MiB: bytes on the wire per step, time\n"
     "             per step (median of R, default 10), bus bandwidth, and the\n"
     "             ratio to a raw MPI_Allreduce of the same bytes in the same\n"
     "             run.  PowerSGD variants start compressing after 2 warm-up\n"
@@ -131,7 +134,7 @@ static int bench_casts(size_t mib, int repeats)
 /* ---- hooks on model gradients ------------------------------------------- */
 
 typedef struct hook_bench {
-    const char *model, *hooks, *plugin_path, *csv;
+    const char *model, *hooks, *plugin_path, *csv, *trace_dir;
     size_t mib;
     int repeats, rank, view;
     double cap_mb;
@@ -267,7 +270,28 @@ static int bench_hooks(const hook_bench *hb)
     preset_param *pp = NULL;
     int np = 0;
     char label[64];
-    if (hb->mib) {
+    trace tr;
+    char msg[4200];
+    if (hb->trace_dir) { /* the shapes of a gradient trace (docs/replay.md) */
+        if (!trace_open(hb->trace_dir, &tr, msg, sizeof msg)) {
+            if (rank == 0)
+                fprintf(stderr, "ddphook bench: %s\n", msg);
+            if (!inited)
+                MPI_Finalize();
+            return 1;
+        }
+        np = tr.nparams;
+        pp = calloc((size_t)np, sizeof *pp);
+        for (int i = 0; i < np; i++) {
+            snprintf(pp[i].name, sizeof pp[i].name, "%s", tr.params[i].name);
+            pp[i].ndim = tr.params[i].ndim > 4 ? 4 : tr.params[i].ndim;
+            memcpy(pp[i].shape, tr.params[i].shape, sizeof pp[i].shape);
+            for (int d = 4; d < tr.params[i].ndim; d++) /* fold extra dims */
+                pp[i].shape[3] *= tr.params[i].shape[d];
+        }
+        snprintf(label, sizeof label, "trace %s", hb->trace_dir);
+        trace_close(&tr);
+    } else if (hb->mib) {
         pp = calloc(1, sizeof *pp);
         np = 1;
         size_t n = hb->mib * 1048576 / 4;
@@ -308,11 +332,11 @@ static int bench_hooks(const hook_bench *hb)
     double bytes = (double)total * 4, bus = 2.0 * (world - 1) / world;
     FILE *csv = NULL;
     if (rank == 0) {
-        printf("ddphook bench hooks: %s, %d parameters, %.1f MiB of f32 "
+        printf("ddphook bench hooks: %s, %d parameters, %.4g MiB of f32 "
                "gradients, %d ranks, bucket_cap_mb %g%s, median of %d steps\n",
                label, np, bytes / 1048576, world, hb->cap_mb,
                hb->view ? ", gradient_as_bucket_view" : "", hb->repeats);
-        printf("baseline: raw MPI_Allreduce of %.1f MiB: %.2f ms, bus "
+        printf("baseline: raw MPI_Allreduce of %.4g MiB: %.2f ms, bus "
                "bandwidth %.2f GB/s\n\n",
                bytes / 1048576, base * 1e3, bytes * bus / base / 1e9);
         printf("%-20s %14s %12s %12s %14s\n", "hook", "bytes/step",
@@ -363,6 +387,7 @@ int cmd_bench(int argc, char **argv)
         {"mib", required_argument, NULL, 'm'},
         {"repeats", required_argument, NULL, 'r'},
         {"model", required_argument, NULL, 'M'},
+        {"trace", required_argument, NULL, 'T'},
         {"hooks", required_argument, NULL, 'H'},
         {"plugin-path", required_argument, NULL, 'p'},
         {"bucket-cap-mb", required_argument, NULL, 'b'},
@@ -378,6 +403,7 @@ int cmd_bench(int argc, char **argv)
         case 'm': mib = (size_t)strtoul(optarg, NULL, 10); break;
         case 'r': repeats = atoi(optarg); break;
         case 'M': hb.model = optarg; break;
+        case 'T': hb.trace_dir = optarg; break;
         case 'H': hb.hooks = optarg; break;
         case 'p': hb.plugin_path = optarg; break;
         case 'b': hb.cap_mb = atof(optarg); break;

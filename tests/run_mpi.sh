@@ -34,6 +34,9 @@ for n in 2 4; do
     printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.1\n' \
         "$DDPH_TEST_PLUGIN_DIR" > "$job"
     run "$n" "$B/examples/minimal_trainer" "$job"
+    job2="$B/tests/out/two_models.ini"
+    { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"; cat "$DDPH_TEST_SRCDIR/examples/configs/two_models.ini"; } > "$job2"
+    run "$n" "$B/examples/two_models" "$job2"
 done
 # A rank that dies mid-step: the survivors must say so within timeout_s
 # and exit non-zero (4), never hang.
