@@ -21,19 +21,15 @@
 
 #include <ddphook/plugin.h>
 
-#include "rng.h"
+#include "psgd.h"
 
 #ifdef PSGD_BATCHED
-#define HOOK_NAME "batched_powersgd"
 #define HOOK_DESC "PowerSGD on the whole bucket as one square matrix " \
                   "(PyTorch batched_powerSGD_hook), error feedback"
 #else
-#define HOOK_NAME "powersgd"
 #define HOOK_DESC "low-rank PowerSGD compression per tensor with error " \
                   "feedback and warm start (PyTorch powerSGD_hook)"
 #endif
-#define STATE_MAGIC 0x44475350u /* "PSGD" */
-#define STATE_VERSION 1u
 
 static const ddph_option_spec psgd_options[] = {
     {"matrix_approximation_rank", DDPH_OPT_INT, "1", 1, 4096,
@@ -59,44 +55,6 @@ static const ddph_option_spec psgd_options[] = {
      "DIR/r{rank}_it{iter}_b{bucket}_qinit.f32"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
-
-typedef struct psgd_bucket {
-    float *error; /* NULL until the first compressed step */
-    size_t nerror;
-    float *p, *q; /* NULL when there is no memory to warm-start from */
-    size_t np, nq;
-} psgd_bucket;
-
-/* One compressed tensor of a bucket. */
-typedef struct matrix {
-    size_t offset, n, m, r;
-    size_t p_off, q_off;
-} matrix;
-
-typedef struct psgd {
-    /* options */
-    size_t rank;
-    uint64_t start_iter;
-    double min_rate;
-    int use_ef, warm_start;
-    double eps;
-    uint64_t log_every;
-    char *qinit_dir;
-    /* state that a checkpoint keeps */
-    uint64_t iter;
-    mt19937 rng;
-    uint64_t next_stats_report;
-    double before, after; /* elements, over all compressed steps */
-    psgd_bucket *buckets;
-    int nbuckets;
-    /* scratch, reused */
-    float *work, *copy, *flat;
-    size_t work_cap, copy_cap, flat_cap;
-    void *wire;
-    size_t wire_cap;
-    matrix *mats;
-    size_t mats_cap;
-} psgd;
 
 static int grow(const ddph_services *s, void *pp, size_t *cap, size_t bytes)
 {
@@ -165,7 +123,7 @@ static void psgd_destroy(const ddph_services *s, void *state)
     free(st);
 }
 
-static psgd_bucket *bucket_memory(const ddph_services *s, psgd *st, int index)
+psgd_bucket *psgd_bucket_memory(const ddph_services *s, psgd *st, int index)
 {
     if (index >= st->nbuckets) {
         psgd_bucket *b = realloc(st->buckets, (size_t)(index + 1) * sizeof *b);
@@ -291,7 +249,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
                             const ddph_services *s, float *in)
 {
     double world = (double)s->world_size;
-    psgd_bucket *pb = bucket_memory(s, st, b->index);
+    psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
     if (!pb || !add_error(s, st, pb, in, b->numel))
         return DDPH_ERR_NOMEM;
     /* Split: which tensors are compressed, and the concatenation of the
@@ -438,7 +396,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     /* A bucket smaller than rank x rank gets rank = side: PyTorch would
      * orthogonalise more columns than rows and produce NaN. */
     size_t sq = side * side, rank = st->rank < side ? st->rank : side;
-    psgd_bucket *pb = bucket_memory(s, st, b->index);
+    psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
     if (!pb || !grow(s, &st->flat, &st->flat_cap, sq * sizeof(float) + 4))
         return DDPH_ERR_NOMEM;
     float *mat = st->flat;
@@ -524,137 +482,6 @@ static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
     if (!r)
         step_done(st, b);
     return r;
-}
-
-/* ---- checkpoints ----------------------------------------------------------- */
-
-#define PUT(x) (r = r ? r : write(sink, &(x), sizeof(x)))
-#define PUTN(p, n) (r = r ? r : ((n) ? write(sink, (p), (n) * sizeof(float)) : 0))
-#define GET(x) (r = r ? r : read(source, &(x), sizeof(x)))
-
-static ddph_status psgd_save(void *state, const ddph_services *s,
-                             ddph_write_fn write, void *sink)
-{
-    (void)s;
-    psgd *st = state;
-    ddph_status r = DDPH_OK;
-    uint32_t magic = STATE_MAGIC, version = STATE_VERSION;
-    uint64_t rank = st->rank;
-    int32_t mti = st->rng.mti, nb = st->nbuckets;
-    PUT(magic);
-    PUT(version);
-    PUT(rank);
-    PUT(st->iter);
-    PUT(st->next_stats_report);
-    PUT(st->before);
-    PUT(st->after);
-    PUT(st->rng.mt);
-    PUT(mti);
-    PUT(nb);
-    for (int i = 0; i < st->nbuckets; i++) {
-        const psgd_bucket *pb = &st->buckets[i];
-        uint64_t ne = pb->error ? pb->nerror : UINT64_MAX;
-        uint64_t np = pb->p ? pb->np : UINT64_MAX, nq = pb->q ? pb->nq : 0;
-        PUT(ne);
-        PUTN(pb->error, pb->error ? pb->nerror : 0);
-        PUT(np);
-        PUT(nq);
-        PUTN(pb->p, pb->p ? pb->np : 0);
-        PUTN(pb->q, pb->p ? pb->nq : 0);
-    }
-    return r;
-}
-
-static float *read_floats(ddph_read_fn read, void *source, uint64_t n,
-                          ddph_status *r)
-{
-    if (*r || n > ((uint64_t)1 << 40)) {
-        *r = *r ? *r : DDPH_ERR_IO;
-        return NULL;
-    }
-    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v)
-        *r = DDPH_ERR_NOMEM;
-    else if (n && (*r = read(source, v, (size_t)n * sizeof *v)) != DDPH_OK) {
-        free(v);
-        v = NULL;
-    }
-    return v;
-}
-
-static ddph_status psgd_load(void *state, const ddph_services *s,
-                             ddph_read_fn read, void *source)
-{
-    psgd *st = state;
-    ddph_status r = DDPH_OK;
-    uint32_t magic = 0, version = 0;
-    uint64_t rank = 0;
-    int32_t mti = 0, nb = 0;
-    GET(magic);
-    GET(version);
-    if (!r && (magic != STATE_MAGIC || version != STATE_VERSION)) {
-        s->set_error(s, "not a " HOOK_NAME " state of version %u", STATE_VERSION);
-        return DDPH_ERR_IO;
-    }
-    GET(rank);
-    if (!r && rank != st->rank) {
-        s->set_error(s, "saved with matrix_approximation_rank %llu, this job "
-                        "has %zu",
-                     (unsigned long long)rank, st->rank);
-        return DDPH_ERR_MISMATCH;
-    }
-    GET(st->iter);
-    GET(st->next_stats_report);
-    GET(st->before);
-    GET(st->after);
-    GET(st->rng.mt);
-    GET(mti);
-    GET(nb);
-    if (!r && (mti < 0 || mti > MT_N || nb < 0 || nb > 1000000))
-        r = DDPH_ERR_IO;
-    st->rng.mti = mti;
-    for (int i = 0; i < nb && !r; i++) {
-        psgd_bucket *pb = bucket_memory(s, st, i);
-        if (!pb)
-            return DDPH_ERR_NOMEM;
-        uint64_t ne = 0, np = 0, nq = 0;
-        GET(ne);
-        free(pb->error);
-        pb->error = NULL;
-        if (!r && ne != UINT64_MAX) {
-            pb->error = read_floats(read, source, ne, &r);
-            pb->nerror = (size_t)ne;
-        }
-        GET(np);
-        GET(nq);
-        free(pb->p);
-        free(pb->q);
-        pb->p = pb->q = NULL;
-        if (!r && np != UINT64_MAX) {
-            pb->p = read_floats(read, source, np, &r);
-            pb->q = read_floats(read, source, nq, &r);
-            pb->np = (size_t)np;
-            pb->nq = (size_t)nq;
-        }
-    }
-    if (r)
-        s->set_error(s, "truncated or corrupt " HOOK_NAME " state");
-    return r;
-}
-
-static size_t psgd_stats(void *state, ddph_stat *out, size_t max)
-{
-    const psgd *st = state;
-    ddph_stat all[] = {
-        {"compression_rate", st->after > 0 ? st->before / st->after : 0.0},
-        {"elements_before", st->before},
-        {"elements_after", st->after},
-        {"iteration", (double)st->iter},
-    };
-    size_t n = sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n && i < max; i++)
-        out[i] = all[i];
-    return n;
 }
 
 static const ddph_plugin_api_v1 psgd_plugin = {

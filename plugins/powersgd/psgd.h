@@ -1,0 +1,66 @@
+/* psgd.h: the state PowerSGD keeps between steps, shared by the hook
+ * (powersgd.c) and its checkpoints and statistics (psgd_state.c). */
+#ifndef PSGD_H
+#define PSGD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ddphook/plugin.h>
+
+#include "rng.h"
+
+#ifdef PSGD_BATCHED
+#define HOOK_NAME "batched_powersgd"
+#else
+#define HOOK_NAME "powersgd"
+#endif
+
+typedef struct psgd_bucket {
+    float *error; /* NULL until the first compressed step */
+    size_t nerror;
+    float *p, *q; /* NULL when there is no memory to warm-start from */
+    size_t np, nq;
+} psgd_bucket;
+
+/* One compressed tensor of a bucket. */
+typedef struct matrix {
+    size_t offset, n, m, r;
+    size_t p_off, q_off;
+} matrix;
+
+typedef struct psgd {
+    /* options */
+    size_t rank;
+    uint64_t start_iter;
+    double min_rate;
+    int use_ef, warm_start;
+    double eps;
+    uint64_t log_every;
+    char *qinit_dir;
+    /* state that a checkpoint keeps */
+    uint64_t iter;
+    mt19937 rng;
+    uint64_t next_stats_report;
+    double before, after; /* elements, over all compressed steps */
+    psgd_bucket *buckets;
+    int nbuckets;
+    /* scratch, reused */
+    float *work, *copy, *flat;
+    size_t work_cap, copy_cap, flat_cap;
+    void *wire;
+    size_t wire_cap;
+    matrix *mats;
+    size_t mats_cap;
+} psgd;
+
+/* The memory of bucket `index`, grown on first sight (NULL: no memory). */
+psgd_bucket *psgd_bucket_memory(const ddph_services *s, psgd *st, int index);
+
+ddph_status psgd_save(void *state, const ddph_services *s, ddph_write_fn write,
+                      void *sink);
+ddph_status psgd_load(void *state, const ddph_services *s, ddph_read_fn read,
+                      void *source);
+size_t psgd_stats(void *state, ddph_stat *out, size_t max);
+
+#endif
