@@ -17,6 +17,7 @@
 
 struct ddph_group {
     MPI_Comm comm;
+    void *nccl; /* ncclComm_t of the same ranks (nccl backend), or NULL */
     int rank, size;
     int owned;               /* comm is freed with the group */
     struct ddph_group *next; /* groups made on behalf of hooks */

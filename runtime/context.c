@@ -42,16 +42,28 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ddph_err e;
     ddph_status st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &e)
                               : ddph__config_defaults(&ctx->cfg, &e);
+#ifndef HAVE_NCCL
     if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
         st = ddph__fail(&e, DDPH_ERR_UNSUPPORTED,
                         "%s: [runtime] backend = nccl: this build of ddphook "
-                        "has no NCCL backend",
+                        "has no NCCL backend (configure found no CUDA/NCCL)",
                         ctx->cfg.path);
+#endif
     if (st == DDPH_OK) {
         st = ddph__mpi_init(&ctx->mpi, argc, argv, ctx->cfg.timeout_s, &e);
         ctx->mpi_up = st == DDPH_OK;
         ctx->log.rank = ctx->mpi_up ? ctx->mpi.world.rank : -1;
     }
+#ifdef HAVE_NCCL
+    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL) {
+        st = ddph__nccl_init(&ctx->nccl, &ctx->mpi, &e);
+        ctx->nccl_up = st == DDPH_OK;
+        ctx->comm_stream = ctx->nccl_up ? ctx->nccl.stream : NULL;
+        if (st != DDPH_OK)
+            ddph__err_prefix(&e, "%s: [runtime] backend = nccl",
+                             ctx->cfg.path);
+    }
+#endif
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = ddph__reducer_start(ctx, &e);
@@ -91,6 +103,10 @@ void ddph_close(ddph_ctx *ctx)
     }
     free(ctx->models);
     free(ctx->step_models);
+#ifdef HAVE_NCCL
+    if (ctx->nccl_up)
+        ddph__nccl_finalize(&ctx->nccl);
+#endif
     if (ctx->mpi_up)
         ddph__mpi_finalize(&ctx->mpi);
     ddph__config_free(&ctx->cfg);
@@ -113,6 +129,18 @@ int ddph_rank(const ddph_ctx *ctx)
 int ddph_world_size(const ddph_ctx *ctx)
 {
     return ctx->mpi.world.size;
+}
+
+ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->nccl_up)
+        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
+                               "ddph_set_stream: only backend = nccl has "
+                               "streams");
+    ctx->compute_stream = cuda_stream;
+    return DDPH_OK;
 }
 
 /* ---- steps ---------------------------------------------------------------- */

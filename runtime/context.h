@@ -12,6 +12,9 @@
 #include <ddphook/plugin.h>
 
 #include "backend_mpi.h"
+#ifdef HAVE_NCCL
+#include "backend_nccl.h"
+#endif
 #include "config.h"
 #include "hook.h"
 #include "log.h"
@@ -45,7 +48,8 @@ typedef struct ddph_rt_bucket {
     size_t numel;
     ddph_dtype dtype;
     ddph_device device;
-    void *storage;           /* flat, numel elements of dtype */
+    void *storage;           /* flat, numel elements of dtype, on device */
+    void *ready_event;       /* CUDA: recorded when the bucket is full */
     void *scratch;           /* wrapper's low-precision copy, or NULL */
     ddph_tensor_view *views; /* one per parameter */
     int pending;             /* parameters not yet ready this step */
@@ -85,6 +89,12 @@ struct ddph_ctx {
     ddph_logger log;
     ddph_mpi mpi;
     int mpi_up;
+#ifdef HAVE_NCCL
+    ddph_nccl nccl;
+#endif
+    int nccl_up;
+    void *compute_stream; /* the trainer's cudaStream_t (nccl backend) */
+    void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
     ddph_model **models;
     int nmodels;
     char error[DDPH__ERR_LEN];

@@ -13,8 +13,9 @@
 
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, const ddph_logger *log,
-                              ddph_hook **out, ddph_err *err)
+                              ddph_mpi *mpi, void *nccl,
+                              const ddph_logger *log, ddph_hook **out,
+                              ddph_err *err)
 {
     ddph_hook *h = calloc(1, sizeof *h);
     if (!h || !(h->model = ddph__strdup(model))) {
@@ -22,6 +23,7 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     h->mpi = mpi;
+    h->nccl = nccl;
     h->log = log;
     h->wrapper = wrapper;
     ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
@@ -92,19 +94,20 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
     ddph_status st;
     /* fp16_compress_wrapper: the inner hook sees a low-precision copy; the
      * result is cast back into the gradients (PYTORCH_SEMANTICS.md §1). */
+    const ddph_services *s = &h->services;
     if (wire != b->dtype) {
-        st = ddph__cpu_cast(grads, grad_dtype, scratch, wire, b->numel, 1.0,
-                            err);
+        st = s->cast(s, grads, grad_dtype, scratch, wire, b->numel, 1.0);
         if (st != DDPH_OK)
-            return st;
+            return ddph__fail(err, st, "wrapper cast: %s", h->message);
         b->buffer = scratch;
         b->dtype = wire;
     }
-    st = api->on_bucket(h->state, b, &h->services);
-    if (st == DDPH_OK && wire != grad_dtype)
-        st = ddph__cpu_cast(scratch, wire, grads, grad_dtype, b->numel, 1.0,
-                            err);
-    else if (st != DDPH_OK)
+    st = api->on_bucket(h->state, b, s);
+    if (st == DDPH_OK && wire != grad_dtype) {
+        st = s->cast(s, scratch, wire, grads, grad_dtype, b->numel, 1.0);
+        if (st != DDPH_OK)
+            ddph__fail(err, st, "wrapper cast back: %s", h->message);
+    } else if (st != DDPH_OK)
         ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st, "%s",
                    h->message[0] ? h->message : "(the hook set no message)");
     b->buffer = grads;

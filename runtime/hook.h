@@ -23,6 +23,7 @@ typedef struct ddph_hook {
     ddph_wrapper wrapper;
     ddph_services services;
     ddph_mpi *mpi;
+    void *nccl; /* ddph_nccl * with backend = nccl (CUDA buckets), else NULL */
     const ddph_logger *log;
     char *model;           /* for messages */
     ddph_timeline *timeline; /* the job's, for collective spans */
@@ -33,11 +34,13 @@ typedef struct ddph_hook {
 } ddph_hook;
 
 /* Loads `name` (a name along plugin_path or a path), validates the
- * [hook.NAME] options of cfg and creates the instance. */
+ * [hook.NAME] options of cfg and creates the instance.  `nccl` (a
+ * ddph_nccl *, or NULL) makes its services act on GPU memory. */
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, const ddph_logger *log,
-                              ddph_hook **out, ddph_err *err);
+                              ddph_mpi *mpi, void *nccl,
+                              const ddph_logger *log, ddph_hook **out,
+                              ddph_err *err);
 void ddph__hook_destroy(ddph_hook *h);
 
 /* Runs on_bucket on b (with the wrapper's casts when configured); `scratch`

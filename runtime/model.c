@@ -7,6 +7,7 @@
 
 #include "buckets.h"
 #include "context.h"
+#include "device.h"
 
 ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
                               ddph_model **out)
@@ -58,11 +59,18 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
         return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': unknown "
                                           "dtype or device",
                                           m->name, name);
-    if (device == DDPH_CUDA)
-        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED, "model '%s' parameter '%s': CUDA "
-                                          "gradients need backend = nccl, "
-                                          "which this build does not have",
-                                          m->name, name);
+    /* One backend per job: MPI reduces host memory, NCCL device memory. */
+    if (device == DDPH_CUDA && !ctx->nccl_up)
+        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
+                               "model '%s' parameter '%s': CUDA gradients "
+                               "need [runtime] backend = nccl",
+                               m->name, name);
+    if (device == DDPH_CPU && ctx->nccl_up)
+        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
+                               "model '%s' parameter '%s': with backend = "
+                               "nccl gradients must be in GPU memory "
+                               "(DDPH_CUDA)",
+                               m->name, name);
     if (!grad && !ctx->cfg.gradient_as_bucket_view)
         return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': grad is "
                                           "NULL (allowed only with "
@@ -170,26 +178,26 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
             bk->numel += p->numel;
         }
         size_t es = ddph__dtype_size(bk->dtype);
-        size_t bytes = (bk->numel * es + 63) / 64 * 64;
-        if (posix_memalign(&bk->storage, 64, bytes ? bytes : 64) != 0) {
-            bk->storage = NULL;
-            st = ddph__fail(err, DDPH_ERR_NOMEM,
-                            "out of memory for bucket %d (%zu bytes)", b, bytes);
+        st = ddph__dev_alloc(bk->device, bk->numel * es, &bk->storage, err);
+        if (st != DDPH_OK) {
+            ddph__err_prefix(err, "bucket %d", b);
             break;
         }
-        memset(bk->storage, 0, bytes);
         ddph_dtype wire = ddph__hook_wire_dtype(m->hook, bk->dtype);
         if (wire != bk->dtype &&
-            !(bk->scratch = malloc(bk->numel * ddph__dtype_size(wire) + 64))) {
-            st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+            (st = ddph__dev_alloc(bk->device, bk->numel * ddph__dtype_size(wire),
+                                  &bk->scratch, err)) != DDPH_OK)
             break;
-        }
+        if (bk->device == DDPH_CUDA &&
+            (st = ddph__dev_event_create(&bk->ready_event, err)) != DDPH_OK)
+            break;
         if (ctx->cfg.gradient_as_bucket_view) {
-            for (int j = 0; j < bk->nparams; j++) {
+            for (int j = 0; j < bk->nparams && st == DDPH_OK; j++) {
                 ddph_param *p = &m->params[bk->params[j]];
                 char *view = (char *)bk->storage + p->offset * es;
                 if (p->grad) /* keep what the caller had, as PyTorch does */
-                    memcpy(view, p->grad, p->numel * es);
+                    st = ddph__dev_copy(bk->device, view, p->grad,
+                                        p->numel * es, ctx->compute_stream, err);
                 p->grad = view;
             }
         }
@@ -212,8 +220,14 @@ ddph_status ddph_model_finalize(ddph_model *m)
     ddph_wrapper wrapper = ms && ms->wrapper_set ? ms->wrapper
                                                  : ctx->cfg.wrapper;
     e.msg[0] = '\0';
+#ifdef HAVE_NCCL
+    void *nccl = ctx->nccl_up ? &ctx->nccl : NULL;
+#else
+    void *nccl = NULL;
+#endif
     ddph_status st = ddph__hook_create(&ctx->cfg, hook, wrapper, m->name,
-                                       &ctx->mpi, &ctx->log, &m->hook, &e);
+                                       &ctx->mpi, nccl, &ctx->log, &m->hook,
+                                       &e);
     if (st == DDPH_OK) {
         m->hook->timeline = &ctx->timeline;
         st = build_buckets(m, &e);
@@ -290,11 +304,13 @@ void ddph__model_free(ddph_model *m)
     if (!m)
         return;
     for (int b = 0; b < m->nbuckets; b++) {
-        free(m->buckets[b].params);
-        free(m->buckets[b].views);
-        free(m->buckets[b].storage);
-        free(m->buckets[b].scratch);
-        free(m->buckets[b].message);
+        ddph_rt_bucket *bk = &m->buckets[b];
+        free(bk->params);
+        free(bk->views);
+        ddph__dev_free(bk->device, bk->storage);
+        ddph__dev_free(bk->device, bk->scratch);
+        ddph__dev_event_destroy(bk->ready_event);
+        free(bk->message);
     }
     free(m->buckets);
     for (int i = 0; i < m->nparams; i++) {

@@ -13,6 +13,7 @@
 
 #include "context.h"
 #include "cpu_ops.h"
+#include "device.h"
 
 static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
 {
@@ -34,7 +35,13 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
     ddph_err e;
     uint64_t bytes = 0;
     double t0 = ddph__timeline_now(&ctx->timeline);
-    ddph_status st = ddph__hook_on_bucket(m->hook, &view, b->scratch, &bytes, &e);
+    /* On the GPU the hook's stream first waits for the copies into the
+     * bucket, enqueued on the trainer's stream. */
+    ddph_status st = b->ready_event
+                         ? ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e)
+                         : DDPH_OK;
+    if (st == DDPH_OK)
+        st = ddph__hook_on_bucket(m->hook, &view, b->scratch, &bytes, &e);
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMM, t0,
                           "hook %s: %s bucket %d", m->hook->plugin->api.name,
                           m->name, index);
@@ -158,9 +165,21 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
     ddph_rt_bucket *b = &m->buckets[p->bucket];
     if (!ctx->cfg.gradient_as_bucket_view) {
         size_t es = ddph__dtype_size(p->dtype);
-        memcpy((char *)b->storage + p->offset * es, p->grad, p->numel * es);
+        ddph_status st = ddph__dev_copy(p->device,
+                                        (char *)b->storage + p->offset * es,
+                                        p->grad, p->numel * es,
+                                        ctx->compute_stream, err);
+        if (st != DDPH_OK)
+            return st;
     }
-    if (ctx->cfg.check_finite) {
+    /* The last gradient of a GPU bucket: mark the point its hook waits for. */
+    if (b->ready_event && b->pending == 1) {
+        ddph_status st = ddph__dev_event_record(b->ready_event,
+                                                ctx->compute_stream, err);
+        if (st != DDPH_OK)
+            return st;
+    }
+    if (ctx->cfg.check_finite && p->device == DDPH_CPU) {
         size_t at;
         if (!ddph__cpu_all_finite(p->grad, p->dtype, p->numel, &at)) {
             /* Still launch: the other ranks must not wait for this one. */
@@ -255,10 +274,19 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             size_t es = ddph__dtype_size(bk->dtype);
             for (int j = 0; j < bk->nparams; j++) {
                 ddph_param *p = &m->params[bk->params[j]];
-                memcpy(p->grad, (char *)bk->storage + p->offset * es,
-                       p->numel * es);
+                ddph_status cs = ddph__dev_copy(
+                    p->device, p->grad, (char *)bk->storage + p->offset * es,
+                    p->numel * es, ctx->comm_stream, err);
+                if (cs != DDPH_OK && st == DDPH_OK)
+                    st = cs;
             }
         }
+    }
+    /* GPU copies back run on the hooks' stream: done when it is. */
+    if (ctx->comm_stream) {
+        ddph_status ss = ddph__dev_sync(ctx->comm_stream, err);
+        if (st == DDPH_OK)
+            st = ss;
     }
     return st;
 }

@@ -10,6 +10,16 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "device.h"
+#ifdef HAVE_NCCL
+#include "backend_nccl.h"
+/* With backend = nccl every bucket is in GPU memory: dispatch to NCCL and
+ * the CUDA kernels. */
+#define ON_GPU(h) ((h)->nccl != NULL)
+#define NCCL(h) ((ddph_nccl *)(h)->nccl)
+#else
+#define ON_GPU(h) 0
+#endif
 
 static ddph_hook *host(const ddph_services *s)
 {
@@ -38,6 +48,10 @@ static ddph_status svc_intra_node(const ddph_services *s, ddph_group **out)
 {
     ddph_hook *h = host(s);
     ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(h))
+        return keep(h, ddph__nccl_intra_node(NCCL(h), out, &e), &e);
+#endif
     return keep(h, ddph__mpi_intra_node(h->mpi, out, &e), &e);
 }
 
@@ -46,6 +60,11 @@ static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(h))
+        return keep(h, ddph__nccl_split(NCCL(h), parent, color, key, out, &e),
+                    &e);
+#endif
     return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
 }
 
@@ -73,7 +92,11 @@ static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
     ddph_err e;
     double t0 = span_start(h);
     h->call_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st = ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_allreduce(NCCL(h), g, buf, count, dtype, op, &e) :
+#endif
+        ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
     return traced(h, "allreduce", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -85,7 +108,11 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
     ddph_err e;
     double t0 = span_start(h);
     h->call_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st = ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype, &e);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_allgather(NCCL(h), g, send, recv, count, dtype, &e) :
+#endif
+        ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype, &e);
     return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -98,7 +125,11 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     if (g->rank == root)
         h->call_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st = ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_broadcast(NCCL(h), g, buf, count, dtype, root, &e) :
+#endif
+        ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
     return traced(h, "broadcast", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -111,8 +142,12 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
     ddph_err e;
     double t0 = span_start(h);
     h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
-    ddph_status st = ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count,
-                                              dtype, op, &e);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_reduce_scatter(NCCL(h), g, send, recv, count,
+                                              dtype, op, &e) :
+#endif
+        ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count, dtype, op, &e);
     return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -121,6 +156,13 @@ static ddph_status svc_cast(const ddph_services *s, const void *src,
                             ddph_dtype dst_dtype, size_t n, double scale)
 {
     ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_cast(NCCL(host(s)), src, src_dtype, dst,
+                                    dst_dtype, n, scale, &e),
+                    &e);
+#endif
     return keep(host(s),
                 ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
                 &e);
@@ -130,6 +172,12 @@ static ddph_status svc_divide(const ddph_services *s, void *buf,
                               ddph_dtype dtype, size_t n, double divisor)
 {
     ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_divide(NCCL(host(s)), buf, dtype, n, divisor, &e),
+                    &e);
+#endif
     return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
 }
 
@@ -139,6 +187,13 @@ static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
                             size_t ldb, float beta, float *c, size_t ldc)
 {
     ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_gemm(NCCL(host(s)), trans_a, trans_b, m, n, k,
+                                    alpha, a, lda, b, ldb, beta, c, ldc, &e),
+                    &e);
+#endif
     return keep(host(s),
                 ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
                                ldb, beta, c, ldc, &e),
@@ -149,23 +204,29 @@ static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
                                      size_t rows, size_t cols, double eps)
 {
     ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_orthogonalize(NCCL(host(s)), x, rows, cols, eps,
+                                             &e),
+                    &e);
+#endif
     return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
 }
 
 static void *svc_alloc(const ddph_services *s, size_t bytes)
 {
-    (void)s;
     void *p = NULL;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0)
+    ddph_err e;
+    if (ddph__dev_alloc(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, bytes, &p,
+                        &e) != DDPH_OK)
         return NULL;
     return p;
 }
 
 static void svc_free(const ddph_services *s, void *p)
 {
-    (void)s;
-    free(p);
+    ddph__dev_free(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, p);
 }
 
 static void svc_log(const ddph_services *s, ddph_log_level level,
@@ -194,7 +255,9 @@ void ddph__services_init(ddph_hook *h)
         .abi_minor = DDPH_PLUGIN_ABI_MINOR,
         .rank = h->mpi->world.rank,
         .world_size = h->mpi->world.size,
+#ifndef HAVE_NCCL
         .world = &h->mpi->world,
+#endif
         .group_rank = svc_group_rank,
         .group_size = svc_group_size,
         .group_intra_node = svc_intra_node,
@@ -215,7 +278,12 @@ void ddph__services_init(ddph_hook *h)
         .opt_int = ddph__opt_int,
         .opt_real = ddph__opt_real,
         .opt_string = ddph__opt_string,
+#ifdef HAVE_NCCL
+        .native_stream = ON_GPU(h) ? NCCL(h)->stream : NULL,
+        .world = ON_GPU(h) ? &NCCL(h)->world : &h->mpi->world,
+#else
         .native_stream = NULL,
+#endif
         .host = h,
     };
 }

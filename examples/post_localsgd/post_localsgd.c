@@ -184,10 +184,11 @@ static ddph_status average_parameters(local_sgd *st, const ddph_step_info *info,
     size_t total = 0;
     for (size_t i = 0; i < info->nparams; i++) {
         const ddph_param_view *p = &info->params[i];
-        if (!p->data || p->dtype != DDPH_F32) {
+        if (!p->data || p->dtype != DDPH_F32 || p->device != DDPH_CPU) {
             s->set_error(s, "parameter '%s' of model '%s': %s", p->name,
                          info->model,
-                         p->data ? "only f32 parameters can be averaged"
+                         p->data ? "only f32 parameters in host memory can "
+                                   "be averaged"
                                  : "no parameter memory (register it with "
                                    "ddph_model_set_param_data)");
             return DDPH_ERR_INVALID;

@@ -460,6 +460,14 @@ static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
     psgd *st = state;
     if (st->iter < st->start_iter)
         return vanilla(st, b, s);
+    /* The compressed path touches bucket memory from the host (error
+     * feedback, the concatenation of uncompressed tensors). */
+    if (b->device != DDPH_CPU) {
+        s->set_error(s, HOOK_NAME " compresses host (CPU) buckets only in "
+                        "this version; bucket %d is in GPU memory",
+                     b->index);
+        return DDPH_ERR_UNSUPPORTED;
+    }
     maybe_report(st, b, s);
     ddph_status r;
     if (b->dtype == DDPH_F32) {

@@ -101,7 +101,7 @@ static ddph_status my_on_bucket(void *state, const ddph_bucket *b,
         return DDPH_ERR_NOMEM;
     }
     double sq = 0;
-    if (b->dtype == DDPH_F32) {
+    if (b->dtype == DDPH_F32 && b->device == DDPH_CPU) { /* host memory */
         const float *g = b->buffer;
         for (size_t i = 0; i < b->numel; i++)
             sq += (double)g[i] * g[i];

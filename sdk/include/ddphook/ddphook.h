@@ -64,6 +64,13 @@ const char *ddph_last_error(const ddph_ctx *ctx);
 int ddph_rank(const ddph_ctx *ctx);
 int ddph_world_size(const ddph_ctx *ctx);
 
+/* With backend = nccl: the trainer's compute stream (a cudaStream_t; NULL
+ * = the default stream).  Gradient copies into the buckets are enqueued on
+ * it, and each bucket's hook waits for an event recorded on it, so the
+ * communication stream overlaps the rest of the backward pass.  Returns
+ * DDPH_ERR_UNSUPPORTED on other backends. */
+ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream);
+
 /* ---- models ------------------------------------------------------------- */
 
 /* Creates a model named `name` (used by [model.NAME] sections and in

@@ -1,0 +1,333 @@
+/* backend_nccl.c: see backend_nccl.h. */
+#include "build-config.h"
+
+#include "backend_nccl.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_ops.h"
+#include "cuda_ops.h"
+
+#define STREAM(n) ((cudaStream_t)(n)->stream)
+
+static ddph_status cuda_fail(ddph_err *err, cudaError_t e, const char *what)
+{
+    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
+                      cudaGetErrorString(e));
+}
+
+static ddph_status nccl_fail(ddph_err *err, ncclResult_t r, const char *what)
+{
+    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
+                      ncclGetErrorString(r));
+}
+
+static ncclDataType_t nccl_type(ddph_dtype t)
+{
+    switch (t) {
+    case DDPH_F32:
+        return ncclFloat32;
+    case DDPH_F64:
+        return ncclFloat64;
+    case DDPH_F16:
+        return ncclFloat16;
+    case DDPH_BF16:
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+    return ncclBfloat16;
+}
+
+static ncclRedOp_t nccl_op(ddph_redop op)
+{
+    return op == DDPH_MAX ? ncclMax : op == DDPH_MIN ? ncclMin : ncclSum;
+}
+
+/* Waits for the communication stream, against timeout_s; a failed or
+ * stuck communicator is aborted and reported. */
+static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
+                               const char *what, ddph_err *err)
+{
+    double deadline = ddph__now() + n->timeout_s;
+    for (unsigned polls = 0;; polls++) {
+        cudaError_t e = cudaStreamQuery(STREAM(n));
+        if (e == cudaSuccess)
+            return DDPH_OK;
+        if (e != cudaErrorNotReady)
+            return cuda_fail(err, e, what);
+        ncclResult_t async = ncclSuccess;
+        if (g && g->nccl &&
+            ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) == ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress) {
+            ncclCommAbort((ncclComm_t)g->nccl);
+            g->nccl = NULL;
+            return nccl_fail(err, async, what);
+        }
+        if (polls % 256 == 255 && ddph__now() > deadline) {
+            if (g && g->nccl) {
+                ncclCommAbort((ncclComm_t)g->nccl);
+                g->nccl = NULL;
+            }
+            return ddph__fail(err, DDPH_ERR_TIMEOUT,
+                              "%s did not complete within timeout_s = %g s "
+                              "(the NCCL communicator was aborted)",
+                              what, n->timeout_s);
+        }
+        if (polls > 100000) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
+{
+    memset(n, 0, sizeof *n);
+    n->mpi = mpi;
+    n->timeout_s = mpi->timeout_s;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    /* Every rank learns whether every rank has a GPU: no one waits alone. */
+    int64_t have = e == cudaSuccess && count > 0;
+    ddph_status st = ddph__mpi_allreduce_i64(mpi, &have, 1, DDPH_MIN, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!have)
+        return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                          "no CUDA device on %s rank (%s)",
+                          e == cudaSuccess && count > 0 ? "another" : "this",
+                          e == cudaSuccess ? "0 devices"
+                                           : cudaGetErrorString(e));
+    /* The GPU: this rank's index among the ranks of its host. */
+    MPI_Comm node;
+    int local = 0;
+    MPI_Comm_split_type(mpi->world.comm, MPI_COMM_TYPE_SHARED,
+                        mpi->world.rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    n->device = local % count;
+    if ((e = cudaSetDevice(n->device)) != cudaSuccess)
+        return cuda_fail(err, e, "cudaSetDevice");
+    cudaStream_t s;
+    if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_fail(err, e, "cudaStreamCreate");
+    n->stream = s;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        ddph__nccl_finalize(n);
+        return ddph__fail(err, DDPH_ERR_BACKEND, "cublasCreate failed");
+    }
+    cublasSetStream(h, s);
+    n->blas = h;
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (mpi->world.rank == 0)
+        r = ncclGetUniqueId(&id);
+    int64_t ok = r == ncclSuccess;
+    st = ddph__mpi_allreduce_i64(mpi, &ok, 1, DDPH_MIN, err);
+    if (st == DDPH_OK && !ok)
+        st = nccl_fail(err, r, "ncclGetUniqueId");
+    if (st == DDPH_OK)
+        st = ddph__mpi_bcast_bytes(mpi, &id, sizeof id, 0, err);
+    ncclComm_t comm = NULL;
+    if (st == DDPH_OK &&
+        (r = ncclCommInitRank(&comm, mpi->world.size, id, mpi->world.rank)) !=
+            ncclSuccess)
+        st = nccl_fail(err, r, "ncclCommInitRank");
+    if (st != DDPH_OK) {
+        ddph__nccl_finalize(n);
+        return st;
+    }
+    n->world = mpi->world;
+    n->world.owned = 0;
+    n->world.nccl = comm;
+    return DDPH_OK;
+}
+
+void ddph__nccl_finalize(ddph_nccl *n)
+{
+    for (struct ddph_group *g = n->groups, *next; g; g = next) {
+        next = g->next;
+        if (g->nccl)
+            ncclCommDestroy((ncclComm_t)g->nccl);
+        free(g);
+    }
+    if (n->world.nccl)
+        ncclCommDestroy((ncclComm_t)n->world.nccl);
+    if (n->blas)
+        cublasDestroy((cublasHandle_t)n->blas);
+    if (n->stream)
+        cudaStreamDestroy(STREAM(n));
+    memset(n, 0, sizeof *n);
+}
+
+static ddph_status need_comm(struct ddph_group *g, ddph_err *err)
+{
+    return g->nccl ? DDPH_OK
+                   : ddph__fail(err, DDPH_ERR_BACKEND,
+                                "the NCCL communicator was aborted after an "
+                                "earlier failure");
+}
+
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(dtype),
+                                   nccl_op(op), (ncclComm_t)g->nccl, STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllReduce")
+                            : wait_stream(n, g, "allreduce", err);
+}
+
+ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclAllGather(send, recv, count, nccl_type(dtype),
+                                   (ncclComm_t)g->nccl, STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllGather")
+                            : wait_stream(n, g, "allgather", err);
+}
+
+ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, int root,
+                                 ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclBroadcast(buf, buf, count, nccl_type(dtype), root,
+                                   (ncclComm_t)g->nccl, STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclBroadcast")
+                            : wait_stream(n, g, "broadcast", err);
+}
+
+ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op, ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclReduceScatter(send, recv, count, nccl_type(dtype),
+                                       nccl_op(op), (ncclComm_t)g->nccl,
+                                       STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclReduceScatter")
+                            : wait_stream(n, g, "reduce_scatter", err);
+}
+
+ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
+                             int color, int key, struct ddph_group **out,
+                             ddph_err *err)
+{
+    struct ddph_group *mg;
+    ddph_status st = ddph__mpi_split(n->mpi, parent, color, key, &mg, err);
+    if (st != DDPH_OK)
+        return st;
+    if ((st = need_comm(parent, err)) != DDPH_OK)
+        return st;
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommSplit((ncclComm_t)parent->nccl, color, key, &c,
+                                   NULL);
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, "ncclCommSplit");
+    struct ddph_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        ncclCommDestroy(c);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    *g = *mg; /* the MPI side stays owned by the MPI backend's list */
+    g->owned = 0;
+    g->nccl = c;
+    g->next = n->groups;
+    n->groups = g;
+    *out = g;
+    return DDPH_OK;
+}
+
+ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
+                                  ddph_err *err)
+{
+    struct ddph_group *node;
+    ddph_status st = ddph__mpi_intra_node(n->mpi, &node, err);
+    if (st != DDPH_OK)
+        return st;
+    /* The node's color: the world rank of its first rank. */
+    int64_t leader = n->world.rank;
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, &leader, 1, MPI_INT64_T, MPI_MIN, node->comm,
+                   &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    return ddph__nccl_split(n, &n->world, (int)leader, n->world.rank, out, err);
+}
+
+ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
+                            void *dst, ddph_dtype ddt, size_t count,
+                            double scale, ddph_err *err)
+{
+    int e = ddph__cuda_cast(src, sdt, dst, ddt, count, scale, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "cast kernel")
+             : wait_stream(n, NULL, "cast", err);
+}
+
+ddph_status ddph__nccl_divide(ddph_nccl *n, void *buf, ddph_dtype dtype,
+                              size_t count, double divisor, ddph_err *err)
+{
+    int e = ddph__cuda_divide(buf, dtype, count, divisor, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "divide kernel")
+             : wait_stream(n, NULL, "divide", err);
+}
+
+ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
+                            size_t k, float alpha, const float *a, size_t lda,
+                            const float *b, size_t ldb, float beta, float *c,
+                            size_t ldc, ddph_err *err)
+{
+    if (m == 0 || nn == 0)
+        return DDPH_OK;
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+    cublasStatus_t s = cublasSgemm(
+        (cublasHandle_t)n->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+        ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)nn, (int)m, (int)k, &alpha, b,
+        (int)ldb, a, (int)lda, &beta, c, (int)ldc);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSgemm failed (%d)",
+                          (int)s);
+    return wait_stream(n, NULL, "gemm", err);
+}
+
+ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
+                                     size_t cols, double eps, ddph_err *err)
+{
+    size_t bytes = rows * cols * sizeof(float);
+    if (!bytes)
+        return DDPH_OK;
+    float *h = malloc(bytes);
+    if (!h)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    cudaError_t e = cudaMemcpyAsync(h, x, bytes, cudaMemcpyDeviceToHost,
+                                    STREAM(n));
+    ddph_status st = e ? cuda_fail(err, e, "cudaMemcpy")
+                       : wait_stream(n, NULL, "orthogonalize", err);
+    if (st == DDPH_OK)
+        st = ddph__cpu_orthogonalize(h, rows, cols, eps, err);
+    if (st == DDPH_OK &&
+        (e = cudaMemcpyAsync(x, h, bytes, cudaMemcpyHostToDevice, STREAM(n))))
+        st = cuda_fail(err, e, "cudaMemcpy");
+    if (st == DDPH_OK)
+        st = wait_stream(n, NULL, "orthogonalize", err);
+    free(h);
+    return st;
+}

@@ -1,0 +1,63 @@
+/* backend_nccl.h: collectives on GPU memory over NCCL (backend = nccl).
+ *
+ * One GPU per rank, chosen by the rank's index among the ranks of its
+ * host (an MPI shared-memory split).  The communicator is bootstrapped
+ * through MPI (rank 0's ncclGetUniqueId broadcast).  Hooks run on one
+ * communication stream; each collective is enqueued on it and polled
+ * against timeout_s (cudaStreamQuery, ncclCommGetAsyncError), so a dead
+ * peer is reported instead of hanging.  Only built with HAVE_NCCL. */
+#ifndef DDPH_BACKEND_NCCL_H
+#define DDPH_BACKEND_NCCL_H
+
+#include "backend_mpi.h"
+#include "util.h"
+
+typedef struct ddph_nccl {
+    struct ddph_group world; /* nccl = the world communicator */
+    void *stream;            /* cudaStream_t: the communication stream */
+    void *blas;              /* cublasHandle_t on that stream */
+    int device;
+    double timeout_s;
+    struct ddph_group *groups; /* splits, freed at finalize */
+    ddph_mpi *mpi;
+} ddph_nccl;
+
+/* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU. */
+ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err);
+void ddph__nccl_finalize(ddph_nccl *n);
+
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err);
+ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err);
+ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, int root,
+                                 ddph_err *err);
+ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op, ddph_err *err);
+/* ncclCommSplit; the MPI side is split the same way. */
+ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
+                             int color, int key, struct ddph_group **out,
+                             ddph_err *err);
+ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
+                                  ddph_err *err);
+
+/* Device operations on the communication stream (they wait for it). */
+ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
+                            void *dst, ddph_dtype ddt, size_t count,
+                            double scale, ddph_err *err);
+ddph_status ddph__nccl_divide(ddph_nccl *n, void *buf, ddph_dtype dtype,
+                              size_t count, double divisor, ddph_err *err);
+ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
+                            size_t k, float alpha, const float *a, size_t lda,
+                            const float *b, size_t ldb, float beta, float *c,
+                            size_t ldc, ddph_err *err);
+/* On the host (copied out and back): Gram-Schmidt or LAPACK QR. */
+ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
+                                     size_t cols, double eps, ddph_err *err);
+
+#endif

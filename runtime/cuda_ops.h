@@ -1,0 +1,23 @@
+/* cuda_ops.h: the device operations of the nccl backend, CUDA kernels
+ * (cuda_ops.cu): casts between f32/f64 and f16/bf16 with a scale, and
+ * division in a dtype, enqueued on a stream.  Return a cudaError_t as int
+ * (0 = success).  Only built with HAVE_NCCL. */
+#ifndef DDPH_CUDA_OPS_H
+#define DDPH_CUDA_OPS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dtype codes are ddph_dtype's. */
+int ddph__cuda_cast(const void *src, int src_dtype, void *dst, int dst_dtype,
+                    size_t n, double scale, void *stream);
+int ddph__cuda_divide(void *buf, int dtype, size_t n, double divisor,
+                      void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

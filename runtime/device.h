@@ -1,0 +1,27 @@
+/* device.h: memory and ordering on the bucket's device.  CPU memory is
+ * 64-byte aligned host memory; CUDA memory (nccl backend) is cudaMalloc'd,
+ * copied with cudaMemcpyAsync on a stream and ordered with events.
+ * Without HAVE_NCCL the CUDA side answers DDPH_ERR_UNSUPPORTED. */
+#ifndef DDPH_DEVICE_H
+#define DDPH_DEVICE_H
+
+#include <stddef.h>
+
+#include "util.h"
+
+/* Zero-filled. */
+ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
+                            ddph_err *err);
+void ddph__dev_free(ddph_device d, void *p);
+/* CPU: memcpy.  CUDA: device-to-device, asynchronous on stream. */
+ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
+                           size_t bytes, void *stream, ddph_err *err);
+/* CUDA events: created once per bucket; record on the producer's stream,
+ * make the consumer's stream wait for it. */
+ddph_status ddph__dev_event_create(void **event, ddph_err *err);
+void ddph__dev_event_destroy(void *event);
+ddph_status ddph__dev_event_record(void *event, void *stream, ddph_err *err);
+ddph_status ddph__dev_event_wait(void *stream, void *event, ddph_err *err);
+ddph_status ddph__dev_sync(void *stream, ddph_err *err);
+
+#endif
