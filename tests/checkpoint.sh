@@ -41,6 +41,19 @@ for w in 2 4; do
             --load-state "$OUT/state-$hook-$w" --from-step 5
         check "$hook ws$w: steps 5-7 identical bit for bit" \
             "$B/tests/tools/compare_f32" "$OUT/b-$hook-$w" "$OUT/a-$hook-$w" "$w" 8 0 0
+        # The control: the state matters.  Resuming at step 5 from the
+        # state of step 2 must give different numbers.
+        timeout 120 "$MPIEXEC" -n "$w" "$B/ddphook" replay --job "$job" \
+            --trace "$OUT/trace$w" --out "$OUT/x-$hook-$w" \
+            --save-state "$OUT/early-$hook-$w" --save-after 2 </dev/null >/dev/null
+        timeout 120 "$MPIEXEC" -n "$w" "$B/ddphook" replay --job "$job" \
+            --trace "$OUT/trace$w" --out "$OUT/c-$hook-$w" \
+            --load-state "$OUT/early-$hook-$w" --from-step 5 </dev/null >/dev/null
+        if "$B/tests/tools/compare_f32" "$OUT/c-$hook-$w" "$OUT/a-$hook-$w" "$w" 8 0 0 >/dev/null 2>&1; then
+            fail=$((fail + 1)); echo "FAIL: $hook ws$w: a stale state gave the same results"
+        else
+            pass=$((pass + 1)); echo "PASS: $hook ws$w: a stale state gives different results (the state matters)"
+        fi
     done
 done
 # A corrupt file: flip a byte in the payload; the load must fail, saying so.
