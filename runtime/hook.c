@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
 #include "services.h"
 
 #include <ddphook/ddphook.h>

@@ -274,17 +274,19 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             size_t es = ddph__dtype_size(bk->dtype);
             for (int j = 0; j < bk->nparams; j++) {
                 ddph_param *p = &m->params[bk->params[j]];
+                ddph_err later; /* the first failure keeps its message */
                 ddph_status cs = ddph__dev_copy(
                     p->device, p->grad, (char *)bk->storage + p->offset * es,
-                    p->numel * es, ctx->comm_stream, err);
-                if (cs != DDPH_OK && st == DDPH_OK)
+                    p->numel * es, ctx->comm_stream, st ? &later : err);
+                if (st == DDPH_OK)
                     st = cs;
             }
         }
     }
     /* GPU copies back run on the hooks' stream: done when it is. */
     if (ctx->comm_stream) {
-        ddph_status ss = ddph__dev_sync(ctx->comm_stream, err);
+        ddph_err later;
+        ddph_status ss = ddph__dev_sync(ctx->comm_stream, st ? &later : err);
         if (st == DDPH_OK)
             st = ss;
     }

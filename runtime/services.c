@@ -6,7 +6,6 @@
 #include "services.h"
 
 #include <stdarg.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_ops.h"
