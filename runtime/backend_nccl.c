@@ -5,12 +5,12 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cusolverDn.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cpu_ops.h"
 #include "cuda_ops.h"
 
 #define STREAM(n) ((cudaStream_t)(n)->stream)
@@ -124,6 +124,13 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
     }
     cublasSetStream(h, s);
     n->blas = h;
+    cusolverDnHandle_t solver;
+    if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
+        ddph__nccl_finalize(n);
+        return ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnCreate failed");
+    }
+    cusolverDnSetStream(solver, s);
+    n->solver = solver;
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
     if (mpi->world.rank == 0)
@@ -161,6 +168,10 @@ void ddph__nccl_finalize(ddph_nccl *n)
         ncclCommDestroy((ncclComm_t)n->world.nccl);
     if (n->blas)
         cublasDestroy((cublasHandle_t)n->blas);
+    if (n->solver)
+        cusolverDnDestroy((cusolverDnHandle_t)n->solver);
+    if (n->qr_scratch)
+        cudaFree(n->qr_scratch);
     if (n->stream)
         cudaStreamDestroy(STREAM(n));
     memset(n, 0, sizeof *n);
@@ -308,26 +319,128 @@ ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
     return wait_stream(n, NULL, "gemm", err);
 }
 
+/* cuBLAS and cuSOLVER count in int. */
+static int fits_int(size_t v)
+{
+    return v <= (size_t)INT32_MAX;
+}
+
+/* Row-major x (rows x cols) is column-major x^T: transposed into t
+ * (column-major rows x cols), factored and expanded to Q in place by
+ * cuSOLVER, and transposed back. */
+static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
+                                  size_t cols, ddph_err *err)
+{
+    if (!fits_int(rows * cols))
+        return ddph__fail(err, DDPH_ERR_INVALID, "orthogonalize: too large");
+    cusolverDnHandle_t solver = (cusolverDnHandle_t)n->solver;
+    cublasHandle_t blas = (cublasHandle_t)n->blas;
+    int m = (int)rows, k = (int)cols, lwork_qr = 0, lwork_q = 0;
+    float *t = NULL, *tau = NULL; /* only sizes are read from them here */
+    if (cusolverDnSgeqrf_bufferSize(solver, m, k, t, m, &lwork_qr) !=
+            CUSOLVER_STATUS_SUCCESS ||
+        cusolverDnSorgqr_bufferSize(solver, m, k, k, t, m, tau, &lwork_q) !=
+            CUSOLVER_STATUS_SUCCESS)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "orthogonalize: cuSOLVER workspace query failed");
+    size_t lwork = (size_t)(lwork_qr > lwork_q ? lwork_qr : lwork_q);
+    /* Scratch: t, tau, the workspace, then the info word. */
+    size_t floats = rows * cols + cols + lwork;
+    size_t bytes = floats * sizeof(float) + sizeof(int);
+    if (bytes > n->qr_scratch_cap) {
+        if (n->qr_scratch)
+            cudaFree(n->qr_scratch);
+        n->qr_scratch = NULL;
+        n->qr_scratch_cap = 0;
+        cudaError_t e = cudaMalloc(&n->qr_scratch, bytes);
+        if (e != cudaSuccess) {
+            n->qr_scratch = NULL;
+            return cuda_fail(err, e, "orthogonalize: cudaMalloc");
+        }
+        n->qr_scratch_cap = bytes;
+    }
+    t = n->qr_scratch;
+    tau = t + rows * cols;
+    float *work = tau + cols;
+    int *info = (int *)(work + lwork);
+    const float one = 1.0f, zero = 0.0f;
+    /* beta = 0 still reads B (= t) in cuBLAS's in-place mode: no NaN there. */
+    cudaError_t e = cudaMemsetAsync(t, 0, rows * cols * sizeof(float),
+                                    STREAM(n));
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "orthogonalize: cudaMemsetAsync");
+    if (cublasSgeam(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, k, &one, x, k, &zero,
+                    t, m, t, m) != CUBLAS_STATUS_SUCCESS ||
+        cusolverDnSgeqrf(solver, m, k, t, m, tau, work, (int)lwork, info) !=
+            CUSOLVER_STATUS_SUCCESS ||
+        cusolverDnSorgqr(solver, m, k, k, t, m, tau, work, (int)lwork, info) !=
+            CUSOLVER_STATUS_SUCCESS ||
+        cublasSgeam(blas, CUBLAS_OP_T, CUBLAS_OP_N, k, m, &one, t, m, &zero,
+                    x, k, x, k) != CUBLAS_STATUS_SUCCESS)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "orthogonalize: launching the QR failed");
+    int host_info = 0;
+    e = cudaMemcpyAsync(&host_info, info, sizeof host_info,
+                                    cudaMemcpyDeviceToHost, STREAM(n));
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "orthogonalize: cudaMemcpyAsync");
+    ddph_status st = wait_stream(n, NULL, "orthogonalize", err);
+    if (st == DDPH_OK && host_info != 0)
+        st = ddph__fail(err, DDPH_ERR_BACKEND,
+                        "orthogonalize: cuSOLVER QR failed (info %d)",
+                        host_info);
+    return st;
+}
+
 ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
                                      size_t cols, double eps, ddph_err *err)
 {
-    size_t bytes = rows * cols * sizeof(float);
+    if (cols == 0 || rows == 0)
+        return DDPH_OK;
+    if (cols > rows)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "orthogonalize: %zu columns > %zu rows", cols, rows);
+    if (cols > 2)
+        return householder_qr(n, x, rows, cols, err);
+    int e = ddph__cuda_gram_schmidt(x, rows, cols, eps, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "Gram-Schmidt kernel")
+             : wait_stream(n, NULL, "orthogonalize", err);
+}
+
+ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
+                            const float *x, float *y, ddph_err *err)
+{
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t at = 0; at < count; at += chunk) {
+        size_t len = count - at < chunk ? count - at : chunk;
+        cublasStatus_t s = cublasSaxpy((cublasHandle_t)n->blas, (int)len,
+                                       &alpha, x + at, 1, y + at, 1);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSaxpy failed (%d)",
+                              (int)s);
+    }
+    return wait_stream(n, NULL, "axpy", err);
+}
+
+ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
+                            size_t bytes, int kind, ddph_err *err)
+{
     if (!bytes)
         return DDPH_OK;
-    float *h = malloc(bytes);
-    if (!h)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    cudaError_t e = cudaMemcpyAsync(h, x, bytes, cudaMemcpyDeviceToHost,
-                                    STREAM(n));
-    ddph_status st = e ? cuda_fail(err, e, "cudaMemcpy")
-                       : wait_stream(n, NULL, "orthogonalize", err);
-    if (st == DDPH_OK)
-        st = ddph__cpu_orthogonalize(h, rows, cols, eps, err);
-    if (st == DDPH_OK &&
-        (e = cudaMemcpyAsync(x, h, bytes, cudaMemcpyHostToDevice, STREAM(n))))
-        st = cuda_fail(err, e, "cudaMemcpy");
-    if (st == DDPH_OK)
-        st = wait_stream(n, NULL, "orthogonalize", err);
-    free(h);
-    return st;
+    enum cudaMemcpyKind k = kind == 1   ? cudaMemcpyDeviceToHost
+                            : kind == 2 ? cudaMemcpyHostToDevice
+                                        : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, STREAM(n));
+    return e ? cuda_fail(err, e, "cudaMemcpyAsync")
+             : wait_stream(n, NULL, "copy", err);
+}
+
+ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
+                            ddph_err *err)
+{
+    if (!bytes)
+        return DDPH_OK;
+    cudaError_t e = cudaMemsetAsync(buf, 0, bytes, STREAM(n));
+    return e ? cuda_fail(err, e, "cudaMemsetAsync")
+             : wait_stream(n, NULL, "zero", err);
 }

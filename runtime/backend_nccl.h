@@ -16,6 +16,9 @@ typedef struct ddph_nccl {
     struct ddph_group world; /* nccl = the world communicator */
     void *stream;            /* cudaStream_t: the communication stream */
     void *blas;              /* cublasHandle_t on that stream */
+    void *solver;            /* cusolverDnHandle_t on that stream */
+    void *qr_scratch;        /* device scratch of orthogonalize's QR */
+    size_t qr_scratch_cap;   /* bytes */
     int device;
     double timeout_s;
     struct ddph_group *groups; /* splits, freed at finalize */
@@ -56,8 +59,17 @@ ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
                             size_t k, float alpha, const float *a, size_t lda,
                             const float *b, size_t ldb, float beta, float *c,
                             size_t ldc, ddph_err *err);
-/* On the host (copied out and back): Gram-Schmidt or LAPACK QR. */
+/* On the device, as the CPU path does it: modified Gram-Schmidt (a CUDA
+ * kernel) for cols <= 2, Householder QR (cuSOLVER geqrf + orgqr) above. */
 ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
                                      size_t cols, double eps, ddph_err *err);
+/* y += alpha * x (cuBLAS saxpy). */
+ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
+                            const float *x, float *y, ddph_err *err);
+/* cudaMemcpyAsync of `kind` (ddph_copy_kind), waited for. */
+ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
+                            size_t bytes, int kind, ddph_err *err);
+ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
+                            ddph_err *err);
 
 #endif

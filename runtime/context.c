@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "device.h"
 #include "state_file.h"
 
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
@@ -59,6 +60,9 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         st = ddph__nccl_init(&ctx->nccl, &ctx->mpi, &e);
         ctx->nccl_up = st == DDPH_OK;
         ctx->comm_stream = ctx->nccl_up ? ctx->nccl.stream : NULL;
+        ctx->cuda_device = ctx->nccl.device;
+        if (st == DDPH_OK)
+            st = ddph__dev_event_create(&ctx->optimizer_done, &e);
         if (st != DDPH_OK)
             ddph__err_prefix(&e, "%s: [runtime] backend = nccl",
                              ctx->cfg.path);
@@ -103,6 +107,7 @@ void ddph_close(ddph_ctx *ctx)
     }
     free(ctx->models);
     free(ctx->step_models);
+    ddph__dev_event_destroy(ctx->optimizer_done);
 #ifdef HAVE_NCCL
     if (ctx->nccl_up)
         ddph__nccl_finalize(&ctx->nccl);
@@ -282,6 +287,14 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
         m->in_step = 0;
         m->steps++;
         if (st != DDPH_OK || !m->hook->plugin->api.on_step_end)
+            continue;
+        /* On the GPU the hook's copies (on the communication stream) must
+         * see what the optimizer wrote on the trainer's stream. */
+        if (ctx->optimizer_done &&
+            ((st = ddph__dev_event_record(ctx->optimizer_done,
+                                          ctx->compute_stream, &e)) != DDPH_OK ||
+             (st = ddph__dev_event_wait(ctx->comm_stream, ctx->optimizer_done,
+                                        &e)) != DDPH_OK))
             continue;
         ddph_param_view *views = calloc((size_t)(m->nparams ? m->nparams : 1),
                                         sizeof *views);

@@ -95,6 +95,8 @@ struct ddph_ctx {
     int nccl_up;
     void *compute_stream; /* the trainer's cudaStream_t (nccl backend) */
     void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
+    int cuda_device;      /* this rank's GPU (nccl backend) */
+    void *optimizer_done; /* CUDA event: on_step_end waits for the trainer */
     ddph_model **models;
     int nmodels;
     char error[DDPH__ERR_LEN];

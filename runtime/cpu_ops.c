@@ -264,6 +264,16 @@ ddph_status ddph__cpu_gemm(int trans_a, int trans_b, size_t m, size_t n,
     return DDPH_OK;
 }
 
+void ddph__cpu_axpy(size_t n, float alpha, const float *x, float *y)
+{
+    /* BLAS counts in int: large vectors go in chunks. */
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t len = n - at < chunk ? n - at : chunk;
+        cblas_saxpy((int)len, alpha, x + at, 1, y + at, 1);
+    }
+}
+
 /* PyTorch's _orthogonalize_gram_schmidt: column by column, normalise, then
  * remove its component from every later column. */
 static void gram_schmidt(float *x, size_t rows, size_t cols, double eps)

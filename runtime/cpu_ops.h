@@ -31,6 +31,9 @@ void ddph__cpu_add(void *a, const void *b, ddph_dtype dtype, size_t n);
 void ddph__cpu_max(void *a, const void *b, ddph_dtype dtype, size_t n);
 void ddph__cpu_min(void *a, const void *b, ddph_dtype dtype, size_t n);
 
+/* y[i] += alpha * x[i] (cblas_saxpy). */
+void ddph__cpu_axpy(size_t n, float alpha, const float *x, float *y);
+
 ddph_status ddph__cpu_gemm(int trans_a, int trans_b, size_t m, size_t n,
                            size_t k, float alpha, const float *a, size_t lda,
                            const float *b, size_t ldb, float beta, float *c,

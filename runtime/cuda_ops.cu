@@ -60,6 +60,53 @@ __global__ void divide_kernel(void *buf, int t, size_t n, float fd, double dd)
     }
 }
 
+constexpr unsigned GS_THREADS = 512;
+
+// Sum of one double per thread, returned to every thread of the block.
+__device__ double block_sum(double v, double *part)
+{
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned half = GS_THREADS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    double total = part[0];
+    __syncthreads(); // part is reused by the next call
+    return total;
+}
+
+// One block: column i is normalised, then removed from every later column.
+// __fmul_rn keeps nvcc from fusing x - d * y into an FMA the CPU path does
+// not use.
+__global__ void gram_schmidt_kernel(float *x, size_t rows, size_t cols,
+                                    float eps, bool add_eps)
+{
+    __shared__ double part[GS_THREADS];
+    for (size_t i = 0; i < cols; i++) {
+        double ss = 0;
+        for (size_t r = threadIdx.x; r < rows; r += GS_THREADS) {
+            double v = x[r * cols + i];
+            ss += v * v;
+        }
+        float norm = static_cast<float>(sqrt(block_sum(ss, part)));
+        float denom = add_eps ? norm + eps : norm;
+        for (size_t r = threadIdx.x; r < rows; r += GS_THREADS)
+            x[r * cols + i] /= denom;
+        __syncthreads();
+        for (size_t j = i + 1; j < cols; j++) {
+            double dot = 0;
+            for (size_t r = threadIdx.x; r < rows; r += GS_THREADS)
+                dot += static_cast<double>(x[r * cols + i]) * x[r * cols + j];
+            float d = static_cast<float>(block_sum(dot, part));
+            for (size_t r = threadIdx.x; r < rows; r += GS_THREADS)
+                x[r * cols + j] -= __fmul_rn(d, x[r * cols + i]);
+            __syncthreads();
+        }
+    }
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -88,5 +135,15 @@ extern "C" int ddph__cuda_divide(void *buf, int dtype, size_t n, double divisor,
         return 0;
     divide_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
         buf, dtype, n, static_cast<float>(divisor), divisor);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols,
+                                       double eps, void *stream)
+{
+    if (rows == 0 || cols == 0)
+        return 0;
+    gram_schmidt_kernel<<<1, GS_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, rows, cols, static_cast<float>(eps), eps != 0);
     return static_cast<int>(cudaGetLastError());
 }

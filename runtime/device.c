@@ -150,3 +150,14 @@ ddph_status ddph__dev_sync(void *stream, ddph_err *err)
     return no_cuda(err);
 #endif
 }
+
+ddph_status ddph__dev_bind(int device, ddph_err *err)
+{
+#ifdef HAVE_NCCL
+    CUDA_OR_FAIL(cudaSetDevice(device), "cudaSetDevice");
+    return DDPH_OK;
+#else
+    (void)device;
+    return no_cuda(err);
+#endif
+}

@@ -23,5 +23,8 @@ void ddph__dev_event_destroy(void *event);
 ddph_status ddph__dev_event_record(void *event, void *stream, ddph_err *err);
 ddph_status ddph__dev_event_wait(void *stream, void *event, ddph_err *err);
 ddph_status ddph__dev_sync(void *stream, ddph_err *err);
+/* Makes `device` the calling thread's current CUDA device (the current
+ * device is per thread: the communication thread must set its own). */
+ddph_status ddph__dev_bind(int device, ddph_err *err);
 
 #endif

@@ -69,6 +69,12 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
 static void *comm_thread(void *arg)
 {
     ddph_ctx *ctx = arg;
+    ddph_err e;
+    /* The hooks' kernels and collectives run on this rank's GPU. */
+    if (ctx->comm_stream && ddph__dev_bind(ctx->cuda_device, &e) != DDPH_OK)
+        ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                  "communication thread: %s: hooks will fail on GPU %d",
+                  e.msg, ctx->cuda_device);
     pthread_mutex_lock(&ctx->mu);
     for (;;) {
         while (ctx->qhead == ctx->qtail && !ctx->stop)

@@ -213,6 +213,54 @@ static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
     return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
 }
 
+static ddph_status svc_axpy(const ddph_services *s, size_t n, float alpha,
+                            const float *x, float *y)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_axpy(NCCL(host(s)), n, alpha, x, y, &e),
+                    &e);
+#endif
+    ddph__cpu_axpy(n, alpha, x, y);
+    return DDPH_OK;
+}
+
+static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
+                            size_t bytes, ddph_copy_kind kind)
+{
+    if (kind != DDPH_COPY_DEVICE && kind != DDPH_COPY_TO_HOST &&
+        kind != DDPH_COPY_FROM_HOST) {
+        snprintf(host(s)->message, sizeof host(s)->message,
+                 "copy: unknown ddph_copy_kind %d", (int)kind);
+        return DDPH_ERR_INVALID;
+    }
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_copy(NCCL(host(s)), dst, src, bytes, (int)kind,
+                                    &e),
+                    &e);
+#endif
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return DDPH_OK;
+}
+
+static ddph_status svc_zero(const ddph_services *s, void *buf, size_t bytes)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_zero(NCCL(host(s)), buf, bytes, &e),
+                    &e);
+#endif
+    if (bytes)
+        memset(buf, 0, bytes);
+    return DDPH_OK;
+}
+
 static void *svc_alloc(const ddph_services *s, size_t bytes)
 {
     void *p = NULL;
@@ -284,5 +332,9 @@ void ddph__services_init(ddph_hook *h)
         .native_stream = NULL,
 #endif
         .host = h,
+        .device = ON_GPU(h) ? DDPH_CUDA : DDPH_CPU,
+        .axpy = svc_axpy,
+        .copy = svc_copy,
+        .zero = svc_zero,
     };
 }

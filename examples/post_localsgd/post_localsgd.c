@@ -17,7 +17,9 @@
  *     with t % P == 0 (the last size must be the world size).
  *   The averager counts optimizer steps: steps that synchronised.
  *
- * Parameters must be registered with ddph_model_set_param_data (f32).
+ * Parameters must be registered with ddph_model_set_param_data (f32), in
+ * host memory with backend = mpi and in GPU memory with backend = nccl
+ * (averaged there, through the services' copy: ABI minor 1).
  * Build: make (uses pkg-config --cflags ddphook; no libddphook link). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,20 +179,44 @@ static ddph_status lsgd_on_bucket(void *state, const ddph_bucket *b,
     return average(s, st->subgroup, b->buffer, b->numel, b->dtype);
 }
 
+/* The device the services act on: hosts before ABI minor 1 had only the
+ * CPU backend's services for on_step_end. */
+static ddph_device services_device(const ddph_services *s)
+{
+    return DDPH_HAS_MEMBER(s, ddph_services, device) ? s->device : DDPH_CPU;
+}
+
+/* Copies between parameter memory and the flat buffer, both on the
+ * services' device (a device-to-device copy on GPU). */
+static ddph_status copy_on_device(const ddph_services *s, void *dst,
+                                  const void *src, size_t bytes)
+{
+    if (DDPH_HAS_MEMBER(s, ddph_services, copy))
+        return s->copy(s, dst, src, bytes, DDPH_COPY_DEVICE);
+    memcpy(dst, src, bytes);
+    return DDPH_OK;
+}
+
 /* average_parameters: concatenate, average over g, write back. */
 static ddph_status average_parameters(local_sgd *st, const ddph_step_info *info,
                                       const ddph_services *s, ddph_group *g)
 {
     size_t total = 0;
+    ddph_device device = services_device(s);
     for (size_t i = 0; i < info->nparams; i++) {
         const ddph_param_view *p = &info->params[i];
-        if (!p->data || p->dtype != DDPH_F32 || p->device != DDPH_CPU) {
+        if (!p->data || p->dtype != DDPH_F32 || p->device != device) {
             s->set_error(s, "parameter '%s' of model '%s': %s", p->name,
                          info->model,
-                         p->data ? "only f32 parameters in host memory can "
-                                   "be averaged"
-                                 : "no parameter memory (register it with "
-                                   "ddph_model_set_param_data)");
+                         !p->data ? "no parameter memory (register it with "
+                                    "ddph_model_set_param_data)"
+                         : p->dtype != DDPH_F32
+                             ? "only f32 parameters can be averaged"
+                             : device == DDPH_CUDA
+                                 ? "with backend = nccl the parameters must "
+                                   "be in GPU memory"
+                                 : "with backend = mpi the parameters must "
+                                   "be in host memory");
             return DDPH_ERR_INVALID;
         }
         total += p->numel;
@@ -202,17 +228,19 @@ static ddph_status average_parameters(local_sgd *st, const ddph_step_info *info,
         if (!st->flat)
             return DDPH_ERR_NOMEM;
     }
+    ddph_status r = DDPH_OK;
     size_t off = 0;
-    for (size_t i = 0; i < info->nparams; i++) {
-        memcpy(st->flat + off, info->params[i].data,
-               info->params[i].numel * sizeof(float));
+    for (size_t i = 0; i < info->nparams && !r; i++) {
+        r = copy_on_device(s, st->flat + off, info->params[i].data,
+                           info->params[i].numel * sizeof(float));
         off += info->params[i].numel;
     }
-    ddph_status r = average(s, g, st->flat, total, DDPH_F32);
+    if (!r)
+        r = average(s, g, st->flat, total, DDPH_F32);
     off = 0;
     for (size_t i = 0; i < info->nparams && !r; i++) {
-        memcpy(info->params[i].data, st->flat + off,
-               info->params[i].numel * sizeof(float));
+        r = copy_on_device(s, info->params[i].data, st->flat + off,
+                           info->params[i].numel * sizeof(float));
         off += info->params[i].numel;
     }
     return r;

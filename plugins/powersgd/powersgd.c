@@ -10,10 +10,14 @@
  * result.  The batched variant treats the whole bucket as one zero-padded
  * s x s matrix (two allreduces).
  *
- * Compute is f32 (OpenBLAS on CPU through the host's gemm and
- * orthogonalize services).  A half-precision bucket (under the fp16/bf16
- * wrapper) is widened to f32 for the arithmetic; every allreduce still
- * travels in the bucket's dtype, so the bytes on the wire are PyTorch's. */
+ * Compute is f32 through the host's services (OpenBLAS on CPU, cuBLAS,
+ * cuSOLVER and CUDA kernels on GPU): the error feedback, P and Q live in
+ * the bucket's memory, allocated with s->alloc and touched only through
+ * services, so this one source runs on host and GPU buckets alike (it
+ * needs ABI minor 1 for axpy, copy and zero).  A half-precision bucket
+ * (under the fp16/bf16 wrapper) is widened to f32 for the arithmetic;
+ * every allreduce still travels in the bucket's dtype, so the bytes on
+ * the wire are PyTorch's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +73,15 @@ static int grow(const ddph_services *s, void *pp, size_t *cap, size_t bytes)
     return *p != NULL;
 }
 
+/* n floats of device memory (at least one, so NULL means no memory). */
+static float *dev_floats(const ddph_services *s, size_t n)
+{
+    float *p = s->alloc(s, (n ? n : 1) * sizeof(float));
+    if (!p)
+        s->set_error(s, "out of memory for %zu floats of PowerSGD state", n);
+    return p;
+}
+
 static ddph_status psgd_create(const ddph_services *s, const ddph_options *o,
                                void **state)
 {
@@ -109,11 +122,12 @@ static void psgd_destroy(const ddph_services *s, void *state)
     if (!st)
         return;
     for (int i = 0; i < st->nbuckets; i++) {
-        free(st->buckets[i].error);
-        free(st->buckets[i].p);
-        free(st->buckets[i].q);
+        s->free(s, st->buckets[i].error);
+        s->free(s, st->buckets[i].p);
+        s->free(s, st->buckets[i].q);
     }
     free(st->buckets);
+    free(st->host_q);
     s->free(s, st->work);
     s->free(s, st->copy);
     s->free(s, st->flat);
@@ -162,42 +176,71 @@ static ddph_status allreduce_as(psgd *st, const ddph_services *s, float *v,
     return r;
 }
 
-/* Zero-based error feedback and the copy of the input it is measured
- * against.  Returns 0 on allocation failure. */
-static int add_error(const ddph_services *s, psgd *st, psgd_bucket *pb,
-                     float *in, size_t n)
+/* Adds the error feedback (zero the first time) to in and keeps a copy
+ * of the result, which the new error is measured against. */
+static ddph_status add_error(const ddph_services *s, psgd *st, psgd_bucket *pb,
+                             float *in, size_t n)
 {
     if (!st->use_ef)
-        return 1;
+        return DDPH_OK;
+    ddph_status r;
     if (pb->error && pb->nerror == n) {
-        for (size_t i = 0; i < n; i++)
-            in[i] += pb->error[i];
+        r = s->axpy(s, n, 1.0f, pb->error, in);
     } else {
-        free(pb->error);
-        pb->error = calloc(n ? n : 1, sizeof(float));
+        s->free(s, pb->error);
+        pb->error = dev_floats(s, n);
         pb->nerror = pb->error ? n : 0;
-        if (!pb->error) {
-            s->set_error(s, "out of memory for the error feedback");
-            return 0;
-        }
+        r = pb->error ? s->zero(s, pb->error, n * sizeof(float))
+                      : DDPH_ERR_NOMEM;
     }
-    if (!grow(s, &st->copy, &st->copy_cap, n * sizeof(float) + 4))
-        return 0;
-    memcpy(st->copy, in, n * sizeof(float));
-    return 1;
+    if (!r && !grow(s, &st->copy, &st->copy_cap, n * sizeof(float) + 4))
+        r = DDPH_ERR_NOMEM;
+    return r ? r : s->copy(s, st->copy, in, n * sizeof(float), DDPH_COPY_DEVICE);
 }
 
-static void keep_error(psgd *st, psgd_bucket *pb, const float *out, size_t n)
+/* error = input - output (the copy minus the decompressed result). */
+static ddph_status keep_error(const ddph_services *s, psgd *st,
+                              psgd_bucket *pb, const float *out, size_t n)
 {
-    if (st->use_ef)
-        for (size_t i = 0; i < n; i++)
-            pb->error[i] = st->copy[i] - out[i];
+    if (!st->use_ef)
+        return DDPH_OK;
+    ddph_status r = s->copy(s, pb->error, st->copy, n * sizeof(float),
+                            DDPH_COPY_DEVICE);
+    return r ? r : s->axpy(s, n, -1.0f, out, pb->error);
 }
 
-/* A new random Q: one seed drawn per initialisation, as PyTorch does,
- * then normals (or PyTorch's own, from q_init_dir). */
-static ddph_status random_q(psgd *st, const ddph_services *s, int bucket,
-                            float *q, size_t n)
+/* New P and Q memories of np and nq floats (the old ones are freed). */
+static ddph_status new_pq(const ddph_services *s, psgd_bucket *pb, size_t np,
+                          size_t nq)
+{
+    s->free(s, pb->p);
+    s->free(s, pb->q);
+    pb->p = dev_floats(s, np);
+    pb->q = dev_floats(s, nq);
+    pb->np = np;
+    pb->nq = nq;
+    if (pb->p && pb->q)
+        return DDPH_OK;
+    s->free(s, pb->p);
+    s->free(s, pb->q);
+    pb->p = pb->q = NULL; /* no half-made memory to warm-start from */
+    return DDPH_ERR_NOMEM;
+}
+
+/* Without warm start, P and Q do not outlive the step. */
+static void drop_pq(const ddph_services *s, psgd *st, psgd_bucket *pb)
+{
+    if (st->warm_start)
+        return;
+    s->free(s, pb->p);
+    s->free(s, pb->q);
+    pb->p = pb->q = NULL;
+}
+
+/* Fills host memory q: normals from a seed drawn as PyTorch draws it,
+ * or PyTorch's own Q from q_init_dir. */
+static ddph_status host_random_q(psgd *st, const ddph_services *s, int bucket,
+                                 float *q, size_t n)
 {
     uint32_t seed = mt_randint(&st->rng, 1000000000u);
     if (!st->qinit_dir) {
@@ -218,6 +261,24 @@ static ddph_status random_q(psgd *st, const ddph_services *s, int bucket,
         return DDPH_ERR_IO;
     }
     return DDPH_OK;
+}
+
+/* A new random Q in device memory q: drawn on the host, copied over. */
+static ddph_status random_q(psgd *st, const ddph_services *s, int bucket,
+                            float *q, size_t n)
+{
+    if (n > st->host_q_cap) {
+        float *h = realloc(st->host_q, n * sizeof *h);
+        if (!h) {
+            s->set_error(s, "out of memory for a random Q of %zu floats", n);
+            return DDPH_ERR_NOMEM;
+        }
+        st->host_q = h;
+        st->host_q_cap = n;
+    }
+    ddph_status r = host_random_q(st, s, bucket, st->host_q, n);
+    return r ? r : s->copy(s, q, st->host_q, n * sizeof(float),
+                           DDPH_COPY_FROM_HOST);
 }
 
 static ddph_status vanilla(psgd *st, const ddph_bucket *b,
@@ -250,8 +311,11 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
 {
     double world = (double)s->world_size;
     psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
-    if (!pb || !add_error(s, st, pb, in, b->numel))
+    if (!pb)
         return DDPH_ERR_NOMEM;
+    ddph_status r = add_error(s, st, pb, in, b->numel);
+    if (r)
+        return r;
     /* Split: which tensors are compressed, and the concatenation of the
      * others in bucket order. */
     if (b->ntensors > st->mats_cap) {
@@ -268,12 +332,12 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
         const ddph_tensor_view *v = &b->tensors[t];
         size_t n = v->ndim >= 1 ? (size_t)v->shape[0] : 1;
         size_t m = n ? v->numel / n : 0;
-        size_t r = st->rank < n ? st->rank : n;
-        r = r < m ? r : m;
+        size_t rk = st->rank < n ? st->rank : n;
+        rk = rk < m ? rk : m;
         st->before += (double)(n * m);
-        if ((double)((n + m) * r) * st->min_rate < (double)(n * m)) {
-            st->mats[nmat++] = (matrix){v->offset, n, m, r, 0, 0};
-            st->after += (double)((n + m) * r);
+        if ((double)((n + m) * rk) * st->min_rate < (double)(n * m)) {
+            st->mats[nmat++] = (matrix){v->offset, n, m, rk, 0, 0};
+            st->after += (double)((n + m) * rk);
         } else {
             st->after += (double)(n * m);
             flat_n += v->numel;
@@ -300,20 +364,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
             }
     }
     int randomize = !st->warm_start || !pb->p || pb->np != np || pb->nq != nq;
-    if (randomize) {
-        free(pb->p);
-        free(pb->q);
-        pb->p = malloc((np ? np : 1) * sizeof(float));
-        pb->q = malloc((nq ? nq : 1) * sizeof(float));
-        pb->np = np;
-        pb->nq = nq;
-        if (!pb->p || !pb->q) {
-            s->set_error(s, "out of memory for P and Q");
-            return DDPH_ERR_NOMEM;
-        }
-    }
-    ddph_status r = DDPH_OK;
-    if (randomize)
+    if (randomize && !(r = new_pq(s, pb, np, nq)))
         r = random_q(st, s, b->index, pb->q, nq);
     for (size_t i = 0; i < nmat && !r; i++)
         r = s->orthogonalize(s, pb->q + st->mats[i].q_off, st->mats[i].m,
@@ -332,7 +383,8 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
             k++;
             continue;
         }
-        memcpy(st->flat + pos, in + v->offset, v->numel * sizeof(float));
+        r = s->copy(s, st->flat + pos, in + v->offset,
+                    v->numel * sizeof(float), DDPH_COPY_DEVICE);
         pos += v->numel;
     }
     if (!r)
@@ -347,7 +399,8 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
             k++;
             continue;
         }
-        memcpy(in + v->offset, st->flat + pos, v->numel * sizeof(float));
+        r = s->copy(s, in + v->offset, st->flat + pos,
+                    v->numel * sizeof(float), DDPH_COPY_DEVICE);
         pos += v->numel;
     }
     /* allreduce(P), orthogonalise, Q = M^T P, allreduce(Q), divide */
@@ -371,15 +424,11 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
         r = s->gemm(s, 0, 1, x->n, x->m, x->r, 1.0f, pb->p + x->p_off, x->r,
                     pb->q + x->q_off, x->r, 0.0f, in + x->offset, x->m);
     }
-    if (r)
-        return r;
-    keep_error(st, pb, in, b->numel);
-    if (!st->warm_start) {
-        free(pb->p);
-        free(pb->q);
-        pb->p = pb->q = NULL;
-    }
-    return DDPH_OK;
+    if (!r)
+        r = keep_error(s, st, pb, in, b->numel);
+    if (!r)
+        drop_pq(s, st, pb);
+    return r;
 }
 #else
 /* The batched algorithm: the bucket, zero-padded to s*s, as one matrix. */
@@ -400,27 +449,19 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     if (!pb || !grow(s, &st->flat, &st->flat_cap, sq * sizeof(float) + 4))
         return DDPH_ERR_NOMEM;
     float *mat = st->flat;
-    memcpy(mat, in, len * sizeof(float));
-    memset(mat + len, 0, (sq - len) * sizeof(float));
-    if (!add_error(s, st, pb, mat, sq))
-        return DDPH_ERR_NOMEM;
+    ddph_status r = s->copy(s, mat, in, len * sizeof(float), DDPH_COPY_DEVICE);
+    if (!r)
+        r = s->zero(s, mat + len, (sq - len) * sizeof(float));
+    if (!r)
+        r = add_error(s, st, pb, mat, sq);
+    if (r)
+        return r;
     st->before += (double)len;
     st->after += (double)(2 * side * rank);
     size_t n = side * rank;
     int randomize = !st->warm_start || !pb->p || pb->np != n;
-    ddph_status r = DDPH_OK;
-    if (randomize) {
-        free(pb->p);
-        free(pb->q);
-        pb->p = malloc((n ? n : 1) * sizeof(float));
-        pb->q = malloc((n ? n : 1) * sizeof(float));
-        pb->np = pb->nq = n;
-        if (!pb->p || !pb->q) {
-            s->set_error(s, "out of memory for P and Q");
-            return DDPH_ERR_NOMEM;
-        }
+    if (randomize && !(r = new_pq(s, pb, n, n)))
         r = random_q(st, s, b->index, pb->q, n);
-    }
     /* Orthogonalised with eps = 0 whatever the option says, as upstream. */
     if (!r)
         r = s->orthogonalize(s, pb->q, side, rank, 0.0);
@@ -441,16 +482,11 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     if (!r)
         r = s->gemm(s, 0, 1, side, side, rank, 1.0f, pb->p, rank, pb->q, rank,
                     0.0f, mat, side);
-    if (r)
-        return r;
-    keep_error(st, pb, mat, sq);
-    if (!st->warm_start) {
-        free(pb->p);
-        free(pb->q);
-        pb->p = pb->q = NULL;
-    }
-    memcpy(in, mat, len * sizeof(float));
-    return DDPH_OK;
+    if (!r)
+        r = keep_error(s, st, pb, mat, sq);
+    if (!r)
+        drop_pq(s, st, pb);
+    return r ? r : s->copy(s, in, mat, len * sizeof(float), DDPH_COPY_DEVICE);
 }
 #endif
 
@@ -460,14 +496,6 @@ static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
     psgd *st = state;
     if (st->iter < st->start_iter)
         return vanilla(st, b, s);
-    /* The compressed path touches bucket memory from the host (error
-     * feedback, the concatenation of uncompressed tensors). */
-    if (b->device != DDPH_CPU) {
-        s->set_error(s, HOOK_NAME " compresses host (CPU) buckets only in "
-                        "this version; bucket %d is in GPU memory",
-                     b->index);
-        return DDPH_ERR_UNSUPPORTED;
-    }
     maybe_report(st, b, s);
     ddph_status r;
     if (b->dtype == DDPH_F32) {
@@ -508,8 +536,9 @@ static const ddph_plugin_api_v1 psgd_plugin = {
     .stats = psgd_stats,
 };
 
+/* Declines hosts older than ABI minor 1: the state lives in the bucket's
+ * memory and needs the axpy, copy and zero services. */
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
 {
-    (void)host_minor;
-    return &psgd_plugin;
+    return host_minor >= 1 ? &psgd_plugin : NULL;
 }

@@ -16,6 +16,8 @@
 #define HOOK_NAME "powersgd"
 #endif
 
+/* error, p and q are in the bucket's memory (s->alloc): GPU memory with
+ * backend = nccl. */
 typedef struct psgd_bucket {
     float *error; /* NULL until the first compressed step */
     size_t nerror;
@@ -52,6 +54,8 @@ typedef struct psgd {
     size_t wire_cap;
     matrix *mats;
     size_t mats_cap;
+    float *host_q; /* host memory where random Qs are drawn */
+    size_t host_q_cap;
 } psgd;
 
 /* The memory of bucket `index`, grown on first sight (NULL: no memory). */

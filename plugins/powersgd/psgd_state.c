@@ -1,6 +1,7 @@
 /* psgd_state.c: PowerSGD's checkpoints (everything that shapes later
  * results: iteration, generator position, statistics, and per bucket the
- * error feedback and the P and Q memories) and its statistics. */
+ * error feedback and the P and Q memories, copied through host memory)
+ * and its statistics. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,13 +11,29 @@
 #define STATE_VERSION 1u
 
 #define PUT(x) (r = r ? r : write(sink, &(x), sizeof(x)))
-#define PUTN(p, n) (r = r ? r : ((n) ? write(sink, (p), (n) * sizeof(float)) : 0))
 #define GET(x) (r = r ? r : read(source, &(x), sizeof(x)))
 
-ddph_status psgd_save(void *state, const ddph_services *s,
-                             ddph_write_fn write, void *sink)
+/* Writes n floats of device memory v through a host copy. */
+static ddph_status put_floats(const ddph_services *s, ddph_write_fn write,
+                              void *sink, const float *v, size_t n)
 {
-    (void)s;
+    if (!n)
+        return DDPH_OK;
+    float *h = malloc(n * sizeof *h);
+    if (!h) {
+        s->set_error(s, "out of memory saving " HOOK_NAME " state");
+        return DDPH_ERR_NOMEM;
+    }
+    ddph_status r = s->copy(s, h, v, n * sizeof *h, DDPH_COPY_TO_HOST);
+    if (!r)
+        r = write(sink, h, n * sizeof *h);
+    free(h);
+    return r;
+}
+
+ddph_status psgd_save(void *state, const ddph_services *s,
+                      ddph_write_fn write, void *sink)
+{
     psgd *st = state;
     ddph_status r = DDPH_OK;
     uint32_t magic = STATE_MAGIC, version = STATE_VERSION;
@@ -32,39 +49,48 @@ ddph_status psgd_save(void *state, const ddph_services *s,
     PUT(st->rng.mt);
     PUT(mti);
     PUT(nb);
-    for (int i = 0; i < st->nbuckets; i++) {
+    for (int i = 0; i < st->nbuckets && !r; i++) {
         const psgd_bucket *pb = &st->buckets[i];
         uint64_t ne = pb->error ? pb->nerror : UINT64_MAX;
         uint64_t np = pb->p ? pb->np : UINT64_MAX, nq = pb->q ? pb->nq : 0;
         PUT(ne);
-        PUTN(pb->error, pb->error ? pb->nerror : 0);
+        if (!r && pb->error)
+            r = put_floats(s, write, sink, pb->error, pb->nerror);
         PUT(np);
         PUT(nq);
-        PUTN(pb->p, pb->p ? pb->np : 0);
-        PUTN(pb->q, pb->p ? pb->nq : 0);
+        if (!r && pb->p)
+            r = put_floats(s, write, sink, pb->p, pb->np);
+        if (!r && pb->p)
+            r = put_floats(s, write, sink, pb->q, pb->nq);
     }
     return r;
 }
 
-static float *read_floats(ddph_read_fn read, void *source, uint64_t n,
-                          ddph_status *r)
+/* Reads n floats into new device memory (NULL and *r set on failure). */
+static float *get_floats(const ddph_services *s, ddph_read_fn read,
+                         void *source, uint64_t n, ddph_status *r)
 {
     if (*r || n > ((uint64_t)1 << 40)) {
         *r = *r ? *r : DDPH_ERR_IO;
         return NULL;
     }
-    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    size_t bytes = (size_t)(n ? n : 1) * sizeof(float);
+    float *h = malloc(bytes);
+    float *v = h ? s->alloc(s, bytes) : NULL;
     if (!v)
         *r = DDPH_ERR_NOMEM;
-    else if (n && (*r = read(source, v, (size_t)n * sizeof *v)) != DDPH_OK) {
-        free(v);
+    else if (n && (*r = read(source, h, (size_t)n * sizeof *h)) == DDPH_OK)
+        *r = s->copy(s, v, h, (size_t)n * sizeof *h, DDPH_COPY_FROM_HOST);
+    free(h);
+    if (*r) {
+        s->free(s, v);
         v = NULL;
     }
     return v;
 }
 
 ddph_status psgd_load(void *state, const ddph_services *s,
-                             ddph_read_fn read, void *source)
+                      ddph_read_fn read, void *source)
 {
     psgd *st = state;
     ddph_status r = DDPH_OK;
@@ -100,25 +126,33 @@ ddph_status psgd_load(void *state, const ddph_services *s,
             return DDPH_ERR_NOMEM;
         uint64_t ne = 0, np = 0, nq = 0;
         GET(ne);
-        free(pb->error);
+        s->free(s, pb->error);
         pb->error = NULL;
         if (!r && ne != UINT64_MAX) {
-            pb->error = read_floats(read, source, ne, &r);
+            pb->error = get_floats(s, read, source, ne, &r);
             pb->nerror = (size_t)ne;
         }
         GET(np);
         GET(nq);
-        free(pb->p);
-        free(pb->q);
+        s->free(s, pb->p);
+        s->free(s, pb->q);
         pb->p = pb->q = NULL;
         if (!r && np != UINT64_MAX) {
-            pb->p = read_floats(read, source, np, &r);
-            pb->q = read_floats(read, source, nq, &r);
+            pb->p = get_floats(s, read, source, np, &r);
+            pb->q = get_floats(s, read, source, nq, &r);
             pb->np = (size_t)np;
             pb->nq = (size_t)nq;
+            if (r) { /* never one of the two without the other */
+                s->free(s, pb->p);
+                s->free(s, pb->q);
+                pb->p = pb->q = NULL;
+            }
         }
     }
-    if (r)
+    /* A failed device copy has set its own message. */
+    if (r == DDPH_ERR_NOMEM)
+        s->set_error(s, "out of memory loading " HOOK_NAME " state");
+    else if (r && r != DDPH_ERR_BACKEND)
         s->set_error(s, "truncated or corrupt " HOOK_NAME " state");
     return r;
 }

@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define DDPH_PLUGIN_ABI_MAJOR 1
-#define DDPH_PLUGIN_ABI_MINOR 0
+#define DDPH_PLUGIN_ABI_MINOR 1
 
 /* Name of the entry symbol for ABI major 1. */
 #define DDPH_PLUGIN_ENTRY_V1 "ddph_plugin_v1"
@@ -129,6 +129,22 @@ typedef struct ddph_step_info {
     const ddph_param_view *params; /* registration order */
     const char *model;
 } ddph_step_info;
+
+/* Which memory each side of ddph_services.copy is in.  "Device" is the
+ * services' device (ddph_services.device): GPU memory with backend = nccl,
+ * host memory with backend = mpi (where all three kinds are a memcpy). */
+typedef enum ddph_copy_kind {
+    DDPH_COPY_DEVICE = 0,    /* device to device */
+    DDPH_COPY_TO_HOST = 1,   /* device to host (malloc'd) memory */
+    DDPH_COPY_FROM_HOST = 2, /* host memory to device */
+} ddph_copy_kind;
+
+/* Nonzero when the struct `ptr` points to (which starts with struct_size)
+ * has `member`: test it before using a member added in a later minor, e.g.
+ * DDPH_HAS_MEMBER(s, ddph_services, axpy). */
+#define DDPH_HAS_MEMBER(ptr, type, member)                                  \
+    ((ptr)->struct_size >=                                                  \
+     offsetof(type, member) + sizeof(((type *)0)->member))
 
 /* Byte sinks and sources for save/load of hook state. */
 typedef ddph_status (*ddph_write_fn)(void *sink, const void *data, size_t n);
@@ -224,6 +240,23 @@ struct ddph_services {
     void *native_stream;
 
     void *host; /* private to the host */
+
+    /* ---- ABI minor 1 (check with DDPH_HAS_MEMBER before use) ----------
+     * What a hook needs to keep per-bucket state in the bucket's memory
+     * (PowerSGD's error feedback, P and Q) without touching it from the
+     * CPU, so that one source runs on host and GPU buckets alike. */
+    /* The device every buffer handed to these services is on: DDPH_CUDA
+     * with backend = nccl, else DDPH_CPU.  alloc() returns memory here. */
+    ddph_device device;
+    /* y[i] += alpha * x[i] for i < n, in f32 (BLAS saxpy; cuBLAS on GPU). */
+    ddph_status (*axpy)(const ddph_services *s, size_t n, float alpha,
+                        const float *x, float *y);
+    /* Copies `bytes` bytes; `kind` says which side is host memory.  The
+     * two ranges may not overlap.  Blocking: done when it returns. */
+    ddph_status (*copy)(const ddph_services *s, void *dst, const void *src,
+                        size_t bytes, ddph_copy_kind kind);
+    /* Sets `bytes` bytes of device memory to zero. */
+    ddph_status (*zero)(const ddph_services *s, void *buf, size_t bytes);
 };
 
 /* ---- the plugin table ------------------------------------------------------ */
