@@ -1,17 +1,20 @@
 #!/bin/sh
-# gpu.sh: the nccl backend's tests (tests/gpu/test_gpu): every hook's GPU
-# result against the CPU backend's on the same gradients.  They skip (77),
+# gpu.sh: the nccl backend's tests (tests/gpu/test_gpu): every shipped
+# hook's GPU result, and post-local-SGD's parameter averaging, against the
+# CPU backend's on the same gradients.  They skip (77),
 # saying why, on a machine without a CUDA device or a build without the
 # nccl backend.  One rank per GPU: NCCL refuses two ranks on one device.
 set -u
 B=${DDPH_TEST_BUILDDIR:?run through make check}
-out=$("$B/tests/gpu/test_gpu" "$DDPH_TEST_PLUGIN_DIR" 2>&1)
+LSGD="$B/tests/gpu/.libs/post_localsgd.so"
+out=$("$B/tests/gpu/test_gpu" "$DDPH_TEST_PLUGIN_DIR" "$LSGD" 2>&1)
 rc=$?
 printf '%s\n' "$out"
 [ $rc -eq 77 ] && exit 77
 [ $rc -ne 0 ] && exit $rc
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "${n:-0}" -ge 2 ] && [ -n "${MPIEXEC:-}" ]; then
-    "$MPIEXEC" -n 2 "$B/tests/gpu/test_gpu" "$DDPH_TEST_PLUGIN_DIR" </dev/null || exit 1
+    "$MPIEXEC" -n 2 "$B/tests/gpu/test_gpu" "$DDPH_TEST_PLUGIN_DIR" "$LSGD" \
+        </dev/null || exit 1
 fi
 exit 0

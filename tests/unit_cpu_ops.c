@@ -220,6 +220,30 @@ START_TEST(gemm_and_orthogonalize)
 }
 END_TEST
 
+/* The axpy behind services.axpy: PowerSGD's error feedback is
+ * error = copy; error += -1 * out, which must equal copy - out exactly. */
+START_TEST(axpy_is_exact_subtraction)
+{
+    enum { N = 1037 };
+    static float x[N], y[N], want[N];
+    uint32_t state = 12345;
+    for (int i = 0; i < N; i++) {
+        state = state * 1664525u + 1013904223u;
+        x[i] = (float)(state >> 8) / 16777216.0f * 2000.0f - 1000.0f;
+        state = state * 1664525u + 1013904223u;
+        y[i] = (float)(state >> 8) / 16777216.0f * 2e-3f - 1e-3f;
+        want[i] = y[i] - x[i];
+    }
+    ddph__cpu_axpy(N, -1.0f, x, y);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(y[i] == want[i], "element %d: %a != %a", i, y[i],
+                      want[i]);
+    ddph__cpu_axpy(N, 2.0f, x, y); /* y = -x + 2x + y0 ~ x + y0 */
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq_tol(y[i], want[i] + 2 * x[i], 1e-3f);
+    ddph__cpu_axpy(0, 1.0f, x, y); /* nothing to do, no crash */
+}
+END_TEST
 
 /* Every vector path the CPU has, forced one at a time, against scalar:
  * all 65,536 patterns of the 16-bit side; edge cases and random bits of the
@@ -291,6 +315,7 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, f32_to_half_random);
     tcase_add_test(tc, cast_divide_and_half_sum);
     tcase_add_test(tc, gemm_and_orthogonalize);
+    tcase_add_test(tc, axpy_is_exact_subtraction);
     tcase_add_test(tc, every_simd_path_matches_scalar);
     suite_add_tcase(s, tc);
     return s;

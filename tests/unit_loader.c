@@ -3,6 +3,7 @@
  * Every message is asserted, not only the status. */
 #include "build-config.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,33 @@ START_TEST(shipped_allreduce_loads_by_name)
     ck_assert_uint_eq(p->api.abi_major, 1);
     ck_assert_uint_eq(p->plugin_size, sizeof(ddph_plugin_api_v1));
     ddph__plugin_unload(p);
+}
+END_TEST
+
+/* PowerSGD keeps its state in the bucket's memory through the minor-1
+ * services (axpy, copy, zero): it must decline a minor-0 host, and take
+ * this one.  Also checks DDPH_HAS_MEMBER on a minor-0-sized table. */
+START_TEST(powersgd_declines_minor_0_hosts)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/powersgd.so",
+             unit_env("DDPH_TEST_PLUGIN_DIR"));
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(dl != NULL, "%s", dlerror());
+    ddph_plugin_entry_v1 entry;
+    void *sym = dlsym(dl, DDPH_PLUGIN_ENTRY_V1);
+    ck_assert_ptr_nonnull(sym);
+    memcpy(&entry, &sym, sizeof entry);
+    ck_assert_ptr_null(entry(0));
+    ck_assert_ptr_nonnull(entry(DDPH_PLUGIN_ABI_MINOR));
+    dlclose(dl);
+
+    ddph_services s = {.struct_size = (uint32_t)offsetof(ddph_services, device)};
+    ck_assert(DDPH_HAS_MEMBER(&s, ddph_services, host));
+    ck_assert(!DDPH_HAS_MEMBER(&s, ddph_services, device));
+    ck_assert(!DDPH_HAS_MEMBER(&s, ddph_services, zero));
+    s.struct_size = sizeof s;
+    ck_assert(DDPH_HAS_MEMBER(&s, ddph_services, zero));
 }
 END_TEST
 
@@ -239,6 +267,7 @@ Suite *loader_suite(void)
     Suite *s = suite_create("loader");
     TCase *tc = tcase_create("Core");
     tcase_add_test(tc, shipped_allreduce_loads_by_name);
+    tcase_add_test(tc, powersgd_declines_minor_0_hosts);
     tcase_add_test(tc, missing_file_lists_paths_tried);
     tcase_add_test(tc, not_a_shared_object);
     tcase_add_test(tc, abi_errors);

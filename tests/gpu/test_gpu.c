@@ -1,15 +1,19 @@
 /* test_gpu: the nccl backend against the CPU backend on the same
- * gradients.  For each of allreduce, fp16, bf16 and allreduce under the
- * fp16 wrapper: gradients in GPU memory (backend = nccl) must equal, within
- * the hook's tolerance, what the same hook gives on host memory
- * (backend = mpi).  Exit 77 with the reason "no CUDA device" when there is
- * none (every CI machine here), or when this build has no nccl backend.
+ * gradients.  Every shipped hook (allreduce, fp16, bf16, powersgd with the
+ * Gram-Schmidt and the QR orthogonaliser, batched_powersgd, the fp16/bf16
+ * wrappers), gradient_as_bucket_view with the trainer's own stream, and,
+ * when its .so is given, post-local-SGD's parameter averaging: gradients
+ * (and parameters) in GPU memory (backend = nccl) must match, within the
+ * case's tolerance, what the same job gives on host memory (backend = mpi),
+ * at every step.  Exit 77 with the reason "no CUDA device" when there is
+ * none, or when this build has no nccl backend.
  *
- *   [mpiexec -n W] test_gpu PLUGIN_DIR */
+ *   [mpiexec -n W] test_gpu PLUGIN_DIR [POST_LOCALSGD_SO] */
 #include "build-config.h"
 
 #include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,70 +24,166 @@
 #ifdef HAVE_NCCL
 #include <cuda_runtime.h>
 
-#define NP 4
-static const int64_t shapes[NP] = {4097, 1, 65536, 300};
+#define NP 5
+#define STEPS 4
+/* Matrices PowerSGD compresses, a scalar and a vector it does not. */
+static const int64_t shapes[NP][2] = {
+    {64, 65}, {1, 1}, {256, 256}, {300, 1}, {33, 128}};
+static const int ndims[NP] = {2, 1, 2, 1, 2};
 
-static float grad(int rank, int p, size_t i)
+typedef struct gpu_case {
+    const char *name, *hook, *wrapper;
+    const char *extra;  /* more INI text ([runtime] keys first) */
+    int own_stream;     /* ddph_set_stream with a stream of the test's */
+    int params;         /* register parameters, step them, compare them */
+    double rtol, atol;
+} gpu_case;
+
+static size_t numel(int p)
 {
-    return (float)((rank + 1) * ((int)((i * 7 + (size_t)p) % 13) - 6)) * 0.125f;
+    return (size_t)(shapes[p][0] * (ndims[p] == 2 ? shapes[p][1] : 1));
 }
 
-/* Runs one step of `hook` on `device` and leaves the results in out. */
-static int run(const char *dir, const char *hook, const char *wrapper,
-               int gpu, float **out, int rank)
+/* Full-rank pseudo-random values in [-1, 1), different per rank, step,
+ * parameter and element. */
+static float value(int rank, int step, int p, size_t i)
+{
+    uint64_t x = ((uint64_t)rank << 48) ^ ((uint64_t)step << 40) ^
+                 ((uint64_t)p << 32) ^ i;
+    x = (x ^ (x >> 31)) * 0x7fb5d329728ea185ull;
+    x = (x ^ (x >> 27)) * 0x81dadef4bc2dd44dull;
+    x ^= x >> 33;
+    return (float)(x >> 40) / 8388608.0f - 1.0f;
+}
+
+/* What one run leaves: every parameter's gradient (and parameter) after
+ * every step, concatenated. */
+typedef struct result {
+    float *v;
+    size_t n;
+} result;
+
+/* On the GPU: enqueued on the trainer's stream and not waited for, as a
+ * trainer's backward would; the runtime's events must order the rest. */
+static int put(void *dst, const float *src, size_t n, int gpu, void *stream)
+{
+    if (!gpu) {
+        memcpy(dst, src, n * sizeof *src);
+        return 1;
+    }
+    return cudaMemcpyAsync(dst, src, n * sizeof *src, cudaMemcpyHostToDevice,
+                           (cudaStream_t)stream) == cudaSuccess;
+}
+
+static int get(float *dst, const void *src, size_t n, int gpu)
+{
+    if (!gpu) {
+        memcpy(dst, src, n * sizeof *dst);
+        return 1;
+    }
+    return cudaMemcpy(dst, src, n * sizeof *dst, cudaMemcpyDeviceToHost) ==
+           cudaSuccess;
+}
+
+/* Runs STEPS steps of case c on the GPU or the CPU. */
+static int run(const char *dir, const gpu_case *c, int gpu, int rank,
+               result *out)
 {
     char path[256];
     snprintf(path, sizeof path, "/tmp/ddph-gpu-%d-%d.ini", (int)getppid(), rank);
     FILE *f = fopen(path, "w");
-    fprintf(f, "[runtime]\nbackend = %s\nplugin_path = %s\nbucket_cap_mb = 0.1\n"
-               "first_bucket_cap_mb = 0.05\ntimeout_s = 60\n[hook]\nname = %s\n"
-               "wrapper = %s\n",
-            gpu ? "nccl" : "mpi", dir, hook, wrapper);
-    fclose(f);
-    ddph_ctx *ctx;
-    if (ddph_open(path, NULL, NULL, &ctx) != DDPH_OK)
+    if (!f)
         return 0;
-    ddph_model *m;
-    void *g[NP];
-    int ok = ddph_model_create(ctx, "net", &m) == DDPH_OK;
-    for (int p = 0; ok && p < NP; p++) {
-        size_t n = (size_t)shapes[p];
-        float *host = malloc(n * sizeof *host);
-        for (size_t i = 0; i < n; i++)
-            host[i] = grad(rank, p, i);
-        if (gpu) {
-            ok = cudaMalloc(&g[p], n * 4) == cudaSuccess &&
-                 cudaMemcpy(g[p], host, n * 4, cudaMemcpyHostToDevice) ==
-                     cudaSuccess;
-            free(host);
-        } else {
-            g[p] = host;
-        }
-        ok = ok && ddph_model_add_param(m, "p", g[p], &shapes[p], 1, DDPH_F32,
-                                        gpu ? DDPH_CUDA : DDPH_CPU,
-                                        NULL) == DDPH_OK;
-    }
-    ok = ok && ddph_model_finalize(m) == DDPH_OK &&
-         ddph_step_begin(ctx, &m, 1) == DDPH_OK;
-    for (int p = NP - 1; ok && p >= 0; p--)
-        ok = ddph_grad_ready(m, p) == DDPH_OK;
-    ok = ok && ddph_step_wait(ctx) == DDPH_OK && ddph_step_end(ctx) == DDPH_OK;
-    if (!ok)
-        fprintf(stderr, "test_gpu: %s on %s: %s\n", hook, gpu ? "nccl" : "mpi",
-                ddph_last_error(ctx));
-    for (int p = 0; p < NP; p++) {
-        size_t n = (size_t)shapes[p];
-        out[p] = malloc(n * sizeof(float));
-        if (gpu) {
-            cudaMemcpy(out[p], g[p], n * 4, cudaMemcpyDeviceToHost);
-            cudaFree(g[p]);
-        } else {
-            memcpy(out[p], g[p], n * 4);
-            free(g[p]);
-        }
-    }
-    ddph_close(ctx);
+    fprintf(f, "[runtime]\nbackend = %s\nplugin_path = %s\nbucket_cap_mb = 0.1\n"
+               "first_bucket_cap_mb = 0.05\ntimeout_s = 60\n%s\n[hook]\n"
+               "name = %s\nwrapper = %s\n",
+            gpu ? "nccl" : "mpi", dir, c->extra, c->hook, c->wrapper);
+    fclose(f);
+    size_t total = 0;
+    for (int p = 0; p < NP; p++)
+        total += numel(p);
+    out->n = total * STEPS * (c->params ? 2 : 1);
+    out->v = calloc(out->n, sizeof(float));
+    float *host = malloc(total * sizeof *host);
+    ddph_ctx *ctx = NULL;
+    int ok = out->v && host && ddph_open(path, NULL, NULL, &ctx) == DDPH_OK;
     unlink(path);
+    cudaStream_t stream = NULL;
+    if (ok && gpu && c->own_stream)
+        ok = cudaStreamCreate(&stream) == cudaSuccess &&
+             ddph_set_stream(ctx, stream) == DDPH_OK;
+    ddph_model *m = NULL;
+    void *grad[NP] = {0}, *param[NP] = {0};
+    ok = ok && ddph_model_create(ctx, "net", &m) == DDPH_OK;
+    for (int p = 0; ok && p < NP; p++) {
+        size_t n = numel(p) * sizeof(float);
+        if (gpu)
+            ok = cudaMalloc(&grad[p], n) == cudaSuccess &&
+                 (!c->params || cudaMalloc(&param[p], n) == cudaSuccess);
+        else
+            ok = (grad[p] = malloc(n)) && (!c->params || (param[p] = malloc(n)));
+        ok = ok && ddph_model_add_param(m, "p", grad[p], shapes[p], ndims[p],
+                                        DDPH_F32, gpu ? DDPH_CUDA : DDPH_CPU,
+                                        NULL) == DDPH_OK;
+        if (ok && c->params) {
+            for (size_t i = 0; i < numel(p); i++)
+                host[i] = value(rank, 99, p, i);
+            ok = put(param[p], host, numel(p), gpu, stream) &&
+                 ddph_model_set_param_data(m, p, param[p]) == DDPH_OK;
+        }
+    }
+    ok = ok && ddph_model_finalize(m) == DDPH_OK;
+    void *where[NP] = {0}; /* the bucket view's gradients, or ours */
+    for (int p = 0; ok && p < NP; p++)
+        ok = ddph_model_grad_ptr(m, p, &where[p]) == DDPH_OK;
+    size_t at = 0;
+    for (int step = 0; ok && step < STEPS; step++) {
+        ok = ddph_step_begin(ctx, &m, 1) == DDPH_OK;
+        /* A backward pass: the last parameters first. */
+        for (int p = NP - 1; ok && p >= 0; p--) {
+            for (size_t i = 0; i < numel(p); i++)
+                host[i] = value(rank, step, p, i);
+            ok = put(where[p], host, numel(p), gpu, stream) &&
+                 ddph_grad_ready(m, p) == DDPH_OK;
+        }
+        ok = ok && ddph_step_wait(ctx) == DDPH_OK;
+        for (int p = 0; ok && p < NP; p++) {
+            ok = get(out->v + at, where[p], numel(p), gpu);
+            at += numel(p);
+        }
+        /* The optimizer: param -= 0.5 * grad, then on_step_end. */
+        for (int p = 0; ok && c->params && p < NP; p++) {
+            float *g = out->v + at - total;
+            size_t off = 0;
+            for (int q = 0; q < p; q++)
+                off += numel(q);
+            ok = get(host, param[p], numel(p), gpu);
+            for (size_t i = 0; ok && i < numel(p); i++)
+                host[i] -= 0.5f * g[off + i];
+            ok = ok && put(param[p], host, numel(p), gpu, stream);
+        }
+        ok = ok && ddph_step_end(ctx) == DDPH_OK;
+        for (int p = 0; ok && c->params && p < NP; p++) {
+            ok = get(out->v + at, param[p], numel(p), gpu);
+            at += numel(p);
+        }
+    }
+    if (!ok && ctx)
+        fprintf(stderr, "test_gpu: rank %d: %s on %s: %s\n", rank, c->name,
+                gpu ? "nccl" : "mpi", ddph_last_error(ctx));
+    ddph_close(ctx);
+    for (int p = 0; p < NP; p++) {
+        if (gpu) {
+            cudaFree(grad[p]);
+            cudaFree(param[p]);
+        } else {
+            free(grad[p]);
+            free(param[p]);
+        }
+    }
+    if (stream)
+        cudaStreamDestroy(stream);
+    free(host);
     return ok;
 }
 #endif
@@ -102,43 +202,73 @@ int main(int argc, char **argv)
         printf("SKIP: no CUDA device\n");
         return 77;
     }
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_gpu PLUGIN_DIR\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: test_gpu PLUGIN_DIR [POST_LOCALSGD_SO]\n");
         return 2;
     }
     int provided, rank;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    static const struct {
-        const char *hook, *wrapper;
-        double tol;
-    } cases[] = {{"allreduce", "none", 1e-6},
-                 {"fp16", "none", 2e-3},
-                 {"bf16", "none", 2e-2},
-                 {"allreduce", "fp16", 2e-3}};
-    int failed = 0;
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        float *cpu[NP], *gpu[NP];
-        int ok = run(argv[1], cases[c].hook, cases[c].wrapper, 0, cpu, rank) &&
-                 run(argv[1], cases[c].hook, cases[c].wrapper, 1, gpu, rank);
-        double worst = 0;
-        for (int p = 0; p < NP; p++) {
-            for (size_t i = 0; ok && i < (size_t)shapes[p]; i++) {
-                double d = fabs((double)cpu[p][i] - gpu[p][i]);
-                worst = d > worst || isnan(d) ? d : worst;
-            }
-            free(cpu[p]);
-            free(gpu[p]);
+    const char *psgd1 = "[hook.powersgd]\nmatrix_approximation_rank = 1\n"
+                        "start_powerSGD_iter = 2\n";
+    const char *psgd4 = "[hook.powersgd]\nmatrix_approximation_rank = 4\n"
+                        "start_powerSGD_iter = 2\n";
+    const char *bpsgd = "[hook.batched_powersgd]\nmatrix_approximation_rank = 2\n"
+                        "start_powerSGD_iter = 2\n";
+    const char *lsgd = "[hook.post_localsgd]\nstart_localSGD_iter = 2\n"
+                       "period = 2\n";
+    const gpu_case cases[] = {
+        {"allreduce", "allreduce", "none", "", 0, 0, 0, 1e-6},
+        {"fp16", "fp16", "none", "", 0, 0, 0, 2e-3},
+        {"bf16", "bf16", "none", "", 0, 0, 0, 2e-2},
+        {"allreduce, fp16 wrapper", "allreduce", "fp16", "", 0, 0, 0, 2e-3},
+        {"allreduce, bf16 wrapper", "allreduce", "bf16", "", 0, 0, 0, 2e-2},
+        {"allreduce, bucket view, own stream", "allreduce", "none",
+         "gradient_as_bucket_view = true", 1, 0, 0, 1e-6},
+        {"powersgd rank 1 (Gram-Schmidt)", "powersgd", "none", psgd1, 0, 0,
+         1e-3, 1e-4},
+        {"powersgd rank 4 (QR)", "powersgd", "none", psgd4, 0, 0, 1e-3, 1e-4},
+        {"powersgd rank 1, fp16 wrapper", "powersgd", "fp16", psgd1, 0, 0,
+         1e-2, 2e-3},
+        {"batched_powersgd rank 2", "batched_powersgd", "none", bpsgd, 0, 0,
+         1e-3, 1e-4},
+        {"post_localsgd, parameter averaging", argc == 3 ? argv[2] : NULL,
+         "none", lsgd, 0, 1, 0, 1e-6},
+    };
+    int failed = 0, ran = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const gpu_case *c = &cases[k];
+        if (!c->hook) {
+            if (rank == 0)
+                printf("SKIP: %s: no post_localsgd.so given\n", c->name);
+            continue;
         }
-        ok = ok && worst <= cases[c].tol;
+        result cpu = {0}, gpu = {0};
+        int ok = run(argv[1], c, 0, rank, &cpu) && run(argv[1], c, 1, rank, &gpu);
+        double worst = 0; /* the largest |difference| / allowed */
+        size_t worst_at = 0;
+        for (size_t i = 0; ok && i < cpu.n; i++) {
+            double d = fabs((double)cpu.v[i] - gpu.v[i]);
+            double allowed = c->atol + c->rtol * fabs((double)cpu.v[i]);
+            if (isnan(d) || d / allowed > worst) {
+                worst = isnan(d) ? INFINITY : d / allowed;
+                worst_at = i;
+            }
+        }
+        ok = ok && worst <= 1.0;
         MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         if (rank == 0)
-            printf("%s: %s wrapper %s: GPU vs CPU max |difference| %.3g "
-                   "(tolerance %g)\n",
-                   ok ? "PASS" : "FAIL", cases[c].hook, cases[c].wrapper,
-                   worst, cases[c].tol);
+            printf("%s: %s: GPU vs CPU over %d steps: worst difference %.3g "
+                   "of the tolerance (atol %g, rtol %g) at value %zu\n",
+                   ok ? "PASS" : "FAIL", c->name, STEPS, worst, c->atol,
+                   c->rtol, worst_at);
+        free(cpu.v);
+        free(gpu.v);
         failed += !ok;
+        ran++;
     }
+    if (rank == 0)
+        printf("%d passed, %d failed\n", ran - failed, failed);
     MPI_Finalize();
     return failed ? 1 : 0;
 #endif
