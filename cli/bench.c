@@ -11,7 +11,11 @@
  *   mpiexec -n W ddphook bench powersgd [...]
  *     Each hook reduces the model's gradients through the real runtime;
  *     the baseline is a raw MPI_Allreduce of the same total bytes in the
- *     same run.  ratio = baseline time / hook time. */
+ *     same run.  ratio = baseline time / hook time.
+ *
+ *   [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST] [--repeats R]
+ *     The nccl backend: cast kernels against cudaMemcpy, hooks on GPU
+ *     memory against a raw ncclAllReduce (bench_gpu.c). */
 #include "build-config.h"
 
 #include <getopt.h>
@@ -24,6 +28,7 @@
 
 #include <ddphook/ddphook.h>
 
+#include "bench_gpu.h"
 #include "commands.h"
 #include "presets.h"
 #include "trace.h"
@@ -49,6 +54,8 @@ static const char bench_usage[] =
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
     "           [--view] [--plugin-path DIRS] [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
+    "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
+    "           [--repeats R] [--plugin-path DIRS]\n"
     "\n"
     "  casts      f32<->f16/bf16 casts on every SIMD path of this CPU, as a\n"
     "             ratio to memcpy of the same f32 bytes (default 64 MiB,\n"
@@ -65,7 +72,16 @@ static const char bench_usage[] =
     "             gradient_as_bucket_view (no copies in or out); --csv FILE\n"
     "             writes the table.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
-    "             powersgd,batched_powersgd by default\n";
+    "             powersgd,batched_powersgd by default\n"
+    "  gpu        the nccl backend, one GPU per rank (needs a CUDA device):\n"
+    "             the CUDA cast kernels on N MiB (default 64) as a ratio to\n"
+    "             a device-to-device cudaMemcpy of the same f32 bytes; then\n"
+    "             each hook of LIST (default allreduce,fp16) on one 1024-row\n"
+    "             f32 matrix of N MiB in GPU memory: time per step, bytes on\n"
+    "             the wire, bus bandwidth (nccl-tests' 2(W-1)/W factor; the\n"
+    "             algorithm bandwidth with one rank) and the ratio to a raw\n"
+    "             ncclAllReduce of the same f32 bytes in the same run (median\n"
+    "             of R, default 20)\n";
 
 static int bench_casts(size_t mib, int repeats)
 {
@@ -420,6 +436,10 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     const char *what = argv[optind];
+    if (strcmp(what, "gpu") == 0)
+        return bench_gpu(mib ? mib : 64, repeats ? repeats : 20,
+                         hb.hooks ? hb.hooks : "allreduce,fp16",
+                         hb.plugin_path);
     if (strcmp(what, "casts") == 0)
         return bench_casts(mib ? mib : 64, repeats ? repeats : 7);
     hb.repeats = repeats ? repeats : 10;

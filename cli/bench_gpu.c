@@ -1,0 +1,293 @@
+/* bench_gpu.c: `ddphook bench gpu`, the nccl backend's speed against
+ * baselines measured in the same run (docs/performance.md).
+ *
+ *   [mpiexec -n W] ddphook bench gpu [--mib N] [--repeats R] [--hooks LIST]
+ *
+ * Casts: each CUDA cast kernel (f32 <-> f16/bf16) on N MiB of f32 against
+ * a device-to-device cudaMemcpy of the same N MiB; ratio = memcpy time /
+ * cast time.  Hooks: each hook of LIST (default allreduce,fp16) reduces one
+ * 1024-row f32 matrix of N MiB in GPU memory through the real runtime
+ * (backend = nccl); the baseline is a raw ncclAllReduce of the same f32
+ * bytes on a communicator of the benchmark's own; ratio = baseline time /
+ * hook time.  Times are medians of R runs, measured after a device
+ * synchronisation and an MPI barrier, the slowest rank's. */
+#include "build-config.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ddphook/ddphook.h>
+
+#include "bench_gpu.h"
+
+#ifndef HAVE_NCCL
+int bench_gpu(size_t mib, int repeats, const char *hooks,
+              const char *plugin_path)
+{
+    (void)mib;
+    (void)repeats;
+    (void)hooks;
+    (void)plugin_path;
+    fprintf(stderr, "ddphook bench gpu: this build has no nccl backend "
+                    "(configure found no CUDA/NCCL)\n");
+    return 2;
+}
+#else
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "cuda_ops.h"
+#include "util.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Wall time of the slowest rank since a common start. */
+static double start_clock(void)
+{
+    cudaDeviceSynchronize();
+    MPI_Barrier(MPI_COMM_WORLD);
+    return MPI_Wtime();
+}
+
+static double stop_clock(double t0)
+{
+    cudaDeviceSynchronize();
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+
+#define CHECK(call, what)                                                    \
+    do {                                                                     \
+        if ((call) != 0) {                                                   \
+            fprintf(stderr, "ddphook bench gpu: %s failed\n", what);         \
+            goto out;                                                        \
+        }                                                                    \
+    } while (0)
+
+/* The cast kernels against cudaMemcpy of the same f32 bytes. */
+static int bench_casts(size_t n, int repeats, int rank)
+{
+    int ok = 0;
+    float *f32 = NULL, *copy = NULL;
+    void *half = NULL;
+    double *t = calloc((size_t)repeats, sizeof *t);
+    CHECK(t == NULL, "calloc");
+    CHECK(cudaMalloc((void **)&f32, n * 4), "cudaMalloc");
+    CHECK(cudaMalloc((void **)&copy, n * 4), "cudaMalloc");
+    CHECK(cudaMalloc(&half, n * 2), "cudaMalloc");
+    CHECK(cudaMemset(f32, 0x3c, n * 4), "cudaMemset"); /* finite values */
+    double base;
+    for (int r = 0; r < repeats; r++) {
+        double t0 = start_clock();
+        CHECK(cudaMemcpyAsync(copy, f32, n * 4, cudaMemcpyDeviceToDevice, 0),
+              "cudaMemcpyAsync");
+        t[r] = stop_clock(t0);
+    }
+    base = median(t, repeats);
+    if (rank == 0)
+        printf("casts: %zu MiB of f32, cudaMemcpy (device to device) %.3f ms, "
+               "%.1f GB/s read+write\n",
+               n * 4 >> 20, base * 1e3, 2.0 * (double)n * 4 / base / 1e9);
+    static const struct {
+        const char *name;
+        ddph_dtype from, to;
+    } casts[] = {{"f32 -> f16", DDPH_F32, DDPH_F16},
+                 {"f16 -> f32", DDPH_F16, DDPH_F32},
+                 {"f32 -> bf16", DDPH_F32, DDPH_BF16},
+                 {"bf16 -> f32", DDPH_BF16, DDPH_F32}};
+    for (size_t c = 0; c < sizeof casts / sizeof *casts; c++) {
+        const void *src = casts[c].from == DDPH_F32 ? (void *)f32 : half;
+        void *dst = casts[c].to == DDPH_F32 ? (void *)copy : half;
+        for (int r = 0; r < repeats; r++) {
+            double t0 = start_clock();
+            CHECK(ddph__cuda_cast(src, casts[c].from, dst, casts[c].to, n, 1.0,
+                                  NULL),
+                  "cast kernel");
+            t[r] = stop_clock(t0);
+        }
+        double m = median(t, repeats);
+        if (rank == 0)
+            printf("  %-12s %8.3f ms  ratio to memcpy %.2f\n", casts[c].name,
+                   m * 1e3, base / m);
+    }
+    ok = 1;
+out:
+    cudaFree(f32);
+    cudaFree(copy);
+    cudaFree(half);
+    free(t);
+    return ok;
+}
+
+/* A raw ncclAllReduce of n floats, the median of `repeats`. */
+static int raw_allreduce(float *buf, size_t n, int repeats, int rank,
+                         int world, double *median_s)
+{
+    int ok = 0;
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    double *t = calloc((size_t)repeats, sizeof *t);
+    CHECK(t == NULL, "calloc");
+    if (rank == 0)
+        CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    CHECK(ncclCommInitRank(&comm, world, id, rank), "ncclCommInitRank");
+    for (int r = -2; r < repeats; r++) { /* two warm-up calls */
+        double t0 = start_clock();
+        CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, 0),
+              "ncclAllReduce");
+        double dt = stop_clock(t0);
+        if (r >= 0)
+            t[r] = dt;
+    }
+    *median_s = median(t, repeats);
+    ok = 1;
+out:
+    if (comm)
+        ncclCommDestroy(comm);
+    free(t);
+    return ok;
+}
+
+/* One hook through the runtime on one GPU matrix; the median step time. */
+static int hook_step(const char *hook, const char *plugin_path, float *grad,
+                     size_t n, int repeats, int rank, double *median_s,
+                     double *wire_bytes)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ddph-bench-gpu-%d-%d.ini", (int)getppid(),
+             rank);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    fprintf(f, "[runtime]\nbackend = nccl\nbucket_cap_mb = 25\ntimeout_s = 600\n");
+    if (plugin_path)
+        fprintf(f, "plugin_path = %s\n", plugin_path);
+    fprintf(f, "[hook]\nname = %s\n", hook);
+    if (strstr(hook, "powersgd"))
+        fprintf(f, "[hook.%s]\nstart_powerSGD_iter = 2\n"
+                   "matrix_approximation_rank = 4\n",
+                hook);
+    fclose(f);
+    ddph_ctx *ctx = NULL;
+    ddph_model *m;
+    int ok = 0;
+    double *t = calloc((size_t)repeats, sizeof *t);
+    int64_t shape[2] = {1024, (int64_t)(n / 1024)};
+    if (!t || ddph_open(path, NULL, NULL, &ctx) != DDPH_OK ||
+        ddph_model_create(ctx, "bench", &m) != DDPH_OK ||
+        ddph_model_add_param(m, "matrix", grad, shape, 2, DDPH_F32, DDPH_CUDA,
+                             NULL) != DDPH_OK ||
+        ddph_model_finalize(m) != DDPH_OK)
+        goto out;
+    const int warmup = 3; /* PowerSGD compresses from the third step on */
+    uint64_t wire0 = 0, wire = 0;
+    for (int s = 0; s < warmup + repeats; s++) {
+        ddph_bucket_info info;
+        if (s == warmup)
+            for (int b = 0; b < ddph_model_bucket_count(m); b++)
+                if (ddph_model_bucket_info(m, b, &info) == DDPH_OK)
+                    wire0 += info.bytes_on_wire;
+        double t0 = start_clock();
+        if (ddph_step_begin(ctx, &m, 1) != DDPH_OK ||
+            ddph_grad_ready(m, 0) != DDPH_OK || ddph_step_wait(ctx) != DDPH_OK)
+            goto out;
+        double dt = stop_clock(t0);
+        if (ddph_step_end(ctx) != DDPH_OK)
+            goto out;
+        if (s >= warmup)
+            t[s - warmup] = dt;
+    }
+    for (int b = 0; b < ddph_model_bucket_count(m); b++) {
+        ddph_bucket_info info;
+        if (ddph_model_bucket_info(m, b, &info) == DDPH_OK)
+            wire += info.bytes_on_wire;
+    }
+    *wire_bytes = (double)(wire - wire0) / repeats;
+    *median_s = median(t, repeats);
+    ok = 1;
+out:
+    if (!ok)
+        fprintf(stderr, "ddphook bench gpu: %s: %s\n", hook,
+                ctx ? ddph_last_error(ctx) : "cannot open the job");
+    ddph_close(ctx);
+    unlink(path);
+    free(t);
+    return ok;
+}
+
+int bench_gpu(size_t mib, int repeats, const char *hooks,
+              const char *plugin_path)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        fprintf(stderr, "ddphook bench gpu: no CUDA device\n");
+        return 77;
+    }
+    int inited = 0, provided, rank, world, ok = 1;
+    MPI_Initialized(&inited);
+    if (!inited)
+        MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    /* The GPU the runtime picks: the rank's index on its node. */
+    MPI_Comm node;
+    int local = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                        MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    cudaSetDevice(local % count);
+    size_t n = (mib * 1048576 / 4) / 1024 * 1024; /* whole 1024-row matrix */
+    if (rank == 0) {
+        struct cudaDeviceProp prop;
+        cudaGetDeviceProperties(&prop, local % count);
+        printf("ddphook bench gpu: %d rank%s, %s, median of %d\n", world,
+               world == 1 ? "" : "s", prop.name, repeats);
+    }
+    ok = bench_casts(n, repeats, rank);
+    float *grad = NULL;
+    double raw = 0;
+    ok = ok && cudaMalloc((void **)&grad, n * 4) == cudaSuccess &&
+         cudaMemset(grad, 0, n * 4) == cudaSuccess &&
+         raw_allreduce(grad, n, repeats, rank, world, &raw);
+    /* Bus bandwidth as nccl-tests define it for allreduce. */
+    double bus = world > 1 ? 2.0 * (world - 1) / world : 1.0;
+    if (ok && rank == 0)
+        printf("hooks: one 1024 x %zu f32 matrix (%zu MiB) in GPU memory\n"
+               "  %-18s %9s %12s %10s %8s\n"
+               "  %-18s %9.3f %12.0f %10.1f %8s\n",
+               n / 1024, n * 4 >> 20, "hook", "ms/step", "wire B/step",
+               "bus GB/s", "ratio", "raw ncclAllReduce", raw * 1e3,
+               (double)n * 4, (double)n * 4 * bus / raw / 1e9, "1.00");
+    char *list = ok ? ddph__strdup(hooks) : NULL;
+    char *save = NULL;
+    for (char *h = list ? strtok_r(list, ",", &save) : NULL; h && ok;
+         h = strtok_r(NULL, ",", &save)) {
+        double s = 0, wire = 0;
+        ok = hook_step(h, plugin_path, grad, n, repeats, rank, &s, &wire);
+        if (ok && rank == 0)
+            printf("  %-18s %9.3f %12.0f %10.1f %8.2f\n", h, s * 1e3, wire,
+                   wire * bus / s / 1e9, raw / s);
+    }
+    free(list);
+    cudaFree(grad);
+    if (!inited)
+        MPI_Finalize();
+    return ok ? 0 : 1;
+}
+#endif
