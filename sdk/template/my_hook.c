@@ -101,11 +101,30 @@ static ddph_status my_on_bucket(void *state, const ddph_bucket *b,
         return DDPH_ERR_NOMEM;
     }
     double sq = 0;
+    const float *g = NULL;
+    float *host_copy = NULL;
     if (b->dtype == DDPH_F32 && b->device == DDPH_CPU) { /* host memory */
-        const float *g = b->buffer;
-        for (size_t i = 0; i < b->numel; i++)
-            sq += (double)g[i] * g[i];
+        g = b->buffer;
+    } else if (b->dtype == DDPH_F32 &&
+               DDPH_HAS_MEMBER(s, ddph_services, copy)) {
+        /* GPU memory (backend = nccl): never read it from the CPU; copy it
+         * to the host first (a service of ABI minor 1, hence the test). */
+        host_copy = malloc(b->numel * sizeof *host_copy + 1);
+        if (!host_copy) {
+            s->set_error(s, "out of memory");
+            return DDPH_ERR_NOMEM;
+        }
+        r = s->copy(s, host_copy, b->buffer, b->numel * sizeof *host_copy,
+                    DDPH_COPY_TO_HOST);
+        if (r) {
+            free(host_copy);
+            return r;
+        }
+        g = host_copy;
     }
+    for (size_t i = 0; g && i < b->numel; i++)
+        sq += (double)g[i] * g[i];
+    free(host_copy);
     *slot = st->ema * *slot + (1 - st->ema) * sq;
     st->step_sq += sq;
 
@@ -189,6 +208,6 @@ static const ddph_plugin_api_v1 my_plugin = {
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
 {
-    (void)host_minor; /* everything used here exists since minor 0 */
+    (void)host_minor; /* minor-1 services are tested before use */
     return &my_plugin;
 }
