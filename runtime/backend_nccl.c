@@ -325,6 +325,24 @@ static int fits_int(size_t v)
     return v <= (size_t)INT32_MAX;
 }
 
+/* Grows the QR scratch to `bytes` (its contents are not kept). */
+static ddph_status grow_scratch(ddph_nccl *n, size_t bytes, ddph_err *err)
+{
+    if (bytes <= n->qr_scratch_cap)
+        return DDPH_OK;
+    if (n->qr_scratch)
+        cudaFree(n->qr_scratch);
+    n->qr_scratch = NULL;
+    n->qr_scratch_cap = 0;
+    cudaError_t e = cudaMalloc(&n->qr_scratch, bytes);
+    if (e != cudaSuccess) {
+        n->qr_scratch = NULL;
+        return cuda_fail(err, e, "orthogonalize: cudaMalloc");
+    }
+    n->qr_scratch_cap = bytes;
+    return DDPH_OK;
+}
+
 /* Row-major x (rows x cols) is column-major x^T: transposed into t
  * (column-major rows x cols), factored and expanded to Q in place by
  * cuSOLVER, and transposed back. */
@@ -336,7 +354,13 @@ static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
     cusolverDnHandle_t solver = (cusolverDnHandle_t)n->solver;
     cublasHandle_t blas = (cublasHandle_t)n->blas;
     int m = (int)rows, k = (int)cols, lwork_qr = 0, lwork_q = 0;
-    float *t = NULL, *tau = NULL; /* only sizes are read from them here */
+    /* Scratch: the matrix t, tau and the info word first (the workspace
+     * query wants real pointers), then the workspace, 256-byte aligned. */
+    size_t head = (rows * cols + cols + 1 + 63) / 64 * 64; /* floats */
+    ddph_status st = grow_scratch(n, head * sizeof(float), err);
+    if (st != DDPH_OK)
+        return st;
+    float *t = n->qr_scratch, *tau = t + rows * cols;
     if (cusolverDnSgeqrf_bufferSize(solver, m, k, t, m, &lwork_qr) !=
             CUSOLVER_STATUS_SUCCESS ||
         cusolverDnSorgqr_bufferSize(solver, m, k, k, t, m, tau, &lwork_q) !=
@@ -344,25 +368,12 @@ static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
         return ddph__fail(err, DDPH_ERR_BACKEND,
                           "orthogonalize: cuSOLVER workspace query failed");
     size_t lwork = (size_t)(lwork_qr > lwork_q ? lwork_qr : lwork_q);
-    /* Scratch: t, tau, the workspace, then the info word. */
-    size_t floats = rows * cols + cols + lwork;
-    size_t bytes = floats * sizeof(float) + sizeof(int);
-    if (bytes > n->qr_scratch_cap) {
-        if (n->qr_scratch)
-            cudaFree(n->qr_scratch);
-        n->qr_scratch = NULL;
-        n->qr_scratch_cap = 0;
-        cudaError_t e = cudaMalloc(&n->qr_scratch, bytes);
-        if (e != cudaSuccess) {
-            n->qr_scratch = NULL;
-            return cuda_fail(err, e, "orthogonalize: cudaMalloc");
-        }
-        n->qr_scratch_cap = bytes;
-    }
-    t = n->qr_scratch;
+    if ((st = grow_scratch(n, (head + lwork) * sizeof(float), err)) != DDPH_OK)
+        return st;
+    t = n->qr_scratch; /* may have moved */
     tau = t + rows * cols;
-    float *work = tau + cols;
-    int *info = (int *)(work + lwork);
+    int *info = (int *)(tau + cols);
+    float *work = t + head;
     const float one = 1.0f, zero = 0.0f;
     /* beta = 0 still reads B (= t) in cuBLAS's in-place mode: no NaN there. */
     cudaError_t e = cudaMemsetAsync(t, 0, rows * cols * sizeof(float),
@@ -381,10 +392,10 @@ static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
                           "orthogonalize: launching the QR failed");
     int host_info = 0;
     e = cudaMemcpyAsync(&host_info, info, sizeof host_info,
-                                    cudaMemcpyDeviceToHost, STREAM(n));
+                        cudaMemcpyDeviceToHost, STREAM(n));
     if (e != cudaSuccess)
         return cuda_fail(err, e, "orthogonalize: cudaMemcpyAsync");
-    ddph_status st = wait_stream(n, NULL, "orthogonalize", err);
+    st = wait_stream(n, NULL, "orthogonalize", err);
     if (st == DDPH_OK && host_info != 0)
         st = ddph__fail(err, DDPH_ERR_BACKEND,
                         "orthogonalize: cuSOLVER QR failed (info %d)",

@@ -46,7 +46,12 @@ ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
 #ifdef HAVE_NCCL
     void *p;
     CUDA_OR_FAIL(cudaMalloc(&p, rounded), "cudaMalloc");
+    /* cudaMemset runs on the legacy default stream, which the runtime's
+     * non-blocking communication stream does not wait for: finish it here
+     * so that later work on any stream sees the zeros, not the reverse. */
     cudaError_t e = cudaMemset(p, 0, rounded);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(0);
     if (e != cudaSuccess) {
         cudaFree(p);
         return cuda_fail(err, e, "cudaMemset");
