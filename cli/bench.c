@@ -29,23 +29,12 @@
 #include <ddphook/ddphook.h>
 
 #include "bench_gpu.h"
+#include "bench_stats.h"
 #include "commands.h"
 #include "presets.h"
 #include "trace.h"
 #include "cpu_simd.h"
 #include "util.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static const char bench_usage[] =
     "usage: ddphook bench casts [--mib N] [--repeats R]\n"
@@ -104,7 +93,7 @@ static int bench_casts(size_t mib, int repeats)
         memcpy(f32b, f32, n * 4);
         t[r] = ddph__now() - t0;
     }
-    double base = median(t, repeats);
+    double base = bench_median(t, repeats);
     printf("memcpy of %zu MiB: %.2f ms (%.2f GB/s), the baseline\n\n", mib,
            base * 1e3, (double)n * 4 / base / 1e9);
     printf("%-11s %-7s %10s %12s %14s\n", "cast", "path", "ms", "Gelem/s",
@@ -125,7 +114,7 @@ static int bench_casts(size_t mib, int repeats)
                 ddph__cast_run((ddph_simd_path)p, (ddph_cast_kind)k, src, dst, n);
                 t[r] = ddph__now() - t0;
             }
-            double m = median(t, repeats);
+            double m = bench_median(t, repeats);
             double ratio = base / m;
             if (ratio > best_ratio && p == (int)ddph__simd_best())
                 best_ratio = ratio;
@@ -261,7 +250,7 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
         wire += info.bytes_on_wire;
     }
     *wire_per_step = (double)(wire - wire0) / hb->repeats;
-    *median_s = median(t, hb->repeats);
+    *median_s = bench_median(t, hb->repeats);
     ok = 1;
 out:
     if (!ok)
@@ -344,7 +333,7 @@ static int bench_hooks(const hook_bench *hb)
         if (s > 0)
             t[s - 1] = dt;
     }
-    double base = median(t, hb->repeats);
+    double base = bench_median(t, hb->repeats);
     double bytes = (double)total * 4, bus = 2.0 * (world - 1) / world;
     FILE *csv = NULL;
     if (rank == 0) {

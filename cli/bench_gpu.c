@@ -39,20 +39,9 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "bench_stats.h"
 #include "cuda_ops.h"
 #include "util.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Wall time of the slowest rank since a common start. */
 static double start_clock(void)
@@ -97,7 +86,7 @@ static int bench_casts(size_t n, int repeats, int rank)
               "cudaMemcpyAsync");
         t[r] = stop_clock(t0);
     }
-    base = median(t, repeats);
+    base = bench_median(t, repeats);
     if (rank == 0)
         printf("casts: %zu MiB of f32, cudaMemcpy (device to device) %.3f ms, "
                "%.1f GB/s read+write\n",
@@ -119,7 +108,7 @@ static int bench_casts(size_t n, int repeats, int rank)
                   "cast kernel");
             t[r] = stop_clock(t0);
         }
-        double m = median(t, repeats);
+        double m = bench_median(t, repeats);
         if (rank == 0)
             printf("  %-12s %8.3f ms  ratio to memcpy %.2f\n", casts[c].name,
                    m * 1e3, base / m);
@@ -154,7 +143,7 @@ static int raw_allreduce(float *buf, size_t n, int repeats, int rank,
         if (r >= 0)
             t[r] = dt;
     }
-    *median_s = median(t, repeats);
+    *median_s = bench_median(t, repeats);
     ok = 1;
 out:
     if (comm)
@@ -218,7 +207,7 @@ static int hook_step(const char *hook, const char *plugin_path, float *grad,
             wire += info.bytes_on_wire;
     }
     *wire_bytes = (double)(wire - wire0) / repeats;
-    *median_s = median(t, repeats);
+    *median_s = bench_median(t, repeats);
     ok = 1;
 out:
     if (!ok)
