@@ -212,11 +212,15 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     ctx->step_start = ddph__timeline_now(&ctx->timeline);
     ctx->step_count++;
     ctx->waited = 0;
+    ddph_status st = DDPH_OK;
+    ddph_err e;
     for (int i = 0; i < n; i++) {
         models[i]->in_step = 1;
-        ddph__reducer_begin(models[i]);
+        ddph_err later; /* the first failure keeps its message */
+        ddph_status bs = ddph__reducer_begin(models[i], st ? &later : &e);
+        st = st ? st : bs;
     }
-    return DDPH_OK;
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }
 
 int ddph_step_syncs(const ddph_ctx *ctx)

@@ -76,6 +76,8 @@ struct ddph_model {
     uint64_t steps;     /* optimizer steps so far */
     int in_step;
     char nonfinite[512]; /* check_finite: the first report of the step */
+    uint64_t *gpu_nonfinite; /* check_finite on CUDA gradients: per
+                                parameter, device memory (else NULL) */
 };
 
 /* One job of the queue the communication thread serves. */
@@ -134,7 +136,7 @@ void ddph__model_free(ddph_model *m);
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);
 void ddph__reducer_stop(ddph_ctx *ctx);
 /* Resets the model's bucket state for a new step. */
-void ddph__reducer_begin(ddph_model *m);
+ddph_status ddph__reducer_begin(ddph_model *m, ddph_err *err);
 ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err);
 /* Waits for every bucket of the models of the step and copies back. */
 ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err);

@@ -60,6 +60,15 @@ __global__ void divide_kernel(void *buf, int t, size_t n, float fd, double dd)
     }
 }
 
+__global__ void nonfinite_kernel(const void *buf, int t, size_t n,
+                                 unsigned long long *first)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(load(buf, t, i)))
+            atomicMin(first, static_cast<unsigned long long>(i));
+}
+
 constexpr unsigned GS_THREADS = 512;
 
 // Sum of one double per thread, returned to every thread of the block.
@@ -145,5 +154,16 @@ extern "C" int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols,
         return 0;
     gram_schmidt_kernel<<<1, GS_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
         x, rows, cols, static_cast<float>(eps), eps != 0);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
+                                          unsigned long long *first,
+                                          void *stream)
+{
+    if (n == 0)
+        return 0;
+    nonfinite_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        buf, dtype, n, first);
     return static_cast<int>(cudaGetLastError());
 }

@@ -20,6 +20,10 @@ int ddph__cuda_divide(void *buf, int dtype, size_t n, double divisor,
 /* PyTorch's _orthogonalize_gram_schmidt on the row-major rows x cols
  * matrix x, in place, as the CPU path computes it (double sums, float
  * norms, eps added to each norm when it is not 0). */
+/* *first = min(*first, index of every NaN or Inf in buf[0..n)); *first is
+ * left alone when all are finite (callers start it at all ones). */
+int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
+                               unsigned long long *first, void *stream);
 int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols, double eps,
                             void *stream);
 

@@ -9,6 +9,8 @@
 #ifdef HAVE_NCCL
 #include <cuda_runtime.h>
 
+#include "cuda_ops.h"
+
 static ddph_status cuda_fail(ddph_err *err, cudaError_t e, const char *what)
 {
     return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
@@ -163,6 +165,60 @@ ddph_status ddph__dev_bind(int device, ddph_err *err)
     return DDPH_OK;
 #else
     (void)device;
+    return no_cuda(err);
+#endif
+}
+
+ddph_status ddph__dev_nonfinite_reset(uint64_t *first, size_t n, void *stream,
+                                      ddph_err *err)
+{
+#ifdef HAVE_NCCL
+    CUDA_OR_FAIL(cudaMemsetAsync(first, 0xff, n * sizeof *first,
+                                 (cudaStream_t)stream),
+                 "cudaMemsetAsync");
+    return DDPH_OK;
+#else
+    (void)first;
+    (void)n;
+    (void)stream;
+    return no_cuda(err);
+#endif
+}
+
+ddph_status ddph__dev_nonfinite_find(const void *buf, ddph_dtype dtype,
+                                     size_t n, uint64_t *first, void *stream,
+                                     ddph_err *err)
+{
+#ifdef HAVE_NCCL
+    CUDA_OR_FAIL((cudaError_t)ddph__cuda_first_nonfinite(
+                     buf, (int)dtype, n, (unsigned long long *)first, stream),
+                 "check_finite kernel");
+    return DDPH_OK;
+#else
+    (void)buf;
+    (void)dtype;
+    (void)n;
+    (void)first;
+    (void)stream;
+    return no_cuda(err);
+#endif
+}
+
+ddph_status ddph__dev_nonfinite_fetch(uint64_t *out, const uint64_t *first,
+                                      size_t n, void *stream, ddph_err *err)
+{
+#ifdef HAVE_NCCL
+    CUDA_OR_FAIL(cudaMemcpyAsync(out, first, n * sizeof *out,
+                                 cudaMemcpyDeviceToHost, (cudaStream_t)stream),
+                 "cudaMemcpyAsync");
+    CUDA_OR_FAIL(cudaStreamSynchronize((cudaStream_t)stream),
+                 "cudaStreamSynchronize");
+    return DDPH_OK;
+#else
+    (void)out;
+    (void)first;
+    (void)n;
+    (void)stream;
     return no_cuda(err);
 #endif
 }

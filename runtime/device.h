@@ -6,6 +6,7 @@
 #define DDPH_DEVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
@@ -23,6 +24,17 @@ void ddph__dev_event_destroy(void *event);
 ddph_status ddph__dev_event_record(void *event, void *stream, ddph_err *err);
 ddph_status ddph__dev_event_wait(void *stream, void *event, ddph_err *err);
 ddph_status ddph__dev_sync(void *stream, ddph_err *err);
+/* check_finite on the GPU: `first` is device memory of one uint64_t per
+ * parameter.  Reset sets n of them to UINT64_MAX on stream; find lowers
+ * first[0] to the index of buf's first NaN/Inf, on stream; fetch copies n
+ * of them to host memory `out` once stream has done its work. */
+ddph_status ddph__dev_nonfinite_reset(uint64_t *first, size_t n, void *stream,
+                                      ddph_err *err);
+ddph_status ddph__dev_nonfinite_find(const void *buf, ddph_dtype dtype,
+                                     size_t n, uint64_t *first, void *stream,
+                                     ddph_err *err);
+ddph_status ddph__dev_nonfinite_fetch(uint64_t *out, const uint64_t *first,
+                                      size_t n, void *stream, ddph_err *err);
 /* Makes `device` the calling thread's current CUDA device (the current
  * device is per thread: the communication thread must set its own). */
 ddph_status ddph__dev_bind(int device, ddph_err *err);

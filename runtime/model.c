@@ -203,6 +203,13 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
         }
     }
     ddph__bucket_plan_free(&plan);
+    /* check_finite on GPU gradients: one result word per parameter. */
+    int on_gpu = 0;
+    for (int i = 0; i < m->nparams; i++)
+        on_gpu |= m->params[i].device == DDPH_CUDA;
+    if (st == DDPH_OK && ctx->cfg.check_finite && on_gpu)
+        st = ddph__dev_alloc(DDPH_CUDA, (size_t)m->nparams * sizeof(uint64_t),
+                             (void **)&m->gpu_nonfinite, err);
     return st;
 }
 
@@ -313,6 +320,7 @@ void ddph__model_free(ddph_model *m)
         free(bk->message);
     }
     free(m->buckets);
+    ddph__dev_free(DDPH_CUDA, m->gpu_nonfinite);
     for (int i = 0; i < m->nparams; i++) {
         free(m->params[i].name);
         free(m->params[i].shape);

@@ -118,7 +118,7 @@ void ddph__reducer_stop(ddph_ctx *ctx)
     ctx->queue = NULL;
 }
 
-void ddph__reducer_begin(ddph_model *m)
+ddph_status ddph__reducer_begin(ddph_model *m, ddph_err *err)
 {
     m->nonfinite[0] = '\0';
     for (int i = 0; i < m->nparams; i++)
@@ -132,6 +132,11 @@ void ddph__reducer_begin(ddph_model *m)
         bk->message = NULL;
     }
     m->next_launch = 0;
+    ddph_ctx *ctx = m->ctx;
+    if (m->gpu_nonfinite && ctx->syncs)
+        return ddph__dev_nonfinite_reset(m->gpu_nonfinite, (size_t)m->nparams,
+                                         ctx->compute_stream, err);
+    return DDPH_OK;
 }
 
 /* Called with ctx->mu held. */
@@ -182,6 +187,14 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
     if (b->ready_event && b->pending == 1) {
         ddph_status st = ddph__dev_event_record(b->ready_event,
                                                 ctx->compute_stream, err);
+        if (st != DDPH_OK)
+            return st;
+    }
+    if (m->gpu_nonfinite && p->device == DDPH_CUDA) {
+        /* Looked at in ddph__reducer_wait: reading it here would stall. */
+        ddph_status st = ddph__dev_nonfinite_find(p->grad, p->dtype, p->numel,
+                                                  &m->gpu_nonfinite[index],
+                                                  ctx->compute_stream, err);
         if (st != DDPH_OK)
             return st;
     }
@@ -237,6 +250,34 @@ static int list_unready(const ddph_model *m, char *out, size_t len)
     return missing;
 }
 
+/* check_finite on the GPU: the first parameter, in the order a backward
+ * marks them ready, whose kernel found a NaN or Inf. */
+static ddph_status gpu_nonfinite_report(ddph_model *m, ddph_err *err)
+{
+    ddph_ctx *ctx = m->ctx;
+    if (!m->gpu_nonfinite || !ctx->syncs || m->nonfinite[0])
+        return DDPH_OK;
+    uint64_t *first = malloc((size_t)m->nparams * sizeof *first);
+    if (!first)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    ddph_status st = ddph__dev_nonfinite_fetch(first, m->gpu_nonfinite,
+                                               (size_t)m->nparams,
+                                               ctx->compute_stream, err);
+    for (int i = m->nparams - 1; st == DDPH_OK && i >= 0; i--) {
+        const ddph_param *p = &m->params[i];
+        if (!p->ready || first[i] == UINT64_MAX)
+            continue;
+        snprintf(m->nonfinite, sizeof m->nonfinite,
+                 "model '%s' bucket %d (rank %d): gradient of '%s' is not "
+                 "finite at element %llu (check_finite = true)",
+                 m->name, p->bucket, ctx->mpi.world.rank, p->name,
+                 (unsigned long long)first[i]);
+        break;
+    }
+    free(first);
+    return st;
+}
+
 ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
 {
     ddph_status st = DDPH_OK;
@@ -260,6 +301,8 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                 pthread_cond_wait(&ctx->done, &ctx->mu);
     }
     pthread_mutex_unlock(&ctx->mu);
+    for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
+        st = gpu_nonfinite_report(ctx->step_models[k], err);
     for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
         if (ctx->step_models[k]->nonfinite[0])
             st = ddph__fail(err, DDPH_ERR_NONFINITE, "%s",

@@ -37,6 +37,8 @@ typedef struct gpu_case {
     int own_stream;     /* ddph_set_stream with a stream of the test's */
     int params;         /* register parameters, step them, compare them */
     double rtol, atol;
+    int nan;            /* rank 0 has a NaN in step 1: both backends must
+                           report it alike (check_finite) */
 } gpu_case;
 
 static size_t numel(int p)
@@ -61,6 +63,7 @@ static float value(int rank, int step, int p, size_t i)
 typedef struct result {
     float *v;
     size_t n;
+    char message[512]; /* the check_finite report */
 } result;
 
 /* On the GPU: enqueued on the trainer's stream and not waited for, as a
@@ -143,10 +146,17 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
         for (int p = NP - 1; ok && p >= 0; p--) {
             for (size_t i = 0; i < numel(p); i++)
                 host[i] = value(rank, step, p, i);
+            if (c->nan && rank == 0 && step == 1 && p == 2)
+                host[7] = NAN;
             ok = put(where[p], host, numel(p), gpu, stream) &&
                  ddph_grad_ready(m, p) == DDPH_OK;
         }
-        ok = ok && ddph_step_wait(ctx) == DDPH_OK;
+        ddph_status st = ok ? ddph_step_wait(ctx) : DDPH_OK;
+        if (st == DDPH_ERR_NONFINITE && c->nan && !out->message[0])
+            snprintf(out->message, sizeof out->message, "%s",
+                     ddph_last_error(ctx));
+        else if (st != DDPH_OK)
+            ok = 0;
         for (int p = 0; ok && p < NP; p++) {
             ok = get(out->v + at, where[p], numel(p), gpu);
             at += numel(p);
@@ -234,6 +244,8 @@ int main(int argc, char **argv)
          1e-3, 1e-4},
         {"post_localsgd, parameter averaging", argc == 3 ? argv[2] : NULL,
          "none", lsgd, 0, 1, 0, 1e-6},
+        {"allreduce, check_finite reports a NaN", "allreduce", "none",
+         "check_finite = true", 0, 0, 0, 1e-6, 1},
     };
     int failed = 0, ran = 0;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
@@ -248,6 +260,8 @@ int main(int argc, char **argv)
         double worst = 0; /* the largest |difference| / allowed */
         size_t worst_at = 0;
         for (size_t i = 0; ok && i < cpu.n; i++) {
+            if (isnan(cpu.v[i]) && isnan(gpu.v[i]))
+                continue; /* a NaN went through both */
             double d = fabs((double)cpu.v[i] - gpu.v[i]);
             double allowed = c->atol + c->rtol * fabs((double)cpu.v[i]);
             if (isnan(d) || d / allowed > worst) {
@@ -256,6 +270,15 @@ int main(int argc, char **argv)
             }
         }
         ok = ok && worst <= 1.0;
+        /* The rank with the NaN reports it, the same way on both. */
+        if (ok && c->nan &&
+            (strcmp(cpu.message, gpu.message) != 0 ||
+             (rank == 0 && !cpu.message[0]))) {
+            fprintf(stderr, "test_gpu: rank %d: check_finite reports differ:\n"
+                            "  mpi:  %s\n  nccl: %s\n",
+                    rank, cpu.message, gpu.message);
+            ok = 0;
+        }
         MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         if (rank == 0)
             printf("%s: %s: GPU vs CPU over %d steps: worst difference %.3g "
