@@ -2,7 +2,8 @@
 # run.sh: the check to run on a machine with a GPU (the `device` tool, or
 # any CUDA machine): builds ddphook with the nccl backend for the GPU
 # present, runs the GPU tests (tests/gpu/test_gpu: every shipped hook and
-# post-local-SGD on GPU memory against the CPU backend) and the GPU
+# post-local-SGD on GPU memory against the CPU backend), the GPU trainer
+# (examples/gpu_trainer under PowerSGD: the loss must fall) and the GPU
 # benchmark (`ddphook bench gpu`: casts against cudaMemcpy, allreduce and
 # fp16 hooks against a raw ncclAllReduce), and writes a short report to
 # ${OUT:-.}/gpu-report.txt.  Takes about 2-3 minutes on one GPU; every
@@ -78,12 +79,21 @@ if [ "${ngpu:-0}" -ge 2 ]; then
     step 120 "test_gpu, 2 ranks" mpiexec -n 2 ./tests/gpu/test_gpu \
         "$PWD/plugins/.libs" "$PWD/tests/gpu/.libs/post_localsgd.so" || status=1
 fi
+# The GPU trainer end to end: the loss must fall under PowerSGD on GPU.
+job=$out/gpu_powersgd.ini
+sed "s|^\[runtime\]|[runtime]\nplugin_path = $PWD/plugins/.libs|" \
+    "$top/examples/configs/gpu_powersgd.ini" > "$job"
+step 120 "examples/gpu_trainer, powersgd, 1 rank" ./examples/gpu_trainer "$job" 200 ||
+    status=1
 step 120 "ddphook bench gpu, 1 rank" ./ddphook bench gpu --mib 64 \
     --plugin-path "$PWD/plugins/.libs" --hooks allreduce,fp16,powersgd || status=1
 if [ "${ngpu:-0}" -ge 2 ]; then
     step 120 "ddphook bench gpu, 2 ranks" mpiexec -n 2 ./ddphook bench gpu \
         --mib 64 --plugin-path "$PWD/plugins/.libs" || status=1
+    step 120 "examples/gpu_trainer, powersgd, 2 ranks" mpiexec -n 2 \
+        ./examples/gpu_trainer "$job" 200 || status=1
 fi
+rm -f "$job"
 say "== overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 rm -f "$out/step.log"
 exit $status
