@@ -289,16 +289,14 @@ ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
                             double scale, ddph_err *err)
 {
     int e = ddph__cuda_cast(src, sdt, dst, ddt, count, scale, n->stream);
-    return e ? cuda_fail(err, (cudaError_t)e, "cast kernel")
-             : wait_stream(n, NULL, "cast", err);
+    return e ? cuda_fail(err, (cudaError_t)e, "cast kernel") : DDPH_OK;
 }
 
 ddph_status ddph__nccl_divide(ddph_nccl *n, void *buf, ddph_dtype dtype,
                               size_t count, double divisor, ddph_err *err)
 {
     int e = ddph__cuda_divide(buf, dtype, count, divisor, n->stream);
-    return e ? cuda_fail(err, (cudaError_t)e, "divide kernel")
-             : wait_stream(n, NULL, "divide", err);
+    return e ? cuda_fail(err, (cudaError_t)e, "divide kernel") : DDPH_OK;
 }
 
 ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
@@ -316,7 +314,7 @@ ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
     if (s != CUBLAS_STATUS_SUCCESS)
         return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSgemm failed (%d)",
                           (int)s);
-    return wait_stream(n, NULL, "gemm", err);
+    return DDPH_OK;
 }
 
 /* cuBLAS and cuSOLVER count in int. */
@@ -414,8 +412,7 @@ ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
     if (cols > 2)
         return householder_qr(n, x, rows, cols, err);
     int e = ddph__cuda_gram_schmidt(x, rows, cols, eps, n->stream);
-    return e ? cuda_fail(err, (cudaError_t)e, "Gram-Schmidt kernel")
-             : wait_stream(n, NULL, "orthogonalize", err);
+    return e ? cuda_fail(err, (cudaError_t)e, "Gram-Schmidt kernel") : DDPH_OK;
 }
 
 ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
@@ -430,7 +427,7 @@ ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
             return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSaxpy failed (%d)",
                               (int)s);
     }
-    return wait_stream(n, NULL, "axpy", err);
+    return DDPH_OK;
 }
 
 ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
@@ -452,6 +449,5 @@ ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
     if (!bytes)
         return DDPH_OK;
     cudaError_t e = cudaMemsetAsync(buf, 0, bytes, STREAM(n));
-    return e ? cuda_fail(err, e, "cudaMemsetAsync")
-             : wait_stream(n, NULL, "zero", err);
+    return e ? cuda_fail(err, e, "cudaMemsetAsync") : DDPH_OK;
 }

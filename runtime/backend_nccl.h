@@ -49,7 +49,10 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
 ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
                                   ddph_err *err);
 
-/* Device operations on the communication stream (they wait for it). */
+/* Device operations: enqueued on the communication stream, which orders
+ * them with everything else a hook does; they return without waiting
+ * (a launch error is reported at once, an execution error by the next
+ * collective or copy).  Collectives and copies wait for the stream. */
 ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
                             void *dst, ddph_dtype ddt, size_t count,
                             double scale, ddph_err *err);

@@ -63,6 +63,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         ctx->cuda_device = ctx->nccl.device;
         if (st == DDPH_OK)
             st = ddph__dev_event_create(&ctx->optimizer_done, &e);
+        if (st == DDPH_OK)
+            st = ddph__dev_event_create(&ctx->step_end_done, &e);
         if (st != DDPH_OK)
             ddph__err_prefix(&e, "%s: [runtime] backend = nccl",
                              ctx->cfg.path);
@@ -108,6 +110,7 @@ void ddph_close(ddph_ctx *ctx)
     free(ctx->models);
     free(ctx->step_models);
     ddph__dev_event_destroy(ctx->optimizer_done);
+    ddph__dev_event_destroy(ctx->step_end_done);
 #ifdef HAVE_NCCL
     if (ctx->nccl_up)
         ddph__nccl_finalize(&ctx->nccl);
@@ -322,6 +325,13 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
         };
         st = ddph__hook_on_step_end(m->hook, &info, &e);
         free(views);
+        /* ...and the trainer's next kernels must see what the hook wrote
+         * (device operations return before they are done). */
+        if (st == DDPH_OK && ctx->step_end_done &&
+            (st = ddph__dev_event_record(ctx->step_end_done, ctx->comm_stream,
+                                         &e)) == DDPH_OK)
+            st = ddph__dev_event_wait(ctx->compute_stream, ctx->step_end_done,
+                                      &e);
     }
     ctx->in_step = 0;
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);

@@ -99,6 +99,7 @@ struct ddph_ctx {
     void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
     int cuda_device;      /* this rank's GPU (nccl backend) */
     void *optimizer_done; /* CUDA event: on_step_end waits for the trainer */
+    void *step_end_done;  /* CUDA event: the trainer waits for on_step_end */
     ddph_model **models;
     int nmodels;
     char error[DDPH__ERR_LEN];

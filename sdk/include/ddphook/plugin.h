@@ -188,7 +188,9 @@ struct ddph_services {
                                   const void *send, void *recv, size_t count,
                                   ddph_dtype dtype, ddph_redop op);
 
-    /* Device operations on bucket memory (CPU: SIMD; CUDA: kernels). */
+    /* Device operations on bucket memory (CPU: SIMD; CUDA: kernels).  On
+     * the GPU they are enqueued on native_stream and return without
+     * waiting; collectives and copy wait, and the stream keeps the order. */
     /* dst[i] = (dst_dtype)(src[i] * scale); round to nearest even; NaN stays
      * NaN.  src and dst may not overlap unless they are the same pointer
      * and dtype. */
