@@ -54,9 +54,11 @@ step() { # step SECONDS LABEL COMMAND...: runs it, logs it, keeps its status
 }
 
 [ -x ./configure ] || step 120 autogen ./autogen.sh || { cat "$report"; exit 1; }
-# A tree configured in place cannot host a separate build: build there.
+# A tree configured in place cannot host a separate build: build there,
+# with the options it was configured with, and CUDA required.
 if [ -f config.status ]; then
-    step 120 configure ./configure --with-cuda=/usr/local/cuda ||
+    opts=$(./config.status --config)
+    step 120 configure sh -c "./configure $opts --with-cuda=/usr/local/cuda" ||
         { cat "$report"; exit 1; }
 else
     mkdir -p _gpu

@@ -32,8 +32,9 @@ static const int64_t shapes[NP][2] = {
 static const int ndims[NP] = {2, 1, 2, 1, 2};
 
 typedef struct gpu_case {
-    const char *name, *hook, *wrapper;
-    const char *extra;  /* more INI text ([runtime] keys first) */
+    const char *name, *hook;
+    const char *wrapper; /* NULL: none */
+    const char *extra;   /* more INI text ([runtime] keys first), or NULL */
     int own_stream;     /* ddph_set_stream with a stream of the test's */
     int params;         /* register parameters, step them, compare them */
     double rtol, atol;
@@ -100,7 +101,8 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
     fprintf(f, "[runtime]\nbackend = %s\nplugin_path = %s\nbucket_cap_mb = 0.1\n"
                "first_bucket_cap_mb = 0.05\ntimeout_s = 60\n%s\n[hook]\n"
                "name = %s\nwrapper = %s\n",
-            gpu ? "nccl" : "mpi", dir, c->extra, c->hook, c->wrapper);
+            gpu ? "nccl" : "mpi", dir, c->extra ? c->extra : "", c->hook,
+            c->wrapper ? c->wrapper : "none");
     fclose(f);
     size_t total = 0;
     for (int p = 0; p < NP; p++)
@@ -227,25 +229,30 @@ int main(int argc, char **argv)
                         "start_powerSGD_iter = 2\n";
     const char *lsgd = "[hook.post_localsgd]\nstart_localSGD_iter = 2\n"
                        "period = 2\n";
+    const char *lsgd_so = argc == 3 ? argv[2] : NULL;
     const gpu_case cases[] = {
-        {"allreduce", "allreduce", "none", "", 0, 0, 0, 1e-6},
-        {"fp16", "fp16", "none", "", 0, 0, 0, 2e-3},
-        {"bf16", "bf16", "none", "", 0, 0, 0, 2e-2},
-        {"allreduce, fp16 wrapper", "allreduce", "fp16", "", 0, 0, 0, 2e-3},
-        {"allreduce, bf16 wrapper", "allreduce", "bf16", "", 0, 0, 0, 2e-2},
-        {"allreduce, bucket view, own stream", "allreduce", "none",
-         "gradient_as_bucket_view = true", 1, 0, 0, 1e-6},
-        {"powersgd rank 1 (Gram-Schmidt)", "powersgd", "none", psgd1, 0, 0,
-         1e-3, 1e-4},
-        {"powersgd rank 4 (QR)", "powersgd", "none", psgd4, 0, 0, 1e-3, 1e-4},
-        {"powersgd rank 1, fp16 wrapper", "powersgd", "fp16", psgd1, 0, 0,
-         1e-2, 2e-3},
-        {"batched_powersgd rank 2", "batched_powersgd", "none", bpsgd, 0, 0,
-         1e-3, 1e-4},
-        {"post_localsgd, parameter averaging", argc == 3 ? argv[2] : NULL,
-         "none", lsgd, 0, 1, 0, 1e-6},
-        {"allreduce, check_finite reports a NaN", "allreduce", "none",
-         "check_finite = true", 0, 0, 0, 1e-6, 1},
+        {.name = "allreduce", .hook = "allreduce", .atol = 1e-6},
+        {.name = "fp16", .hook = "fp16", .atol = 2e-3},
+        {.name = "bf16", .hook = "bf16", .atol = 2e-2},
+        {.name = "allreduce, fp16 wrapper", .hook = "allreduce",
+         .wrapper = "fp16", .atol = 2e-3},
+        {.name = "allreduce, bf16 wrapper", .hook = "allreduce",
+         .wrapper = "bf16", .atol = 2e-2},
+        {.name = "allreduce, bucket view, own stream", .hook = "allreduce",
+         .extra = "gradient_as_bucket_view = true", .own_stream = 1,
+         .atol = 1e-6},
+        {.name = "powersgd rank 1 (Gram-Schmidt)", .hook = "powersgd",
+         .extra = psgd1, .rtol = 1e-3, .atol = 1e-4},
+        {.name = "powersgd rank 4 (QR)", .hook = "powersgd", .extra = psgd4,
+         .rtol = 1e-3, .atol = 1e-4},
+        {.name = "powersgd rank 1, fp16 wrapper", .hook = "powersgd",
+         .wrapper = "fp16", .extra = psgd1, .rtol = 1e-2, .atol = 2e-3},
+        {.name = "batched_powersgd rank 2", .hook = "batched_powersgd",
+         .extra = bpsgd, .rtol = 1e-3, .atol = 1e-4},
+        {.name = "post_localsgd, parameter averaging", .hook = lsgd_so,
+         .extra = lsgd, .params = 1, .atol = 1e-6},
+        {.name = "allreduce, check_finite reports a NaN", .hook = "allreduce",
+         .extra = "check_finite = true", .atol = 1e-6, .nan = 1},
     };
     int failed = 0, ran = 0;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
