@@ -29,7 +29,7 @@
 #include <ddphook/ddphook.h>
 
 #include "bench_gpu.h"
-#include "bench_stats.h"
+#include "bench_common.h"
 #include "commands.h"
 #include "presets.h"
 #include "trace.h"
@@ -163,27 +163,14 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
                           size_t total, int rank, double *median_s,
                           double *wire_per_step)
 {
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/ddph-bench-%d-%d.ini", (int)getppid(),
-             rank);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    char path[256], keys[256];
+    snprintf(keys, sizeof keys,
+             "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
+             "gradient_as_bucket_view = %s\n",
+             hb->cap_mb, hb->view ? "true" : "false");
+    if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, hook,
+                         hb->rank))
         return 0;
-    fprintf(f, "[runtime]\nbucket_cap_mb = %.17g\ntimeout_s = 600\n"
-               "gradient_as_bucket_view = %s\n",
-            hb->cap_mb, hb->view ? "true" : "false");
-    if (hb->plugin_path)
-        fprintf(f, "plugin_path = %s\n", hb->plugin_path);
-    fprintf(f, "[hook]\nname = %s\n", hook);
-    /* Options go to [hook.NAME]: NAME is the file's name without .so. */
-    const char *base = strrchr(hook, '/') ? strrchr(hook, '/') + 1 : hook;
-    int len = (int)(strstr(base, ".so") ? strstr(base, ".so") - base
-                                        : (ptrdiff_t)strlen(base));
-    if (strstr(base, "powersgd"))
-        fprintf(f, "[hook.%.*s]\nstart_powerSGD_iter = 2\n"
-                   "matrix_approximation_rank = %d\n",
-                len, base, hb->rank);
-    fclose(f);
     ddph_ctx *ctx;
     ddph_model *m;
     int ok = 0;

@@ -39,7 +39,7 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "bench_stats.h"
+#include "bench_common.h"
 #include "cuda_ops.h"
 #include "util.h"
 
@@ -158,20 +158,10 @@ static int hook_step(const char *hook, const char *plugin_path, float *grad,
                      double *wire_bytes)
 {
     char path[256];
-    snprintf(path, sizeof path, "/tmp/ddph-bench-gpu-%d-%d.ini", (int)getppid(),
-             rank);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    if (!bench_write_job(path, sizeof path, rank,
+                         "backend = nccl\nbucket_cap_mb = 25\ntimeout_s = 600\n",
+                         plugin_path, hook, 4))
         return 0;
-    fprintf(f, "[runtime]\nbackend = nccl\nbucket_cap_mb = 25\ntimeout_s = 600\n");
-    if (plugin_path)
-        fprintf(f, "plugin_path = %s\n", plugin_path);
-    fprintf(f, "[hook]\nname = %s\n", hook);
-    if (strstr(hook, "powersgd"))
-        fprintf(f, "[hook.%s]\nstart_powerSGD_iter = 2\n"
-                   "matrix_approximation_rank = 4\n",
-                hook);
-    fclose(f);
     ddph_ctx *ctx = NULL;
     ddph_model *m;
     int ok = 0;

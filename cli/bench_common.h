@@ -1,0 +1,19 @@
+/* bench_common.h: what the CPU and GPU benchmarks of `ddphook bench`
+ * share: the median of their timings and the job file of one run. */
+#ifndef DDPH_CLI_BENCH_COMMON_H
+#define DDPH_CLI_BENCH_COMMON_H
+
+#include <stddef.h>
+
+/* The median of v[0..n) (n > 0); sorts v in place. */
+double bench_median(double *v, int n);
+
+/* Writes a job file for one benchmarked hook into `path` (a per-rank name
+ * under /tmp): [runtime] with `runtime_keys` (lines ending in '\n'),
+ * plugin_path when not NULL, [hook] name = hook (a name or a .so path),
+ * and for the PowerSGD hooks compression from the third step on with
+ * rank `psgd_rank`.  Returns 0 (and nothing to remove) on failure. */
+int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
+                    const char *plugin_path, const char *hook, int psgd_rank);
+
+#endif
