@@ -299,11 +299,19 @@ ddph_status ddph__nccl_divide(ddph_nccl *n, void *buf, ddph_dtype dtype,
     return e ? cuda_fail(err, (cudaError_t)e, "divide kernel") : DDPH_OK;
 }
 
+/* cuBLAS and cuSOLVER count in int. */
+static int fits_int(size_t v)
+{
+    return v <= (size_t)INT32_MAX;
+}
+
 ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
                             size_t k, float alpha, const float *a, size_t lda,
                             const float *b, size_t ldb, float beta, float *c,
                             size_t ldc, ddph_err *err)
 {
+    if (!fits_int(m) || !fits_int(nn) || !fits_int(k))
+        return ddph__fail(err, DDPH_ERR_INVALID, "gemm: dimension too large");
     if (m == 0 || nn == 0)
         return DDPH_OK;
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
@@ -315,12 +323,6 @@ ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
         return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSgemm failed (%d)",
                           (int)s);
     return DDPH_OK;
-}
-
-/* cuBLAS and cuSOLVER count in int. */
-static int fits_int(size_t v)
-{
-    return v <= (size_t)INT32_MAX;
 }
 
 /* Grows the QR scratch to `bytes` (its contents are not kept). */
@@ -431,13 +433,14 @@ ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
 }
 
 ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
-                            size_t bytes, int kind, ddph_err *err)
+                            size_t bytes, ddph_copy_kind kind, ddph_err *err)
 {
     if (!bytes)
         return DDPH_OK;
-    enum cudaMemcpyKind k = kind == 1   ? cudaMemcpyDeviceToHost
-                            : kind == 2 ? cudaMemcpyHostToDevice
-                                        : cudaMemcpyDeviceToDevice;
+    enum cudaMemcpyKind k = kind == DDPH_COPY_TO_HOST ? cudaMemcpyDeviceToHost
+                            : kind == DDPH_COPY_FROM_HOST
+                                ? cudaMemcpyHostToDevice
+                                : cudaMemcpyDeviceToDevice;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, STREAM(n));
     return e ? cuda_fail(err, e, "cudaMemcpyAsync")
              : wait_stream(n, NULL, "copy", err);

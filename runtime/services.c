@@ -239,8 +239,7 @@ static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
     ddph_err e;
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_copy(NCCL(host(s)), dst, src, bytes, (int)kind,
-                                    &e),
+                    ddph__nccl_copy(NCCL(host(s)), dst, src, bytes, kind, &e),
                     &e);
 #endif
     if (bytes)
