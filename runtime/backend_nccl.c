@@ -442,8 +442,11 @@ ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
                                 ? cudaMemcpyHostToDevice
                                 : cudaMemcpyDeviceToDevice;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, STREAM(n));
-    return e ? cuda_fail(err, e, "cudaMemcpyAsync")
-             : wait_stream(n, NULL, "copy", err);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "cudaMemcpyAsync");
+    /* Host memory is the caller's to reuse or read once this returns. */
+    return k == cudaMemcpyDeviceToDevice ? DDPH_OK
+                                         : wait_stream(n, NULL, "copy", err);
 }
 
 ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,

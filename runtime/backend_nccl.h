@@ -69,7 +69,7 @@ ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
 /* y += alpha * x (cuBLAS saxpy). */
 ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
                             const float *x, float *y, ddph_err *err);
-/* cudaMemcpyAsync of `kind`, waited for. */
+/* cudaMemcpyAsync of `kind`; waited for when one side is host memory. */
 ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
                             size_t bytes, ddph_copy_kind kind, ddph_err *err);
 ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,

@@ -190,7 +190,8 @@ struct ddph_services {
 
     /* Device operations on bucket memory (CPU: SIMD; CUDA: kernels).  On
      * the GPU they are enqueued on native_stream and return without
-     * waiting; collectives and copy wait, and the stream keeps the order. */
+     * waiting; collectives and copies to or from host memory wait, and the
+     * stream keeps the order. */
     /* dst[i] = (dst_dtype)(src[i] * scale); round to nearest even; NaN stays
      * NaN.  src and dst may not overlap unless they are the same pointer
      * and dtype. */
@@ -254,7 +255,9 @@ struct ddph_services {
     ddph_status (*axpy)(const ddph_services *s, size_t n, float alpha,
                         const float *x, float *y);
     /* Copies `bytes` bytes; `kind` says which side is host memory.  The
-     * two ranges may not overlap.  Blocking: done when it returns. */
+     * two ranges may not overlap.  A copy to or from host memory is done
+     * when it returns; a device-to-device copy is ordered on the stream
+     * like the device operations. */
     ddph_status (*copy)(const ddph_services *s, void *dst, const void *src,
                         size_t bytes, ddph_copy_kind kind);
     /* Sets `bytes` bytes of device memory to zero. */
