@@ -39,6 +39,7 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "backend_mpi.h"
 #include "bench_common.h"
 #include "cuda_ops.h"
 #include "util.h"
@@ -223,18 +224,13 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
         MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    /* The GPU the runtime picks: the rank's index on its node. */
-    MPI_Comm node;
-    int local = 0;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
-                        MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    cudaSetDevice(local % count);
+    /* The GPU the runtime picks for this rank. */
+    int gpu = ddph__mpi_node_rank(MPI_COMM_WORLD) % count;
+    cudaSetDevice(gpu);
     size_t n = (mib * 1048576 / 4) / 1024 * 1024; /* whole 1024-row matrix */
     if (rank == 0) {
         struct cudaDeviceProp prop;
-        cudaGetDeviceProperties(&prop, local % count);
+        cudaGetDeviceProperties(&prop, gpu);
         printf("ddphook bench gpu: %d rank%s, %s, median of %d\n", world,
                world == 1 ? "" : "s", prop.name, repeats);
     }

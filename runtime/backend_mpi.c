@@ -375,3 +375,16 @@ ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
         return mpi_fail(err, rc, "MPI_Comm_split_type");
     return adopt(m, comm, out, err);
 }
+
+int ddph__mpi_node_rank(MPI_Comm comm)
+{
+    int rank = 0, local = 0;
+    MPI_Comm node;
+    MPI_Comm_rank(comm, &rank);
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                            &node) != MPI_SUCCESS)
+        return 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    return local;
+}

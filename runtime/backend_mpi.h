@@ -64,6 +64,9 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
 
 ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
                             int key, struct ddph_group **out, ddph_err *err);
+/* This rank's index among the ranks of `comm` on its host (a shared-memory
+ * split): the nccl backend's GPU, and `ddphook bench gpu`'s.  Collective. */
+int ddph__mpi_node_rank(MPI_Comm comm);
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
                                  ddph_err *err);
 

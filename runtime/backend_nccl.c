@@ -104,13 +104,7 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
                           e == cudaSuccess ? "0 devices"
                                            : cudaGetErrorString(e));
     /* The GPU: this rank's index among the ranks of its host. */
-    MPI_Comm node;
-    int local = 0;
-    MPI_Comm_split_type(mpi->world.comm, MPI_COMM_TYPE_SHARED,
-                        mpi->world.rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    n->device = local % count;
+    n->device = ddph__mpi_node_rank(mpi->world.comm) % count;
     if ((e = cudaSetDevice(n->device)) != cudaSuccess)
         return cuda_fail(err, e, "cudaSetDevice");
     cudaStream_t s;

@@ -62,9 +62,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         ctx->comm_stream = ctx->nccl_up ? ctx->nccl.stream : NULL;
         ctx->cuda_device = ctx->nccl.device;
         if (st == DDPH_OK)
-            st = ddph__dev_event_create(&ctx->optimizer_done, &e);
-        if (st == DDPH_OK)
-            st = ddph__dev_event_create(&ctx->step_end_done, &e);
+            st = ddph__dev_event_create(&ctx->step_end_event, &e);
         if (st != DDPH_OK)
             ddph__err_prefix(&e, "%s: [runtime] backend = nccl",
                              ctx->cfg.path);
@@ -109,8 +107,7 @@ void ddph_close(ddph_ctx *ctx)
     }
     free(ctx->models);
     free(ctx->step_models);
-    ddph__dev_event_destroy(ctx->optimizer_done);
-    ddph__dev_event_destroy(ctx->step_end_done);
+    ddph__dev_event_destroy(ctx->step_end_event);
 #ifdef HAVE_NCCL
     if (ctx->nccl_up)
         ddph__nccl_finalize(&ctx->nccl);
@@ -297,11 +294,9 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
             continue;
         /* On the GPU the hook's copies (on the communication stream) must
          * see what the optimizer wrote on the trainer's stream. */
-        if (ctx->optimizer_done &&
-            ((st = ddph__dev_event_record(ctx->optimizer_done,
-                                          ctx->compute_stream, &e)) != DDPH_OK ||
-             (st = ddph__dev_event_wait(ctx->comm_stream, ctx->optimizer_done,
-                                        &e)) != DDPH_OK))
+        if (ctx->step_end_event &&
+            (st = ddph__dev_stream_after(ctx->comm_stream, ctx->compute_stream,
+                                         ctx->step_end_event, &e)) != DDPH_OK)
             continue;
         ddph_param_view *views = calloc((size_t)(m->nparams ? m->nparams : 1),
                                         sizeof *views);
@@ -327,11 +322,9 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
         free(views);
         /* ...and the trainer's next kernels must see what the hook wrote
          * (device operations return before they are done). */
-        if (st == DDPH_OK && ctx->step_end_done &&
-            (st = ddph__dev_event_record(ctx->step_end_done, ctx->comm_stream,
-                                         &e)) == DDPH_OK)
-            st = ddph__dev_event_wait(ctx->compute_stream, ctx->step_end_done,
-                                      &e);
+        if (st == DDPH_OK && ctx->step_end_event)
+            st = ddph__dev_stream_after(ctx->compute_stream, ctx->comm_stream,
+                                        ctx->step_end_event, &e);
     }
     ctx->in_step = 0;
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);

@@ -98,8 +98,7 @@ struct ddph_ctx {
     void *compute_stream; /* the trainer's cudaStream_t (nccl backend) */
     void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
     int cuda_device;      /* this rank's GPU (nccl backend) */
-    void *optimizer_done; /* CUDA event: on_step_end waits for the trainer */
-    void *step_end_done;  /* CUDA event: the trainer waits for on_step_end */
+    void *step_end_event; /* CUDA: orders on_step_end with the trainer */
     ddph_model **models;
     int nmodels;
     char error[DDPH__ERR_LEN];

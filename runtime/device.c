@@ -158,6 +158,13 @@ ddph_status ddph__dev_sync(void *stream, ddph_err *err)
 #endif
 }
 
+ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
+                                   ddph_err *err)
+{
+    ddph_status st = ddph__dev_event_record(event, stream, err);
+    return st != DDPH_OK ? st : ddph__dev_event_wait(waiter, event, err);
+}
+
 ddph_status ddph__dev_bind(int device, ddph_err *err)
 {
 #ifdef HAVE_NCCL

@@ -24,6 +24,10 @@ void ddph__dev_event_destroy(void *event);
 ddph_status ddph__dev_event_record(void *event, void *stream, ddph_err *err);
 ddph_status ddph__dev_event_wait(void *stream, void *event, ddph_err *err);
 ddph_status ddph__dev_sync(void *stream, ddph_err *err);
+/* `waiter` waits for everything enqueued on `stream` so far (records
+ * `event` on stream; the event may be reused right after). */
+ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
+                                   ddph_err *err);
 /* check_finite on the GPU: `first` is device memory of one uint64_t per
  * parameter.  Reset sets n of them to UINT64_MAX on stream; find lowers
  * first[0] to the index of buf's first NaN/Inf, on stream; fetch copies n
