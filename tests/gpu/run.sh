@@ -1,22 +1,33 @@
 #!/bin/sh
 # run.sh: the check to run on a machine with a GPU (the `device` tool, or
-# any CUDA machine): builds ddphook with the nccl backend for the GPU
-# present, runs the GPU tests (tests/gpu/test_gpu: every shipped hook and
-# post-local-SGD on GPU memory against the CPU backend), the GPU trainer
-# (examples/gpu_trainer under PowerSGD: the loss must fall) and the GPU
-# benchmark (`ddphook bench gpu`: casts against cudaMemcpy, allreduce and
-# fp16 hooks against a raw ncclAllReduce), and writes a short report to
-# ${OUT:-.}/gpu-report.txt.  Takes about 2-3 minutes on one GPU; every
+# any CUDA machine).  It runs the GPU tests (tests/gpu/test_gpu: every
+# shipped hook and post-local-SGD on GPU memory against the CPU backend),
+# the GPU trainer (examples/gpu_trainer under PowerSGD: the loss must fall)
+# and the GPU benchmark (`ddphook bench gpu`: casts against cudaMemcpy,
+# allreduce and fp16 hooks against a raw ncclAllReduce), and writes a short
+# report to ${OUT:-.}/gpu-report.txt.  About 2-3 minutes on one GPU; every
 # step has a time limit so that the whole stays under 5.
+#
+#   sh tests/gpu/run.sh           builds ddphook for the GPU present (in
+#                                 _gpu/, or in the tree when it is
+#                                 configured in place): the machine needs
+#                                 the build dependencies of README.md
+#   sh tests/gpu/run.sh --kit ddphook-gpu-kit.tar.gz
+#                                 runs what tests/gpu/kit.sh built and
+#                                 packed elsewhere: the machine needs only
+#                                 the NVIDIA driver and CUDA 13's libraries
 #
 # World size 1 on one GPU: NCCL refuses two ranks of one communicator on
 # the same device, so the -n 2 runs happen only with two GPUs or more.
-#
-#   sh tests/gpu/run.sh   (from anywhere; builds in _gpu/, or in the tree
-#                          when it is configured in place)
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 top=$PWD
+kit=""
+case "${1:-}" in
+--kit) kit=${2:?"--kit needs the kit's .tar.gz (from tests/gpu/kit.sh)"} ;;
+"") ;;
+*) echo "usage: sh tests/gpu/run.sh [--kit ddphook-gpu-kit.tar.gz]" >&2; exit 2 ;;
+esac
 out=${OUT:-$top}
 mkdir -p "$out"
 report=$out/gpu-report.txt
@@ -24,23 +35,8 @@ say() { printf '%s\n' "$*" | tee -a "$report"; }
 : > "$report"
 say "== ddphook GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
 nvidia-smi -L 2>&1 | tee -a "$report"
-/usr/local/cuda/bin/nvcc --version 2>&1 | tail -n 1 | tee -a "$report"
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
-# What the build needs; say what is missing instead of failing later.
-missing=""
-for tool in autoreconf libtoolize pkg-config mpicc mpiexec make cc; do
-    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
-done
-for pc in inih openblas lapacke check zlib mpich; do
-    pkg-config --exists "$pc" 2>/dev/null || missing="$missing $pc(pkg-config)"
-done
-if [ -n "$missing" ]; then
-    say "FAIL: missing build prerequisites:$missing"
-    say "  (Debian: apt-get install build-essential autoconf automake libtool pkg-config mpich libmpich-dev libinih-dev libopenblas-dev liblapacke-dev check zlib1g-dev)"
-    exit 1
-fi
-
-jobs=$(nproc)
 step() { # step SECONDS LABEL COMMAND...: runs it, logs it, keeps its status
     limit=$1 label=$2
     shift 2
@@ -53,47 +49,107 @@ step() { # step SECONDS LABEL COMMAND...: runs it, logs it, keeps its status
     return $rc
 }
 
-[ -x ./configure ] || step 120 autogen ./autogen.sh || { cat "$report"; exit 1; }
-# A tree configured in place cannot host a separate build: build there,
-# with the options it was configured with, and CUDA required.
-if [ -f config.status ]; then
-    opts=$(./config.status --config)
-    step 120 configure sh -c "./configure $opts --with-cuda=/usr/local/cuda" ||
-        { cat "$report"; exit 1; }
+# The kit: its libraries first, then wherever this machine keeps the CUDA
+# libraries it was linked against (searched for by name when the linker
+# does not find them itself).
+use_kit() {
+    dir=/tmp/ddphook-gpu-kit
+    rm -rf "$dir"
+    if ! mkdir -p "$dir" || ! tar -xzf "$1" -C "$dir"; then
+        say "FAIL: cannot unpack $1"
+        exit 1
+    fi
+    k=$dir/ddphook-gpu-kit
+    tee -a "$report" <"$k/MANIFEST"
+    LD_LIBRARY_PATH=$k/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+    for soname in $(ldd "$k"/bin/* "$k"/lib/*.so* 2>/dev/null |
+                    awk '$3 == "not" {print $1}' | sort -u); do
+        found=$(find /usr/local /opt /usr/lib /usr/lib64 -name "$soname" \
+                    2>/dev/null | head -n 1)
+        [ -n "$found" ] || { say "FAIL: $soname (CUDA) not found on this machine"; exit 1; }
+        say "using $found"
+        LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$found")
+    done
+    DDPHOOK=$k/bin/ddphook TEST_GPU=$k/bin/test_gpu TRAINER=$k/bin/gpu_trainer
+    PLUGINS=$k/plugins LSGD=$k/lib/post_localsgd.so
+}
+
+# A build here, for the GPU present.
+build_here() {
+    /usr/local/cuda/bin/nvcc --version 2>&1 | tail -n 1 | tee -a "$report"
+    missing=""
+    for tool in autoreconf libtoolize pkg-config mpicc mpiexec make cc; do
+        command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+    done
+    for pc in inih openblas lapacke check zlib mpich; do
+        pkg-config --exists "$pc" 2>/dev/null || missing="$missing $pc(pkg-config)"
+    done
+    if [ -n "$missing" ]; then
+        say "FAIL: missing build prerequisites:$missing"
+        say "  (Debian: apt-get install build-essential autoconf automake libtool pkg-config mpich libmpich-dev libinih-dev libopenblas-dev liblapacke-dev check zlib1g-dev;"
+        say "   or build tests/gpu/kit.sh on a machine that has them and run this with --kit)"
+        exit 1
+    fi
+    jobs=$(nproc)
+    nvcc_flags="NVCCFLAGS=-O2 -arch=native"
+    [ -x ./configure ] || step 120 autogen ./autogen.sh || { cat "$report"; exit 1; }
+    # A tree configured in place cannot host a separate build: build there,
+    # with the options it was configured with, and CUDA required.
+    if [ -f config.status ]; then
+        opts=$(./config.status --config)
+        step 120 configure sh -c "./configure $opts --with-cuda=/usr/local/cuda '$nvcc_flags'" ||
+            { cat "$report"; exit 1; }
+    else
+        mkdir -p _gpu
+        cd _gpu || exit 1
+        step 120 configure ../configure --with-cuda=/usr/local/cuda "$nvcc_flags" ||
+            { cat "$report"; exit 1; }
+    fi
+    step 240 build sh -c "make -j$jobs && make -j$jobs tests/gpu/test_gpu tests/gpu/post_localsgd.la" ||
+        { tail -n 40 "$report"; exit 1; }
+    DDPHOOK=$PWD/ddphook TEST_GPU=$PWD/tests/gpu/test_gpu
+    TRAINER=$PWD/examples/gpu_trainer PLUGINS=$PWD/plugins/.libs
+    LSGD=$PWD/tests/gpu/.libs/post_localsgd.so
+}
+
+if [ -n "$kit" ]; then
+    case $kit in /*) ;; *) kit=$top/$kit ;; esac
+    use_kit "$kit"
 else
-    mkdir -p _gpu
-    cd _gpu
-    step 120 configure ../configure --with-cuda=/usr/local/cuda ||
-        { cat "$report"; exit 1; }
+    build_here
 fi
-step 240 build sh -c "make -j$jobs && make -j$jobs tests/gpu/test_gpu tests/gpu/post_localsgd.la" ||
-    { tail -n 40 "$report"; exit 1; }
+
 status=0
-step 120 "test_gpu, 1 rank" ./tests/gpu/test_gpu "$PWD/plugins/.libs" \
-    "$PWD/tests/gpu/.libs/post_localsgd.so"
+step 120 "test_gpu, 1 rank" "$TEST_GPU" "$PLUGINS" "$LSGD"
 case $? in
 0) ;;
 77) say "== overall: SKIP (test_gpu found no CUDA device)"; exit 77 ;;
 *) status=1 ;;
 esac
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+multi=""
 if [ "${ngpu:-0}" -ge 2 ]; then
-    step 120 "test_gpu, 2 ranks" mpiexec -n 2 ./tests/gpu/test_gpu \
-        "$PWD/plugins/.libs" "$PWD/tests/gpu/.libs/post_localsgd.so" || status=1
+    if command -v mpiexec >/dev/null 2>&1; then
+        multi=yes
+    else
+        say "== no mpiexec here: the 2-rank runs are skipped"
+    fi
 fi
+[ -n "$multi" ] && { step 120 "test_gpu, 2 ranks" mpiexec -n 2 "$TEST_GPU" \
+    "$PLUGINS" "$LSGD" || status=1; }
 # The GPU trainer end to end: the loss must fall under PowerSGD on GPU.
 job=$out/gpu_powersgd.ini
-sed "s|^\[runtime\]|[runtime]\nplugin_path = $PWD/plugins/.libs|" \
+sed "s|^\[runtime\]|[runtime]\nplugin_path = $PLUGINS|" \
     "$top/examples/configs/gpu_powersgd.ini" > "$job"
-step 120 "examples/gpu_trainer, powersgd, 1 rank" ./examples/gpu_trainer "$job" 200 ||
+step 120 "examples/gpu_trainer, powersgd, 1 rank" "$TRAINER" "$job" 200 ||
     status=1
-step 120 "ddphook bench gpu, 1 rank" ./ddphook bench gpu --mib 64 \
-    --plugin-path "$PWD/plugins/.libs" --hooks allreduce,fp16,powersgd || status=1
-if [ "${ngpu:-0}" -ge 2 ]; then
-    step 120 "ddphook bench gpu, 2 ranks" mpiexec -n 2 ./ddphook bench gpu \
-        --mib 64 --plugin-path "$PWD/plugins/.libs" || status=1
+step 120 "ddphook bench gpu, 1 rank" "$DDPHOOK" bench gpu --mib 64 \
+    --plugin-path "$PLUGINS" --hooks allreduce,fp16,powersgd || status=1
+if [ -n "$multi" ]; then
+    step 120 "ddphook bench gpu, 2 ranks" mpiexec -n 2 "$DDPHOOK" bench gpu \
+        --mib 64 --plugin-path "$PLUGINS" || status=1
     step 120 "examples/gpu_trainer, powersgd, 2 ranks" mpiexec -n 2 \
-        ./examples/gpu_trainer "$job" 200 || status=1
+        "$TRAINER" "$job" 200 || status=1
 fi
 rm -f "$job"
 say "== overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"

@@ -1,0 +1,64 @@
+#!/bin/sh
+# kit.sh: packs, on a machine with ddphook's build dependencies but no
+# GPU, everything tests/gpu/run.sh needs on a GPU machine that has only
+# the NVIDIA driver and the CUDA 13 libraries (the `device` machines are
+# such: no MPICH, OpenBLAS, inih or autotools, and no network to fetch
+# them).  It builds the tree's current files, with the nccl backend, for
+# one GPU architecture, and writes ddphook-gpu-kit.tar.gz in the top
+# folder (about 30 MB): the real binaries (ddphook, test_gpu, gpu_trainer),
+# libddphook, the plugins, post_localsgd.so, and every shared library they
+# load that is neither CUDA's nor the C and C++ runtime's (MPICH and UCX,
+# OpenBLAS, LAPACKE, zlib, ...).  run.sh there finds the CUDA libraries
+# (in /usr/local/cuda, the linker cache, or a Python environment's
+# nvidia-* packages).
+#
+#   sh tests/gpu/kit.sh                         here (GPU_ARCH=90: Hopper)
+#   sh tests/gpu/run.sh --kit ddphook-gpu-kit.tar.gz     there
+set -eu
+cd "$(dirname "$0")/../.."
+top=$PWD
+arch=${GPU_ARCH:-90}
+work=$top/_gpukit
+kit=$work/ddphook-gpu-kit
+rm -rf "$work"
+mkdir -p "$work/src" "$kit/bin" "$kit/lib" "$kit/plugins"
+
+# The tree as it is now, committed or not, built apart from any build
+# in place (a tree configured in place cannot host another build).
+git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$work/src"
+cd "$work/src"
+echo "kit: building for sm_$arch in $work/src (log: $work/build.log)"
+{
+    ./autogen.sh &&
+    ./configure --with-cuda=/usr/local/cuda \
+        NVCCFLAGS="-O2 -gencode arch=compute_$arch,code=sm_$arch -gencode arch=compute_$arch,code=compute_$arch" &&
+    make -j"$(nproc)" &&
+    make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/post_localsgd.la
+} >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; exit 1; }
+grep -q '^#define HAVE_NCCL 1' build-config.h ||
+    { echo "kit: configure did not enable the nccl backend" >&2; exit 1; }
+
+# libtool leaves the uninstalled programs' real executables in .libs/.
+cp ddphook tests/gpu/.libs/test_gpu examples/.libs/gpu_trainer "$kit/bin/"
+cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so "$kit/lib/"
+cp -L plugins/.libs/*.so "$kit/plugins/"
+
+# Every library they load, except CUDA's and those any Linux has.
+system_lib='/(ld-linux[^/]*|linux-vdso[^/]*|lib(c|m|dl|pthread|rt|gcc_s|stdc\+\+)\.so\.[0-9]+)$'
+needed() { LD_LIBRARY_PATH=$kit/lib ldd "$kit"/bin/* "$kit"/lib/*.so* "$kit"/plugins/*.so; }
+needed | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+while read -r soname path; do
+    case $path in /usr/local/cuda*|"$kit"/*) continue ;; esac
+    printf '%s\n' "$path" | grep -Eq "$system_lib" && continue
+    cp -L "$path" "$kit/lib/$soname"
+done
+missing=$(needed | grep 'not found' | sort -u || true)
+[ -z "$missing" ] || { echo "kit: unresolved libraries:" >&2; echo "$missing" >&2; exit 1; }
+
+{
+    echo "ddphook GPU kit"
+    echo "source: $(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), CUDA $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), sm_$arch"
+} >"$kit/MANIFEST"
+tar -czf "$top/ddphook-gpu-kit.tar.gz" -C "$work" ddphook-gpu-kit
+echo "kit: $top/ddphook-gpu-kit.tar.gz ($(du -k "$top/ddphook-gpu-kit.tar.gz" | cut -f1) KiB)"
