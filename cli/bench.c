@@ -64,13 +64,14 @@ static const char bench_usage[] =
     "             powersgd,batched_powersgd by default\n"
     "  gpu        the nccl backend, one GPU per rank (needs a CUDA device):\n"
     "             the CUDA cast kernels on N MiB (default 64) as a ratio to\n"
-    "             a device-to-device cudaMemcpy of the same f32 bytes; then\n"
-    "             each hook of LIST (default allreduce,fp16) on one 1024-row\n"
-    "             f32 matrix of N MiB in GPU memory: time per step, bytes on\n"
-    "             the wire, bus bandwidth (nccl-tests' 2(W-1)/W factor; the\n"
-    "             algorithm bandwidth with one rank) and the ratio to a raw\n"
-    "             ncclAllReduce of the same f32 bytes in the same run (median\n"
-    "             of R, default 20)\n";
+    "             a device-to-device cudaMemcpy of the same f32 bytes (both\n"
+    "             timed with CUDA events); then each hook of LIST (default\n"
+    "             allreduce,fp16) on one 1024-row f32 matrix of N MiB in\n"
+    "             GPU memory: time per step, bytes on the wire, bus\n"
+    "             bandwidth (nccl-tests' 2(W-1)/W factor; the algorithm\n"
+    "             bandwidth with one rank) and the ratio to a raw\n"
+    "             ncclAllReduce of the same f32 bytes in the same run\n"
+    "             (median of R, default 20)\n";
 
 static int bench_casts(size_t mib, int repeats)
 {

@@ -4,13 +4,13 @@
  *   [mpiexec -n W] ddphook bench gpu [--mib N] [--repeats R] [--hooks LIST]
  *
  * Casts: each CUDA cast kernel (f32 <-> f16/bf16) on N MiB of f32 against
- * a device-to-device cudaMemcpy of the same N MiB; ratio = memcpy time /
- * cast time.  Hooks: each hook of LIST (default allreduce,fp16) reduces one
+ * a device-to-device cudaMemcpy of the same N MiB, both timed with CUDA
+ * events; ratio = memcpy time / cast time.  Hooks: each hook of LIST (default allreduce,fp16) reduces one
  * 1024-row f32 matrix of N MiB in GPU memory through the real runtime
  * (backend = nccl); the baseline is a raw ncclAllReduce of the same f32
  * bytes on a communicator of the benchmark's own; ratio = baseline time /
- * hook time.  Times are medians of R runs, measured after a device
- * synchronisation and an MPI barrier, the slowest rank's. */
+ * hook time, both timed from a device synchronisation and an MPI barrier
+ * to the slowest rank's end.  Times are medians of R runs. */
 #include "build-config.h"
 
 #include <mpi.h>
@@ -68,54 +68,72 @@ static double stop_clock(double t0)
         }                                                                    \
     } while (0)
 
-/* The cast kernels against cudaMemcpy of the same f32 bytes. */
+/* The cast kernels against cudaMemcpy of the same f32 bytes, timed on the
+ * device with events (a kernel on 64 MiB takes tens of microseconds, the
+ * order of the launch and wall-clock overheads); the first of R + 1 runs
+ * is a warm-up (it loads the kernel). */
 static int bench_casts(size_t n, int repeats, int rank)
 {
     int ok = 0;
     float *f32 = NULL, *copy = NULL;
     void *half = NULL;
-    double *t = calloc((size_t)repeats, sizeof *t);
+    cudaEvent_t before = NULL, after = NULL;
+    double *t = calloc((size_t)repeats + 1, sizeof *t);
     CHECK(t == NULL, "calloc");
     CHECK(cudaMalloc((void **)&f32, n * 4), "cudaMalloc");
     CHECK(cudaMalloc((void **)&copy, n * 4), "cudaMalloc");
     CHECK(cudaMalloc(&half, n * 2), "cudaMalloc");
     CHECK(cudaMemset(f32, 0x3c, n * 4), "cudaMemset"); /* finite values */
-    double base;
-    for (int r = 0; r < repeats; r++) {
-        double t0 = start_clock();
-        CHECK(cudaMemcpyAsync(copy, f32, n * 4, cudaMemcpyDeviceToDevice, 0),
-              "cudaMemcpyAsync");
-        t[r] = stop_clock(t0);
-    }
-    base = bench_median(t, repeats);
-    if (rank == 0)
-        printf("casts: %zu MiB of f32, cudaMemcpy (device to device) %.3f ms, "
-               "%.1f GB/s read+write\n",
-               n * 4 >> 20, base * 1e3, 2.0 * (double)n * 4 / base / 1e9);
+    CHECK(cudaEventCreate(&before), "cudaEventCreate");
+    CHECK(cudaEventCreate(&after), "cudaEventCreate");
     static const struct {
         const char *name;
         ddph_dtype from, to;
-    } casts[] = {{"f32 -> f16", DDPH_F32, DDPH_F16},
+    } casts[] = {{"memcpy", DDPH_F32, DDPH_F32}, /* the baseline */
+                 {"f32 -> f16", DDPH_F32, DDPH_F16},
                  {"f16 -> f32", DDPH_F16, DDPH_F32},
                  {"f32 -> bf16", DDPH_F32, DDPH_BF16},
                  {"bf16 -> f32", DDPH_BF16, DDPH_F32}};
+    double base = 0;
     for (size_t c = 0; c < sizeof casts / sizeof *casts; c++) {
         const void *src = casts[c].from == DDPH_F32 ? (void *)f32 : half;
         void *dst = casts[c].to == DDPH_F32 ? (void *)copy : half;
-        for (int r = 0; r < repeats; r++) {
-            double t0 = start_clock();
-            CHECK(ddph__cuda_cast(src, casts[c].from, dst, casts[c].to, n, 1.0,
-                                  NULL),
-                  "cast kernel");
-            t[r] = stop_clock(t0);
+        for (int r = 0; r <= repeats; r++) {
+            float ms = 0;
+            CHECK(cudaEventRecord(before, 0), "cudaEventRecord");
+            if (c == 0)
+                CHECK(cudaMemcpyAsync(copy, f32, n * 4,
+                                      cudaMemcpyDeviceToDevice, 0),
+                      "cudaMemcpyAsync");
+            else
+                CHECK(ddph__cuda_cast(src, casts[c].from, dst, casts[c].to, n,
+                                      1.0, NULL),
+                      "cast kernel");
+            CHECK(cudaEventRecord(after, 0), "cudaEventRecord");
+            CHECK(cudaEventSynchronize(after), "cudaEventSynchronize");
+            CHECK(cudaEventElapsedTime(&ms, before, after),
+                  "cudaEventElapsedTime");
+            t[r] = ms * 1e-3;
         }
-        double m = bench_median(t, repeats);
-        if (rank == 0)
+        double m = bench_median(t + 1, repeats);
+        if (c == 0) {
+            base = m;
+            if (rank == 0)
+                printf("casts: %zu MiB of f32 (device time, CUDA events), "
+                       "cudaMemcpy device to device %.3f ms, %.1f GB/s "
+                       "read+write\n",
+                       n * 4 >> 20, m * 1e3, 2.0 * (double)n * 4 / m / 1e9);
+        } else if (rank == 0) {
             printf("  %-12s %8.3f ms  ratio to memcpy %.2f\n", casts[c].name,
                    m * 1e3, base / m);
+        }
     }
     ok = 1;
 out:
+    if (before)
+        cudaEventDestroy(before);
+    if (after)
+        cudaEventDestroy(after);
     cudaFree(f32);
     cudaFree(copy);
     cudaFree(half);
