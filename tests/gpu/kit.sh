@@ -55,10 +55,16 @@ done
 missing=$(needed | grep 'not found' | sort -u || true)
 [ -z "$missing" ] || { echo "kit: unresolved libraries:" >&2; echo "$missing" >&2; exit 1; }
 
+# The newest C library symbol version any of it uses: the GPU machine's
+# glibc must be at least that.
+glibc=$(for f in "$kit"/bin/* "$kit"/lib/* "$kit"/plugins/*; do
+            objdump -T "$f" | grep -o 'GLIBC_2\.[0-9]*'
+        done | sort -t. -k2,2n -u | tail -n 1)
 {
     echo "ddphook GPU kit"
     echo "source: $(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), CUDA $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), sm_$arch"
+    echo "needs: the NVIDIA driver, CUDA 13's libraries, glibc >= ${glibc#GLIBC_}"
 } >"$kit/MANIFEST"
 tar -czf "$top/ddphook-gpu-kit.tar.gz" -C "$work" ddphook-gpu-kit
 echo "kit: $top/ddphook-gpu-kit.tar.gz ($(du -k "$top/ddphook-gpu-kit.tar.gz" | cut -f1) KiB)"

@@ -61,6 +61,7 @@ use_kit() {
     fi
     k=$dir/ddphook-gpu-kit
     tee -a "$report" <"$k/MANIFEST"
+    say "here: $(ldd --version 2>&1 | head -n 1)"
     LD_LIBRARY_PATH=$k/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH
     for soname in $(ldd "$k"/bin/* "$k"/lib/*.so* 2>/dev/null |
