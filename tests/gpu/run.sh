@@ -2,12 +2,13 @@
 # run.sh: the check to run on a machine with a GPU (the `device` tool, or
 # any CUDA machine).  It runs the GPU tests (tests/gpu/test_gpu: every
 # shipped hook and post-local-SGD on GPU memory against the CPU backend),
-# the GPU trainer (examples/gpu_trainer under PowerSGD: the loss must fall)
-# and the GPU benchmark (`ddphook bench gpu`: casts against cudaMemcpy,
-# allreduce and fp16 hooks against a raw ncclAllReduce), and writes a short
-# report to ${OUT:-.}/gpu-report.txt.  About 1-2 minutes on one GPU (plus
-# the build's); every step has a time limit, cut to what is left of a
-# 290-second budget, so that the whole stays under 5 minutes.
+# the GPU trainer (examples/gpu_trainer under PowerSGD: the loss must
+# fall), the GPU benchmark (`ddphook bench gpu`: casts against cudaMemcpy,
+# allreduce and fp16 hooks against a raw ncclAllReduce) and, where the
+# machine has compute-sanitizer, the GPU tests under memcheck, and writes
+# a short report to ${OUT:-.}/gpu-report.txt.  About 1-2 minutes on one
+# GPU (plus the build's); every step has a time limit, cut to what is left
+# of a 290-second budget, so that the whole stays under 5 minutes.
 #
 #   sh tests/gpu/run.sh           builds ddphook for the GPU present (in
 #                                 _gpu/, or in the tree when it is
@@ -161,6 +162,22 @@ if [ -n "$multi" ]; then
         "$TRAINER" "$job" 200 || status=1
 fi
 rm -f "$job"
+# Last, with what is left of the budget: the GPU tests under
+# compute-sanitizer's memcheck (out-of-bounds and misaligned accesses in
+# the kernels).  A sanitizer that cannot run on this machine is reported,
+# not counted as a failure.
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$sanitizer" ]; then
+    step 120 "test_gpu under compute-sanitizer memcheck" "$sanitizer" \
+        --tool memcheck --error-exitcode 3 "$TEST_GPU" "$PLUGINS" "$LSGD"
+    case $? in
+    0) ;;
+    3) status=1 ;;
+    *) say "-- memcheck did not complete: not counted" ;;
+    esac
+else
+    say "== no compute-sanitizer here: memcheck skipped"
+fi
 say "== overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 rm -f "$out/step.log"
 exit $status
