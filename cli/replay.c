@@ -1,7 +1,8 @@
 /* replay.c: `ddphook replay`: feeds a gradient trace through a job, one
  * trace step per backward pass, and writes what each rank's gradients
- * became after every synchronised step.  It uses only the public API, as a
- * trainer would. */
+ * became after every synchronised step.  It drives the runtime through
+ * the public API only, as a trainer would (the CPU casts convert the
+ * trace's float32 to and from the gradients' dtype). */
 #include "build-config.h"
 
 #include <errno.h>
@@ -14,7 +15,9 @@
 #include <ddphook/ddphook.h>
 
 #include "commands.h"
+#include "cpu_ops.h"
 #include "trace.h"
+#include "util.h"
 
 static const char replay_usage[] =
     "usage: mpiexec -n W ddphook replay --job JOB.ini --trace DIR --out DIR2\n"
@@ -28,7 +31,8 @@ static const char replay_usage[] =
     "Gradients accumulate across steps that do not synchronise and are\n"
     "zeroed after each synchronised step; the last trace step ends the data\n"
     "(a partial accumulation window synchronises).  W must equal the\n"
-    "trace's world_size.  See docs/replay.md.\n"
+    "trace's world_size.  Gradients have the trace's dtype (f32, f16, bf16\n"
+    "or f64); inputs and outputs are float32.  See docs/replay.md.\n"
     "\n"
     "  --job FILE     the job INI (hook, buckets, accumulation)\n"
     "  --trace DIR    the trace folder (trace.ini + rank{R}.step{S}.f32)\n"
@@ -130,8 +134,10 @@ int cmd_replay(int argc, char **argv)
     ddph_ctx *ctx = NULL;
     ddph_model *model = NULL;
     float *input = NULL;
-    float **own = calloc((size_t)t.nparams, sizeof *own);   /* we free */
-    float **grads = calloc((size_t)t.nparams, sizeof *grads); /* in use */
+    void *step_grad = NULL; /* one parameter's input in the trace's dtype */
+    void **own = calloc((size_t)t.nparams, sizeof *own);   /* we free */
+    char **grads = calloc((size_t)t.nparams, sizeof *grads); /* in use */
+    size_t es = ddph__dtype_size(t.dtype), max_numel = 1;
     int rc = 1;
     if (!own || !grads || ddph_open(job, &argc, &argv, &ctx) != DDPH_OK)
         goto done;
@@ -146,13 +152,14 @@ int cmd_replay(int argc, char **argv)
     if (ddph_model_create(ctx, model_name, &model) != DDPH_OK)
         goto fail;
     for (int i = 0; i < t.nparams; i++) {
-        own[i] = calloc(t.params[i].numel ? t.params[i].numel : 1,
-                        sizeof(float));
+        own[i] = calloc(t.params[i].numel ? t.params[i].numel : 1, es);
         if (!own[i] ||
             ddph_model_add_param(model, t.params[i].name, own[i],
                                  t.params[i].shape, t.params[i].ndim,
-                                 DDPH_F32, DDPH_CPU, NULL) != DDPH_OK)
+                                 t.dtype, DDPH_CPU, NULL) != DDPH_OK)
             goto fail;
+        if (t.params[i].numel > max_numel)
+            max_numel = t.params[i].numel;
     }
     if (ddph_model_finalize(model) != DDPH_OK)
         goto fail;
@@ -168,7 +175,8 @@ int cmd_replay(int argc, char **argv)
         goto done;
     }
     input = malloc((t.total ? t.total : 1) * sizeof *input);
-    if (!input)
+    step_grad = malloc(max_numel * es);
+    if (!input || !step_grad)
         goto done;
     if (load_path && ddph_state_load(ctx, load_path) != DDPH_OK)
         goto fail;
@@ -182,12 +190,18 @@ int cmd_replay(int argc, char **argv)
         if (ddph_step_begin_flags(ctx, &model, 1, flags) != DDPH_OK)
             goto fail;
         /* The backward pass: last parameters first, each one complete
-         * (accumulated onto what earlier unsynchronised steps left). */
+         * (accumulated onto what earlier unsynchronised steps left, in the
+         * gradients' dtype, as .grad += does). */
         size_t off = t.total;
+        ddph_err e;
         for (int i = t.nparams - 1; i >= 0; i--) {
             off -= t.params[i].numel;
-            for (size_t k = 0; k < t.params[i].numel; k++)
-                grads[i][k] += input[off + k];
+            if (ddph__cpu_cast(input + off, DDPH_F32, step_grad, t.dtype,
+                               t.params[i].numel, 1.0, &e) != DDPH_OK) {
+                fprintf(stderr, "ddphook replay: %s\n", e.msg);
+                goto done;
+            }
+            ddph__cpu_add(grads[i], step_grad, t.dtype, t.params[i].numel);
             if (ddph_grad_ready(model, i) != DDPH_OK)
                 goto fail;
         }
@@ -197,8 +211,12 @@ int cmd_replay(int argc, char **argv)
         if (synced) {
             off = 0;
             for (int i = 0; i < t.nparams; i++) {
-                memcpy(input + off, grads[i], t.params[i].numel * sizeof(float));
-                memset(grads[i], 0, t.params[i].numel * sizeof(float));
+                if (ddph__cpu_cast(grads[i], t.dtype, input + off, DDPH_F32,
+                                   t.params[i].numel, 1.0, &e) != DDPH_OK) {
+                    fprintf(stderr, "ddphook replay: %s\n", e.msg);
+                    goto done;
+                }
+                memset(grads[i], 0, t.params[i].numel * es);
                 off += t.params[i].numel;
             }
             if (!write_out(out, rank, s, input, t.total))
@@ -211,9 +229,9 @@ int cmd_replay(int argc, char **argv)
             goto fail;
     }
     if (rank == 0)
-        printf("ddphook replay: %d steps of %s, %d synchronised, %d ranks, "
-               "%d buckets -> %s\n",
-               t.steps, dir, synced_steps, world,
+        printf("ddphook replay: %d steps of %s (%s gradients), %d "
+               "synchronised, %d ranks, %d buckets -> %s\n",
+               t.steps, dir, ddph__dtype_name(t.dtype), synced_steps, world,
                ddph_model_bucket_count(model), out);
     rc = 0;
     goto done;
@@ -224,6 +242,7 @@ done:
         free(own[i]);
     free(own);
     free(input);
+    free(step_grad);
     ddph_close(ctx);
     trace_close(&t);
     free(grads);

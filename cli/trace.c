@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util.h"
+
 typedef struct parse {
     trace *t;
     char *msg;
@@ -40,9 +42,9 @@ static int handler(void *user, const char *section, const char *name,
                             name, value);
             *(strcmp(name, "steps") == 0 ? &t->steps : &t->world_size) = (int)v;
         } else if (strcmp(name, "dtype") == 0) {
-            if (strcmp(value, "f32") != 0)
-                return fail(p, "%s: [trace] dtype = '%s': only f32 traces are "
-                               "supported%s",
+            if (!ddph__dtype_parse(value, &t->dtype))
+                return fail(p, "%s: [trace] dtype = '%s' is not one of f32, "
+                               "f16, bf16, f64%s",
                             value, "");
         } /* other keys (generator, notes) are descriptive */
         return 1;

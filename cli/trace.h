@@ -1,12 +1,16 @@
 /* trace.h: gradient traces as `ddphook replay` reads them (docs/replay.md):
- * a folder with trace.ini ([trace] world_size, steps, dtype = f32 and one
+ * a folder with trace.ini ([trace] world_size, steps, dtype = the
+ * gradients' dtype (f32, f16, bf16 or f64; f32 when absent) and one
  * [param.NAME] shape = a,b,... per parameter, in registration order) and
- * rank{R}.step{S}.f32, raw little-endian, all parameters concatenated. */
+ * rank{R}.step{S}.f32, raw little-endian float32 whatever the dtype, all
+ * parameters concatenated. */
 #ifndef DDPH_CLI_TRACE_H
 #define DDPH_CLI_TRACE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <ddphook/types.h>
 
 typedef struct trace_param {
     char *name;
@@ -21,7 +25,8 @@ typedef struct trace {
     int steps;
     trace_param *params;
     int nparams;
-    size_t total; /* elements per rank and step */
+    size_t total;     /* elements per rank and step */
+    ddph_dtype dtype; /* of the gradients the trainer registers */
 } trace;
 
 /* Reads DIR/trace.ini; errors name file and line into msg. */

@@ -4,8 +4,8 @@
 #    crash (tests/fuzz/fuzz_replay);
 #  - job files: a 100 MB line, a 100 MB file of comments, a directory;
 #  - gradient traces for `ddphook replay`: a truncated step file, a shape
-#    that does not match trace.ini, a missing trace.ini, a world-size
-#    mismatch: each a specific message.
+#    that does not match trace.ini, an unknown dtype, a missing trace.ini,
+#    a world-size mismatch: each a specific message.
 set -u
 B=${DDPH_TEST_BUILDDIR:?run through make check}
 S=${DDPH_TEST_SRCDIR:?}
@@ -59,6 +59,10 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     sed -i 's/shape = 4,3/shape = 4,x/' "$OUT/badshape/trace.ini"
     expect "malformed shape" "shape = '4,x' is not a,b,... of non-negative integers" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/badshape" --out "$OUT/o3"
+    cp -R "$OUT/t" "$OUT/baddtype"
+    sed -i 's/dtype = f32/dtype = f8/' "$OUT/baddtype/trace.ini"
+    expect "unknown dtype" "dtype = 'f8' is not one of f32, f16, bf16, f64 (line 4)" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/baddtype" --out "$OUT/o6"
     expect "missing trace.ini" "trace.ini: cannot open" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/nothing" --out "$OUT/o4"
     expect "world size mismatch" "the trace was captured on 2 ranks; this run has 1" \

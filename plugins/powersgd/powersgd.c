@@ -510,9 +510,9 @@ static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
             r = s->cast(s, st->work, DDPH_F32, b->buffer, b->dtype, b->numel,
                         1.0);
     } else {
-        s->set_error(s, "buckets of dtype %d are not supported (f32, f16, "
-                        "bf16 are)",
-                     (int)b->dtype);
+        s->set_error(s, "%s buckets are not supported: the arithmetic here "
+                        "is f32, and f32, f16 and bf16 buckets are",
+                     b->dtype == DDPH_F64 ? "f64" : "unknown-dtype");
         return DDPH_ERR_UNSUPPORTED;
     }
     if (!r)
