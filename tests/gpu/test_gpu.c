@@ -1,7 +1,8 @@
 /* test_gpu: the nccl backend against the CPU backend on the same
  * gradients.  Every shipped hook (allreduce, fp16, bf16, powersgd with the
  * Gram-Schmidt and the QR orthogonaliser, batched_powersgd, the fp16/bf16
- * wrappers), gradient_as_bucket_view with the trainer's own stream, and,
+ * wrappers), bf16 gradients, gradient_as_bucket_view with the trainer's
+ * own stream, and,
  * when its .so is given, post-local-SGD's parameter averaging: gradients
  * (and parameters) in GPU memory (backend = nccl) must match, within the
  * case's tolerance, what the same job gives on host memory (backend = mpi),
@@ -40,7 +41,25 @@ typedef struct gpu_case {
     double rtol, atol;
     int nan;            /* rank 0 has a NaN in step 1: both backends must
                            report it alike (check_finite) */
+    int bf16;           /* bf16 gradients (else f32) */
 } gpu_case;
+
+/* bf16 from float (finite), rounded to nearest even, and back. */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 static size_t numel(int p)
 {
@@ -67,26 +86,40 @@ typedef struct result {
     char message[512]; /* the check_finite report */
 } result;
 
-/* On the GPU: enqueued on the trainer's stream and not waited for, as a
- * trainer's backward would; the runtime's events must order the rest. */
-static int put(void *dst, const float *src, size_t n, int gpu, void *stream)
+/* n values into dst, as bf16 when `half` (its scratch) is given.  On the
+ * GPU: enqueued on the trainer's stream and not waited for, as a trainer's
+ * backward would (a copy from pageable memory returns once the source is
+ * staged); the runtime's events must order the rest. */
+static int put(void *dst, const float *src, size_t n, int gpu, void *stream,
+               uint16_t *half)
 {
+    const void *from = src;
+    size_t bytes = n * sizeof *src;
+    if (half) {
+        for (size_t i = 0; i < n; i++)
+            half[i] = to_bf16(src[i]);
+        from = half;
+        bytes = n * sizeof *half;
+    }
     if (!gpu) {
-        memcpy(dst, src, n * sizeof *src);
+        memcpy(dst, from, bytes);
         return 1;
     }
-    return cudaMemcpyAsync(dst, src, n * sizeof *src, cudaMemcpyHostToDevice,
+    return cudaMemcpyAsync(dst, from, bytes, cudaMemcpyHostToDevice,
                            (cudaStream_t)stream) == cudaSuccess;
 }
 
-static int get(float *dst, const void *src, size_t n, int gpu)
+static int get(float *dst, const void *src, size_t n, int gpu, uint16_t *half)
 {
-    if (!gpu) {
-        memcpy(dst, src, n * sizeof *dst);
-        return 1;
-    }
-    return cudaMemcpy(dst, src, n * sizeof *dst, cudaMemcpyDeviceToHost) ==
-           cudaSuccess;
+    void *to = half ? (void *)half : (void *)dst;
+    size_t bytes = n * (half ? sizeof *half : sizeof *dst);
+    if (!gpu)
+        memcpy(to, src, bytes);
+    else if (cudaMemcpy(to, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return 0;
+    for (size_t i = 0; half && i < n; i++)
+        dst[i] = from_bf16(half[i]);
+    return 1;
 }
 
 /* Runs STEPS steps of case c on the GPU or the CPU. */
@@ -110,8 +143,11 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
     out->n = total * STEPS * (c->params ? 2 : 1);
     out->v = calloc(out->n, sizeof(float));
     float *host = malloc(total * sizeof *host);
+    uint16_t *half = c->bf16 ? malloc(total * sizeof *half) : NULL;
+    ddph_dtype dtype = c->bf16 ? DDPH_BF16 : DDPH_F32;
     ddph_ctx *ctx = NULL;
-    int ok = out->v && host && ddph_open(path, NULL, NULL, &ctx) == DDPH_OK;
+    int ok = out->v && host && (half || !c->bf16) &&
+             ddph_open(path, NULL, NULL, &ctx) == DDPH_OK;
     unlink(path);
     cudaStream_t stream = NULL;
     if (ok && gpu && c->own_stream)
@@ -121,19 +157,19 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
     void *grad[NP] = {0}, *param[NP] = {0};
     ok = ok && ddph_model_create(ctx, "net", &m) == DDPH_OK;
     for (int p = 0; ok && p < NP; p++) {
-        size_t n = numel(p) * sizeof(float);
+        size_t n = numel(p) * (c->bf16 ? 2 : sizeof(float));
         if (gpu)
             ok = cudaMalloc(&grad[p], n) == cudaSuccess &&
                  (!c->params || cudaMalloc(&param[p], n) == cudaSuccess);
         else
             ok = (grad[p] = malloc(n)) && (!c->params || (param[p] = malloc(n)));
         ok = ok && ddph_model_add_param(m, "p", grad[p], shapes[p], ndims[p],
-                                        DDPH_F32, gpu ? DDPH_CUDA : DDPH_CPU,
+                                        dtype, gpu ? DDPH_CUDA : DDPH_CPU,
                                         NULL) == DDPH_OK;
         if (ok && c->params) {
             for (size_t i = 0; i < numel(p); i++)
                 host[i] = value(rank, 99, p, i);
-            ok = put(param[p], host, numel(p), gpu, stream) &&
+            ok = put(param[p], host, numel(p), gpu, stream, half) &&
                  ddph_model_set_param_data(m, p, param[p]) == DDPH_OK;
         }
     }
@@ -150,7 +186,7 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
                 host[i] = value(rank, step, p, i);
             if (c->nan && rank == 0 && step == 1 && p == 2)
                 host[7] = NAN;
-            ok = put(where[p], host, numel(p), gpu, stream) &&
+            ok = put(where[p], host, numel(p), gpu, stream, half) &&
                  ddph_grad_ready(m, p) == DDPH_OK;
         }
         ddph_status st = ok ? ddph_step_wait(ctx) : DDPH_OK;
@@ -160,7 +196,7 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
         else if (st != DDPH_OK)
             ok = 0;
         for (int p = 0; ok && p < NP; p++) {
-            ok = get(out->v + at, where[p], numel(p), gpu);
+            ok = get(out->v + at, where[p], numel(p), gpu, half);
             at += numel(p);
         }
         /* The optimizer: param -= 0.5 * grad, then on_step_end. */
@@ -169,14 +205,14 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
             size_t off = 0;
             for (int q = 0; q < p; q++)
                 off += numel(q);
-            ok = get(host, param[p], numel(p), gpu);
+            ok = get(host, param[p], numel(p), gpu, half);
             for (size_t i = 0; ok && i < numel(p); i++)
                 host[i] -= 0.5f * g[off + i];
-            ok = ok && put(param[p], host, numel(p), gpu, stream);
+            ok = ok && put(param[p], host, numel(p), gpu, stream, half);
         }
         ok = ok && ddph_step_end(ctx) == DDPH_OK;
         for (int p = 0; ok && c->params && p < NP; p++) {
-            ok = get(out->v + at, param[p], numel(p), gpu);
+            ok = get(out->v + at, param[p], numel(p), gpu, half);
             at += numel(p);
         }
     }
@@ -196,6 +232,7 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
     if (stream)
         cudaStreamDestroy(stream);
     free(host);
+    free(half);
     return ok;
 }
 #endif
@@ -253,6 +290,10 @@ int main(int argc, char **argv)
          .extra = lsgd, .params = 1, .atol = 1e-6},
         {.name = "allreduce, check_finite reports a NaN", .hook = "allreduce",
          .extra = "check_finite = true", .atol = 1e-6, .nan = 1},
+        {.name = "allreduce, bf16 gradients", .hook = "allreduce",
+         .bf16 = 1, .atol = 2e-2},
+        {.name = "powersgd rank 1, bf16 gradients", .hook = "powersgd",
+         .extra = psgd1, .bf16 = 1, .rtol = 1e-2, .atol = 2e-2},
     };
     int failed = 0, ran = 0;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
