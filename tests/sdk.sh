@@ -76,7 +76,7 @@ fi
 
 if out=$(DDPH_TEST_LOCALSGD="$so" timeout 120 "$MPIEXEC" -n 4 \
         "$B/tests/mpi/test_runtime" local-sgd </dev/null 2>&1); then
-    ok "averaging schedule on 4 ranks, subgroups of 2 (periodic, hierarchical)"
+    ok "averaging schedule on 4 ranks, subgroups of 2 (periodic, hierarchical); f32, bf16 and f64 parameters averaged together"
 else
     ko "averaging schedule"; printf '%s\n' "$out" | sed 's/^/    /'
 fi

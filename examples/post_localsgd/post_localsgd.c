@@ -17,9 +17,11 @@
  *     with t % P == 0 (the last size must be the world size).
  *   The averager counts optimizer steps: steps that synchronised.
  *
- * Parameters must be registered with ddph_model_set_param_data (f32), in
- * host memory with backend = mpi and in GPU memory with backend = nccl
- * (averaged there, through the services' copy: ABI minor 1).
+ * Parameters must be registered with ddph_model_set_param_data (any
+ * dtype: they are concatenated in the promoted dtype, as torch.cat does,
+ * averaged, and rounded back to each one's own), in host memory with
+ * backend = mpi and in GPU memory with backend = nccl (averaged there, ABI
+ * minor 1).
  * Build: make (uses pkg-config --cflags ddphook; no libddphook link). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,8 +64,8 @@ typedef struct local_sgd {
     int nlevels;
     long long iter;          /* gradient steps, stops at the start */
     long long averager_step; /* optimizer steps seen by the averager */
-    float *flat;
-    size_t flat_cap;
+    unsigned char *flat; /* the parameters, concatenated */
+    size_t flat_cap;     /* bytes */
 } local_sgd;
 
 /* Consecutive blocks of `size` ranks (rank / size), or this node's ranks. */
@@ -186,18 +188,27 @@ static ddph_device services_device(const ddph_services *s)
     return DDPH_HAS_MEMBER(s, ddph_services, device) ? s->device : DDPH_CPU;
 }
 
-/* Copies between parameter memory and the flat buffer, both on the
- * services' device (a device-to-device copy on GPU). */
-static ddph_status copy_on_device(const ddph_services *s, void *dst,
-                                  const void *src, size_t bytes)
+static size_t dtype_size(ddph_dtype t)
 {
-    if (DDPH_HAS_MEMBER(s, ddph_services, copy))
-        return s->copy(s, dst, src, bytes, DDPH_COPY_DEVICE);
-    memcpy(dst, src, bytes);
-    return DDPH_OK;
+    return t == DDPH_F64 ? 8 : t == DDPH_F32 ? 4 : 2;
 }
 
-/* average_parameters: concatenate, average over g, write back. */
+/* The flat buffer's dtype: torch.cat's type promotion over the
+ * parameters' dtypes (f16 with bf16 makes f32). */
+static ddph_dtype promoted_dtype(const ddph_step_info *info)
+{
+    int has[DDPH_DTYPE_COUNT] = {0};
+    for (size_t i = 0; i < info->nparams; i++)
+        has[info->params[i].dtype] = 1;
+    if (has[DDPH_F64])
+        return DDPH_F64;
+    if (has[DDPH_F16] != has[DDPH_BF16] && !has[DDPH_F32])
+        return has[DDPH_F16] ? DDPH_F16 : DDPH_BF16;
+    return DDPH_F32;
+}
+
+/* average_parameters: concatenate (promoting), average over g, write
+ * back (rounding to each parameter's dtype). */
 static ddph_status average_parameters(local_sgd *st, const ddph_step_info *info,
                                       const ddph_services *s, ddph_group *g)
 {
@@ -205,43 +216,50 @@ static ddph_status average_parameters(local_sgd *st, const ddph_step_info *info,
     ddph_device device = services_device(s);
     for (size_t i = 0; i < info->nparams; i++) {
         const ddph_param_view *p = &info->params[i];
-        if (!p->data || p->dtype != DDPH_F32 || p->device != device) {
+        if (!p->data || (unsigned)p->dtype >= DDPH_DTYPE_COUNT ||
+            p->device != device) {
             s->set_error(s, "parameter '%s' of model '%s': %s", p->name,
                          info->model,
                          !p->data ? "no parameter memory (register it with "
                                     "ddph_model_set_param_data)"
-                         : p->dtype != DDPH_F32
-                             ? "only f32 parameters can be averaged"
-                             : device == DDPH_CUDA
-                                 ? "with backend = nccl the parameters must "
-                                   "be in GPU memory"
-                                 : "with backend = mpi the parameters must "
-                                   "be in host memory");
+                         : (unsigned)p->dtype >= DDPH_DTYPE_COUNT
+                             ? "unknown dtype"
+                         : device == DDPH_CUDA
+                             ? "with backend = nccl the parameters must "
+                               "be in GPU memory"
+                             : "with backend = mpi the parameters must "
+                               "be in host memory");
             return DDPH_ERR_INVALID;
         }
         total += p->numel;
     }
-    if (total * sizeof(float) > st->flat_cap) {
+    ddph_dtype flat = promoted_dtype(info);
+    size_t es = dtype_size(flat);
+    if (total * es > st->flat_cap) {
         s->free(s, st->flat);
-        st->flat = s->alloc(s, total * sizeof(float));
-        st->flat_cap = st->flat ? total * sizeof(float) : 0;
+        st->flat = s->alloc(s, total * es);
+        st->flat_cap = st->flat ? total * es : 0;
         if (!st->flat)
             return DDPH_ERR_NOMEM;
     }
+    /* cast with scale 1 is an exact copy between equal dtypes, on the
+     * services' device (a kernel on GPU). */
     ddph_status r = DDPH_OK;
     size_t off = 0;
     for (size_t i = 0; i < info->nparams && !r; i++) {
-        r = copy_on_device(s, st->flat + off, info->params[i].data,
-                           info->params[i].numel * sizeof(float));
-        off += info->params[i].numel;
+        const ddph_param_view *p = &info->params[i];
+        r = s->cast(s, p->data, p->dtype, st->flat + off * es, flat, p->numel,
+                    1.0);
+        off += p->numel;
     }
     if (!r)
-        r = average(s, g, st->flat, total, DDPH_F32);
+        r = average(s, g, st->flat, total, flat);
     off = 0;
     for (size_t i = 0; i < info->nparams && !r; i++) {
-        r = copy_on_device(s, info->params[i].data, st->flat + off,
-                           info->params[i].numel * sizeof(float));
-        off += info->params[i].numel;
+        const ddph_param_view *p = &info->params[i];
+        r = s->cast(s, st->flat + off * es, flat, p->data, p->dtype, p->numel,
+                    1.0);
+        off += p->numel;
     }
     return r;
 }

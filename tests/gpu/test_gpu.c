@@ -22,6 +22,8 @@
 
 #include <ddphook/ddphook.h>
 
+#include "../bf16_host.h"
+
 #ifdef HAVE_NCCL
 #include <cuda_runtime.h>
 
@@ -43,23 +45,6 @@ typedef struct gpu_case {
                            report it alike (check_finite) */
     int bf16;           /* bf16 gradients (else f32) */
 } gpu_case;
-
-/* bf16 from float (finite), rounded to nearest even, and back. */
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static size_t numel(int p)
 {
@@ -97,7 +82,7 @@ static int put(void *dst, const float *src, size_t n, int gpu, void *stream,
     size_t bytes = n * sizeof *src;
     if (half) {
         for (size_t i = 0; i < n; i++)
-            half[i] = to_bf16(src[i]);
+            half[i] = bf16_from_float(src[i]);
         from = half;
         bytes = n * sizeof *half;
     }
@@ -118,7 +103,7 @@ static int get(float *dst, const void *src, size_t n, int gpu, uint16_t *half)
     else if (cudaMemcpy(to, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
         return 0;
     for (size_t i = 0; half && i < n; i++)
-        dst[i] = from_bf16(half[i]);
+        dst[i] = bf16_to_float(half[i]);
     return 1;
 }
 

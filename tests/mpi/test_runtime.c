@@ -34,7 +34,8 @@
  * local-sgd   the post_localsgd example hook ($DDPH_TEST_LOCALSGD) on 4
  *             ranks: parameters identical on all ranks exactly on
  *             averaging steps, within subgroups of 2 otherwise; then the
- *             hierarchical averager's schedule
+ *             hierarchical averager's schedule; then f32, bf16 and f64
+ *             parameters averaged together (promoted, rounded back)
  * fp16-overflow  gradients of 1e5 through the fp16 hook become Inf (cast
  *             before dividing, as PyTorch), through bf16 they stay finite
  *
@@ -42,6 +43,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,8 @@
 #include <unistd.h>
 
 #include <ddphook/ddphook.h>
+
+#include "../bf16_host.h"
 
 static int g_rank = -1;
 
@@ -598,6 +602,54 @@ static int hierarchical_schedule(int t)
     return t % 4 == 0 ? 2 : t % 2 == 0 ? 1 : 0;
 }
 
+/* Parameters of mixed dtypes averaged at every step (period 1): the
+ * concatenation is promoted as torch.cat does (here to f64), averaged and
+ * rounded back to each parameter's dtype.  Rank r's f32 and bf16 values
+ * are r +- k/4, whose averages are exact in every dtype; the f64 ones,
+ * 1 + k + r * 1e-9, average to 1 + k + 1.5e-9, which f32 cannot hold. */
+static void local_sgd_dtypes(void)
+{
+    ddph_ctx *ctx = open_job("/nowhere", env("DDPH_TEST_LOCALSGD"),
+                             "[hook.post_localsgd]\nstart_localSGD_iter = 0\n"
+                             "post_local_gradient_allreduce = false\n"
+                             "period = 1\n[runtime]");
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, "mixed", &m), ctx);
+    enum { N = 40 };
+    static float w[N], gw[N];
+    static uint16_t h[N], gh[N];
+    static double d[N], gd[N];
+    int64_t shape[1] = {N};
+    CHECK_OK(ddph_model_add_param(m, "w", gw, shape, 1, DDPH_F32, DDPH_CPU,
+                                  NULL), ctx);
+    CHECK_OK(ddph_model_add_param(m, "h", gh, shape, 1, DDPH_BF16, DDPH_CPU,
+                                  NULL), ctx);
+    CHECK_OK(ddph_model_add_param(m, "d", gd, shape, 1, DDPH_F64, DDPH_CPU,
+                                  NULL), ctx);
+    CHECK_OK(ddph_model_set_param_data(m, 0, w), ctx);
+    CHECK_OK(ddph_model_set_param_data(m, 1, h), ctx);
+    CHECK_OK(ddph_model_set_param_data(m, 2, d), ctx);
+    CHECK_OK(ddph_model_finalize(m), ctx);
+    for (int k = 0; k < N; k++) {
+        w[k] = (float)g_rank + 0.25f * (float)k;
+        h[k] = bf16_from_float((float)g_rank - 0.25f * (float)k);
+        d[k] = 1.0 + k + g_rank * 1e-9;
+    }
+    CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+    for (int i = 2; i >= 0; i--)
+        CHECK_OK(ddph_grad_ready(m, i), ctx);
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    for (int k = 0; k < N; k++) {
+        CHECK(w[k] == 1.5f + 0.25f * (float)k, "w[%d] = %g", k, w[k]);
+        CHECK(bf16_to_float(h[k]) == 1.5f - 0.25f * (float)k, "h[%d] = %g", k,
+              bf16_to_float(h[k]));
+        CHECK(fabs(d[k] - (1.0 + k + 1.5e-9)) < 1e-12, "d[%d] = %.12g", k,
+              d[k]);
+    }
+    ddph_close(ctx);
+}
+
 static void run_local_sgd(void)
 {
     local_sgd_run("start_localSGD_iter = 3\nsubgroup_size = 2\nperiod = 4\n"
@@ -606,6 +658,7 @@ static void run_local_sgd(void)
     local_sgd_run("start_localSGD_iter = 0\npost_local_gradient_allreduce = "
                   "false\nsubgroup_size = 2\nperiod_group_size = 2:2,4:4",
                   9, hierarchical_schedule);
+    local_sgd_dtypes();
 }
 
 
