@@ -25,6 +25,8 @@ mkdir -p "$work/src" "$kit/bin" "$kit/lib" "$kit/plugins"
 
 # The tree as it is now, committed or not, built apart from any build
 # in place (a tree configured in place cannot host another build).
+git rev-parse --git-dir >/dev/null 2>&1 ||
+    { echo "kit: run it in a git checkout (it builds the files git lists)" >&2; exit 1; }
 git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$work/src"
 cd "$work/src"
 echo "kit: building for sm_$arch in $work/src (log: $work/build.log)"

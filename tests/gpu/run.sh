@@ -60,7 +60,8 @@ step() { # step SECONDS LABEL COMMAND...: runs it, logs it, keeps its status
 
 # The kit: its libraries first, then wherever this machine keeps the CUDA
 # libraries it was linked against (searched for by name when the linker
-# does not find them itself).
+# does not find them itself; again for what those need, since pip's
+# nvidia-* packages keep each library in a folder of its own).
 use_kit() {
     dir=/tmp/ddphook-gpu-kit
     rm -rf "$dir"
@@ -73,13 +74,22 @@ use_kit() {
     say "here: $(ldd --version 2>&1 | head -n 1)"
     LD_LIBRARY_PATH=$k/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH
-    for soname in $(ldd "$k"/bin/* "$k"/lib/*.so* 2>/dev/null |
-                    awk '$3 == "not" {print $1}' | sort -u); do
-        found=$(find /usr/local /opt /usr/lib /usr/lib64 -name "$soname" \
-                    2>/dev/null | head -n 1)
-        [ -n "$found" ] || { say "FAIL: $soname (CUDA) not found on this machine"; exit 1; }
-        say "using $found"
-        LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$found")
+    rounds=0
+    while unresolved=$(ldd "$k"/bin/* "$k"/lib/*.so* 2>/dev/null |
+                       awk '$3 == "not" {print $1}' | sort -u) &&
+          [ -n "$unresolved" ]; do
+        rounds=$((rounds + 1))
+        if [ $rounds -gt 8 ]; then
+            say "FAIL: still unresolved: $unresolved"
+            exit 1
+        fi
+        for soname in $unresolved; do
+            found=$(find /usr/local /opt /usr/lib /usr/lib64 -name "$soname" \
+                        2>/dev/null | head -n 1)
+            [ -n "$found" ] || { say "FAIL: $soname (CUDA) not found on this machine"; exit 1; }
+            say "using $found"
+            LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$found")
+        done
     done
     DDPHOOK=$k/bin/ddphook TEST_GPU=$k/bin/test_gpu TRAINER=$k/bin/gpu_trainer
     PLUGINS=$k/plugins LSGD=$k/lib/post_localsgd.so
