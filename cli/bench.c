@@ -31,6 +31,7 @@
 #include "bench_gpu.h"
 #include "bench_common.h"
 #include "commands.h"
+#include "cpu_ops.h"
 #include "presets.h"
 #include "trace.h"
 #include "cpu_simd.h"
@@ -41,7 +42,7 @@ static const char bench_usage[] =
     "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
     "           --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
-    "           [--view] [--plugin-path DIRS] [--csv FILE]\n"
+    "           [--view] [--dtype T] [--plugin-path DIRS] [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
     "           [--repeats R] [--plugin-path DIRS]\n"
@@ -52,15 +53,15 @@ static const char bench_usage[] =
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
     "             batched_powersgd) on the gradients of a model preset\n"
     "             (gpt2-124m, resnet50, mlp; default resnet50), of the\n"
-    "             parameters of a gradient trace (their shapes; gradients\n"
-    "             are f32 whatever its dtype), or of one 1024-row matrix\n"
+    "             parameters of a gradient trace, or of one 1024-row matrix\n"
     "             of N MiB: bytes on the wire per step, time\n"
     "             per step (median of R, default 10), bus bandwidth, and the\n"
-    "             ratio to a raw MPI_Allreduce of the same bytes in the same\n"
-    "             run.  PowerSGD variants start compressing after 2 warm-up\n"
-    "             steps, with rank R (default 4).  --view uses\n"
-    "             gradient_as_bucket_view (no copies in or out); --csv FILE\n"
-    "             writes the table.\n"
+    "             ratio to a raw MPI_Allreduce of the same bytes (as f32) in\n"
+    "             the same run.  PowerSGD variants start compressing after 2\n"
+    "             warm-up steps, with rank R (default 4).  --view uses\n"
+    "             gradient_as_bucket_view (no copies in or out); --dtype T\n"
+    "             registers gradients of dtype T (f32, f16, bf16, f64;\n"
+    "             default f32, or the trace's); --csv FILE writes the table.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
     "             powersgd,batched_powersgd by default\n"
     "  gpu        the nccl backend, one GPU per rank (needs a CUDA device):\n"
@@ -142,6 +143,8 @@ static int bench_casts(size_t mib, int repeats)
 
 typedef struct hook_bench {
     const char *model, *hooks, *plugin_path, *csv, *trace_dir;
+    const char *dtype_name; /* --dtype, or NULL */
+    ddph_dtype dtype;
     size_t mib;
     int repeats, rank, view;
     double cap_mb;
@@ -160,8 +163,9 @@ static double slowest(double t)
     return t;
 }
 
+/* pristine: the gradients in hb->dtype, parameter after parameter. */
 static int bench_one_hook(const hook_bench *hb, const char *hook,
-                          const preset_param *pp, int np, const float *pristine,
+                          const preset_param *pp, int np, const char *pristine,
                           size_t total, int rank, double *median_s,
                           double *wire_per_step)
 {
@@ -178,8 +182,9 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     int ok = 0;
     if (ddph_open(path, NULL, NULL, &ctx) != DDPH_OK)
         return 0;
-    float *grads = malloc(total * sizeof *grads);
-    float **ptr = calloc((size_t)np, sizeof *ptr);
+    size_t es = ddph__dtype_size(hb->dtype);
+    char *grads = malloc(total * es);
+    char **ptr = calloc((size_t)np, sizeof *ptr);
     size_t *numel = calloc((size_t)np, sizeof *numel);
     double *t = calloc((size_t)hb->repeats, sizeof *t);
     if (!grads || !ptr || !numel || !t ||
@@ -188,8 +193,8 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     size_t off = 0;
     for (int i = 0; i < np; i++) {
         numel[i] = preset_numel(&pp[i], 1);
-        if (ddph_model_add_param(m, pp[i].name, grads + off, pp[i].shape,
-                                 pp[i].ndim, DDPH_F32, DDPH_CPU,
+        if (ddph_model_add_param(m, pp[i].name, grads + off * es, pp[i].shape,
+                                 pp[i].ndim, hb->dtype, DDPH_CPU,
                                  NULL) != DDPH_OK)
             goto out;
         off += numel[i];
@@ -206,7 +211,7 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     for (int s = 0; s < warmup + hb->repeats; s++) {
         off = 0;
         for (int i = 0; i < np; i++) { /* fresh gradients, outside the clock */
-            memcpy(ptr[i], pristine + off, numel[i] * sizeof(float));
+            memcpy(ptr[i], pristine + off * es, numel[i] * es);
             off += numel[i];
         }
         if (s == warmup)
@@ -253,7 +258,8 @@ out:
     return ok;
 }
 
-static int bench_hooks(const hook_bench *hb)
+/* Runs every hook of hb->hooks; a trace without --dtype sets hb->dtype. */
+static int bench_hooks(hook_bench *hb)
 {
     int inited = 0, provided, rank, world;
     MPI_Initialized(&inited);
@@ -275,6 +281,8 @@ static int bench_hooks(const hook_bench *hb)
             return 1;
         }
         np = tr.nparams;
+        if (!hb->dtype_name)
+            hb->dtype = tr.dtype;
         pp = calloc((size_t)np, sizeof *pp);
         for (int i = 0; i < np; i++) {
             snprintf(pp[i].name, sizeof pp[i].name, "%s", tr.params[i].name);
@@ -302,33 +310,51 @@ static int bench_hooks(const hook_bench *hb)
         snprintf(label, sizeof label, "%s", hb->model);
     }
     size_t total = preset_numel(pp, np);
-    float *pristine = malloc(total * sizeof *pristine);
+    size_t es = ddph__dtype_size(hb->dtype), bytes_total = total * es;
+    float *values = malloc(total * sizeof *values);
+    char *pristine = malloc(bytes_total);
     uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(rank + 1);
-    for (size_t i = 0; i < total; i++) {
+    for (size_t i = 0; values && i < total; i++) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        pristine[i] = (float)((double)(x >> 11) / 9007199254740992.0) - 0.5f;
+        values[i] = (float)((double)(x >> 11) / 9007199254740992.0) - 0.5f;
     }
-    /* Baseline: a raw MPI_Allreduce of the same bytes. */
-    float *raw = malloc(total * sizeof *raw);
+    ddph_err e;
+    if (!values || !pristine ||
+        ddph__cpu_cast(values, DDPH_F32, pristine, hb->dtype, total, 1.0,
+                       &e) != DDPH_OK) {
+        fprintf(stderr, "ddphook bench: out of memory\n");
+        free(values);
+        free(pristine);
+        free(pp);
+        if (!inited)
+            MPI_Finalize();
+        return 1;
+    }
+    free(values);
+    /* Baseline: a raw MPI_Allreduce of the same bytes, summed as f32 (MPI
+     * has no half types: the runtime brings its own reduction for them). */
+    size_t raw_n = (bytes_total + 3) / 4;
+    float *raw = calloc(raw_n ? raw_n : 1, sizeof *raw);
     double *t = calloc((size_t)hb->repeats, sizeof *t);
     for (int s = 0; s < hb->repeats + 1; s++) {
-        memcpy(raw, pristine, total * sizeof *raw);
+        memset(raw, 0, raw_n * sizeof *raw);
         double t0 = barrier_time();
-        MPI_Allreduce(MPI_IN_PLACE, raw, (int)total, MPI_FLOAT, MPI_SUM,
+        MPI_Allreduce(MPI_IN_PLACE, raw, (int)raw_n, MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
         double dt = slowest(MPI_Wtime() - t0);
         if (s > 0)
             t[s - 1] = dt;
     }
     double base = bench_median(t, hb->repeats);
-    double bytes = (double)total * 4, bus = 2.0 * (world - 1) / world;
+    double bytes = (double)bytes_total, bus = 2.0 * (world - 1) / world;
     FILE *csv = NULL;
     if (rank == 0) {
-        printf("ddphook bench hooks: %s, %d parameters, %.4g MiB of f32 "
+        printf("ddphook bench hooks: %s, %d parameters, %.4g MiB of %s "
                "gradients, %d ranks, bucket_cap_mb %g%s, median of %d steps\n",
-               label, np, bytes / 1048576, world, hb->cap_mb,
+               label, np, bytes / 1048576, ddph__dtype_name(hb->dtype), world,
+               hb->cap_mb,
                hb->view ? ", gradient_as_bucket_view" : "", hb->repeats);
         printf("baseline: raw MPI_Allreduce of %.4g MiB: %.2f ms, bus "
                "bandwidth %.2f GB/s\n\n",
@@ -388,6 +414,7 @@ int cmd_bench(int argc, char **argv)
         {"rank", required_argument, NULL, 'R'},
         {"view", no_argument, NULL, 'v'},
         {"csv", required_argument, NULL, 'c'},
+        {"dtype", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
@@ -404,6 +431,7 @@ int cmd_bench(int argc, char **argv)
         case 'R': hb.rank = atoi(optarg); break;
         case 'v': hb.view = 1; break;
         case 'c': hb.csv = optarg; break;
+        case 'd': hb.dtype_name = optarg; break;
         default:
             fputs(bench_usage, c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
@@ -411,6 +439,12 @@ int cmd_bench(int argc, char **argv)
     }
     if (optind >= argc || repeats < 0 || hb.rank < 1 || hb.cap_mb <= 0) {
         fputs(bench_usage, stderr);
+        return 2;
+    }
+    if (hb.dtype_name && !ddph__dtype_parse(hb.dtype_name, &hb.dtype)) {
+        fprintf(stderr, "ddphook bench: --dtype %s: not one of f32, f16, "
+                        "bf16, f64\n",
+                hb.dtype_name);
         return 2;
     }
     const char *what = argv[optind];

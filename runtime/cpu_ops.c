@@ -144,8 +144,29 @@ ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
         ddph__cast_run(ddph__simd_best(), kind, src, dst, n);
         return DDPH_OK;
     }
-    if (src == dst && src_dtype == dst_dtype && scale == 1.0)
+    /* To the same dtype: a copy, as PyTorch's .to() of the same dtype is
+     * none (a NaN keeps its payload). */
+    if (src_dtype == dst_dtype && scale == 1.0) {
+        if (src != dst)
+            memmove(dst, src, n * ddph__dtype_size(src_dtype));
         return DDPH_OK;
+    }
+    /* f16 <-> bf16: through f32 in blocks, with the vector casts; the one
+     * rounding is f32 -> destination, as element by element. */
+    ddph_cast_kind up, down;
+    if (scale == 1.0 && ddph__cast_kind_of(src_dtype, DDPH_F32, &up) &&
+        ddph__cast_kind_of(DDPH_F32, dst_dtype, &down)) {
+        ddph_simd_path path = ddph__simd_best();
+        float tmp[HALF_BLOCK];
+        const uint16_t *from = src;
+        uint16_t *to = dst;
+        for (size_t i = 0; i < n; i += HALF_BLOCK) {
+            size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+            ddph__cast_run(path, up, from + i, tmp, k);
+            ddph__cast_run(path, down, tmp, to + i, k);
+        }
+        return DDPH_OK;
+    }
     /* The product is formed in float for float-or-narrower types so that
      * f32 * scale rounds as PyTorch's float kernels do. */
     int via_float = src_dtype != DDPH_F64 && dst_dtype != DDPH_F64;

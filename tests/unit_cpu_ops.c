@@ -114,6 +114,40 @@ START_TEST(bf16_every_pattern_round_trips)
 }
 END_TEST
 
+/* f16 <-> bf16 (through f32, vector casts) on every pattern, against the
+ * references; a cast to the same dtype copies bits, NaN payloads too. */
+START_TEST(half_to_half_every_pattern)
+{
+    static uint16_t all[65536], out[65536];
+    for (uint32_t h = 0; h < 65536; h++)
+        all[h] = (uint16_t)h;
+    ddph_err e;
+    ck_assert_int_eq(ddph__cpu_cast(all, DDPH_F16, out, DDPH_BF16, 65536, 1.0,
+                                    &e),
+                     DDPH_OK);
+    for (uint32_t h = 0; h < 65536; h++) {
+        double v = half_value((uint16_t)h); /* exact in f32 */
+        uint16_t want = ref_f32_to_bf16((float)v);
+        ck_assert_msg(out[h] == want, "f16 0x%04x -> bf16 0x%04x, want 0x%04x",
+                      h, out[h], want);
+    }
+    ck_assert_int_eq(ddph__cpu_cast(all, DDPH_BF16, out, DDPH_F16, 65536, 1.0,
+                                    &e),
+                     DDPH_OK);
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint16_t want = ref_f32_to_f16(from_bits(b << 16));
+        ck_assert_msg(out[b] == want, "bf16 0x%04x -> f16 0x%04x, want 0x%04x",
+                      b, out[b], want);
+    }
+    for (int t = DDPH_F16; t <= DDPH_BF16; t++) {
+        ck_assert_int_eq(ddph__cpu_cast(all, (ddph_dtype)t, out, (ddph_dtype)t,
+                                        65536, 1.0, &e),
+                         DDPH_OK);
+        ck_assert(memcmp(all, out, sizeof all) == 0);
+    }
+}
+END_TEST
+
 START_TEST(f32_to_half_edge_cases)
 {
     static const float edges[] = {
@@ -311,6 +345,7 @@ Suite *cpu_ops_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, f16_every_pattern_round_trips);
     tcase_add_test(tc, bf16_every_pattern_round_trips);
+    tcase_add_test(tc, half_to_half_every_pattern);
     tcase_add_test(tc, f32_to_half_edge_cases);
     tcase_add_test(tc, f32_to_half_random);
     tcase_add_test(tc, cast_divide_and_half_sum);
