@@ -65,10 +65,11 @@ int ddph_rank(const ddph_ctx *ctx);
 int ddph_world_size(const ddph_ctx *ctx);
 
 /* With backend = nccl: the trainer's compute stream (a cudaStream_t; NULL
- * = the default stream).  Gradient copies into the buckets are enqueued on
- * it, and each bucket's hook waits for an event recorded on it, so the
- * communication stream overlaps the rest of the backward pass.  Returns
- * DDPH_ERR_UNSUPPORTED on other backends. */
+ * = the legacy default stream; a trainer built with --default-stream
+ * per-thread passes cudaStreamPerThread).  Gradient copies into the
+ * buckets are enqueued on it, and each bucket's hook waits for an event
+ * recorded on it, so the communication stream overlaps the rest of the
+ * backward pass.  Returns DDPH_ERR_UNSUPPORTED on other backends. */
 ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream);
 
 /* ---- models ------------------------------------------------------------- */
