@@ -242,8 +242,8 @@ static ddph_status average_parameters(local_sgd *st, const ddph_step_info *info,
         if (!st->flat)
             return DDPH_ERR_NOMEM;
     }
-    /* cast with scale 1 is an exact copy between equal dtypes, on the
-     * services' device (a kernel on GPU). */
+    /* cast with scale 1: a copy between equal dtypes, one rounding
+     * between others, on the services' device. */
     ddph_status r = DDPH_OK;
     size_t off = 0;
     for (size_t i = 0; i < info->nparams && !r; i++) {
