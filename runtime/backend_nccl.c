@@ -283,15 +283,11 @@ ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
                             double scale, ddph_err *err)
 {
     /* To the same dtype: a copy, as on the CPU. */
-    if (sdt == ddt && scale == 1.0) {
-        cudaError_t ce = src == dst || !count
-                             ? cudaSuccess
-                             : cudaMemcpyAsync(dst, src,
-                                               count * ddph__dtype_size(sdt),
-                                               cudaMemcpyDeviceToDevice,
-                                               STREAM(n));
-        return ce ? cuda_fail(err, ce, "cudaMemcpyAsync") : DDPH_OK;
-    }
+    if (sdt == ddt && scale == 1.0)
+        return src == dst ? DDPH_OK
+                          : ddph__nccl_copy(n, dst, src,
+                                            count * ddph__dtype_size(sdt),
+                                            DDPH_COPY_DEVICE, err);
     int e = ddph__cuda_cast(src, sdt, dst, ddt, count, scale, n->stream);
     return e ? cuda_fail(err, (cudaError_t)e, "cast kernel") : DDPH_OK;
 }
