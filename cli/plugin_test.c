@@ -537,7 +537,7 @@ int main(int argc, char **argv)
         ddph__logger_init(&log);
         if (ddph__mpi_init(&mpi, &argc, &argv, 60, &e) == DDPH_OK) {
             check_error_path(&t, &mpi, &log);
-            ddph__mpi_finalize(&mpi);
+            ddph__mpi_finalize(&mpi, &e);
         }
     }
     char path[320];

@@ -3,24 +3,136 @@
 
 #include "backend_mpi.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cpu_ops.h"
 
 /* Elements per MPI call: counts are int in MPI-3. */
 #define CHUNK ((size_t)1 << 30)
 
-static ddph_status mpi_fail(ddph_err *err, int rc, const char *what)
+
+/* ---- faults --------------------------------------------------------------- */
+
+enum { NOTICE_TAG = 17 };
+
+/* Records the first fault; later ones keep it.  Returns whether this call
+ * was the first. */
+static int set_fault(ddph_mpi *m, ddph_status st, const char *msg,
+                     int notified)
+{
+    pthread_mutex_lock(&m->fault_mu);
+    int first = !atomic_load(&m->broken);
+    if (first) {
+        m->fault_status = st;
+        snprintf(m->fault_msg, sizeof m->fault_msg, "%s", msg);
+        m->fault_notified = notified;
+        atomic_store(&m->broken, 1);
+    }
+    pthread_mutex_unlock(&m->fault_mu);
+    return first;
+}
+
+/* Sends the notice to every peer.  Called once, with fault_mu held; the
+ * sends are never waited for (a dead peer must not block this rank). */
+static void notify_peers(ddph_mpi *m)
+{
+    m->fault_notified = 1;
+    if (m->alarm == MPI_COMM_NULL)
+        return;
+    m->notice.status = (int32_t)m->fault_status;
+    snprintf(m->notice.msg, sizeof m->notice.msg, "%s", m->fault_msg);
+    int n = (int)(sizeof m->notice.status + strlen(m->notice.msg) + 1);
+    for (int r = 0; r < m->world.size; r++) {
+        if (r == m->world.rank)
+            continue;
+        MPI_Request req;
+        if (MPI_Isend(&m->notice, n, MPI_BYTE, r, NOTICE_TAG, m->alarm,
+                      &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+}
+
+void ddph__mpi_fail_job(ddph_mpi *m, ddph_status st, const char *msg)
+{
+    pthread_mutex_lock(&m->fault_mu);
+    if (!atomic_load(&m->broken)) {
+        m->fault_status = st;
+        snprintf(m->fault_msg, sizeof m->fault_msg, "%s", msg);
+        atomic_store(&m->broken, 1);
+    } else if (!m->fault_notified) {
+        /* A collective broke the job here and the caller knows more
+         * (hook, model, bucket): the peers get the fuller message. */
+        snprintf(m->fault_msg, sizeof m->fault_msg, "%s", msg);
+    }
+    if (!m->fault_notified)
+        notify_peers(m);
+    pthread_mutex_unlock(&m->fault_mu);
+}
+
+/* Receives one pending notice, if any.  Matched probes, because two
+ * threads (the trainer's and the communication thread) may poll. */
+static void poll_alarm(ddph_mpi *m)
+{
+    if (m->alarm == MPI_COMM_NULL || atomic_load(&m->broken))
+        return;
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status status;
+    if (MPI_Improbe(MPI_ANY_SOURCE, NOTICE_TAG, m->alarm, &flag, &msg,
+                    &status) != MPI_SUCCESS ||
+        !flag)
+        return;
+    struct {
+        int32_t status;
+        char msg[DDPH__NOTICE_LEN];
+    } notice;
+    memset(&notice, 0, sizeof notice);
+    int n = 0;
+    MPI_Get_count(&status, MPI_BYTE, &n);
+    if (n < 0 || (size_t)n > sizeof notice ||
+        MPI_Mrecv(&notice, n, MPI_BYTE, &msg, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+        snprintf(notice.msg, sizeof notice.msg, "(unreadable notice)");
+    notice.msg[sizeof notice.msg - 1] = '\0';
+    ddph_status st = notice.status < 0 && notice.status >= -64
+                         ? (ddph_status)notice.status
+                         : DDPH_ERR_BACKEND;
+    char text[DDPH__NOTICE_LEN + 64];
+    snprintf(text, sizeof text, "rank %d failed: %s", status.MPI_SOURCE,
+             notice.msg);
+    set_fault(m, st, text, 1);
+}
+
+ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
+{
+    poll_alarm(m);
+    if (!atomic_load(&m->broken))
+        return DDPH_OK;
+    pthread_mutex_lock(&m->fault_mu);
+    ddph_status st = ddph__fail(err, m->fault_status, "%s", m->fault_msg);
+    pthread_mutex_unlock(&m->fault_mu);
+    return st;
+}
+
+static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
+                            const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %.*s", what, len, msg);
+    ddph_status st = ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %.*s", what,
+                                len, msg);
+    set_fault(m, st, err->msg, 0);
+    return st;
 }
 
-/* Polls req until it completes or timeout_s passes.  MPICH moves data only
+/* Polls req until it completes, the job breaks (a peer's notice, or
+ * another thread's failure) or timeout_s passes.  MPICH moves data only
  * inside MPI calls, so for the first SPIN_S seconds the loop tests without
  * pause, as MPICH's own blocking calls do; after that (a slow or dead peer)
  * it sleeps between tests so that a waiting rank does not burn a core. */
@@ -34,18 +146,24 @@ static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, what);
+            return mpi_fail(m, err, rc, what);
         if (done)
             return DDPH_OK;
         if (polls % 256 != 255)
             continue;
+        ddph_status st = ddph__mpi_fault(m, err);
+        if (st != DDPH_OK)
+            return st;
         double now = ddph__now();
-        if (now > deadline)
-            return ddph__fail(err, DDPH_ERR_TIMEOUT,
-                              "%s did not complete within timeout_s = %g s "
-                              "(a peer rank died, is stuck, or called a "
-                              "different collective)",
-                              what, m->timeout_s);
+        if (now > deadline) {
+            st = ddph__fail(err, DDPH_ERR_TIMEOUT,
+                            "%s did not complete within timeout_s = %g s "
+                            "(a peer rank died, is stuck, or called a "
+                            "different collective)",
+                            what, m->timeout_s);
+            set_fault(m, st, err->msg, 0);
+            return st;
+        }
         if (now - start > SPIN_S) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
@@ -105,39 +223,55 @@ static int valid(ddph_dtype t, ddph_redop op)
     return (unsigned)t < DDPH_DTYPE_COUNT && (unsigned)op <= DDPH_MIN;
 }
 
+/* A duplicate of MPI_COMM_WORLD, within timeout_s (MPI_Comm_dup would
+ * block forever on a rank whose peer never came). */
+static ddph_status dup_world(ddph_mpi *m, MPI_Comm *out, const char *what,
+                             ddph_err *err)
+{
+    MPI_Request req;
+    int rc = MPI_Comm_idup(MPI_COMM_WORLD, out, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(m, err, rc, "MPI_Comm_idup");
+    ddph_status st = wait_timed(m, &req, what, err);
+    if (st == DDPH_OK)
+        MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    return st;
+}
+
 ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
                            double timeout_s, ddph_err *err)
 {
     memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->fault_mu, NULL);
     m->timeout_s = timeout_s;
+    m->world.comm = MPI_COMM_NULL;
+    m->alarm = MPI_COMM_NULL;
     int inited = 0, rc;
     MPI_Initialized(&inited);
     if (!inited) {
         rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &m->thread_level);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "MPI_Init_thread");
+            return mpi_fail(m, err, rc, "MPI_Init_thread");
         m->initialized_mpi = 1;
     } else {
         MPI_Query_thread(&m->thread_level);
     }
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &m->world.size);
     /* The communication thread calls MPI while the trainer may too. */
-    if (m->thread_level < MPI_THREAD_MULTIPLE) {
-        ddph__mpi_finalize(m);
+    if (m->thread_level < MPI_THREAD_MULTIPLE)
         return ddph__fail(err, DDPH_ERR_BACKEND,
                           "MPI was initialised with thread level %d; ddphook "
                           "needs MPI_THREAD_MULTIPLE (call MPI_Init_thread "
                           "with it, or let ddph_open initialise MPI)",
                           m->thread_level);
-    }
-    rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->world.comm);
-    if (rc != MPI_SUCCESS) {
-        ddph__mpi_finalize(m);
-        return mpi_fail(err, rc, "MPI_Comm_dup");
-    }
+    ddph_status st = dup_world(m, &m->world.comm, "MPI_Comm_idup", err);
+    if (st != DDPH_OK)
+        return st;
     m->world.owned = 1;
-    MPI_Comm_set_errhandler(m->world.comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m->world.comm, &m->world.rank);
-    MPI_Comm_size(m->world.comm, &m->world.size);
+    st = dup_world(m, &m->alarm, "MPI_Comm_idup", err);
+    if (st != DDPH_OK)
+        return st;
     MPI_Type_contiguous(2, MPI_BYTE, &m->half_type);
     MPI_Type_commit(&m->half_type);
     MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min},
@@ -149,35 +283,145 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     return DDPH_OK;
 }
 
-void ddph__mpi_finalize(ddph_mpi *m)
+/* MPI_Finalize waits for every process of the job (MPICH: a PMI barrier),
+ * so a peer that dies between ddph_close's barrier and its own
+ * MPI_Finalize would hang this rank.  A watchdog ends the process then:
+ * exiting non-zero is what the job needs, and the only thing left to do. */
+typedef struct finalize_watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    double limit_s;
+} finalize_watch;
+
+static void *watch_finalize(void *arg)
+{
+    finalize_watch *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)w->limit_s + 1;
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    while (!w->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    int expired = !w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (expired) {
+        fprintf(stderr,
+                "ddphook: MPI_Finalize did not return within %g s (a peer "
+                "rank died after the job ended); exiting with status 1\n",
+                w->limit_s);
+        _exit(1);
+    }
+    return NULL;
+}
+
+static void finalize_mpi_watched(double limit_s)
+{
+    finalize_watch w = {.limit_s = limit_s};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    pthread_t t;
+    int watching = pthread_create(&t, NULL, watch_finalize, &w) == 0;
+    MPI_Finalize();
+    if (watching) {
+        pthread_mutex_lock(&w.mu);
+        w.done = 1;
+        pthread_cond_signal(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        pthread_join(t, NULL);
+    }
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+}
+
+ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
 {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) {
-        for (struct ddph_group *g = m->groups, *next; g; g = next) {
-            next = g->next;
-            if (g->owned)
-                MPI_Comm_free(&g->comm);
-            free(g);
+    ddph_status st = DDPH_OK;
+    if (finalized)
+        goto out;
+    /* Every rank leaves together, or the job failed: a peer that died
+     * after the last step is found here, not in MPI_Finalize. */
+    if (!atomic_load(&m->broken) && m->world.comm != MPI_COMM_NULL) {
+        MPI_Request req;
+        int rc = MPI_Ibarrier(m->world.comm, &req);
+        st = rc == MPI_SUCCESS
+                 ? wait_timed(m, &req, "the barrier of ddph_close", err)
+                 : mpi_fail(m, err, rc, "MPI_Ibarrier");
+        if (st != DDPH_OK) {
+            char msg[DDPH__NOTICE_LEN];
+            snprintf(msg, sizeof msg, "rank %d: %s", m->world.rank, err->msg);
+            ddph__mpi_fail_job(m, st, msg);
         }
-        if (m->world.owned)
-            MPI_Comm_free(&m->world.comm);
-        for (int t = DDPH_F16; t <= DDPH_BF16; t++)
-            for (int k = 0; k < 3; k++)
-                if (m->ops[t][k] != MPI_OP_NULL && m->ops[t][k])
-                    MPI_Op_free(&m->ops[t][k]);
-        if (m->half_type)
-            MPI_Type_free(&m->half_type);
-        if (m->initialized_mpi)
-            MPI_Finalize();
     }
+    if (atomic_load(&m->broken)) {
+        /* No collective, no MPI_Finalize: they could wait forever for a
+         * dead peer.  The requests and communicators die with the process. */
+        pthread_mutex_lock(&m->fault_mu);
+        if (!m->fault_notified)
+            notify_peers(m);
+        st = ddph__fail(err, m->fault_status, "%s", m->fault_msg);
+        pthread_mutex_unlock(&m->fault_mu);
+        return st;
+    }
+    for (struct ddph_group *g = m->groups, *next; g; g = next) {
+        next = g->next;
+        if (g->owned)
+            MPI_Comm_free(&g->comm);
+        free(g);
+    }
+    if (m->world.owned)
+        MPI_Comm_free(&m->world.comm);
+    if (m->alarm != MPI_COMM_NULL)
+        MPI_Comm_free(&m->alarm);
+    for (int t = DDPH_F16; t <= DDPH_BF16; t++)
+        for (int k = 0; k < 3; k++)
+            if (m->ops[t][k] != MPI_OP_NULL && m->ops[t][k])
+                MPI_Op_free(&m->ops[t][k]);
+    if (m->half_type)
+        MPI_Type_free(&m->half_type);
+    if (m->initialized_mpi)
+        finalize_mpi_watched(m->timeout_s);
+out:
+    pthread_mutex_destroy(&m->fault_mu);
     memset(m, 0, sizeof *m);
+    return st;
+}
+
+ddph_status ddph__mpi_agree(ddph_mpi *m, ddph_status local,
+                            const char *local_msg, ddph_err *err)
+{
+    struct {
+        int32_t status;
+        char msg[DDPH__NOTICE_LEN];
+    } outcome;
+    memset(&outcome, 0, sizeof outcome);
+    outcome.status = (int32_t)local;
+    snprintf(outcome.msg, sizeof outcome.msg, "%s",
+             local != DDPH_OK && local_msg ? local_msg : "");
+    int64_t first = local != DDPH_OK ? m->world.rank : m->world.size;
+    ddph_status st = ddph__mpi_allreduce_i64(m, &first, 1, DDPH_MIN, err);
+    if (st != DDPH_OK || first == m->world.size)
+        return st;
+    st = ddph__mpi_bcast_bytes(m, &outcome, sizeof outcome, (int)first, err);
+    if (st != DDPH_OK)
+        return st;
+    outcome.msg[sizeof outcome.msg - 1] = '\0';
+    if (first == m->world.rank)
+        return ddph__fail(err, local, "%s", outcome.msg);
+    return ddph__fail(err, (ddph_status)outcome.status, "rank %lld failed: %s",
+                      (long long)first, outcome.msg);
 }
 
 ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, ddph_redop op,
                                 ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     if (!valid(dtype, op))
         return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: bad dtype or op");
     size_t es = ddph__dtype_size(dtype);
@@ -190,7 +434,7 @@ ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 mpi_type(m, dtype), mpi_op(m, dtype, op),
                                 g->comm, &req);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "MPI_Iallreduce");
+            return mpi_fail(m, err, rc, "MPI_Iallreduce");
         ddph_status st = wait_timed(m, &req, "allreduce", err);
         if (st != DDPH_OK)
             return st;
@@ -204,6 +448,9 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     if (!valid(dtype, DDPH_SUM))
         return ddph__fail(err, DDPH_ERR_INVALID, "allgather: bad dtype");
     if (count > CHUNK)
@@ -214,7 +461,7 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
     int rc = MPI_Iallgather(send, (int)count, mpi_type(m, dtype), recv,
                             (int)count, mpi_type(m, dtype), g->comm, &req);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Iallgather");
+        return mpi_fail(m, err, rc, "MPI_Iallgather");
     return wait_timed(m, &req, "allgather", err);
 }
 
@@ -222,6 +469,9 @@ ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, int root,
                                 ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     if (!valid(dtype, DDPH_SUM) || root < 0 || root >= g->size)
         return ddph__fail(err, DDPH_ERR_INVALID, "broadcast: bad dtype or root");
     size_t es = ddph__dtype_size(dtype);
@@ -231,7 +481,7 @@ ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
         MPI_Request req;
         int rc = MPI_Ibcast(p, (int)n, mpi_type(m, dtype), root, g->comm, &req);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "MPI_Ibcast");
+            return mpi_fail(m, err, rc, "MPI_Ibcast");
         ddph_status st = wait_timed(m, &req, "broadcast", err);
         if (st != DDPH_OK)
             return st;
@@ -246,6 +496,9 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
                                      size_t count, ddph_dtype dtype,
                                      ddph_redop op, ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     if (!valid(dtype, op))
         return ddph__fail(err, DDPH_ERR_INVALID,
                           "reduce_scatter: bad dtype or op");
@@ -258,37 +511,46 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
                                        mpi_type(m, dtype), mpi_op(m, dtype, op),
                                        g->comm, &req);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Ireduce_scatter_block");
+        return mpi_fail(m, err, rc, "MPI_Ireduce_scatter_block");
     return wait_timed(m, &req, "reduce_scatter", err);
 }
 
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
                                   ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     if (n > CHUNK)
         return ddph__fail(err, DDPH_ERR_INVALID, "broadcast: too large");
     MPI_Request req;
     int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, m->world.comm, &req);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Ibcast");
+        return mpi_fail(m, err, rc, "MPI_Ibcast");
     return wait_timed(m, &req, "broadcast", err);
 }
 
 ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
                                     ddph_redop op, ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     MPI_Request req;
     MPI_Op o = op == DDPH_MAX ? MPI_MAX : op == DDPH_MIN ? MPI_MIN : MPI_SUM;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_INT64_T, o,
                             m->world.comm, &req);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Iallreduce");
+        return mpi_fail(m, err, rc, "MPI_Iallreduce");
     return wait_timed(m, &req, "allreduce", err);
 }
 
 ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
                                    char **out, size_t *total, ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
     int size = m->world.size, root = m->world.rank == 0;
     if (n > CHUNK)
         return ddph__fail(err, DDPH_ERR_INVALID, "gather: too large");
@@ -303,7 +565,7 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
     int rc = MPI_Igather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, m->world.comm,
                          &req);
     ddph_status st = rc == MPI_SUCCESS ? wait_timed(m, &req, "gather", err)
-                                       : mpi_fail(err, rc, "MPI_Igather");
+                                       : mpi_fail(m, err, rc, "MPI_Igather");
     size_t sum = 0;
     for (int r = 0; root && r < size; r++) {
         displs[r] = (int)sum;
@@ -318,7 +580,7 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
         rc = MPI_Igatherv(buf, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0,
                           m->world.comm, &req);
         ddph_status st2 = rc == MPI_SUCCESS ? wait_timed(m, &req, "gather", err)
-                                            : mpi_fail(err, rc, "MPI_Igatherv");
+                                            : mpi_fail(m, err, rc, "MPI_Igatherv");
         st = st == DDPH_OK ? st2 : st;
     }
     free(lens);
@@ -330,6 +592,16 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
     *out = all;
     *total = root ? sum : 0;
     return DDPH_OK;
+}
+
+static ddph_status barrier_timed(ddph_mpi *m, MPI_Comm comm, const char *what,
+                                 ddph_err *err)
+{
+    MPI_Request req;
+    int rc = MPI_Ibarrier(comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(m, err, rc, "MPI_Ibarrier");
+    return wait_timed(m, &req, what, err);
 }
 
 static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
@@ -354,11 +626,18 @@ static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
 ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
                             int key, struct ddph_group **out, ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
+    /* MPI_Comm_split blocks: first make sure every rank is there. */
+    ddph_status st = barrier_timed(m, parent->comm, "group_split", err);
+    if (st != DDPH_OK)
+        return st;
     MPI_Comm comm;
     int rc = MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color,
                             key, &comm);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Comm_split");
+        return mpi_fail(m, err, rc, "MPI_Comm_split");
     if (comm == MPI_COMM_NULL)
         return ddph__fail(err, DDPH_ERR_INVALID,
                           "group_split: a negative color leaves no group");
@@ -368,11 +647,17 @@ ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
                                  ddph_err *err)
 {
+    ddph_status broken = ddph__mpi_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
+    ddph_status st = barrier_timed(m, m->world.comm, "intra_node", err);
+    if (st != DDPH_OK)
+        return st;
     MPI_Comm comm;
     int rc = MPI_Comm_split_type(m->world.comm, MPI_COMM_TYPE_SHARED,
                                  m->world.rank, MPI_INFO_NULL, &comm);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Comm_split_type");
+        return mpi_fail(m, err, rc, "MPI_Comm_split_type");
     return adopt(m, comm, out, err);
 }
 

@@ -5,11 +5,22 @@
  * non-blocking and polled against a deadline, so that a peer that died or
  * diverged turns into DDPH_ERR_TIMEOUT with a message instead of a hang.
  * f16 and bf16 travel as 2-byte opaque types with user reduction ops that
- * round after every addition (as gloo does). */
+ * round after every addition (as gloo does).
+ *
+ * Faults (docs/reliability.md): the first collective that fails or times
+ * out breaks the job.  From then on every collective fails at once with
+ * the first failure's status and message, and finalize calls no collective
+ * and does not finalize MPI.  A rank that fails tells every peer with a
+ * short notice on a second duplicate of the world (the alarm
+ * communicator); a rank waiting on a collective polls it, so the peers of
+ * a failed rank stop within a few milliseconds, with that rank's message,
+ * instead of waiting for timeout_s. */
 #ifndef DDPH_BACKEND_MPI_H
 #define DDPH_BACKEND_MPI_H
 
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include <ddphook/plugin.h>
 
@@ -23,20 +34,56 @@ struct ddph_group {
     struct ddph_group *next; /* groups made on behalf of hooks */
 };
 
+/* Longest message a failure notice carries. */
+#define DDPH__NOTICE_LEN 1024
+
 typedef struct ddph_mpi {
     struct ddph_group world;
+    MPI_Comm alarm;      /* failure notices, never used for collectives */
     int initialized_mpi; /* ddph_open called MPI_Init_thread */
     int thread_level;
     double timeout_s;
     MPI_Datatype half_type;          /* f16 and bf16 */
     MPI_Op ops[DDPH_DTYPE_COUNT][3]; /* user ops for the half types */
     struct ddph_group *groups;       /* every split, freed at finalize */
+
+    /* The fault state: set once, read by every thread. */
+    atomic_int broken;
+    pthread_mutex_t fault_mu;
+    int fault_notified;   /* peers were told (or the fault came from one) */
+    ddph_status fault_status;
+    char fault_msg[DDPH__NOTICE_LEN];
+    struct {              /* the notice this rank sent: it must outlive */
+        int32_t status;   /* the sends, which are never waited for */
+        char msg[DDPH__NOTICE_LEN];
+    } notice;
 } ddph_mpi;
 
-/* Initialises MPI if needed (MPI_THREAD_MULTIPLE), dups the world. */
+/* Initialises MPI if needed (MPI_THREAD_MULTIPLE), dups the world twice
+ * (collectives, alarms), within timeout_s. */
 ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
                            double timeout_s, ddph_err *err);
-void ddph__mpi_finalize(ddph_mpi *m);
+/* Ends the job: on a healthy job every rank meets in a barrier (within
+ * timeout_s), then the communicators are freed and MPI is finalized if
+ * ddph_open initialised it.  On a broken job, or when the barrier fails,
+ * nothing collective is called and MPI is left as it is (the process is
+ * expected to exit non-zero); the job's failure is returned in err. */
+ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err);
+
+/* Breaks the job because of a failure on this rank and tells every peer
+ * (once: later calls only keep the first failure).  msg should name the
+ * rank, and the bucket or the call that failed. */
+void ddph__mpi_fail_job(ddph_mpi *m, ddph_status st, const char *msg);
+/* Whether the job is broken (polls the alarms first).  If it is, err gets
+ * the first failure's message and the return value is its status;
+ * DDPH_OK otherwise. */
+ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err);
+/* Collective agreement on a local outcome: every rank gives its status and
+ * message; all get DDPH_OK, or the status of the lowest failing rank with
+ * its message ("rank R failed: ..." on the others).  Two small collectives
+ * on success, three on failure. */
+ddph_status ddph__mpi_agree(ddph_mpi *m, ddph_status local,
+                            const char *local_msg, ddph_err *err);
 
 ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, ddph_redop op,

@@ -68,6 +68,17 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
             g->nccl = NULL;
             return nccl_fail(err, async, what);
         }
+        /* A peer's failure notice, or a failure on another thread. */
+        ddph_status broken = polls % 256 == 255
+                                 ? ddph__mpi_fault(n->mpi, err)
+                                 : DDPH_OK;
+        if (broken != DDPH_OK) {
+            if (g && g->nccl) {
+                ncclCommAbort((ncclComm_t)g->nccl);
+                g->nccl = NULL;
+            }
+            return broken;
+        }
         if (polls % 256 == 255 && ddph__now() > deadline) {
             if (g && g->nccl) {
                 ncclCommAbort((ncclComm_t)g->nccl);
@@ -113,14 +124,14 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
     n->stream = s;
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-        ddph__nccl_finalize(n);
+        ddph__nccl_finalize(n, 1);
         return ddph__fail(err, DDPH_ERR_BACKEND, "cublasCreate failed");
     }
     cublasSetStream(h, s);
     n->blas = h;
     cusolverDnHandle_t solver;
     if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
-        ddph__nccl_finalize(n);
+        ddph__nccl_finalize(n, 1);
         return ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnCreate failed");
     }
     cusolverDnSetStream(solver, s);
@@ -141,7 +152,7 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
             ncclSuccess)
         st = nccl_fail(err, r, "ncclCommInitRank");
     if (st != DDPH_OK) {
-        ddph__nccl_finalize(n);
+        ddph__nccl_finalize(n, 1);
         return st;
     }
     n->world = mpi->world;
@@ -150,16 +161,17 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
     return DDPH_OK;
 }
 
-void ddph__nccl_finalize(ddph_nccl *n)
+void ddph__nccl_finalize(ddph_nccl *n, int abort)
 {
+    ncclResult_t (*end)(ncclComm_t) = abort ? ncclCommAbort : ncclCommDestroy;
     for (struct ddph_group *g = n->groups, *next; g; g = next) {
         next = g->next;
         if (g->nccl)
-            ncclCommDestroy((ncclComm_t)g->nccl);
+            end((ncclComm_t)g->nccl);
         free(g);
     }
     if (n->world.nccl)
-        ncclCommDestroy((ncclComm_t)n->world.nccl);
+        end((ncclComm_t)n->world.nccl);
     if (n->blas)
         cublasDestroy((cublasHandle_t)n->blas);
     if (n->solver)

@@ -27,7 +27,9 @@ typedef struct ddph_nccl {
 
 /* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU. */
 ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err);
-void ddph__nccl_finalize(ddph_nccl *n);
+/* abort: the job is broken (a peer died or failed): communicators are
+ * aborted (ncclCommAbort), never destroyed, which could wait for peers. */
+void ddph__nccl_finalize(ddph_nccl *n, int abort);
 
 ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, ddph_redop op,

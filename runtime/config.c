@@ -509,7 +509,7 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
     cfg->backend = DDPH_BACKEND_MPI;
     cfg->bucket_cap_mb = 25.0;
     cfg->first_bucket_cap_mb = 1.0;
-    cfg->timeout_s = 600.0;
+    cfg->timeout_s = DDPH__DEFAULT_TIMEOUT_S;
     cfg->accumulate_steps = 1;
     cfg->wrapper = DDPH_WRAP_NONE;
     cfg->path = ddph__strdup("(defaults)");

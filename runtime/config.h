@@ -44,6 +44,9 @@ typedef struct ddph_model_section {
     int accumulate_steps;
 } ddph_model_section;
 
+/* [runtime] timeout_s when the job file does not set it. */
+#define DDPH__DEFAULT_TIMEOUT_S 600.0
+
 typedef struct ddph_config {
     char *path; /* "(defaults)" when no file */
 

@@ -3,6 +3,7 @@
 #include "build-config.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,10 @@ ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
 {
     memcpy(ctx->error, err->msg, sizeof ctx->error);
     ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
+    /* A collective broke the job on this rank and no one told the peers
+     * yet: they get this, the fullest message. */
+    if (ctx->mpi_up && atomic_load(&ctx->mpi.broken))
+        ddph__mpi_fail_job(&ctx->mpi, st, ctx->error);
     return st;
 }
 
@@ -40,21 +45,29 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     pthread_mutex_init(&ctx->mu, NULL);
     pthread_cond_init(&ctx->work, NULL);
     pthread_cond_init(&ctx->done, NULL);
-    ddph_err e;
-    ddph_status st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &e)
-                              : ddph__config_defaults(&ctx->cfg, &e);
+    ddph_err e, cfg_err;
+    ddph_status cfg_st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &cfg_err)
+                                  : ddph__config_defaults(&ctx->cfg, &cfg_err);
 #ifndef HAVE_NCCL
-    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
-        st = ddph__fail(&e, DDPH_ERR_UNSUPPORTED,
-                        "%s: [runtime] backend = nccl: this build of ddphook "
-                        "has no NCCL backend (configure found no CUDA/NCCL)",
-                        ctx->cfg.path);
+    if (cfg_st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
+        cfg_st = ddph__fail(&cfg_err, DDPH_ERR_UNSUPPORTED,
+                            "%s: [runtime] backend = nccl: this build of "
+                            "ddphook has no NCCL backend (configure found no "
+                            "CUDA/NCCL)",
+                            ctx->cfg.path);
 #endif
-    if (st == DDPH_OK) {
-        st = ddph__mpi_init(&ctx->mpi, argc, argv, ctx->cfg.timeout_s, &e);
-        ctx->mpi_up = st == DDPH_OK;
-        ctx->log.rank = ctx->mpi_up ? ctx->mpi.world.rank : -1;
-    }
+    /* MPI comes up even when the job file is bad, so that every rank
+     * learns which rank failed and why instead of waiting in MPI_Init. */
+    double timeout_s = cfg_st == DDPH_OK && ctx->cfg.timeout_s > 0
+                           ? ctx->cfg.timeout_s
+                           : DDPH__DEFAULT_TIMEOUT_S;
+    ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
+    ctx->mpi_up = st == DDPH_OK;
+    ctx->log.rank = ctx->mpi.world.rank;
+    if (ctx->mpi_up)
+        st = ddph__mpi_agree(&ctx->mpi, cfg_st, cfg_err.msg, &e);
+    else if (cfg_st != DDPH_OK)
+        st = cfg_st, e = cfg_err;
 #ifdef HAVE_NCCL
     if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL) {
         st = ddph__nccl_init(&ctx->nccl, &ctx->mpi, &e);
@@ -80,24 +93,38 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     return DDPH_OK;
 }
 
-void ddph_close(ddph_ctx *ctx)
+ddph_status ddph_close(ddph_ctx *ctx)
 {
     if (!ctx)
-        return;
+        return DDPH_OK;
+    ddph_mpi *mpi = &ctx->mpi;
+    /* The peers wait for this step's collectives: tell them now rather
+     * than let them wait for timeout_s. */
+    if (ctx->mpi_up && ctx->in_step && ctx->syncs && !ctx->waited) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "rank %d closed the job (ddph_close) in the middle of a "
+                 "synchronising step",
+                 mpi->world.rank);
+        ddph__mpi_fail_job(mpi, DDPH_ERR_STATE, msg);
+    }
+    /* Returns promptly even on a broken job: every collective then fails
+     * at once. */
     ddph__reducer_stop(ctx);
-    if (ctx->timeline.enabled && ctx->mpi_up) {
+    int broken = ctx->mpi_up && atomic_load(&mpi->broken);
+    if (ctx->timeline.enabled && ctx->mpi_up && !broken) {
         ddph_err e;
-        if (ddph__timeline_write(&ctx->timeline, &ctx->mpi, ctx->cfg.trace,
-                                 &e) != DDPH_OK)
+        if (ddph__timeline_write(&ctx->timeline, mpi, ctx->cfg.trace, &e) !=
+            DDPH_OK)
             ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
-        else if (ctx->mpi.world.rank == 0)
+        else if (mpi->world.rank == 0)
             ddph__log(&ctx->log, DDPH_LOG_INFO, "timeline written to %s",
                       ctx->cfg.trace);
     }
     ddph__timeline_free(&ctx->timeline);
     for (int i = 0; i < ctx->nmodels; i++) {
         ddph_model *m = ctx->models[i];
-        if (m->window > 0)
+        if (m->window > 0 && !broken)
             ddph__log(&ctx->log, DDPH_LOG_WARN,
                       "closing with %d accumulated backward pass%s of model "
                       "'%s' never synchronised (end the epoch with "
@@ -110,15 +137,24 @@ void ddph_close(ddph_ctx *ctx)
     ddph__dev_event_destroy(ctx->step_end_event);
 #ifdef HAVE_NCCL
     if (ctx->nccl_up)
-        ddph__nccl_finalize(&ctx->nccl);
+        ddph__nccl_finalize(&ctx->nccl, ctx->mpi_up && atomic_load(&mpi->broken));
 #endif
-    if (ctx->mpi_up)
-        ddph__mpi_finalize(&ctx->mpi);
+    ddph_status st = DDPH_OK;
+    if (ctx->mpi_up) {
+        ddph_err e;
+        st = ddph__mpi_finalize(mpi, &e);
+        if (st != DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                      "ddph_close: the job failed, so MPI is left "
+                      "unfinalized (exit non-zero): %s",
+                      e.msg);
+    }
     ddph__config_free(&ctx->cfg);
     pthread_cond_destroy(&ctx->work);
     pthread_cond_destroy(&ctx->done);
     pthread_mutex_destroy(&ctx->mu);
     free(ctx);
+    return st;
 }
 
 const char *ddph_last_error(const ddph_ctx *ctx)
@@ -181,6 +217,13 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
         return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
                                "step_begin while a step is open (call "
                                "ddph_step_wait and ddph_step_end first)");
+    ddph_err fault;
+    ddph_status broken = ddph__mpi_fault(&ctx->mpi, &fault);
+    if (broken != DDPH_OK) {
+        ddph__err_prefix(&fault, "step_begin: the job has failed (close it "
+                                 "and exit)");
+        return ddph__ctx_fail(ctx, broken, &fault);
+    }
     if ((flags & DDPH_STEP_NO_SYNC) &&
         (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA)))
         return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,

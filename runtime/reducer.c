@@ -37,9 +37,10 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
     double t0 = ddph__timeline_now(&ctx->timeline);
     /* On the GPU the hook's stream first waits for the copies into the
      * bucket, enqueued on the trainer's stream. */
-    ddph_status st = b->ready_event
-                         ? ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e)
-                         : DDPH_OK;
+    /* A broken job runs no more hooks: every bucket fails at once. */
+    ddph_status st = ddph__mpi_fault(&ctx->mpi, &e);
+    if (st == DDPH_OK && b->ready_event)
+        st = ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e);
     if (st == DDPH_OK)
         st = ddph__hook_on_bucket(m->hook, &view, b->scratch, &bytes, &e);
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMM, t0,
@@ -55,6 +56,9 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
                      "%s: %s",
                      m->hook->plugin->api.name, m->name, index,
                      ctx->mpi.world.rank, ddph_status_name(st), e.msg);
+        /* This rank's collectives are out of step with its peers' now:
+         * the job is over, and the peers hear it at once. */
+        ddph__mpi_fail_job(&ctx->mpi, st, message ? message : e.msg);
     }
     pthread_mutex_lock(&ctx->mu);
     b->status = st;
@@ -286,12 +290,15 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
         ddph_model *m = ctx->step_models[k];
         char names[512];
         int missing = list_unready(m, names, sizeof names);
-        if (missing)
+        if (missing) {
             st = ddph__fail(err, DDPH_ERR_STATE,
                             "model '%s' (rank %d): %d parameter%s never "
                             "marked ready in this step: %s",
                             m->name, ctx->mpi.world.rank, missing,
                             missing == 1 ? " was" : "s were", names);
+            /* Their buckets never launch here: the peers would wait. */
+            ddph__mpi_fail_job(&ctx->mpi, st, err->msg);
+        }
     }
     pthread_mutex_lock(&ctx->mu);
     for (int k = 0; k < ctx->nstep_models; k++) {
@@ -301,12 +308,25 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                 pthread_cond_wait(&ctx->done, &ctx->mu);
     }
     pthread_mutex_unlock(&ctx->mu);
+    /* Failed here or elsewhere: the gradients are not worth copying. */
+    ddph_status fault = ddph__mpi_fault(&ctx->mpi, err);
+    if (fault != DDPH_OK)
+        return fault;
     for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
         st = gpu_nonfinite_report(ctx->step_models[k], err);
-    for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
-        if (ctx->step_models[k]->nonfinite[0])
-            st = ddph__fail(err, DDPH_ERR_NONFINITE, "%s",
-                            ctx->step_models[k]->nonfinite);
+    if (ctx->cfg.check_finite && st == DDPH_OK) {
+        /* A NaN on one rank has been averaged into every rank's buckets:
+         * every rank must hear it.  One 8-byte allreduce per step, only
+         * with check_finite. */
+        const char *found = NULL;
+        for (int k = 0; k < ctx->nstep_models && !found; k++)
+            if (ctx->step_models[k]->nonfinite[0])
+                found = ctx->step_models[k]->nonfinite;
+        st = ddph__mpi_agree(&ctx->mpi, found ? DDPH_ERR_NONFINITE : DDPH_OK,
+                             found, err);
+        if (atomic_load(&ctx->mpi.broken))
+            return st;
+    }
     for (int k = 0; k < ctx->nstep_models; k++) {
         ddph_model *m = ctx->step_models[k];
         for (int b = 0; b < m->next_launch; b++) {

@@ -38,21 +38,6 @@ for n in 2 4; do
     { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"; cat "$DDPH_TEST_SRCDIR/examples/configs/two_models.ini"; } > "$job2"
     run "$n" "$B/examples/two_models" "$job2"
 done
-# A rank that dies mid-step: the survivors must say so within timeout_s
-# and exit non-zero (4), never hang.
-for n in 2 4; do
-    out=$(timeout 120 "$MPIEXEC" -disable-auto-cleanup -n "$n" \
-        "$B/tests/mpi/test_runtime" rank-dies </dev/null 2>&1)
-    rc=$?
-    reports=$(printf '%s\n' "$out" | grep -c "failed after .* DDPH_ERR_TIMEOUT: allreduce did not complete within timeout_s = 2 s")
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$reports" -eq $((n - 1)) ]; then
-        pass=$((pass + 1))
-        echo "PASS: -n $n rank-dies :: $reports surviving ranks reported the timeout, exit $rc"
-    else
-        fail=$((fail + 1))
-        echo "FAIL: -n $n rank-dies (exit $rc, $reports reports)"
-        printf '%s\n' "$out" | sed 's/^/    /'
-    fi
-done
+# Lost and failing ranks: tests/faults.sh.
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -34,6 +34,15 @@ fake_on_bucket(void *state, const ddph_bucket *b,
         return DDPH_ERR_HOOK;
     }
 #endif
+#ifdef FAKE_FAILING_LAST_RANK
+    /* Only the last rank fails (bucket 1, iteration 1 on), before its
+     * collective: its peers are left waiting in theirs. */
+    if (s->rank == s->world_size - 1 && b->index == 1 && b->iteration >= 1) {
+        s->set_error(s, "fake failure of the last rank on bucket %d",
+                     b->index);
+        return DDPH_ERR_HOOK;
+    }
+#endif
     ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
                                (double)s->world_size);
     return st ? st : s->allreduce(s, s->world, b->buffer, b->numel, b->dtype,

@@ -54,10 +54,18 @@ const char *ddph_status_name(ddph_status status);
  * through *out and the message is logged to stderr. */
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                       ddph_ctx **out);
-/* Frees every model and hook; finalizes MPI if ddph_open initialised it.
- * Accepts NULL.  Closing with an accumulation window open (gradients
- * accumulated but never synchronised) logs a warning. */
-void ddph_close(ddph_ctx *ctx);
+/* Ends the job and frees every model and hook.  Accepts NULL.  Never
+ * blocks for longer than timeout_s:
+ *  - on a healthy job every rank meets in a barrier, then MPI is finalized
+ *    if ddph_open initialised it; returns DDPH_OK;
+ *  - when the job has failed (a collective failed or timed out, a peer
+ *    rank reported a failure, the barrier found a dead peer, or this rank
+ *    closes in the middle of a synchronising step) no collective is called
+ *    and MPI is left unfinalized: the status of the failure is returned
+ *    and its message logged, and the process should exit non-zero.
+ * Closing with an accumulation window open (gradients accumulated but
+ * never synchronised) logs a warning. */
+ddph_status ddph_close(ddph_ctx *ctx);
 /* The detailed message of the most recent failure on ctx ("" if none).
  * Valid until the next call on ctx. */
 const char *ddph_last_error(const ddph_ctx *ctx);

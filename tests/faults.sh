@@ -1,0 +1,173 @@
+#!/bin/sh
+# faults.sh: a rank is lost (it exits, is killed, or is stopped) at several
+# points of a job, or fails alone (its hook, a NaN under check_finite).
+# Every survivor must report the failure, naming the lost rank or the
+# timeout, return from ddph_close and exit non-zero by itself within
+# timeout_s + 5 s of the fault; a failure that is not a death must reach
+# every rank within about a second, with the failed rank's message.
+# mpiexec runs with -disable-auto-cleanup, so hydra never ends a survivor
+# for us.  Exit 77 (skip) only when mpiexec is absent.
+set -u
+if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
+    echo "SKIP: mpiexec not found (apt-get install mpich)"
+    exit 77
+fi
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+TIMEOUT_S=3
+LIMIT=$((TIMEOUT_S + 5))
+OUT="$B/tests/out/faults"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+job() { # job FILE HOOK [EXTRA]
+    printf '[runtime]\nplugin_path = %s\ntimeout_s = %s\nbucket_cap_mb = 0.02\nfirst_bucket_cap_mb = 0.02\n%s\n[hook]\nname = %s\n' \
+        "$DDPH_TEST_PLUGIN_DIR" "$TIMEOUT_S" "${3:-}" "$2" > "$1"
+}
+job "$OUT/allreduce.ini" allreduce
+job "$OUT/powersgd.ini" powersgd "check_finite = true"
+job "$OUT/hook.ini" "$DDPH_TEST_FAKE_DIR/failing_last_rank.so"
+
+pass=0
+fail=0
+now() { date +%s.%N; }
+# Seconds from a to b, one decimal.
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+# The time on a rank's last "SURVIVOR rank R: ... at T, exit 4" line.
+exit_time() {
+    grep "^SURVIVOR rank $2: .* exit 4" "$1" | tail -n 1 |
+        sed -n 's/.* at \([0-9.]*\), exit 4$/\1/p'
+}
+
+# scenario N FAULT POINT JOB
+scenario() {
+    n=$1 what=$2 point=$3 ini=$4
+    dir="$OUT/$n-$what-$point"
+    mkdir -p "$dir"
+    log="$dir/log"
+    setsid "$MPIEXEC" -disable-auto-cleanup -n "$n" \
+        "$B/tests/mpi/fault_trainer" "$ini" "$what" "$point" "$dir" \
+        </dev/null >"$log" 2>&1 &
+    mp=$!
+    victim=$((n - 1))
+    t_gone=""
+    t0=$(now)
+    # Wait until every survivor is gone (or far too long has passed).
+    while :; do
+        sleep 0.2
+        gone=1
+        for r in $(seq 0 $((victim - 1))); do
+            pid=$(cat "$dir/pid.$r" 2>/dev/null) || { gone=0; break; }
+            if kill -0 "$pid" 2>/dev/null &&
+                [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]; then
+                gone=0
+                break
+            fi
+        done
+        if [ $gone -eq 1 ]; then
+            t_gone=$(now)
+            break
+        fi
+        awk -v a="$t0" -v b="$(now)" -v l=$((LIMIT + 20)) \
+            'BEGIN { exit !(b - a > l) }' && break
+    done
+    # The victim may be stopped, and mpiexec waits for it.
+    vpid=$(cat "$dir/pid.$victim" 2>/dev/null)
+    [ -n "$vpid" ] && kill -CONT "$vpid" 2>/dev/null
+    kill -KILL -- "-$mp" 2>/dev/null
+    wait "$mp" 2>/dev/null
+    why=""
+    stamp=$(cat "$dir/fault" 2>/dev/null)
+    case $what in
+    kill)
+        # SIGKILL is reported by hydra itself, which then ends the job even
+        # with -disable-auto-cleanup (and UCX's shared-memory transport
+        # aborts a rank whose peer vanished mid-copy): the survivors must be
+        # gone in time, by their own exit or the launcher's.
+        if [ -z "$stamp" ]; then
+            why="the victim never reached its fault"
+        elif [ -z "$t_gone" ]; then
+            why="survivors still running $((LIMIT + 20)) s after the start"
+        else
+            worst=$(elapsed "$stamp" "$t_gone")
+            awk -v x="$worst" -v l=$LIMIT 'BEGIN { exit !(x > l) }' &&
+                why="survivors gone only ${worst} s after the fault (limit $LIMIT s)"
+        fi
+        reported=$(grep -c "^SURVIVOR rank [0-9]*: .* exit 4" "$log")
+        summary="every survivor gone ${worst:-?} s after the fault ($reported reported and exited 4 themselves, the launcher ended the rest)"
+        ;;
+    exit | stop)
+        [ -n "$stamp" ] || why="the victim never reached its fault"
+        for r in $(seq 0 $((victim - 1))); do
+            [ -n "$why" ] && break
+            pid=$(cat "$dir/pid.$r")
+            if kill -0 "$pid" 2>/dev/null; then
+                why="rank $r still running"
+                break
+            fi
+            t=$(exit_time "$log" "$r")
+            if [ -z "$t" ]; then
+                why="rank $r did not report and exit 4"
+                break
+            fi
+            took=$(elapsed "$stamp" "$t")
+            if awk -v x="$took" -v l=$LIMIT 'BEGIN { exit !(x > l) }'; then
+                why="rank $r exited ${took} s after the fault (limit $LIMIT s)"
+                break
+            fi
+            grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\)" "$log" ||
+                why="rank $r names neither the timeout nor the failed rank"
+            worst=$took
+        done
+        summary="every survivor exited 4 by itself, the last ${worst:-?} s after the fault"
+        ;;
+    hook | nan)
+        want="rank $victim failed: hook 'fake' failed on model 'net' bucket 1 (rank $victim): DDPH_ERR_HOOK: fake failure of the last rank"
+        [ "$what" = nan ] &&
+            want="rank $victim failed: model 'net' bucket [0-9]* (rank $victim): gradient of 'w2' is not finite at element 7"
+        first="" last=""
+        for r in $(seq 0 $victim); do
+            t=$(exit_time "$log" "$r")
+            if [ -z "$t" ]; then
+                why="rank $r did not report and exit 4"
+                break
+            fi
+            [ -z "$first" ] || awk -v a="$t" -v b="$first" 'BEGIN { exit !(a < b) }' && first=$t
+            [ -z "$last" ] || awk -v a="$t" -v b="$last" 'BEGIN { exit !(a > b) }' && last=$t
+            [ $r -eq $victim ] && continue
+            grep -q "^SURVIVOR rank $r: .*$want" "$log" ||
+                why="rank $r's report lacks '$want'"
+        done
+        spread=$(elapsed "${first:-0}" "${last:-0}")
+        [ -z "$why" ] && awk -v x="$spread" 'BEGIN { exit !(x > 1.5) }' &&
+            why="reports spread over $spread s"
+        summary="every rank reported rank $victim's failure within $spread s of each other"
+        ;;
+    none)
+        grep -q '^ok$' "$log" || why="the healthy job did not finish"
+        summary="the healthy job finished"
+        ;;
+    esac
+    if [ -z "$why" ]; then
+        pass=$((pass + 1))
+        echo "PASS: -n $n $what $point :: $summary"
+    else
+        fail=$((fail + 1))
+        echo "FAIL: -n $n $what $point: $why"
+        sed 's/^/    /' "$log"
+    fi
+}
+
+A="$OUT/allreduce.ini"
+scenario 4 none none "$A"
+for point in mid-step mid-accumulation during-save before-close; do
+    scenario 4 exit "$point" "$A"
+    scenario 4 stop "$point" "$A"
+done
+scenario 4 kill mid-step "$A"
+scenario 4 kill during-save "$A"
+scenario 2 exit mid-step "$A"
+scenario 2 stop before-close "$A"
+scenario 4 hook mid-step "$OUT/hook.ini"
+scenario 2 hook mid-step "$OUT/hook.ini"
+scenario 4 nan mid-step "$OUT/powersgd.ini"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

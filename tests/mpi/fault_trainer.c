@@ -1,0 +1,161 @@
+/* fault_trainer.c: a trainer that loses one rank on purpose, for
+ * tests/faults.sh.  Like a real trainer, it lets ddph_open initialise MPI,
+ * so nothing outside ddphook can finalize (or hang in) MPI for it.
+ *
+ *   fault_trainer JOB.ini FAULT POINT STAMP_DIR
+ *
+ * FAULT is what happens to the victim (the last rank):
+ *   exit  _exit(3)           kill  SIGKILL to itself
+ *   stop  SIGSTOP to itself  hook  its hook fails alone (the job's hook must
+ *                                  be tests/fake_plugins/failing_last_rank)
+ *   nan   a NaN in its gradients (the job sets check_finite = true)
+ *   none  nothing: the job must succeed
+ * POINT is when: mid-step (half its gradients marked ready),
+ * mid-accumulation (inside a DDPH_STEP_NO_SYNC step), during-save (instead
+ * of its share of ddph_state_save), before-close (after the last step).
+ *
+ * Every rank writes STAMP_DIR/pid.RANK; the victim writes STAMP_DIR/fault
+ * (CLOCK_REALTIME seconds) just before its fault.  A survivor that sees
+ * the failure prints "SURVIVOR rank R: STATUS after ... : MESSAGE", then
+ * "SURVIVOR rank R: closed at T, exit 4" once ddph_close has returned, and
+ * exits 4.  A healthy run prints "ok" on rank 0 and exits 0. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ddphook/ddphook.h>
+
+enum { NPARAMS = 8, NUMEL = 4096, STEPS = 6 };
+
+static const char *g_dir;
+static int g_rank, g_victim;
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void write_file(const char *name, const char *fmt, double v)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    fprintf(f, fmt, v);
+    fflush(f);
+    fsync(fileno(f));
+    fclose(f);
+}
+
+/* The victim's fault; returns only for faults that are not a death. */
+static void fault(const char *what, const char *where, const char *point)
+{
+    if (!g_victim || strcmp(where, point) != 0)
+        return;
+    if (strcmp(what, "hook") == 0 || strcmp(what, "nan") == 0 ||
+        strcmp(what, "none") == 0)
+        return;
+    write_file("fault", "%.6f\n", wall());
+    fprintf(stderr, "rank %d: fault '%s' at %s on purpose\n", g_rank, what,
+            point);
+    fflush(stderr);
+    if (strcmp(what, "exit") == 0)
+        _exit(3);
+    raise(strcmp(what, "kill") == 0 ? SIGKILL : SIGSTOP);
+    /* SIGCONT from the test only comes once the others are judged. */
+    _exit(3);
+}
+
+static int survive(ddph_ctx *ctx, ddph_status st, const char *during)
+{
+    fprintf(stderr, "SURVIVOR rank %d: %s during %s at %.6f: %s\n", g_rank,
+            ddph_status_name(st), during, wall(), ddph_last_error(ctx));
+    ddph_status cs = ddph_close(ctx);
+    fprintf(stderr, "SURVIVOR rank %d: closed (%s) at %.6f, exit 4\n", g_rank,
+            ddph_status_name(cs), wall());
+    fflush(stderr);
+    return 4;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: fault_trainer JOB.ini FAULT POINT STAMP_DIR\n");
+        return 2;
+    }
+    const char *what = argv[2], *point = argv[3];
+    g_dir = argv[4];
+    ddph_ctx *ctx;
+    if (ddph_open(argv[1], &argc, &argv, &ctx) != DDPH_OK)
+        return 1;
+    g_rank = ddph_rank(ctx);
+    g_victim = g_rank == ddph_world_size(ctx) - 1;
+    char pidname[32];
+    snprintf(pidname, sizeof pidname, "pid.%d", g_rank);
+    write_file(pidname, "%.0f\n", (double)getpid());
+
+    static float grads[NPARAMS][NUMEL];
+    ddph_model *m;
+    ddph_status st = ddph_model_create(ctx, "net", &m);
+    for (int i = 0; i < NPARAMS && st == DDPH_OK; i++) {
+        char name[16];
+        int64_t shape[1] = {NUMEL};
+        snprintf(name, sizeof name, "w%d", i);
+        st = ddph_model_add_param(m, name, grads[i], shape, 1, DDPH_F32,
+                                  DDPH_CPU, NULL);
+    }
+    if (st == DDPH_OK)
+        st = ddph_model_finalize(m);
+    if (st != DDPH_OK)
+        return survive(ctx, st, "setup");
+
+    for (int s = 0; s < STEPS; s++) {
+        for (int i = 0; i < NPARAMS; i++)
+            for (int j = 0; j < NUMEL; j++)
+                grads[i][j] = (float)(g_rank + i + j % 5);
+        if (s == 3 && g_victim && strcmp(what, "nan") == 0)
+            grads[2][7] = NAN;
+        /* Steps 1 and 2 accumulate; 3 synchronises them. */
+        unsigned flags = s == 1 || s == 2 ? DDPH_STEP_NO_SYNC : 0;
+        if ((st = ddph_step_begin_flags(ctx, &m, 1, flags)) != DDPH_OK)
+            return survive(ctx, st, "step_begin");
+        for (int i = NPARAMS - 1; i >= 0; i--) {
+            if (i == NPARAMS / 2 && s == 3)
+                fault(what, "mid-step", point);
+            if (i == NPARAMS / 2 && s == 2)
+                fault(what, "mid-accumulation", point);
+            if ((st = ddph_grad_ready(m, i)) != DDPH_OK)
+                return survive(ctx, st, "grad_ready");
+        }
+        if ((st = ddph_step_wait(ctx)) != DDPH_OK)
+            return survive(ctx, st, "step_wait");
+        if ((st = ddph_step_end(ctx)) != DDPH_OK)
+            return survive(ctx, st, "step_end");
+        if (s == 4) {
+            fault(what, "during-save", point);
+            char path[512];
+            snprintf(path, sizeof path, "%s/ckpt", g_dir);
+            if ((st = ddph_state_save(ctx, path)) != DDPH_OK)
+                return survive(ctx, st, "state_save");
+        }
+    }
+    fault(what, "before-close", point);
+    st = ddph_close(ctx);
+    if (st != DDPH_OK) {
+        fprintf(stderr, "SURVIVOR rank %d: %s during close at %.6f, exit 4\n",
+                g_rank, ddph_status_name(st), wall());
+        return 4;
+    }
+    if (g_rank == 0)
+        printf("ok\n");
+    return 0;
+}
