@@ -243,7 +243,8 @@ done:
     free(own);
     free(input);
     free(step_grad);
-    ddph_close(ctx);
+    if (ddph_close(ctx) != DDPH_OK && rc == 0)
+        rc = 1; /* the job failed after its last step (ddph_close said why) */
     trace_close(&t);
     free(grads);
     return rc;

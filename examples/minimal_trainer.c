@@ -96,6 +96,7 @@ fail:
 done:
     for (int l = 0; l < NLAYERS; l++)
         free(grads[l]);
-    ddph_close(ctx);
+    if (ddph_close(ctx) != DDPH_OK)
+        rc = 1; /* the job failed (ddph_close has said why) */
     return rc;
 }

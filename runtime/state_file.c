@@ -4,6 +4,10 @@
 #include "state_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +15,10 @@
 #include <zlib.h>
 
 #define STATE_MAGIC "DDPHSTAT"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
+/* A state file larger than this is not one (the payloads are error
+ * feedback and small matrices: far below it). */
+#define STATE_MAX_BYTES ((size_t)1 << 36)
 
 typedef struct buffer {
     unsigned char *data;
@@ -104,159 +111,353 @@ static char *rank_path(const char *path, int rank)
     return p;
 }
 
-ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
+/* Every rank's share of one save or load succeeded, or every rank fails
+ * with the first failing rank's message. */
+static ddph_status agree(ddph_ctx *ctx, ddph_status st, ddph_err *err)
 {
-    buffer b = {0};
-    ddph_status st = buf_write(&b, STATE_MAGIC, 8);
+    ddph_err local = *err;
+    return ddph__mpi_agree(&ctx->mpi, st, st != DDPH_OK ? local.msg : NULL,
+                           err);
+}
+
+/* Saving or loading hook state while buckets are in flight races with the
+ * communication thread; inside an accumulation window it would resume
+ * with a different sync schedule. */
+static ddph_status check_between_steps(ddph_ctx *ctx, const char *what,
+                                       ddph_err *err)
+{
+    if (ctx->in_step)
+        return ddph__fail(err, DDPH_ERR_STATE,
+                          "%s between ddph_step_begin and ddph_step_end "
+                          "(call it between steps)",
+                          what);
+    for (int i = 0; i < ctx->nmodels; i++) {
+        ddph_model *m = ctx->models[i];
+        if (!m->finalized)
+            return ddph__fail(err, DDPH_ERR_STATE,
+                              "%s: model '%s' is not finalized", what,
+                              m->name);
+        if (m->window > 0)
+            return ddph__fail(err, DDPH_ERR_STATE,
+                              "%s inside an accumulation window of model "
+                              "'%s' (%d backward pass%s not synchronised): "
+                              "call it after a synchronising step",
+                              what, m->name, m->window,
+                              m->window == 1 ? "" : "es");
+    }
+    return DDPH_OK;
+}
+
+static ddph_status encode(ddph_ctx *ctx, uint64_t generation, buffer *b,
+                          ddph_err *err)
+{
+    ddph_status st = buf_write(b, STATE_MAGIC, 8);
     if (!st)
-        st = put_u32(&b, STATE_VERSION);
+        st = put_u32(b, STATE_VERSION);
     if (!st)
-        st = put_u32(&b, (uint32_t)ctx->nmodels);
+        st = put_u32(b, (uint32_t)ctx->mpi.world.size);
+    if (!st)
+        st = put_u32(b, (uint32_t)ctx->mpi.world.rank);
+    if (!st)
+        st = put_u64(b, generation);
+    if (!st)
+        st = put_u32(b, (uint32_t)ctx->nmodels);
     for (int i = 0; i < ctx->nmodels && st == DDPH_OK; i++) {
         ddph_model *m = ctx->models[i];
-        if (!m->finalized) {
-            st = ddph__fail(err, DDPH_ERR_STATE,
-                            "state_save: model '%s' is not finalized", m->name);
-            break;
-        }
         const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
-        st = put_str(&b, m->name);
+        st = put_str(b, m->name);
         if (!st)
-            st = put_str(&b, api->name);
+            st = put_str(b, api->name);
         if (!st)
-            st = put_str(&b, api->version);
+            st = put_str(b, api->version);
         if (!st)
-            st = put_u64(&b, m->iteration);
+            st = put_u64(b, m->iteration);
+        /* The layout the state was made for (PowerSGD's is per bucket). */
+        if (!st)
+            st = put_u32(b, (uint32_t)m->nbuckets);
+        for (int k = 0; k < m->nbuckets && st == DDPH_OK; k++)
+            st = put_u64(b, m->buckets[k].numel);
         buffer payload = {0};
         if (!st && api->save) {
             m->hook->message[0] = '\0';
             st = api->save(m->hook->state, &m->hook->services, buf_write,
                            &payload);
             if (st)
-                st = ddph__fail(err, st, "hook '%s' save failed on model '%s': %s",
+                st = ddph__fail(err, st,
+                                "hook '%s' save failed on model '%s': %s",
                                 api->name, m->name,
                                 m->hook->message[0] ? m->hook->message
                                                     : ddph_strerror(st));
         }
         if (!st)
-            st = put_u64(&b, payload.len);
+            st = put_u64(b, payload.len);
         if (!st && payload.len)
-            st = buf_write(&b, payload.data, payload.len);
-        if (!st)
-            st = put_u32(&b, (uint32_t)crc32(0L, payload.data,
-                                             (uInt)payload.len));
+            st = buf_write(b, payload.data, payload.len);
         free(payload.data);
     }
-    char *final = rank_path(path, ctx->mpi.world.rank);
-    char *tmp = final ? malloc(strlen(final) + 8) : NULL;
-    if (st == DDPH_OK && (!final || !tmp))
-        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    if (st == DDPH_OK) {
-        sprintf(tmp, "%s.tmp", final);
-        FILE *f = fopen(tmp, "wb");
-        if (!f)
-            st = ddph__fail(err, DDPH_ERR_IO, "%s: %s", tmp, strerror(errno));
-        else {
-            int bad = fwrite(b.data, 1, b.len, f) != b.len;
-            bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-            bad |= fclose(f) != 0;
-            if (bad || rename(tmp, final) != 0) {
-                st = ddph__fail(err, DDPH_ERR_IO, "%s: cannot write: %s",
-                                final, strerror(errno));
-                unlink(tmp);
-            }
+    /* The checksum covers every byte before it, header included. */
+    if (!st)
+        st = put_u32(b, (uint32_t)crc32(0L, b->data, (uInt)b->len));
+    if (st == DDPH_ERR_NOMEM)
+        return ddph__fail(err, st, "state_save: out of memory");
+    return st;
+}
+
+/* Writes data to `final` through a temporary file made exclusively in the
+ * same folder (mkstemp: O_CREAT|O_EXCL, so never through a planted link),
+ * synced, then renamed over `final` (a link there is replaced, not
+ * followed). */
+static ddph_status write_atomically(const char *final, const buffer *b,
+                                    ddph_err *err)
+{
+    size_t n = strlen(final);
+    char *tmp = malloc(n + 8);
+    if (!tmp)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    memcpy(tmp, final, n);
+    memcpy(tmp + n, ".XXXXXX", 8);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        ddph_status st = ddph__fail(err, DDPH_ERR_IO,
+                                    "%s: cannot create a temporary file "
+                                    "beside it: %s",
+                                    final, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    size_t done = 0;
+    int bad = 0;
+    while (done < b->len && !bad) {
+        ssize_t w = write(fd, b->data + done, b->len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        bad = w <= 0;
+        done += w > 0 ? (size_t)w : 0;
+    }
+    bad = bad || fsync(fd) != 0;
+    int saved = errno;
+    bad = close(fd) != 0 || bad;
+    if (!bad && rename(tmp, final) != 0) {
+        bad = 1;
+        saved = errno;
+    }
+    ddph_status st = DDPH_OK;
+    if (bad) {
+        st = ddph__fail(err, DDPH_ERR_IO, "%s: cannot write: %s", final,
+                        strerror(saved));
+        unlink(tmp);
+    } else {
+        /* The rename itself must survive a crash. */
+        char *dir = ddph__strdup(final);
+        int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
         }
-    } else if (st != DDPH_OK && st != DDPH_ERR_NOMEM && !err->msg[0]) {
-        ddph__fail(err, st, "state_save: %s", ddph_strerror(st));
+        free(dir);
     }
     free(tmp);
+    return st;
+}
+
+ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
+{
+    err->msg[0] = '\0';
+    ddph_status st = check_between_steps(ctx, "state_save", err);
+    /* One generation for every rank's file of this save: a load refuses a
+     * set of files from different saves. */
+    uint64_t generation = 0;
+    if (ctx->mpi.world.rank == 0 &&
+        getrandom(&generation, sizeof generation, 0) != sizeof generation)
+        generation = (uint64_t)ddph__now() * 1000003u ^ (uint64_t)getpid();
+    ddph_err berr;
+    ddph_status bst = ddph__mpi_bcast_bytes(&ctx->mpi, &generation,
+                                            sizeof generation, 0, &berr);
+    if (bst != DDPH_OK)
+        return ddph__fail(err, bst, "%s", berr.msg);
+    buffer b = {0};
+    if (st == DDPH_OK)
+        st = encode(ctx, generation, &b, err);
+    char *final = rank_path(path, ctx->mpi.world.rank);
+    if (st == DDPH_OK && !final)
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    if (st == DDPH_OK)
+        st = write_atomically(final, &b, err);
     free(final);
     free(b.data);
+    return agree(ctx, st, err);
+}
+
+/* Reads a whole state file: a regular file (never a FIFO or device, which
+ * could block or never end), opened without following a final link. */
+static ddph_status read_file(const char *file, buffer *b, ddph_err *err)
+{
+    int fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return ddph__fail(err, DDPH_ERR_IO, "%s: %s", file,
+                          errno == ELOOP ? "is a symbolic link (refused)"
+                                         : strerror(errno));
+    struct stat sb;
+    ddph_status st = DDPH_OK;
+    if (fstat(fd, &sb) != 0)
+        st = ddph__fail(err, DDPH_ERR_IO, "%s: %s", file, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = ddph__fail(err, DDPH_ERR_IO, "%s: not a regular file", file);
+    else if ((uint64_t)sb.st_size > STATE_MAX_BYTES)
+        st = ddph__fail(err, DDPH_ERR_IO, "%s: %lld bytes is too large for a "
+                        "state file", file, (long long)sb.st_size);
+    else if (!(b->data = malloc((size_t)sb.st_size + 1)))
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    while (st == DDPH_OK && b->len < (size_t)sb.st_size) {
+        ssize_t r = read(fd, b->data + b->len, (size_t)sb.st_size - b->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            st = ddph__fail(err, DDPH_ERR_IO, "%s: %s", file,
+                            r < 0 ? strerror(errno) : "changed while read");
+        else
+            b->len += (size_t)r;
+    }
+    close(fd);
     return st;
+}
+
+/* Checks everything in this rank's file against this job, without
+ * touching any hook (so nothing is half loaded if another rank's file is
+ * bad).  Leaves b->pos at the first model and *generation set. */
+static ddph_status validate(ddph_ctx *ctx, const char *file, buffer *b,
+                            uint64_t *generation, ddph_err *err)
+{
+    uint32_t version = 0, world = 0, rank = 0, nmodels = 0, crc = 0;
+    if (b->len < 8 + 4 || memcmp(b->data, STATE_MAGIC, 8) != 0 ||
+        (b->pos = 8, !get_u32(b, &version)) || version != STATE_VERSION)
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s is not a ddphook state file of format version "
+                          "%u",
+                          file, STATE_VERSION);
+    buffer tail = {.data = b->data, .len = b->len, .pos = b->len - 4};
+    get_u32(&tail, &crc);
+    if (b->len < 36 || crc != (uint32_t)crc32(0L, b->data, (uInt)(b->len - 4)))
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s: checksum mismatch (corrupt or altered file)",
+                          file);
+    b->len -= 4; /* the models end exactly at the checksum */
+    if (!get_u32(b, &world) || !get_u32(b, &rank) || !get_u64(b, generation) ||
+        !get_u32(b, &nmodels))
+        return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
+    if (world != (uint32_t)ctx->mpi.world.size || rank != (uint32_t)ctx->mpi.world.rank)
+        return ddph__fail(err, DDPH_ERR_MISMATCH,
+                          "%s was saved by rank %u of %u ranks; this is rank "
+                          "%d of %d",
+                          file, rank, world, ctx->mpi.world.rank,
+                          ctx->mpi.world.size);
+    if (nmodels != (uint32_t)ctx->nmodels)
+        return ddph__fail(err, DDPH_ERR_MISMATCH,
+                          "%s holds %u models; this job has %d", file, nmodels,
+                          ctx->nmodels);
+    size_t first = b->pos;
+    for (int i = 0; i < ctx->nmodels; i++) {
+        ddph_model *m = ctx->models[i];
+        const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
+        uint64_t iteration, len, numel;
+        uint32_t nbuckets;
+        if (!get_str_eq(b, m->name) || !get_str_eq(b, api->name) ||
+            !get_str_eq(b, api->version))
+            return ddph__fail(err, DDPH_ERR_MISMATCH,
+                              "%s: model %d is not '%s' with hook '%s' %s",
+                              file, i, m->name, api->name, api->version);
+        if (!get_u64(b, &iteration) || !get_u32(b, &nbuckets))
+            return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
+        if (nbuckets != (uint32_t)m->nbuckets)
+            return ddph__fail(err, DDPH_ERR_MISMATCH,
+                              "%s: model '%s' was saved with %u buckets; this "
+                              "job has %d (bucket_cap_mb or the parameters "
+                              "differ)",
+                              file, m->name, nbuckets, m->nbuckets);
+        for (int k = 0; k < m->nbuckets; k++) {
+            if (!get_u64(b, &numel))
+                return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
+            if (numel != m->buckets[k].numel)
+                return ddph__fail(err, DDPH_ERR_MISMATCH,
+                                  "%s: model '%s' bucket %d held %llu "
+                                  "elements when saved; here it holds %zu",
+                                  file, m->name, k,
+                                  (unsigned long long)numel,
+                                  m->buckets[k].numel);
+        }
+        /* len is the file's word: compare without adding to it. */
+        if (!get_u64(b, &len) || len > b->len - b->pos)
+            return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
+        if (len && !api->load)
+            return ddph__fail(err, DDPH_ERR_MISMATCH,
+                              "%s: model '%s' has saved state but hook '%s' "
+                              "cannot load state",
+                              file, m->name, api->name);
+        b->pos += (size_t)len;
+    }
+    if (b->pos != b->len)
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s: %zu unexpected bytes after the last model",
+                          file, b->len - b->pos);
+    b->pos = first;
+    return DDPH_OK;
 }
 
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
+    err->msg[0] = '\0';
+    ddph_status st = check_between_steps(ctx, "state_load", err);
     char *file = rank_path(path, ctx->mpi.world.rank);
-    if (!file)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    if (st == DDPH_OK && !file)
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     buffer b = {0};
-    FILE *f = fopen(file, "rb");
-    ddph_status st = DDPH_OK;
-    if (!f)
-        st = ddph__fail(err, DDPH_ERR_IO, "%s: %s", file, strerror(errno));
-    while (st == DDPH_OK) {
-        unsigned char chunk[65536];
-        size_t n = fread(chunk, 1, sizeof chunk, f);
-        if (n && buf_write(&b, chunk, n) != DDPH_OK)
-            st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-        if (n < sizeof chunk)
-            break;
+    uint64_t generation = 0;
+    if (st == DDPH_OK)
+        st = read_file(file, &b, err);
+    if (st == DDPH_OK)
+        st = validate(ctx, file, &b, &generation, err);
+    st = agree(ctx, st, err);
+    /* Every rank's file must come from the same save. */
+    if (st == DDPH_OK) {
+        int64_t g[2] = {(int64_t)(generation >> 1), -(int64_t)(generation >> 1)};
+        st = ddph__mpi_allreduce_i64(&ctx->mpi, g, 2, DDPH_MAX, err);
+        if (st == DDPH_OK && g[0] != -g[1])
+            st = ddph__fail(err, DDPH_ERR_MISMATCH,
+                            "%s.rank*: the ranks' files come from different "
+                            "saves (a save failed or was interrupted on some "
+                            "rank); refusing to mix them",
+                            path);
     }
-    if (f)
-        fclose(f);
-    uint32_t version = 0, nmodels = 0;
-    if (st == DDPH_OK &&
-        (b.len < 8 || memcmp(b.data, STATE_MAGIC, 8) != 0 ||
-         (b.pos = 8, !get_u32(&b, &version)) || version != STATE_VERSION ||
-         !get_u32(&b, &nmodels)))
-        st = ddph__fail(err, DDPH_ERR_IO,
-                        "%s is not a ddphook state file of format version %u",
-                        file, STATE_VERSION);
-    if (st == DDPH_OK && nmodels != (uint32_t)ctx->nmodels)
-        st = ddph__fail(err, DDPH_ERR_MISMATCH,
-                        "%s holds %u models; this job has %d", file, nmodels,
-                        ctx->nmodels);
     for (int i = 0; i < ctx->nmodels && st == DDPH_OK; i++) {
         ddph_model *m = ctx->models[i];
         const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
-        uint64_t iteration, len;
-        uint32_t crc;
-        if (!get_str_eq(&b, m->name) || !get_str_eq(&b, api->name) ||
-            !get_str_eq(&b, api->version)) {
-            st = ddph__fail(err, DDPH_ERR_MISMATCH,
-                            "%s: model %d is not '%s' with hook '%s' %s", file,
-                            i, m->name, api->name, api->version);
-            break;
-        }
-        if (!get_u64(&b, &iteration) || !get_u64(&b, &len) ||
-            b.len - b.pos < len + 4) {
-            st = ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
-            break;
-        }
+        uint64_t iteration = 0, len = 0, numel;
+        uint32_t nbuckets = 0;
+        get_str_eq(&b, m->name);
+        get_str_eq(&b, api->name);
+        get_str_eq(&b, api->version);
+        get_u64(&b, &iteration);
+        get_u32(&b, &nbuckets);
+        for (uint32_t k = 0; k < nbuckets; k++)
+            get_u64(&b, &numel);
+        get_u64(&b, &len);
         buffer payload = {.data = b.data + b.pos, .len = (size_t)len};
         b.pos += (size_t)len;
-        get_u32(&b, &crc);
-        if (crc != (uint32_t)crc32(0L, payload.data, (uInt)payload.len)) {
-            st = ddph__fail(err, DDPH_ERR_IO,
-                            "%s: checksum mismatch in model '%s' (corrupt "
-                            "file)",
-                            file, m->name);
-            break;
-        }
-        if (len && !api->load) {
-            st = ddph__fail(err, DDPH_ERR_MISMATCH,
-                            "%s: model '%s' has saved state but hook '%s' "
-                            "cannot load state",
-                            file, m->name, api->name);
-            break;
-        }
         if (api->load) {
             m->hook->message[0] = '\0';
             st = api->load(m->hook->state, &m->hook->services, buf_read,
                            &payload);
-            if (st != DDPH_OK) {
+            if (st != DDPH_OK)
                 st = ddph__fail(err, st,
                                 "%s: hook '%s' load failed on model '%s': %s",
                                 file, api->name, m->name,
                                 m->hook->message[0] ? m->hook->message
                                                     : ddph_strerror(st));
-                break;
-            }
         }
-        m->iteration = iteration;
+        if (st == DDPH_OK)
+            m->iteration = iteration;
     }
     free(b.data);
     free(file);
-    return st;
+    return agree(ctx, st, err);
 }

@@ -2,8 +2,10 @@
 # checkpoint.sh: hook state checkpoints resume bit for bit.  For PowerSGD
 # and batched PowerSGD on 2 and 4 ranks: replay 8 steps saving the state
 # after step 4; a fresh process loads it and replays steps 5-7; its outputs
-# must equal the first run's exactly.  Also: a corrupt state file is
-# refused with a message.
+# must equal the first run's exactly.  Also: a corrupt state file, files
+# of two different saves and a checkpoint of another world size are
+# refused on every rank with a message, and tests/tools/state_tamper's
+# matrix of tampered files loads none.
 set -u
 if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
     echo "SKIP: mpiexec not found (apt-get install mpich)"
@@ -63,10 +65,43 @@ job="$OUT/powersgd.ini"
 if msg=$(timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trace2" \
         --out "$OUT/c" --load-state "$OUT/state-powersgd-2" --from-step 5 </dev/null 2>&1); then
     fail=$((fail + 1)); echo "FAIL: a corrupt state file was accepted"
-elif printf '%s' "$msg" | grep -q "checksum mismatch in model 'model' (corrupt file)"; then
-    pass=$((pass + 1)); echo "PASS: corrupt state refused"
+elif [ "$(printf '%s\n' "$msg" | grep -c "rank 0 failed: .*state-powersgd-2.rank0: checksum mismatch (corrupt or altered file)")" -ge 1 ]; then
+    pass=$((pass + 1)); echo "PASS: corrupt state refused, on both ranks with rank 0's message"
 else
     fail=$((fail + 1)); echo "FAIL: corrupt state: unexpected message:"; printf '%s\n' "$msg"
+fi
+# Files of two different saves (rank 1's save "failed"): never mixed.
+timeout 120 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trace2" \
+    --out "$OUT/y" --save-state "$OUT/other" --save-after 4 </dev/null >/dev/null 2>&1
+cp "$OUT/other.rank1" "$OUT/mixed.rank1"
+cp "$OUT/early-powersgd-2.rank0" "$OUT/mixed.rank0"
+if msg=$(timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trace2" \
+        --out "$OUT/c" --load-state "$OUT/mixed" --from-step 5 </dev/null 2>&1); then
+    fail=$((fail + 1)); echo "FAIL: rank files of different saves were loaded together"
+elif printf '%s' "$msg" | grep -q "the ranks' files come from different saves"; then
+    pass=$((pass + 1)); echo "PASS: rank files of different saves refused"
+else
+    fail=$((fail + 1)); echo "FAIL: mixed saves: unexpected message:"; printf '%s\n' "$msg"
+fi
+# A 2-rank checkpoint on 4 ranks: refused (rank 0's file names its world).
+for r in 2 3; do cp "$OUT/other.rank1" "$OUT/other.rank$r"; done
+if msg=$(timeout 60 "$MPIEXEC" -n 4 "$B/ddphook" replay --job "$job" --trace "$OUT/trace4" \
+        --out "$OUT/c" --load-state "$OUT/other" --from-step 5 </dev/null 2>&1); then
+    fail=$((fail + 1)); echo "FAIL: a 2-rank checkpoint loaded on 4 ranks"
+elif printf '%s' "$msg" | grep -q "other.rank0 was saved by rank 0 of 2 ranks; this is rank 0 of 4"; then
+    pass=$((pass + 1)); echo "PASS: a 2-rank checkpoint refused on 4 ranks"
+else
+    fail=$((fail + 1)); echo "FAIL: world size: unexpected message:"; printf '%s\n' "$msg"
+fi
+# The tamper matrix (one process, MPI singleton).
+mkdir -p "$OUT/tamper"
+printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.002\nfirst_bucket_cap_mb = 0.002\ntimeout_s = 60\n[hook]\nname = powersgd\n[hook.powersgd]\nmatrix_approximation_rank = 2\nstart_powerSGD_iter = 2\n' \
+    "$DDPH_TEST_PLUGIN_DIR" > "$OUT/tamper.ini"
+if out=$(timeout 300 "$B/tests/tools/state_tamper" "$OUT/tamper.ini" "$OUT/tamper" 2>&1 </dev/null); then
+    pass=$((pass + 1)); echo "PASS: tamper matrix :: $(printf '%s\n' "$out" | tail -n 1)"
+    printf '%s\n' "$out" | sed 's/^/    /'
+else
+    fail=$((fail + 1)); echo "FAIL: tamper matrix"; printf '%s\n' "$out" | sed 's/^/    /'
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

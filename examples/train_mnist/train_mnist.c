@@ -388,8 +388,8 @@ int main(int argc, char **argv)
     }
     idx_free(&train);
     idx_free(&test);
-    ddph_close(ctx);
-    return 0;
+    /* A peer may have failed after our last step: close says so. */
+    return ddph_close(ctx) == DDPH_OK ? 0 : 1;
 fail:
     fprintf(stderr, "train_mnist: %s\n", ddph_last_error(ctx));
     ddph_close(ctx);
