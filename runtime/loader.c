@@ -5,16 +5,31 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "options.h"
 
 /* Majors the loader can explain but not load; raise when v2 exists. */
 #define NEWEST_MAJOR_TO_PROBE 9
+
+/* Hook names: letters, digits, '_' and '-', 1 to 64 of them. */
+static int valid_name(const char *name)
+{
+    size_t n = 0;
+    for (const char *c = name; *c; c++, n++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '-' || (*c >= 'A' && *c <= 'Z')))
+            return 0;
+    return n > 0 && n <= 64;
+}
 
 ddph_status ddph__plugin_resolve(const char *name_or_path,
                                  const char *plugin_path, char **path_out,
@@ -30,9 +45,7 @@ ddph_status ddph__plugin_resolve(const char *name_or_path,
         return *path_out ? DDPH_OK
                          : ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
-    for (const char *c = name_or_path; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-              *c == '_' || *c == '-' || (*c >= 'A' && *c <= 'Z')))
+    if (!valid_name(name_or_path))
             return ddph__fail(err, DDPH_ERR_PLUGIN,
                               "hook name '%s' has characters other than "
                               "letters, digits, '_' and '-' (give a path "
@@ -68,34 +81,224 @@ ddph_status ddph__plugin_resolve(const char *name_or_path,
                       name_or_path, tried[0] ? tried : "(plugin_path is empty)");
 }
 
+static const char *who_writes(mode_t mode)
+{
+    return mode & S_IWOTH ? "other users" : "its group";
+}
+
+static int trusted_owner(uid_t uid)
+{
+    return uid == 0 || uid == geteuid();
+}
+
+/* The rule of ld.so's secure mode, sudo and sshd's StrictModes: resolve
+ * the real path; the file must be a regular file owned by root or this
+ * user and writable by no one else; so must every folder up to "/",
+ * except that an ancestor (never the plugin's own folder) may be
+ * world-writable if it is sticky, as /tmp is: there only an entry's owner
+ * can replace it, and every entry on the path has a trusted owner. */
 static ddph_status check_secure(const char *path, ddph_err *err)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
+    char *real = realpath(path, NULL);
+    if (!real)
         return ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s", path,
                           strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return ddph__fail(err, DDPH_ERR_PLUGIN,
-                          "hook plugin %s is not a regular file", path);
-    if (sb.st_mode & S_IWOTH)
-        return ddph__fail(err, DDPH_ERR_INSECURE,
-                          "refusing hook plugin %s: the file is writable by "
-                          "other users (chmod o-w it, or set [runtime] "
-                          "allow_insecure_plugins = true)",
-                          path);
-    char *copy = ddph__strdup(path);
-    if (!copy)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    const char *dir = dirname(copy);
+    char shown[DDPH__ERR_LEN / 2];
+    if (strcmp(real, path) != 0)
+        snprintf(shown, sizeof shown, "%s (real path %s)", path, real);
+    else
+        snprintf(shown, sizeof shown, "%s", path);
+    const char *fix = "(chmod go-w it, or set [runtime] "
+                      "allow_insecure_plugins = true)";
+    struct stat sb;
     ddph_status st = DDPH_OK;
-    if (stat(dir, &sb) == 0 && (sb.st_mode & S_IWOTH))
+    if (stat(real, &sb) != 0)
+        st = ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s", shown,
+                        strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s is not a regular file", shown);
+    else if (!trusted_owner(sb.st_uid))
         st = ddph__fail(err, DDPH_ERR_INSECURE,
-                        "refusing hook plugin %s: its folder %s is writable "
-                        "by other users, who could replace it (chmod o-w the "
-                        "folder, or set [runtime] allow_insecure_plugins = "
-                        "true)",
-                        path, dir);
-    free(copy);
+                        "refusing hook plugin %s: the file is owned by uid "
+                        "%u, neither root nor you (set [runtime] "
+                        "allow_insecure_plugins = true to load it anyway)",
+                        shown, (unsigned)sb.st_uid);
+    else if (sb.st_mode & (S_IWGRP | S_IWOTH))
+        st = ddph__fail(err, DDPH_ERR_INSECURE,
+                        "refusing hook plugin %s: the file is writable by %s "
+                        "%s",
+                        shown, who_writes(sb.st_mode), fix);
+    for (int own_folder = 1; st == DDPH_OK; own_folder = 0) {
+        char *slash = strrchr(real, '/');
+        if (!slash)
+            break;
+        if (slash == real)
+            slash[1] = '\0'; /* "/" */
+        else
+            *slash = '\0';
+        if (stat(real, &sb) != 0) {
+            st = ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s: %s",
+                            shown, real, strerror(errno));
+            break;
+        }
+        if (!trusted_owner(sb.st_uid))
+            st = ddph__fail(err, DDPH_ERR_INSECURE,
+                            "refusing hook plugin %s: its folder %s is owned "
+                            "by uid %u, neither root nor you, who could "
+                            "replace it (set [runtime] "
+                            "allow_insecure_plugins = true to load it anyway)",
+                            shown, real, (unsigned)sb.st_uid);
+        else if ((sb.st_mode & (S_IWGRP | S_IWOTH)) &&
+                 (own_folder || !(sb.st_mode & S_ISVTX)))
+            st = ddph__fail(err, DDPH_ERR_INSECURE,
+                            "refusing hook plugin %s: %s %s is writable by "
+                            "%s, who could replace it%s (chmod go-w the "
+                            "folder, or set [runtime] allow_insecure_plugins "
+                            "= true)",
+                            shown, own_folder ? "its folder" : "the folder",
+                            real, who_writes(sb.st_mode),
+                            sb.st_mode & S_ISVTX ? " (sticky, as /tmp, is "
+                                                   "not enough for the "
+                                                   "plugin's own folder)"
+                                                 : "");
+        if (strcmp(real, "/") == 0)
+            break;
+    }
+    free(real);
+    return st;
+}
+
+/* The machine this library was built for, to match against the file's. */
+#if defined(__x86_64__)
+#define HOST_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_MACHINE EM_AARCH64
+#elif defined(__powerpc64__)
+#define HOST_MACHINE EM_PPC64
+#else
+#define HOST_MACHINE EM_NONE /* not checked */
+#endif
+
+/* Looks at the file before dlopen runs any of its code (constructors run
+ * inside dlopen): a complete ELF shared object of this machine whose
+ * dynamic symbol table defines the entry symbol.  libelf reads the file
+ * with read(), so a truncated file is an error here, not a SIGBUS inside
+ * dlopen's mapping. */
+static ddph_status check_elf(const char *path, ddph_err *err)
+{
+    if (elf_version(EV_CURRENT) == EV_NONE)
+        return ddph__fail(err, DDPH_ERR_PLUGIN, "libelf: %s",
+                          elf_errmsg(-1));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s", path,
+                          strerror(errno));
+    struct stat sb;
+    ddph_status st = DDPH_OK;
+    Elf *elf = NULL;
+    GElf_Ehdr eh;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s is not a regular file", path);
+        goto out;
+    }
+    elf = elf_begin(fd, ELF_C_READ, NULL);
+    if (!elf || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh)) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s is not an ELF shared object (%s)",
+                        path, elf_errno() ? elf_errmsg(-1)
+                                          : "no ELF header");
+        goto out;
+    }
+    if (eh.e_type != ET_DYN ||
+        eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+        (HOST_MACHINE != EM_NONE && eh.e_machine != HOST_MACHINE)) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s is not a shared object for this "
+                        "machine (ELF type %u, class %u, machine %u)",
+                        path, (unsigned)eh.e_type,
+                        (unsigned)eh.e_ident[EI_CLASS],
+                        (unsigned)eh.e_machine);
+        goto out;
+    }
+    /* dlopen maps every loadable segment: one past the end of the file is
+     * a SIGBUS when touched.  The section headers must be there too. */
+    uint64_t size = (uint64_t)sb.st_size;
+    int truncated = eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > size ||
+                    eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size;
+    for (int k = 0; !truncated && k < eh.e_phnum; k++) {
+        GElf_Phdr ph;
+        truncated = !gelf_getphdr(elf, k, &ph) ||
+                    (ph.p_type == PT_LOAD && ph.p_offset + ph.p_filesz > size);
+    }
+    if (truncated) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s is not a complete ELF shared object "
+                        "(truncated: its headers reach past its %llu bytes)",
+                        path, (unsigned long long)size);
+        goto out;
+    }
+    /* The ddph_plugin_vN symbols it defines, by major. */
+    unsigned majors = 0;
+    int complete = 1, found_dynsym = 0;
+    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh)) {
+            complete = 0;
+            break;
+        }
+        if (sh.sh_type != SHT_DYNSYM)
+            continue;
+        found_dynsym = 1;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (!data || sh.sh_entsize == 0) {
+            complete = 0;
+            break;
+        }
+        size_t n = sh.sh_size / sh.sh_entsize;
+        for (size_t k = 0; k < n; k++) {
+            GElf_Sym sym;
+            if (!gelf_getsym(data, (int)k, &sym))
+                break;
+            const char *name = elf_strptr(elf, sh.sh_link, sym.st_name);
+            unsigned major;
+            char extra;
+            if (name && sym.st_shndx != SHN_UNDEF &&
+                sscanf(name, "ddph_plugin_v%u%c", &major, &extra) == 1 &&
+                major <= NEWEST_MAJOR_TO_PROBE)
+                majors |= 1u << major;
+        }
+    }
+    if (!complete || elf_errno() != 0) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s is not a complete ELF shared object "
+                        "(truncated or damaged: %s)",
+                        path, elf_errmsg(-1));
+    } else if (!(majors & (1u << DDPH_PLUGIN_ABI_MAJOR))) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s has no entry symbol %s%s (is it a "
+                        "ddphook hook? build it with DDPH_PLUGIN_EXPORT)",
+                        path, DDPH_PLUGIN_ENTRY_V1,
+                        found_dynsym ? "" : " (no dynamic symbol table)");
+        /* Name the majors the file does export, newer or retired. */
+        for (int major = NEWEST_MAJOR_TO_PROBE; major >= 0; major--)
+            if (majors & (1u << major)) {
+                st = ddph__fail(
+                    err, DDPH_ERR_ABI,
+                    "hook plugin %s exports ddph_plugin_v%d only: ABI major "
+                    "%d is %s; this host supports major %d (%s)",
+                    path, major, major,
+                    major > DDPH_PLUGIN_ABI_MAJOR ? "newer than this host"
+                                                  : "no longer supported",
+                    DDPH_PLUGIN_ABI_MAJOR, DDPH_PLUGIN_ENTRY_V1);
+                break;
+            }
+    }
+out:
+    if (elf)
+        elf_end(elf);
+    close(fd);
     return st;
 }
 
@@ -103,6 +306,15 @@ static ddph_status check_secure(const char *path, ddph_err *err)
 static ddph_status check_table(const ddph_plugin *p, ddph_err *err)
 {
     const ddph_plugin_api_v1 *a = &p->api;
+    /* Too short to hold even abi_major: say that, not "major 0". */
+    if (p->plugin_size < offsetof(ddph_plugin_api_v1, abi_major) +
+                             sizeof a->abi_major)
+        return ddph__fail(err, DDPH_ERR_ABI,
+                          "hook plugin %s: struct_size %u is smaller than "
+                          "the %zu bytes every v1 table must have (up to "
+                          "on_bucket)",
+                          p->path, p->plugin_size,
+                          (size_t)DDPH__PLUGIN_V1_MIN_SIZE);
     if (a->abi_major != DDPH_PLUGIN_ABI_MAJOR)
         return ddph__fail(err, DDPH_ERR_ABI,
                           "hook plugin %s: %s returned a table of ABI major "
@@ -161,6 +373,8 @@ ddph_status ddph__plugin_load(const char *name_or_path,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     p->path = path;
+    if ((st = check_elf(path, err)) != DDPH_OK)
+        goto fail;
     dlerror();
     p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!p->dl) {
@@ -172,27 +386,10 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     }
     ddph_plugin_entry_v1 entry;
     void *sym = dlsym(p->dl, DDPH_PLUGIN_ENTRY_V1);
-    if (!sym) {
-        /* Name the majors the file does export, newer or retired. */
-        for (int major = NEWEST_MAJOR_TO_PROBE; major >= 0; major--) {
-            char name[32];
-            snprintf(name, sizeof name, "ddph_plugin_v%d", major);
-            if (major != DDPH_PLUGIN_ABI_MAJOR && dlsym(p->dl, name)) {
-                st = ddph__fail(
-                    err, DDPH_ERR_ABI,
-                    "hook plugin %s exports %s only: ABI major %d is %s; "
-                    "this host supports major %d (%s)",
-                    path, name, major,
-                    major > DDPH_PLUGIN_ABI_MAJOR ? "newer than this host"
-                                                  : "no longer supported",
-                    DDPH_PLUGIN_ABI_MAJOR, DDPH_PLUGIN_ENTRY_V1);
-                goto fail;
-            }
-        }
+    if (!sym) { /* check_elf saw it: only a broken loader gets here */
         st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s has no entry symbol %s (is it a "
-                        "ddphook hook? build it with DDPH_PLUGIN_EXPORT)",
-                        path, DDPH_PLUGIN_ENTRY_V1);
+                        "hook plugin %s: dlsym(%s) failed: %s", path,
+                        DDPH_PLUGIN_ENTRY_V1, dlerror());
         goto fail;
     }
     memcpy(&entry, &sym, sizeof entry);
@@ -210,6 +407,13 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     memcpy(&p->api, table, n);
     if ((st = check_table(p, err)) != DDPH_OK)
         goto fail;
+    if (!valid_name(p->api.name)) {
+        st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                        "hook plugin %s declares a name with characters "
+                        "other than letters, digits, '_' and '-'",
+                        path);
+        goto fail;
+    }
     if (!strchr(name_or_path, '/') && strcmp(p->api.name, name_or_path) != 0) {
         st = ddph__fail(err, DDPH_ERR_PLUGIN,
                         "hook plugin %s declares the name '%s', not '%s'",

@@ -97,7 +97,8 @@ START_TEST(not_a_shared_object)
     FILE *f = fopen(path, "w");
     fputs("this is text, not ELF\n", f);
     fclose(f);
-    expect_load_error(path, NULL, DDPH_ERR_PLUGIN, "dlopen failed:");
+    expect_load_error(path, NULL, DDPH_ERR_PLUGIN,
+                      "is not an ELF shared object");
     unlink(path);
     rmdir(dir);
 }
@@ -107,6 +108,8 @@ START_TEST(abi_errors)
 {
     expect_load_error(fake("no_entry"), NULL, DDPH_ERR_PLUGIN,
                       "has no entry symbol ddph_plugin_v1");
+    /* Refused from its symbol table: its constructor never ran. */
+    ck_assert_ptr_null(getenv("DDPH_FAKE_CONSTRUCTOR_RAN"));
     expect_load_error(fake("v2_only"), NULL, DDPH_ERR_ABI,
                       "exports ddph_plugin_v2 only: ABI major 2 is newer "
                       "than this host; this host supports major 1");
@@ -194,6 +197,63 @@ START_TEST(world_writable_is_refused)
 }
 END_TEST
 
+/* Where a plugin lives, judged as ld.so's secure mode, sudo and sshd's
+ * StrictModes do: the real path, the file and every folder up to "/". */
+START_TEST(plugin_location_matrix)
+{
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[2400], path[700];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mkdir safe open open/sub sticky && "
+             "cp '%s' safe/fake.so && cp safe/fake.so open/fake.so && "
+             "cp safe/fake.so open/sub/fake.so && cp safe/fake.so sticky/fake.so && "
+             "ln -s ../open/fake.so safe/link.so && chmod 0777 open && "
+             "chmod 1777 sticky && chmod 0755 open/sub && "
+             "cp safe/fake.so safe/group.so && chmod 0664 safe/group.so && "
+             "head -c 3000 safe/fake.so > safe/truncated.so",
+             dir, fake("with_options"));
+    ck_assert_int_eq(system(cmd), 0);
+    ddph_plugin *p = NULL;
+    ddph_err e;
+    static const struct {
+        const char *file, *needle;
+    } refused[] = {
+        {"safe/link.so", "(real path "},
+        {"open/sub/fake.so", "/open is writable by other users"},
+        {"safe/group.so", "the file is writable by its group"},
+        {"sticky/fake.so", "sticky, as /tmp, is not enough"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, refused[i].file);
+        ck_assert_int_eq(ddph__plugin_load(path, NULL, 0, &p, &e),
+                         DDPH_ERR_INSECURE);
+        ck_assert_msg(strstr(e.msg, refused[i].needle), "%s: '%s' lacks '%s'",
+                      refused[i].file, e.msg, refused[i].needle);
+    }
+    /* Owned by another user (only root can make such a file here). */
+    snprintf(path, sizeof path, "%s/safe/other.so", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s/safe/fake.so' '%s'", dir, path);
+    ck_assert_int_eq(system(cmd), 0);
+    if (geteuid() == 0 && chown(path, 65534, 65534) == 0) {
+        ck_assert_int_eq(ddph__plugin_load(path, NULL, 0, &p, &e),
+                         DDPH_ERR_INSECURE);
+        ck_assert_msg(strstr(e.msg, "owned by uid 65534"), "%s", e.msg);
+    }
+    /* A truncated file: refused before dlopen could map past its end. */
+    snprintf(path, sizeof path, "%s/safe/truncated.so", dir);
+    ck_assert_int_eq(ddph__plugin_load(path, NULL, 0, &p, &e),
+                     DDPH_ERR_PLUGIN);
+    ck_assert_msg(strstr(e.msg, "ELF shared object"), "%s", e.msg);
+    /* The safe one loads; its folder /tmp/ddph-unit-X sits in sticky /tmp. */
+    snprintf(path, sizeof path, "%s/safe/fake.so", dir);
+    ck_assert_int_eq(ddph__plugin_load(path, NULL, 0, &p, &e), DDPH_OK);
+    ddph__plugin_unload(p);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* Options of the with_options fake, from an INI section.  The options
  * point into the plugin's table: it stays loaded until the test is done. */
 static ddph_plugin *loaded;
@@ -274,6 +334,7 @@ Suite *loader_suite(void)
     tcase_add_test(tc, older_minor_loads_and_reads_nothing_past_its_size);
     tcase_add_test(tc, name_must_match);
     tcase_add_test(tc, world_writable_is_refused);
+    tcase_add_test(tc, plugin_location_matrix);
     tcase_add_test(tc, options_validated_against_schema);
     suite_add_tcase(s, tc);
     return s;

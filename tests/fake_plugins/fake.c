@@ -1,6 +1,7 @@
 /* fake.c: hook plugins that are wrong on purpose, one per loader error
  * (and two that are right: an older minor, and one with options), built
  * from this one file with a FAKE_* macro.  Only the tests load them. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stddef.h>
 #include <string.h>
 
@@ -112,6 +113,13 @@ DDPH_PLUGIN_EXPORT const void *ddph_plugin_v0(uint32_t host_minor)
     return &fake_plugin;
 }
 #elif defined(FAKE_NO_ENTRY)
+#include <stdlib.h>
+/* Any library's constructor runs inside dlopen: the loader must refuse
+ * this file before that (the unit test looks for the variable). */
+__attribute__((constructor)) static void fake_constructor(void)
+{
+    setenv("DDPH_FAKE_CONSTRUCTOR_RAN", "1", 1);
+}
 DDPH_PLUGIN_EXPORT const void *not_a_hook(void);
 DDPH_PLUGIN_EXPORT const void *not_a_hook(void)
 {
