@@ -63,13 +63,15 @@ static int handler(void *user, const char *section, const char *name,
         const char *c = value;
         while (*c) {
             char *end;
+            errno = 0;
             long long v = strtoll(c, &end, 10);
-            if (end == c || v < 0 || tp->ndim == 16)
+            if (end == c || v < 0 || errno == ERANGE || tp->ndim == 16 ||
+                __builtin_mul_overflow(tp->numel, (size_t)v, &tp->numel) ||
+                tp->numel > (SIZE_MAX >> 4))
                 return fail(p, "%s: [%s] shape = '%s' is not a,b,... of "
-                               "non-negative integers",
+                               "non-negative integers whose product fits",
                             section, value);
             tp->shape[tp->ndim++] = v;
-            tp->numel *= (size_t)v;
             c = end;
             while (*c == ' ')
                 c++;

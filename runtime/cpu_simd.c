@@ -35,6 +35,7 @@ static void scalar_cast(ddph_cast_kind kind, const void *src, void *dst,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86_PATHS 1
 
@@ -169,6 +170,16 @@ avx512_cast(ddph_cast_kind kind, const void *src, void *dst, size_t n)
 }
 #endif
 
+#ifdef HAVE_X86_PATHS
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+ * does not know "f16c". */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int ddph__simd_available(ddph_simd_path path)
 {
     switch (path) {
@@ -176,7 +187,7 @@ int ddph__simd_available(ddph_simd_path path)
         return 1;
 #ifdef HAVE_X86_PATHS
     case DDPH_SIMD_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && has_f16c();
     case DDPH_SIMD_AVX512:
         return __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") &&

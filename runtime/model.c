@@ -2,6 +2,7 @@
  * creating its hook instance and checking that every rank agrees. */
 #include "build-config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,7 +83,13 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
             return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': "
                                               "negative extent",
                                               m->name, name);
-        numel *= (size_t)shape[d];
+        /* Overflow would register a huge tensor as a small one. */
+        if (__builtin_mul_overflow(numel, (size_t)shape[d], &numel) ||
+            numel > (SIZE_MAX >> 4))
+            return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                                   "model '%s' parameter '%s': the shape's "
+                                   "element count overflows",
+                                   m->name, name);
     }
     if (m->nparams == m->capparams) {
         int cap = m->capparams ? 2 * m->capparams : 16;

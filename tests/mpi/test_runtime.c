@@ -393,6 +393,9 @@ static void run_misuse(void)
                                        "step"),
           "%s", ddph_last_error(ctx));
     CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    /* The first rank to find unready parameters ends the job for all:
+     * every rank must be inside this step before that. */
+    MPI_Barrier(MPI_COMM_WORLD);
     CHECK(ddph_grad_ready(fx.m, 99) == DDPH_ERR_INVALID, "bad index");
     CHECK(strstr(ddph_last_error(ctx), "model 'net' has no parameter 99"),
           "%s", ddph_last_error(ctx));
