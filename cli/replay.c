@@ -153,8 +153,14 @@ int cmd_replay(int argc, char **argv)
         goto fail;
     for (int i = 0; i < t.nparams; i++) {
         own[i] = calloc(t.params[i].numel ? t.params[i].numel : 1, es);
-        if (!own[i] ||
-            ddph_model_add_param(model, t.params[i].name, own[i],
+        if (!own[i]) {
+            fprintf(stderr,
+                    "ddphook replay: parameter '%s' (%zu elements of %zu "
+                    "bytes): out of memory\n",
+                    t.params[i].name, t.params[i].numel, es);
+            goto done;
+        }
+        if (ddph_model_add_param(model, t.params[i].name, own[i],
                                  t.params[i].shape, t.params[i].ndim,
                                  t.dtype, DDPH_CPU, NULL) != DDPH_OK)
             goto fail;
@@ -176,8 +182,12 @@ int cmd_replay(int argc, char **argv)
     }
     input = malloc((t.total ? t.total : 1) * sizeof *input);
     step_grad = malloc(max_numel * es);
-    if (!input || !step_grad)
+    if (!input || !step_grad) {
+        fprintf(stderr, "ddphook replay: %zu gradient elements: out of "
+                        "memory\n",
+                t.total);
         goto done;
+    }
     if (load_path && ddph_state_load(ctx, load_path) != DDPH_OK)
         goto fail;
     int synced_steps = 0;
@@ -236,7 +246,9 @@ int cmd_replay(int argc, char **argv)
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "ddphook replay: %s\n", ddph_last_error(ctx));
+    fprintf(stderr, "ddphook replay: %s\n",
+            ddph_last_error(ctx)[0] ? ddph_last_error(ctx)
+                                    : "out of memory (no detail)");
 done:
     for (int i = 0; own && i < t.nparams; i++)
         free(own[i]);

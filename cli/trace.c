@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -131,14 +133,23 @@ int trace_read_step(const trace *t, int rank, int step, float *out, char *msg,
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/rank%d.step%d.f32", t->dir, rank, step);
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: a FIFO must not block the open; it is refused below. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         snprintf(msg, msglen, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return 0;
     }
     struct stat sb;
     size_t want = t->total * sizeof(float);
-    if (fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != want) {
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(msg, msglen, "%s: not a regular file", path);
+        fclose(f);
+        return 0;
+    }
+    if ((size_t)sb.st_size != want) {
         snprintf(msg, msglen,
                  "%s has %lld bytes; trace.ini's parameters make %zu floats "
                  "= %zu bytes",

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -112,6 +113,9 @@ int ddph__parse_int(const char *s, int64_t *out)
 int ddph__parse_real(const char *s, double *out)
 {
     char *end;
+    /* Decimal only: strtod would also take hex ("0x10"). */
+    if (strpbrk(s, "xXpP"))
+        return 0;
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
@@ -159,8 +163,7 @@ typedef struct parse_state {
     ddph_config *cfg;
     ddph_err *err;
     ddph_status status;
-    seen_key *seen;
-    size_t nseen, capseen;
+    void *seen; /* tsearch tree of seen_key: sections and keys */
 } parse_state;
 
 __attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
@@ -177,6 +180,8 @@ __attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
                             ps->line, msg);
     return 0;
 }
+
+static void check_section_line(parse_state *ps, const char *line);
 
 /* fgets-like, with a line count and the checks inih does not make. */
 static char *counting_reader(char *str, int num, void *stream)
@@ -197,6 +202,9 @@ static char *counting_reader(char *str, int num, void *stream)
         return NULL;
     str[n] = '\0';
     ps->line++;
+    check_section_line(ps, str);
+    if (ps->status != DDPH_OK)
+        return NULL;
     if (c != '\n' && n == num - 1) {
         int next = getc(ps->file);
         if (next != EOF && next != '\n' && !(next == '\r')) {
@@ -211,34 +219,77 @@ static char *counting_reader(char *str, int num, void *stream)
     return str;
 }
 
+static int compare_seen(const void *a, const void *b)
+{
+    const seen_key *x = a, *y = b;
+    int c = strcmp(x->section, y->section);
+    return c ? c : strcmp(x->key, y->key);
+}
+
+/* Every (section, key) set so far, in a tree: a file of many keys parses
+ * in n log n, not n^2. */
 static int check_duplicate(parse_state *ps, const char *section,
                            const char *key)
 {
-    for (size_t i = 0; i < ps->nseen; i++) {
-        if (strcmp(ps->seen[i].section, section) == 0 &&
-            strcmp(ps->seen[i].key, key) == 0)
-            return fail_at(ps, "duplicate key '%s' in [%s] (first set on line %d)",
-                           key, section, ps->seen[i].line);
-    }
-    if (ps->nseen == ps->capseen) {
-        size_t cap = ps->capseen ? 2 * ps->capseen : 16;
-        seen_key *s = realloc(ps->seen, cap * sizeof *s);
-        if (!s)
-            return fail_at(ps, "out of memory");
-        ps->seen = s;
-        ps->capseen = cap;
-    }
-    seen_key *s = &ps->seen[ps->nseen];
+    seen_key probe = {(char *)section, (char *)key, 0};
+    seen_key **found = tfind(&probe, &ps->seen, compare_seen);
+    if (found)
+        return fail_at(ps, "duplicate key '%s' in [%s] (first set on line %d)",
+                       key, section, (*found)->line);
+    seen_key *s = malloc(sizeof *s);
+    if (!s)
+        return fail_at(ps, "out of memory");
     s->section = ddph__strdup(section);
     s->key = ddph__strdup(key);
     s->line = ps->line;
-    if (!s->section || !s->key) {
+    if (!s->section || !s->key || !tsearch(s, &ps->seen, compare_seen)) {
         free(s->section);
         free(s->key);
+        free(s);
         return fail_at(ps, "out of memory");
     }
-    ps->nseen++;
     return 1;
+}
+
+static void free_seen(void *node)
+{
+    seen_key *s = node;
+    free(s->section);
+    free(s->key);
+    free(s);
+}
+
+/* A line that opens a section: a missing ']' is said here, on its own
+ * line (inih would take the next key as outside any section), and a
+ * section may appear once. */
+static void check_section_line(parse_state *ps, const char *line)
+{
+    while (*line == ' ' || *line == '\t')
+        line++;
+    if (*line != '[')
+        return;
+    const char *close = strchr(line, ']');
+    if (!close) {
+        fail_at(ps, "section header '%.*s' has no closing ']'",
+                (int)strcspn(line, "\r\n"), line);
+        return;
+    }
+    char name[256];
+    size_t n = (size_t)(close - line - 1);
+    if (n >= sizeof name)
+        n = sizeof name - 1;
+    memcpy(name, line + 1, n);
+    name[n] = '\0';
+    seen_key probe = {name, "", 0};
+    seen_key **found = tfind(&probe, &ps->seen, compare_seen);
+    if (found) {
+        fail_at(ps, "section [%s] appears twice (first on line %d): write "
+                    "its keys in one place",
+                name, (*found)->line);
+        return;
+    }
+    /* Key "" marks the section itself: no real key is empty. */
+    check_duplicate(ps, name, "");
 }
 
 /* A path relative to the INI's folder, as a user reading the file means. */
@@ -564,11 +615,7 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
     if (ps.status == DDPH_OK && rc < 0)
         ps.status = ddph__fail(err, DDPH_ERR_NOMEM, "%s: inih failed (%d)",
                                path, rc);
-    for (size_t i = 0; i < ps.nseen; i++) {
-        free(ps.seen[i].section);
-        free(ps.seen[i].key);
-    }
-    free(ps.seen);
+    tdestroy(ps.seen, free_seen);
     free(ps.dir);
     if (ps.status == DDPH_OK) {
         free(cfg->path);

@@ -23,12 +23,12 @@ ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
     ddph_model **list =
         realloc(ctx->models, (size_t)(ctx->nmodels + 1) * sizeof *list);
     if (!list)
-        return DDPH_ERR_NOMEM;
+        return ddph__ctx_failf(ctx, DDPH_ERR_NOMEM, "out of memory");
     ctx->models = list;
     ddph_model *m = calloc(1, sizeof *m);
     if (!m || !(m->name = ddph__strdup(name))) {
         free(m);
-        return DDPH_ERR_NOMEM;
+        return ddph__ctx_failf(ctx, DDPH_ERR_NOMEM, "out of memory");
     }
     m->ctx = ctx;
     const ddph_model_section *ms = ddph__config_model(&ctx->cfg, name);
@@ -95,7 +95,7 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
         int cap = m->capparams ? 2 * m->capparams : 16;
         ddph_param *p = realloc(m->params, (size_t)cap * sizeof *p);
         if (!p)
-            return DDPH_ERR_NOMEM;
+            return ddph__ctx_failf(ctx, DDPH_ERR_NOMEM, "out of memory");
         m->params = p;
         m->capparams = cap;
     }
@@ -106,7 +106,7 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
     if (!p->name || !p->shape) {
         free(p->name);
         free(p->shape);
-        return DDPH_ERR_NOMEM;
+        return ddph__ctx_failf(ctx, DDPH_ERR_NOMEM, "out of memory");
     }
     if (ndim)
         memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);

@@ -41,6 +41,14 @@ lines=$(wc -l < "$OUT/big.ini")
 expect "100 MB file" "big.ini:$((lines)): \[runtime\] timeout_s = 'x' is not a number" \
     "$B/ddphook" check "$OUT/big.ini"
 rm -f "$OUT/long.ini" "$OUT/big.ini"
+# 160,000 keys in one section: parsing is n log n (it was quadratic: 173 s).
+awk -v d="$DDPH_TEST_PLUGIN_DIR" 'BEGIN { print "[runtime]"; print "plugin_path = " d;
+    print "[hook]"; print "name = allreduce"; print "[hook.allreduce]";
+    for (i = 0; i < 160000; i++) printf "k%d = 1\n", i }' > "$OUT/many.ini"
+expect "160,000 keys in one section, parsed within 30 s" \
+    "many.ini:6: hook 'allreduce' has no option 'k0'" \
+    timeout 30 "$B/ddphook" check "$OUT/many.ini"
+rm -f "$OUT/many.ini"
 expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"
 
 if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
@@ -63,6 +71,15 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     sed -i 's/dtype = f32/dtype = f8/' "$OUT/baddtype/trace.ini"
     expect "unknown dtype" "dtype = 'f8' is not one of f32, f16, bf16, f64 (line 4)" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/baddtype" --out "$OUT/o6"
+    cp -R "$OUT/t" "$OUT/fifo"
+    rm "$OUT/fifo/rank1.step1.f32"
+    mkfifo "$OUT/fifo/rank1.step1.f32"
+    expect "a FIFO as a step file" "rank1.step1.f32: not a regular file" \
+        timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/fifo" --out "$OUT/o7"
+    cp -R "$OUT/t" "$OUT/overflow"
+    sed -i 's/shape = 4,3/shape = 4294967296,4294967296/' "$OUT/overflow/trace.ini"
+    expect "a shape whose element count overflows" "shape = '4294967296,4294967296' is not a,b,... of non-negative integers whose product fits" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/overflow" --out "$OUT/o8"
     expect "missing trace.ini" "trace.ini: cannot open" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/nothing" --out "$OUT/o4"
     expect "world size mismatch" "the trace was captured on 2 ranks; this run has 1" \

@@ -135,6 +135,16 @@ START_TEST(errors_name_file_and_line)
                  "outside any [section]");
     expect_error("[runtime]\nbucket_cap_mb = 1e999\n", DDPH_ERR_CONFIG, 2,
                  "is not a number");
+    /* Numbers are decimal: strtod's hex is refused. */
+    expect_error("[runtime]\ntimeout_s = 0x10\n", DDPH_ERR_CONFIG, 2,
+                 "timeout_s = '0x10' is not a number");
+    expect_error("[runtime]\ntimeout_s = 10\n[hook]\nname = x\n[runtime]\n"
+                 "bucket_cap_mb = 1\n",
+                 DDPH_ERR_CONFIG, 5,
+                 "section [runtime] appears twice (first on line 1)");
+    expect_error("[runtime]\ntimeout_s = 10\n[hook\nname = x\n",
+                 DDPH_ERR_CONFIG, 3,
+                 "section header '[hook' has no closing ']'");
 }
 END_TEST
 
