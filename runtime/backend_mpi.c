@@ -335,6 +335,24 @@ static void finalize_mpi_watched(double limit_s)
     pthread_mutex_destroy(&w.mu);
 }
 
+ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)
+{
+    m->left = 1;
+    ddph_status st = ddph__mpi_fault(m, err);
+    if (st != DDPH_OK || m->world.comm == MPI_COMM_NULL)
+        return st;
+    MPI_Request req;
+    int rc = MPI_Ibarrier(m->world.comm, &req);
+    st = rc == MPI_SUCCESS ? wait_timed(m, &req, "the barrier of ddph_close", err)
+                           : mpi_fail(m, err, rc, "MPI_Ibarrier");
+    if (st != DDPH_OK) {
+        char msg[DDPH__NOTICE_LEN];
+        snprintf(msg, sizeof msg, "rank %d: %s", m->world.rank, err->msg);
+        ddph__mpi_fail_job(m, st, msg);
+    }
+    return st;
+}
+
 ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
 {
     int finalized = 0;
@@ -342,20 +360,8 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
     ddph_status st = DDPH_OK;
     if (finalized)
         goto out;
-    /* Every rank leaves together, or the job failed: a peer that died
-     * after the last step is found here, not in MPI_Finalize. */
-    if (!atomic_load(&m->broken) && m->world.comm != MPI_COMM_NULL) {
-        MPI_Request req;
-        int rc = MPI_Ibarrier(m->world.comm, &req);
-        st = rc == MPI_SUCCESS
-                 ? wait_timed(m, &req, "the barrier of ddph_close", err)
-                 : mpi_fail(m, err, rc, "MPI_Ibarrier");
-        if (st != DDPH_OK) {
-            char msg[DDPH__NOTICE_LEN];
-            snprintf(msg, sizeof msg, "rank %d: %s", m->world.rank, err->msg);
-            ddph__mpi_fail_job(m, st, msg);
-        }
-    }
+    if (!m->left)
+        ddph__mpi_leave(m, err);
     if (atomic_load(&m->broken)) {
         /* No collective, no MPI_Finalize: they could wait forever for a
          * dead peer.  The requests and communicators die with the process. */
@@ -515,6 +521,10 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
     return wait_timed(m, &req, "reduce_scatter", err);
 }
 
+/* The runtime's own small collectives take their callers' stack buffers.
+ * A collective abandoned on a timeout cannot be cancelled, and a late peer
+ * would still write into its buffer: they run on a heap copy instead,
+ * which is left allocated when the wait fails. */
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
                                   ddph_err *err)
 {
@@ -523,11 +533,22 @@ ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
         return broken;
     if (n > CHUNK)
         return ddph__fail(err, DDPH_ERR_INVALID, "broadcast: too large");
+    void *copy = malloc(n ? n : 1);
+    if (!copy)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    memcpy(copy, buf, n);
     MPI_Request req;
-    int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, m->world.comm, &req);
-    if (rc != MPI_SUCCESS)
+    int rc = MPI_Ibcast(copy, (int)n, MPI_BYTE, root, m->world.comm, &req);
+    if (rc != MPI_SUCCESS) {
+        free(copy);
         return mpi_fail(m, err, rc, "MPI_Ibcast");
-    return wait_timed(m, &req, "broadcast", err);
+    }
+    ddph_status st = wait_timed(m, &req, "broadcast", err);
+    if (st == DDPH_OK) {
+        memcpy(buf, copy, n);
+        free(copy);
+    }
+    return st;
 }
 
 ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
@@ -536,13 +557,24 @@ ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
     ddph_status broken = ddph__mpi_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
+    int64_t *copy = malloc((n ? n : 1) * sizeof *copy);
+    if (!copy)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    memcpy(copy, v, n * sizeof *copy);
     MPI_Request req;
     MPI_Op o = op == DDPH_MAX ? MPI_MAX : op == DDPH_MIN ? MPI_MIN : MPI_SUM;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_INT64_T, o,
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, copy, (int)n, MPI_INT64_T, o,
                             m->world.comm, &req);
-    if (rc != MPI_SUCCESS)
+    if (rc != MPI_SUCCESS) {
+        free(copy);
         return mpi_fail(m, err, rc, "MPI_Iallreduce");
-    return wait_timed(m, &req, "allreduce", err);
+    }
+    ddph_status st = wait_timed(m, &req, "allreduce", err);
+    if (st == DDPH_OK) {
+        memcpy(v, copy, n * sizeof *copy);
+        free(copy);
+    }
+    return st;
 }
 
 ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
@@ -583,12 +615,10 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
                                             : mpi_fail(m, err, rc, "MPI_Igatherv");
         st = st == DDPH_OK ? st2 : st;
     }
+    if (st != DDPH_OK)
+        return st; /* lens, displs and all may still be written to */
     free(lens);
     free(displs);
-    if (st != DDPH_OK) {
-        free(all);
-        return st;
-    }
     *out = all;
     *total = root ? sum : 0;
     return DDPH_OK;

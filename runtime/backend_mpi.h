@@ -41,6 +41,7 @@ typedef struct ddph_mpi {
     struct ddph_group world;
     MPI_Comm alarm;      /* failure notices, never used for collectives */
     int initialized_mpi; /* ddph_open called MPI_Init_thread */
+    int left;            /* ddph__mpi_leave was called */
     int thread_level;
     double timeout_s;
     MPI_Datatype half_type;          /* f16 and bf16 */
@@ -63,9 +64,12 @@ typedef struct ddph_mpi {
  * (collectives, alarms), within timeout_s. */
 ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
                            double timeout_s, ddph_err *err);
+/* The last collective of a job: every rank meets in a barrier within
+ * timeout_s, or the job is broken (and the peers told). */
+ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err);
 /* Ends the job: on a healthy job every rank meets in a barrier (within
- * timeout_s), then the communicators are freed and MPI is finalized if
- * ddph_open initialised it.  On a broken job, or when the barrier fails,
+ * timeout_s, unless ddph__mpi_leave did it), then the communicators are
+ * freed and MPI is finalized if ddph_open initialised it.  On a broken job, or when the barrier fails,
  * nothing collective is called and MPI is left as it is (the process is
  * expected to exit non-zero); the job's failure is returned in err. */
 ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err);

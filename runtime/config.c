@@ -259,37 +259,17 @@ static void free_seen(void *node)
     free(s);
 }
 
-/* A line that opens a section: a missing ']' is said here, on its own
- * line (inih would take the next key as outside any section), and a
- * section may appear once. */
+/* A line that opens a section must close it: a missing ']' is said here,
+ * on its own line (inih would take the next key as outside any section).
+ * A section may appear more than once: its keys merge, and a key set
+ * twice is still an error (check_duplicate). */
 static void check_section_line(parse_state *ps, const char *line)
 {
     while (*line == ' ' || *line == '\t')
         line++;
-    if (*line != '[')
-        return;
-    const char *close = strchr(line, ']');
-    if (!close) {
+    if (*line == '[' && !strchr(line, ']'))
         fail_at(ps, "section header '%.*s' has no closing ']'",
                 (int)strcspn(line, "\r\n"), line);
-        return;
-    }
-    char name[256];
-    size_t n = (size_t)(close - line - 1);
-    if (n >= sizeof name)
-        n = sizeof name - 1;
-    memcpy(name, line + 1, n);
-    name[n] = '\0';
-    seen_key probe = {name, "", 0};
-    seen_key **found = tfind(&probe, &ps->seen, compare_seen);
-    if (found) {
-        fail_at(ps, "section [%s] appears twice (first on line %d): write "
-                    "its keys in one place",
-                name, (*found)->line);
-        return;
-    }
-    /* Key "" marks the section itself: no real key is empty. */
-    check_duplicate(ps, name, "");
 }
 
 /* A path relative to the INI's folder, as a user reading the file means. */

@@ -122,9 +122,33 @@ ddph_status ddph_close(ddph_ctx *ctx)
                       ctx->cfg.trace);
     }
     ddph__timeline_free(&ctx->timeline);
+    /* Every rank meets here within timeout_s, or the job has failed (a
+     * peer died after its last step): decided before anything is freed. */
+    if (ctx->mpi_up && !broken) {
+        ddph_err e;
+        broken = ddph__mpi_leave(mpi, &e) != DDPH_OK;
+    }
+    if (broken) {
+        /* Collectives abandoned on the failure cannot be cancelled, and a
+         * late peer may still write into their buffers: the buckets, the
+         * hooks' state and this context.  They are left allocated (the
+         * process is about to exit); only the configuration goes. */
+        ddph_err e;
+#ifdef HAVE_NCCL
+        if (ctx->nccl_up)
+            ddph__nccl_finalize(&ctx->nccl, 1);
+#endif
+        ddph_status st = ddph__mpi_finalize(mpi, &e);
+        ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                  "ddph_close: the job failed, so MPI is left unfinalized "
+                  "(exit non-zero): %s",
+                  e.msg);
+        ddph__config_free(&ctx->cfg);
+        return st;
+    }
     for (int i = 0; i < ctx->nmodels; i++) {
         ddph_model *m = ctx->models[i];
-        if (m->window > 0 && !broken)
+        if (m->window > 0)
             ddph__log(&ctx->log, DDPH_LOG_WARN,
                       "closing with %d accumulated backward pass%s of model "
                       "'%s' never synchronised (end the epoch with "
@@ -137,7 +161,7 @@ ddph_status ddph_close(ddph_ctx *ctx)
     ddph__dev_event_destroy(ctx->step_end_event);
 #ifdef HAVE_NCCL
     if (ctx->nccl_up)
-        ddph__nccl_finalize(&ctx->nccl, ctx->mpi_up && atomic_load(&mpi->broken));
+        ddph__nccl_finalize(&ctx->nccl, 0);
 #endif
     ddph_status st = DDPH_OK;
     if (ctx->mpi_up) {

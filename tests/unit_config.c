@@ -138,10 +138,11 @@ START_TEST(errors_name_file_and_line)
     /* Numbers are decimal: strtod's hex is refused. */
     expect_error("[runtime]\ntimeout_s = 0x10\n", DDPH_ERR_CONFIG, 2,
                  "timeout_s = '0x10' is not a number");
+    /* A section may come back; a key set twice is still an error. */
     expect_error("[runtime]\ntimeout_s = 10\n[hook]\nname = x\n[runtime]\n"
-                 "bucket_cap_mb = 1\n",
-                 DDPH_ERR_CONFIG, 5,
-                 "section [runtime] appears twice (first on line 1)");
+                 "timeout_s = 1\n",
+                 DDPH_ERR_CONFIG, 6,
+                 "duplicate key 'timeout_s' in [runtime] (first set on line 2)");
     expect_error("[runtime]\ntimeout_s = 10\n[hook\nname = x\n",
                  DDPH_ERR_CONFIG, 3,
                  "section header '[hook' has no closing ']'");
