@@ -15,6 +15,13 @@ run() {
     n=$1; shift
     out=$(timeout 120 "$MPIEXEC" -n "$n" "$@" </dev/null 2>&1)
     rc=$?
+    # A scenario whose job fails on purpose ends with _exit once every
+    # rank has passed its checks and a barrier ("ok S" printed); a rank
+    # still inside MPI when a peer exits may then be ended by MPICH.
+    case ${2:-} in
+    hook-error | timeout | misuse)
+        [ $rc -ne 124 ] && printf '%s\n' "$out" | grep -q "^ok $2\$" && rc=0 ;;
+    esac
     if [ $rc -eq 0 ]; then
         pass=$((pass + 1))
         echo "PASS: -n $n $(basename "$1") ${2:-} :: $(printf '%s\n' "$out" | tail -n 1)"
