@@ -74,6 +74,12 @@ ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err);
  * expected to exit non-zero); the job's failure is returned in err. */
 ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err);
 
+/* MPI_Finalize under a watchdog: if it has not returned after limit_s
+ * (MPICH 4.0's ch4:ucx finalize can deadlock between hosts once the job is
+ * over), the process exits with status 0, saying so on stderr.  Call it
+ * only when every rank has ended its work (after a barrier). */
+void ddph__mpi_finalize_watched(double limit_s);
+
 /* Breaks the job because of a failure on this rank and tells every peer
  * (once: later calls only keep the first failure).  msg should name the
  * rank, and the bucket or the call that failed. */

@@ -9,6 +9,8 @@
  *   stop  SIGSTOP to itself  hook  its hook fails alone (the job's hook must
  *                                  be tests/fake_plugins/failing_last_rank)
  *   nan   a NaN in its gradients (the job sets check_finite = true)
+ *   cut   its host's link goes down (under tests/cluster/cluster.sh: it
+ *         runs `sh $DDPH_CLUSTER_SCRIPT --cut`) and it carries on
  *   none  nothing: the job must succeed
  * POINT is when: mid-step (half its gradients marked ready),
  * mid-accumulation (inside a DDPH_STEP_NO_SYNC step), during-save (instead
@@ -16,11 +18,12 @@
  *
  * Every rank writes STAMP_DIR/pid.RANK; the victim writes STAMP_DIR/fault
  * (CLOCK_REALTIME seconds) just before its fault.  A survivor that sees
- * the failure prints "SURVIVOR rank R: STATUS after ... : MESSAGE", then
- * "SURVIVOR rank R: closed at T, exit 4" once ddph_close has returned, and
- * exits 4.  A healthy run prints "ok" on rank 0 and exits 0. */
+ * the failure prints "SURVIVOR rank R: STATUS during ... at T: MESSAGE",
+ * then "SURVIVOR rank R: closed (STATUS) at T, exit 4" once ddph_close has
+ * returned (to stderr and to STAMP_DIR/report.R), and exits 4.  A healthy run prints "ok" on rank 0 and exits 0. */
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +71,16 @@ static void fault(const char *what, const char *where, const char *point)
     fprintf(stderr, "rank %d: fault '%s' at %s on purpose\n", g_rank, what,
             point);
     fflush(stderr);
+    if (strcmp(what, "cut") == 0) {
+        const char *script = getenv("DDPH_CLUSTER_SCRIPT");
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "sh '%s' --cut", script ? script : "");
+        if (!script || system(cmd) != 0) {
+            fprintf(stderr, "rank %d: cannot cut the link (%s)\n", g_rank, cmd);
+            _exit(2);
+        }
+        return; /* it carries on, cut off */
+    }
     if (strcmp(what, "exit") == 0)
         _exit(3);
     raise(strcmp(what, "kill") == 0 ? SIGKILL : SIGSTOP);
@@ -75,14 +88,34 @@ static void fault(const char *what, const char *where, const char *point)
     _exit(3);
 }
 
+/* A report line, to stderr and to STAMP_DIR/report.RANK: a rank cut off
+ * the network cannot rely on mpiexec to forward its output. */
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...)
+{
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    char path[512];
+    snprintf(path, sizeof path, "%s/report.%d", g_dir, g_rank);
+    FILE *f = fopen(path, "a");
+    if (f) {
+        fprintf(f, "%s\n", line);
+        fclose(f);
+    }
+}
+
 static int survive(ddph_ctx *ctx, ddph_status st, const char *during)
 {
-    fprintf(stderr, "SURVIVOR rank %d: %s during %s at %.6f: %s\n", g_rank,
-            ddph_status_name(st), during, wall(), ddph_last_error(ctx));
+    report("SURVIVOR rank %d: %s during %s at %.6f: %s", g_rank,
+           ddph_status_name(st), during, wall(), ddph_last_error(ctx));
     ddph_status cs = ddph_close(ctx);
-    fprintf(stderr, "SURVIVOR rank %d: closed (%s) at %.6f, exit 4\n", g_rank,
-            ddph_status_name(cs), wall());
-    fflush(stderr);
+    report("SURVIVOR rank %d: closed (%s) at %.6f, exit 4", g_rank,
+           ddph_status_name(cs), wall());
     return 4;
 }
 
@@ -151,8 +184,8 @@ int main(int argc, char **argv)
     fault(what, "before-close", point);
     st = ddph_close(ctx);
     if (st != DDPH_OK) {
-        fprintf(stderr, "SURVIVOR rank %d: %s during close at %.6f, exit 4\n",
-                g_rank, ddph_status_name(st), wall());
+        report("SURVIVOR rank %d: %s during close at %.6f, exit 4", g_rank,
+               ddph_status_name(st), wall());
         return 4;
     }
     if (g_rank == 0)

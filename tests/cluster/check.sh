@@ -1,0 +1,120 @@
+#!/bin/sh
+# check.sh: the multi-host tests, on tests/cluster/cluster.sh's simulated
+# hosts (make check-cluster).  On 2 hosts x 2 ranks over a 1 Gbit/s link:
+#  - the minimal trainer's average is exact across hosts;
+#  - post-local-SGD with its default subgroups (group_intra_node: the two
+#    hosts) keeps parameters identical within a host between global
+#    averages and different across hosts, and the hierarchical averager
+#    follows its schedule;
+#  - a host's link cut in the middle of a step: every rank reports it
+#    (the timeout or the failed rank) and exits 4 by itself within
+#    timeout_s + 5 s.
+# Exits 77 (skip) where namespaces cannot be made (not root).
+set -u
+B=${DDPH_TEST_BUILDDIR:?run through make check-cluster}
+S=${DDPH_TEST_SRCDIR:?run through make check-cluster}
+C="$S/tests/cluster/cluster.sh"
+OUT="$B/tests/out/cluster"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+probe=$(sh "$C" --hosts 1 --ranks-per-host 1 --rate unlimited -- true 2>&1)
+rc=$?
+if [ $rc -eq 77 ]; then
+    printf '%s\n' "$probe"
+    exit 77
+fi
+pass=0
+fail=0
+check() { # NAME COMMAND...
+    name=$1
+    shift
+    if out=$("$@" </dev/null 2>&1); then
+        pass=$((pass + 1))
+        echo "PASS: $name :: $(printf '%s\n' "$out" | tail -n 1)"
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $name"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+
+printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.1\ntimeout_s = 30\n' \
+    "$DDPH_TEST_PLUGIN_DIR" >"$OUT/minimal.ini"
+check "minimal trainer, 2 hosts x 2 ranks at 1gbit" \
+    timeout 120 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+    "$B/examples/minimal_trainer" "$OUT/minimal.ini"
+check "post-local-SGD, default subgroups = the hosts (group_intra_node: 2 groups of 2)" \
+    env DDPH_TEST_LOCALSGD="$B/tests/gpu/.libs/post_localsgd.so" \
+    timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+    "$B/tests/mpi/test_runtime" local-sgd-intra-node
+
+# A link cut: host 1's last rank takes its host off the network mid-step.
+TIMEOUT_S=3
+LIMIT=$((TIMEOUT_S + 5))
+printf '[runtime]\nplugin_path = %s\ntimeout_s = %s\nbucket_cap_mb = 0.02\nfirst_bucket_cap_mb = 0.02\n[hook]\nname = allreduce\n' \
+    "$DDPH_TEST_PLUGIN_DIR" "$TIMEOUT_S" >"$OUT/cut.ini"
+dir="$OUT/cut"
+mkdir -p "$dir"
+MPIEXEC_FLAGS=-disable-auto-cleanup sh "$C" --hosts 2 --ranks-per-host 2 \
+    --rate 1gbit -- "$B/tests/mpi/fault_trainer" "$OUT/cut.ini" cut mid-step \
+    "$dir" </dev/null >"$dir/log" 2>&1 &
+job=$!
+start=$(date +%s)
+# Every rank's process gone, or far too long.
+while :; do
+    sleep 0.5
+    gone=1
+    for r in 0 1 2 3; do
+        pid=$(cat "$dir/pid.$r" 2>/dev/null) || { gone=0; break; }
+        if kill -0 "$pid" 2>/dev/null &&
+            [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]; then
+            gone=0
+            break
+        fi
+    done
+    [ $gone -eq 1 ] && break
+    [ $(($(date +%s) - start)) -gt $((LIMIT + 40)) ] && break
+done
+# hydra cannot hear from the cut-off host and waits: cluster.sh's trap
+# ends everything in the namespaces and removes them.
+kill -TERM "$job" 2>/dev/null
+wait "$job" 2>/dev/null
+why=""
+stamp=$(cat "$dir/fault" 2>/dev/null)
+[ -n "$stamp" ] || why="the link was never cut"
+worst=0
+for r in 0 1 2 3; do
+    [ -n "$why" ] && break
+    if kill -0 "$(cat "$dir/pid.$r")" 2>/dev/null; then
+        why="rank $r still running"
+        break
+    fi
+    # From the rank's own report file: the cut-off host's output never
+    # reaches mpiexec.
+    t=$(grep "^SURVIVOR rank $r: .* exit 4" "$dir/report.$r" 2>/dev/null | tail -n 1 |
+        sed -n 's/.* at \([0-9.]*\), exit 4$/\1/p')
+    if [ -z "$t" ]; then
+        why="rank $r did not report and exit 4"
+        break
+    fi
+    took=$(awk -v a="$stamp" -v b="$t" 'BEGIN { printf "%.1f", b - a }')
+    if awk -v x="$took" -v l=$LIMIT 'BEGIN { exit !(x > l) }'; then
+        why="rank $r exited $took s after the cut (limit $LIMIT s)"
+        break
+    fi
+    grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\|failed:\)" "$dir/report.$r" ||
+        why="rank $r names neither the timeout nor the failed rank"
+    worst=$(awk -v a="$worst" -v b="$took" 'BEGIN { print (b > a ? b : a) }')
+done
+if [ -z "$why" ]; then
+    pass=$((pass + 1))
+    echo "PASS: link cut mid-step, 2 hosts x 2 ranks :: every rank reported and exited 4 by itself, the last $worst s after the cut"
+else
+    fail=$((fail + 1))
+    echo "FAIL: link cut mid-step: $why"
+    cat "$dir/log" "$dir"/report.* 2>/dev/null | sed 's/^/    /'
+fi
+[ -z "$(ip netns list 2>/dev/null | grep '^ddph')" ] ||
+    { fail=$((fail + 1)); echo "FAIL: namespaces left behind: $(ip netns list | grep '^ddph')"; }
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
