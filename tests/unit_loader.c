@@ -121,6 +121,12 @@ START_TEST(abi_errors)
                       "major 1");
     expect_load_error(fake("small_struct"), NULL, DDPH_ERR_ABI,
                       "struct_size 12 is smaller than");
+    /* Not "ABI major 0": the table is too short to hold abi_major. */
+    expect_load_error(fake("zero_struct"), NULL, DDPH_ERR_ABI,
+                      "struct_size 0 is smaller than");
+    /* A name loaded by path is validated too. */
+    expect_load_error("bad\nname", "/tmp", DDPH_ERR_PLUGIN,
+                      "has characters other than");
     expect_load_error(fake("null_member"), NULL, DDPH_ERR_PLUGIN,
                       "required member 'on_bucket' is NULL");
     expect_load_error(fake("declines"), NULL, DDPH_ERR_ABI,

@@ -76,6 +76,8 @@ __attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
     .abi_minor = DDPH_PLUGIN_ABI_MINOR,
 #ifdef FAKE_SMALL_STRUCT
     .struct_size = 12,
+#elif defined(FAKE_ZERO_STRUCT)
+    .struct_size = 0,
 #elif defined(FAKE_OLDER_MINOR)
     /* A table from a minor that ended at on_bucket. */
     .struct_size = offsetof(ddph_plugin_api_v1, on_bucket) + sizeof(void *),
