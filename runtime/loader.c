@@ -306,16 +306,11 @@ out:
 static ddph_status check_table(const ddph_plugin *p, ddph_err *err)
 {
     const ddph_plugin_api_v1 *a = &p->api;
-    /* Too short to hold even abi_major: say that, not "major 0". */
-    if (p->plugin_size < offsetof(ddph_plugin_api_v1, abi_major) +
-                             sizeof a->abi_major)
-        return ddph__fail(err, DDPH_ERR_ABI,
-                          "hook plugin %s: struct_size %u is smaller than "
-                          "the %zu bytes every v1 table must have (up to "
-                          "on_bucket)",
-                          p->path, p->plugin_size,
-                          (size_t)DDPH__PLUGIN_V1_MIN_SIZE);
-    if (a->abi_major != DDPH_PLUGIN_ABI_MAJOR)
+    /* A table too short to hold abi_major is named for its size, not as
+     * "ABI major 0". */
+    int holds_major = p->plugin_size >= offsetof(ddph_plugin_api_v1, abi_major) +
+                                            sizeof a->abi_major;
+    if (holds_major && a->abi_major != DDPH_PLUGIN_ABI_MAJOR)
         return ddph__fail(err, DDPH_ERR_ABI,
                           "hook plugin %s: %s returned a table of ABI major "
                           "%u; this host supports major %u",

@@ -58,41 +58,36 @@ for w in 2 4; do
         fi
     done
 done
-# A corrupt file: flip a byte in the payload; the load must fail, saying so.
-f="$OUT/state-powersgd-2.rank0"
-printf 'X' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
+# refused NAME PATTERN RANKS TRACE STATE: resuming from STATE must fail on
+# every rank with a message matching PATTERN.
+refused() {
+    if msg=$(timeout 60 "$MPIEXEC" -n "$3" "$B/ddphook" replay --job "$job" \
+            --trace "$4" --out "$OUT/c" --load-state "$5" --from-step 5 </dev/null 2>&1); then
+        fail=$((fail + 1)); echo "FAIL: $1: loaded"
+    elif printf '%s\n' "$msg" | grep -q -- "$2"; then
+        pass=$((pass + 1)); echo "PASS: $1 refused"
+    else
+        fail=$((fail + 1)); echo "FAIL: $1: unexpected message:"; printf '%s\n' "$msg"
+    fi
+}
 job="$OUT/powersgd.ini"
-if msg=$(timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trace2" \
-        --out "$OUT/c" --load-state "$OUT/state-powersgd-2" --from-step 5 </dev/null 2>&1); then
-    fail=$((fail + 1)); echo "FAIL: a corrupt state file was accepted"
-elif [ "$(printf '%s\n' "$msg" | grep -c "rank 0 failed: .*state-powersgd-2.rank0: checksum mismatch (corrupt or altered file)")" -ge 1 ]; then
-    pass=$((pass + 1)); echo "PASS: corrupt state refused, on both ranks with rank 0's message"
-else
-    fail=$((fail + 1)); echo "FAIL: corrupt state: unexpected message:"; printf '%s\n' "$msg"
-fi
+# A corrupt file: flip a byte in the payload; rank 1 gets rank 0's message.
+printf 'X' | dd of="$OUT/state-powersgd-2.rank0" bs=1 seek=200 conv=notrunc 2>/dev/null
+refused "a corrupt state file" \
+    "rank 0 failed: .*state-powersgd-2.rank0: checksum mismatch (corrupt or altered file)" \
+    2 "$OUT/trace2" "$OUT/state-powersgd-2"
 # Files of two different saves (rank 1's save "failed"): never mixed.
 timeout 120 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trace2" \
     --out "$OUT/y" --save-state "$OUT/other" --save-after 4 </dev/null >/dev/null 2>&1
 cp "$OUT/other.rank1" "$OUT/mixed.rank1"
 cp "$OUT/early-powersgd-2.rank0" "$OUT/mixed.rank0"
-if msg=$(timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/trace2" \
-        --out "$OUT/c" --load-state "$OUT/mixed" --from-step 5 </dev/null 2>&1); then
-    fail=$((fail + 1)); echo "FAIL: rank files of different saves were loaded together"
-elif printf '%s' "$msg" | grep -q "the ranks' files come from different saves"; then
-    pass=$((pass + 1)); echo "PASS: rank files of different saves refused"
-else
-    fail=$((fail + 1)); echo "FAIL: mixed saves: unexpected message:"; printf '%s\n' "$msg"
-fi
-# A 2-rank checkpoint on 4 ranks: refused (rank 0's file names its world).
+refused "rank files of different saves" \
+    "the ranks' files come from different saves" 2 "$OUT/trace2" "$OUT/mixed"
+# A 2-rank checkpoint on 4 ranks (rank 0's file names its world).
 for r in 2 3; do cp "$OUT/other.rank1" "$OUT/other.rank$r"; done
-if msg=$(timeout 60 "$MPIEXEC" -n 4 "$B/ddphook" replay --job "$job" --trace "$OUT/trace4" \
-        --out "$OUT/c" --load-state "$OUT/other" --from-step 5 </dev/null 2>&1); then
-    fail=$((fail + 1)); echo "FAIL: a 2-rank checkpoint loaded on 4 ranks"
-elif printf '%s' "$msg" | grep -q "other.rank0 was saved by rank 0 of 2 ranks; this is rank 0 of 4"; then
-    pass=$((pass + 1)); echo "PASS: a 2-rank checkpoint refused on 4 ranks"
-else
-    fail=$((fail + 1)); echo "FAIL: world size: unexpected message:"; printf '%s\n' "$msg"
-fi
+refused "a 2-rank checkpoint on 4 ranks" \
+    "other.rank0 was saved by rank 0 of 2 ranks; this is rank 0 of 4" \
+    4 "$OUT/trace4" "$OUT/other"
 # The tamper matrix (one process, MPI singleton).
 mkdir -p "$OUT/tamper"
 printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.002\nfirst_bucket_cap_mb = 0.002\ntimeout_s = 60\n[hook]\nname = powersgd\n[hook.powersgd]\nmatrix_approximation_rank = 2\nstart_powerSGD_iter = 2\n' \
