@@ -10,31 +10,30 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <ddphook/ddphook.h>
+
 #include "cpu_ops.h"
 
 /* Elements per MPI call: counts are int in MPI-3. */
 #define CHUNK ((size_t)1 << 30)
 
-
 /* ---- faults --------------------------------------------------------------- */
 
 enum { NOTICE_TAG = 17 };
 
-/* Records the first fault; later ones keep it.  Returns whether this call
- * was the first. */
-static int set_fault(ddph_mpi *m, ddph_status st, const char *msg,
-                     int notified)
+/* Records the first fault; later ones keep it.  notified: the peers know
+ * already (the fault is a peer's notice). */
+static void set_fault(ddph_mpi *m, ddph_status st, const char *msg,
+                      int notified)
 {
     pthread_mutex_lock(&m->fault_mu);
-    int first = !atomic_load(&m->broken);
-    if (first) {
+    if (!atomic_load(&m->broken)) {
         m->fault_status = st;
         snprintf(m->fault_msg, sizeof m->fault_msg, "%s", msg);
         m->fault_notified = notified;
         atomic_store(&m->broken, 1);
     }
     pthread_mutex_unlock(&m->fault_mu);
-    return first;
 }
 
 /* Sends the notice to every peer.  Called once, with fault_mu held; the
@@ -99,9 +98,12 @@ static void poll_alarm(ddph_mpi *m)
             MPI_SUCCESS)
         snprintf(notice.msg, sizeof notice.msg, "(unreadable notice)");
     notice.msg[sizeof notice.msg - 1] = '\0';
-    ddph_status st = notice.status < 0 && notice.status >= -64
-                         ? (ddph_status)notice.status
-                         : DDPH_ERR_BACKEND;
+    /* A status this build does not know (a newer peer) reads as a
+     * backend failure. */
+    ddph_status st = (ddph_status)notice.status;
+    if (st == DDPH_OK ||
+        strcmp(ddph_status_name(st), "DDPH_UNKNOWN") == 0)
+        st = DDPH_ERR_BACKEND;
     char text[DDPH__NOTICE_LEN + 64];
     snprintf(text, sizeof text, "rank %d failed: %s", status.MPI_SOURCE,
              notice.msg);

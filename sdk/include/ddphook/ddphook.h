@@ -55,9 +55,13 @@ const char *ddph_status_name(ddph_status status);
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                       ddph_ctx **out);
 /* Ends the job and frees every model and hook.  Accepts NULL.  Never
- * blocks for longer than timeout_s:
- *  - on a healthy job every rank meets in a barrier, then MPI is finalized
- *    if ddph_open initialised it; returns DDPH_OK;
+ * blocks for much longer than timeout_s:
+ *  - on a healthy job every rank meets in a barrier (within timeout_s),
+ *    then MPI is finalized if ddph_open initialised it; returns DDPH_OK.
+ *    MPI_Finalize runs under a watchdog: MPICH 4.0 can deadlock in it
+ *    between hosts after a job that ended well, and if it has not
+ *    returned after 10 s the process exits with status 0, saying so.
+ *    Make ddph_close the trainer's last call;
  *  - when the job has failed (a collective failed or timed out, a peer
  *    rank reported a failure, the barrier found a dead peer, or this rank
  *    closes in the middle of a synchronising step) no collective is called
