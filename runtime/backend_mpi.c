@@ -19,7 +19,7 @@
 
 /* ---- faults --------------------------------------------------------------- */
 
-enum { NOTICE_TAG = 17 };
+enum { NOTICE_TAG = 17, CLOSE_TAG = 18 };
 
 /* Records the first fault; later ones keep it.  notified: the peers know
  * already (the fault is a peer's notice). */
@@ -73,6 +73,43 @@ void ddph__mpi_fail_job(ddph_mpi *m, ddph_status st, const char *msg)
     pthread_mutex_unlock(&m->fault_mu);
 }
 
+void ddph__mpi_closing(ddph_mpi *m)
+{
+    atomic_store(&m->closing, 1);
+    if (m->alarm == MPI_COMM_NULL || atomic_load(&m->broken))
+        return;
+    m->close_notice = (int64_t)atomic_load(&m->syncs_done);
+    for (int r = 0; r < m->world.size; r++) {
+        MPI_Request req;
+        if (r != m->world.rank &&
+            MPI_Isend(&m->close_notice, 1, MPI_INT64_T, r, CLOSE_TAG,
+                      m->alarm, &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+}
+
+/* A closing peer breaks the job only for a rank that waits on a
+ * collective the peer will never join: one of a synchronised step past
+ * the peer's last, or any other before this rank closes too.  A rank
+ * still finishing the peer's last step is not affected. */
+static void check_peer_closed(ddph_mpi *m)
+{
+    if (!atomic_load(&m->peer_closed) || atomic_load(&m->closing) ||
+        atomic_load(&m->broken) ||
+        (int64_t)atomic_load(&m->syncs_done) < m->closed_after)
+        return;
+    char text[256];
+    snprintf(text, sizeof text,
+             "rank %d closed the job (ddph_close) after %lld synchronised "
+             "step%s, while this rank waits on a collective after its own "
+             "%lld",
+             m->closed_rank, (long long)m->closed_after,
+             m->closed_after == 1 ? "" : "s",
+             (long long)atomic_load(&m->syncs_done));
+    /* Told to every peer: the closing rank's own barrier ends too. */
+    ddph__mpi_fail_job(m, DDPH_ERR_STATE, text);
+}
+
 /* Receives one pending notice, if any.  Matched probes, because two
  * threads (the trainer's and the communication thread) may poll. */
 static void poll_alarm(ddph_mpi *m)
@@ -82,10 +119,23 @@ static void poll_alarm(ddph_mpi *m)
     int flag = 0;
     MPI_Message msg;
     MPI_Status status;
-    if (MPI_Improbe(MPI_ANY_SOURCE, NOTICE_TAG, m->alarm, &flag, &msg,
+    if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->alarm, &flag, &msg,
                     &status) != MPI_SUCCESS ||
         !flag)
         return;
+    if (status.MPI_TAG == CLOSE_TAG) {
+        int64_t after = 0;
+        if (MPI_Mrecv(&after, 1, MPI_INT64_T, &msg, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+            return;
+        atomic_fetch_add(&m->closes_received, 1);
+        if (!atomic_load(&m->peer_closed)) {
+            m->closed_rank = status.MPI_SOURCE;
+            m->closed_after = after;
+            atomic_store(&m->peer_closed, 1);
+        }
+        return;
+    }
     struct {
         int32_t status;
         char msg[DDPH__NOTICE_LEN];
@@ -113,6 +163,20 @@ static void poll_alarm(ddph_mpi *m)
 ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
 {
     poll_alarm(m);
+    if (!atomic_load(&m->broken))
+        return DDPH_OK;
+    pthread_mutex_lock(&m->fault_mu);
+    ddph_status st = ddph__fail(err, m->fault_status, "%s", m->fault_msg);
+    pthread_mutex_unlock(&m->fault_mu);
+    return st;
+}
+
+/* ddph__mpi_fault for a rank about to wait on a collective: a closed
+ * peer may also have ended the job for it. */
+static ddph_status collective_fault(ddph_mpi *m, ddph_err *err)
+{
+    poll_alarm(m);
+    check_peer_closed(m);
     if (!atomic_load(&m->broken))
         return DDPH_OK;
     pthread_mutex_lock(&m->fault_mu);
@@ -153,7 +217,7 @@ static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
             return DDPH_OK;
         if (polls % 256 != 255)
             continue;
-        ddph_status st = ddph__mpi_fault(m, err);
+        ddph_status st = collective_fault(m, err);
         if (st != DDPH_OK)
             return st;
         double now = ddph__now();
@@ -350,12 +414,30 @@ ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)
 {
     m->left = 1;
     ddph_status st = ddph__mpi_fault(m, err);
-    if (st != DDPH_OK || m->world.comm == MPI_COMM_NULL)
+    if (st != DDPH_OK || m->alarm == MPI_COMM_NULL)
         return st;
+    /* On the alarm communicator: a peer still in a step must never see
+     * this barrier match its step's collective. */
     MPI_Request req;
-    int rc = MPI_Ibarrier(m->world.comm, &req);
+    int rc = MPI_Ibarrier(m->alarm, &req);
     st = rc == MPI_SUCCESS ? wait_timed(m, &req, "the barrier of ddph_close", err)
                            : mpi_fail(m, err, rc, "MPI_Ibarrier");
+    /* Every peer sent one closing notice before the barrier: take them
+     * all, so that no message is left unmatched at MPI_Finalize (MPICH's
+     * finalize then waits for its receiver). */
+    double deadline = ddph__now() + m->timeout_s;
+    while (st == DDPH_OK &&
+           atomic_load(&m->closes_received) < m->world.size - 1) {
+        poll_alarm(m);
+        st = ddph__mpi_fault(m, err);
+        if (st == DDPH_OK && ddph__now() > deadline)
+            st = ddph__fail(err, DDPH_ERR_TIMEOUT,
+                            "ddph_close: %d of %d peers' closing notices "
+                            "did not arrive within timeout_s = %g s",
+                            m->world.size - 1 -
+                                atomic_load(&m->closes_received),
+                            m->world.size - 1, m->timeout_s);
+    }
     if (st != DDPH_OK) {
         char msg[DDPH__NOTICE_LEN];
         snprintf(msg, sizeof msg, "rank %d: %s", m->world.rank, err->msg);
@@ -438,7 +520,7 @@ ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, ddph_redop op,
                                 ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     if (!valid(dtype, op))
@@ -467,7 +549,7 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     if (!valid(dtype, DDPH_SUM))
@@ -488,7 +570,7 @@ ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, int root,
                                 ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     if (!valid(dtype, DDPH_SUM) || root < 0 || root >= g->size)
@@ -515,7 +597,7 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
                                      size_t count, ddph_dtype dtype,
                                      ddph_redop op, ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     if (!valid(dtype, op))
@@ -541,7 +623,7 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
                                   ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     if (n > CHUNK)
@@ -567,7 +649,7 @@ ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
 ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
                                     ddph_redop op, ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     int64_t *copy = malloc((n ? n : 1) * sizeof *copy);
@@ -593,7 +675,7 @@ ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
 ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
                                    char **out, size_t *total, ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     int size = m->world.size, root = m->world.rank == 0;
@@ -669,7 +751,7 @@ static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
 ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
                             int key, struct ddph_group **out, ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     /* MPI_Comm_split blocks: first make sure every rank is there. */
@@ -690,7 +772,7 @@ ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
                                  ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_fault(m, err);
+    ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
     ddph_status st = barrier_timed(m, m->world.comm, "intra_node", err);

@@ -39,7 +39,8 @@ struct ddph_group {
 
 typedef struct ddph_mpi {
     struct ddph_group world;
-    MPI_Comm alarm;      /* failure notices, never used for collectives */
+    MPI_Comm alarm;      /* notices, and the barrier of ddph_close: never
+                            a collective a peer could match with a step's */
     int initialized_mpi; /* ddph_open called MPI_Init_thread */
     int left;            /* ddph__mpi_leave was called */
     int thread_level;
@@ -58,14 +59,29 @@ typedef struct ddph_mpi {
         int32_t status;   /* the sends, which are never waited for */
         char msg[DDPH__NOTICE_LEN];
     } notice;
+
+    /* Closing: a rank that enters ddph_close tells its peers how many
+     * synchronised steps it did; a peer waiting on a collective of a later
+     * step (which the closing rank will never join) then fails at once. */
+    atomic_llong syncs_done;  /* synchronised steps this rank completed */
+    atomic_int closing;       /* this rank is in ddph_close */
+    atomic_int peer_closed;   /* a peer's closing notice arrived: */
+    int closed_rank;          /* which, */
+    int64_t closed_after;     /* after how many synchronised steps */
+    int64_t close_notice;     /* what this rank sent (outlives the sends) */
+    atomic_int closes_received; /* closing notices received so far */
 } ddph_mpi;
 
 /* Initialises MPI if needed (MPI_THREAD_MULTIPLE), dups the world twice
  * (collectives, alarms), within timeout_s. */
 ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
                            double timeout_s, ddph_err *err);
-/* The last collective of a job: every rank meets in a barrier within
- * timeout_s, or the job is broken (and the peers told). */
+/* ddph_close begins: the peers learn that this rank will join no
+ * collective of a synchronised step after its syncs_done-th. */
+void ddph__mpi_closing(ddph_mpi *m);
+/* The last collective of a job: every rank meets in a barrier (on the
+ * alarm communicator) within timeout_s, or the job is broken (and the
+ * peers told). */
 ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err);
 /* Ends the job: on a healthy job every rank meets in a barrier (within
  * timeout_s, unless ddph__mpi_leave did it), then the communicators are

@@ -108,6 +108,10 @@ ddph_status ddph_close(ddph_ctx *ctx)
                  mpi->world.rank);
         ddph__mpi_fail_job(mpi, DDPH_ERR_STATE, msg);
     }
+    /* The peers learn that this rank does no more steps: one waiting on a
+     * later step's collective fails at once instead of after timeout_s. */
+    if (ctx->mpi_up)
+        ddph__mpi_closing(mpi);
     /* Returns promptly even on a broken job: every collective then fails
      * at once. */
     ddph__reducer_stop(ctx);
@@ -341,6 +345,7 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
         ctx->step_models[i]->window = 0;
         ctx->step_models[i]->iteration++;
     }
+    atomic_fetch_add(&ctx->mpi.syncs_done, 1);
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }
 

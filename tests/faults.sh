@@ -1,6 +1,7 @@
 #!/bin/sh
-# faults.sh: a rank is lost (it exits, is killed, or is stopped) at several
-# points of a job, or fails alone (its hook, a NaN under check_finite).
+# faults.sh: a rank is lost (it exits, is killed, is stopped, or closes the
+# job early) at several points of a job, or fails alone (its hook, a NaN
+# under check_finite).
 # Every survivor must report the failure, naming the lost rank or the
 # timeout, return from ddph_close and exit non-zero by itself within
 # timeout_s + 5 s of the fault; a failure that is not a death must reach
@@ -47,9 +48,10 @@ scenario() {
     # peer vanished in the middle of a large copy, before ddphook can say
     # anything; these scenarios test ddphook's reports, so it is off for
     # them, and on for the SIGKILL ones (see kill below).
-    tls=^cma
-    [ "$what" = kill ] && tls=${UCX_TLS:-}
-    UCX_TLS=$tls "$MPIEXEC" -disable-auto-cleanup -n "$n" \
+    tls=UCX_TLS=^cma
+    [ "$what" = kill ] && tls=""
+    # shellcheck disable=SC2086 # $tls is one assignment or nothing
+    env $tls "$MPIEXEC" -disable-auto-cleanup -n "$n" \
         "$B/tests/mpi/fault_trainer" "$ini" "$what" "$point" "$dir" \
         </dev/null >"$log" 2>&1 &
     mp=$!
@@ -97,7 +99,7 @@ scenario() {
         reported=$(grep -c "^SURVIVOR rank [0-9]*: .* exit 4" "$log")
         summary="every survivor gone ${worst:-?} s after the fault ($reported reported and exited 4 themselves, the launcher ended the rest)"
         ;;
-    exit | stop)
+    exit | stop | close)
         [ -n "$stamp" ] || why="the victim never reached its fault"
         for r in $(seq 0 $((victim - 1))); do
             [ -n "$why" ] && break
@@ -112,11 +114,14 @@ scenario() {
                 break
             fi
             took=$(elapsed "$stamp" "$t")
-            if awk -v x="$took" -v l=$LIMIT 'BEGIN { exit !(x > l) }'; then
-                why="rank $r exited ${took} s after the fault (limit $LIMIT s)"
+            # A rank that closes early says so: no timeout to wait for.
+            limit=$LIMIT
+            [ "$what" = close ] && limit=2
+            if awk -v x="$took" -v l=$limit 'BEGIN { exit !(x > l) }'; then
+                why="rank $r exited ${took} s after the fault (limit $limit s)"
                 break
             fi
-            grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\)" "$log" ||
+            grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\|rank [0-9]* closed the job\)" "$log" ||
                 why="rank $r names neither the timeout nor the failed rank"
             worst=$took
         done
@@ -172,6 +177,8 @@ for point in mid-step mid-accumulation during-save before-close; do
     scenario 4 exit "$point" "$A"
     scenario 4 stop "$point" "$A"
 done
+scenario 4 close mid-step "$A"
+scenario 4 close mid-accumulation "$A"
 scenario 4 kill mid-step "$A"
 scenario 4 kill during-save "$A"
 scenario 2 exit mid-step "$A"

@@ -9,6 +9,7 @@
  *   stop  SIGSTOP to itself  hook  its hook fails alone (the job's hook must
  *                                  be tests/fake_plugins/failing_last_rank)
  *   nan   a NaN in its gradients (the job sets check_finite = true)
+ *   close it calls ddph_close early and exits 0 (a trainer that gives up)
  *   cut   its host's link goes down (under tests/cluster/cluster.sh: it
  *         runs `sh $DDPH_CLUSTER_SCRIPT --cut`) and it carries on
  *   none  nothing: the job must succeed
@@ -36,6 +37,7 @@ enum { NPARAMS = 8, NUMEL = 4096, STEPS = 6 };
 
 static const char *g_dir;
 static int g_rank, g_victim;
+static ddph_ctx *g_ctx;
 
 static double wall(void)
 {
@@ -71,6 +73,10 @@ static void fault(const char *what, const char *where, const char *point)
     fprintf(stderr, "rank %d: fault '%s' at %s on purpose\n", g_rank, what,
             point);
     fflush(stderr);
+    if (strcmp(what, "close") == 0) {
+        ddph_close(g_ctx);
+        _exit(0);
+    }
     if (strcmp(what, "cut") == 0) {
         const char *script = getenv("DDPH_CLUSTER_SCRIPT");
         char cmd[1024];
@@ -130,6 +136,7 @@ int main(int argc, char **argv)
     ddph_ctx *ctx;
     if (ddph_open(argv[1], &argc, &argv, &ctx) != DDPH_OK)
         return 1;
+    g_ctx = ctx;
     g_rank = ddph_rank(ctx);
     g_victim = g_rank == ddph_world_size(ctx) - 1;
     char pidname[32];
