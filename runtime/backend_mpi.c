@@ -90,12 +90,14 @@ void ddph__mpi_closing(ddph_mpi *m)
 
 /* A closing peer breaks the job only for a rank that waits on a
  * collective the peer will never join: one of a synchronised step past
- * the peer's last, or any other before this rank closes too.  A rank
- * still finishing the peer's last step is not affected. */
+ * the peer's last.  A rank still finishing the peer's last step, or any
+ * collective outside steps (whose trailing completions cannot be told
+ * from abandoned ones this way), is not affected: those wait for
+ * timeout_s as before. */
 static void check_peer_closed(ddph_mpi *m)
 {
     if (!atomic_load(&m->peer_closed) || atomic_load(&m->closing) ||
-        atomic_load(&m->broken) ||
+        atomic_load(&m->broken) || !atomic_load(&m->in_sync_step) ||
         (int64_t)atomic_load(&m->syncs_done) < m->closed_after)
         return;
     char text[256];

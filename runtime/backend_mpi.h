@@ -65,6 +65,8 @@ typedef struct ddph_mpi {
      * step (which the closing rank will never join) then fails at once. */
     atomic_llong syncs_done;  /* synchronised steps this rank completed */
     atomic_int closing;       /* this rank is in ddph_close */
+    atomic_int in_sync_step;  /* between a synchronising step_begin and
+                                 its step_wait */
     atomic_int peer_closed;   /* a peer's closing notice arrived: */
     int closed_rank;          /* which, */
     int64_t closed_after;     /* after how many synchronised steps */

@@ -279,6 +279,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     ctx->step_models = list;
     ctx->nstep_models = n;
     ctx->syncs = decide_sync(ctx, models, n, flags);
+    atomic_store(&ctx->mpi.in_sync_step, ctx->syncs);
     ctx->in_step = 1;
     ctx->step_start = ddph__timeline_now(&ctx->timeline);
     ctx->step_count++;
@@ -346,6 +347,7 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
         ctx->step_models[i]->iteration++;
     }
     atomic_fetch_add(&ctx->mpi.syncs_done, 1);
+    atomic_store(&ctx->mpi.in_sync_step, 0);
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }
 

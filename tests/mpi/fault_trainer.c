@@ -122,7 +122,11 @@ static int survive(ddph_ctx *ctx, ddph_status st, const char *during)
     ddph_status cs = ddph_close(ctx);
     report("SURVIVOR rank %d: closed (%s) at %.6f, exit 4", g_rank,
            ddph_status_name(cs), wall());
-    return 4;
+    /* _exit, not return: with a peer stopped (SIGSTOP), the transport's
+     * own exit-time clean-up once kept a survivor from ending after it had
+     * returned from main (docs/reliability.md). */
+    fflush(NULL);
+    _exit(4);
 }
 
 int main(int argc, char **argv)
