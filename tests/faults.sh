@@ -46,11 +46,12 @@ scenario() {
     log="$dir/log"
     # UCX's single-copy shared-memory transport (CMA) aborts a rank whose
     # peer vanished in the middle of a large copy, before ddphook can say
-    # anything; the scenarios where a peer vanishes test ddphook's reports,
+    # anything (a failed job's peers exit while its transfers are in
+    # flight); the scenarios that end in a failure test ddphook's reports,
     # so it is off for them (and on for SIGKILL: see kill below).  Jobs
     # that end well keep it: MPICH 4.0's finalize can deadlock without it.
     tls=""
-    case $what in exit | stop | close) tls=UCX_TLS=^cma ;; esac
+    case $what in exit | stop | close | hook) tls=UCX_TLS=^cma ;; esac
     # shellcheck disable=SC2086 # $tls is one assignment or nothing
     env $tls "$MPIEXEC" -disable-auto-cleanup -n "$n" \
         "$B/tests/mpi/fault_trainer" "$ini" "$what" "$point" "$dir" \
