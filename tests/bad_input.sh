@@ -41,13 +41,14 @@ lines=$(wc -l < "$OUT/big.ini")
 expect "100 MB file" "big.ini:$((lines)): \[runtime\] timeout_s = 'x' is not a number" \
     "$B/ddphook" check "$OUT/big.ini"
 rm -f "$OUT/long.ini" "$OUT/big.ini"
-# 160,000 keys in one section: parsing is n log n (it was quadratic: 173 s).
+# 160,000 keys in one section: parsing is n log n (3.6 s here; it was
+# quadratic: 173 s).  The limit leaves room for the sanitizer builds.
 awk -v d="$DDPH_TEST_PLUGIN_DIR" 'BEGIN { print "[runtime]"; print "plugin_path = " d;
     print "[hook]"; print "name = allreduce"; print "[hook.allreduce]";
     for (i = 0; i < 160000; i++) printf "k%d = 1\n", i }' > "$OUT/many.ini"
-expect "160,000 keys in one section, parsed within 30 s" \
+expect "160,000 keys in one section, parsed within 120 s" \
     "many.ini:6: hook 'allreduce' has no option 'k0'" \
-    timeout 30 "$B/ddphook" check "$OUT/many.ini"
+    timeout 120 "$B/ddphook" check "$OUT/many.ini"
 rm -f "$OUT/many.ini"
 expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"
 
