@@ -428,11 +428,15 @@ static int handle_hook_option(parse_state *ps, const char *hook,
         if (!hs->hook)
             return fail_at(ps, "out of memory");
     }
-    ddph_kv *kv = realloc(hs->kv, (hs->nkv + 1) * sizeof *kv);
-    if (!kv)
-        return fail_at(ps, "out of memory");
-    hs->kv = kv;
-    kv = &kv[hs->nkv];
+    if (hs->nkv == hs->capkv) { /* doubling: a section of n keys is O(n) */
+        size_t cap = hs->capkv ? 2 * hs->capkv : 8;
+        ddph_kv *grown = realloc(hs->kv, cap * sizeof *grown);
+        if (!grown)
+            return fail_at(ps, "out of memory");
+        hs->kv = grown;
+        hs->capkv = cap;
+    }
+    ddph_kv *kv = &hs->kv[hs->nkv];
     kv->key = ddph__strdup(name);
     kv->value = ddph__strdup(value);
     kv->line = ps->line;

@@ -30,7 +30,7 @@ typedef struct ddph_kv {
 typedef struct ddph_hook_section {
     char *hook;
     ddph_kv *kv;
-    size_t nkv;
+    size_t nkv, capkv;
 } ddph_hook_section;
 
 /* A [model.NAME] section: per-model overrides (0 / NULL = inherit). */
