@@ -162,9 +162,9 @@ static void poll_alarm(ddph_mpi *m)
     set_fault(m, st, text, 1);
 }
 
-ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
+/* The job's failure, if it is broken: its status, its message in err. */
+static ddph_status recorded_fault(ddph_mpi *m, ddph_err *err)
 {
-    poll_alarm(m);
     if (!atomic_load(&m->broken))
         return DDPH_OK;
     pthread_mutex_lock(&m->fault_mu);
@@ -173,18 +173,19 @@ ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
     return st;
 }
 
+ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
+{
+    poll_alarm(m);
+    return recorded_fault(m, err);
+}
+
 /* ddph__mpi_fault for a rank about to wait on a collective: a closed
  * peer may also have ended the job for it. */
 static ddph_status collective_fault(ddph_mpi *m, ddph_err *err)
 {
     poll_alarm(m);
     check_peer_closed(m);
-    if (!atomic_load(&m->broken))
-        return DDPH_OK;
-    pthread_mutex_lock(&m->fault_mu);
-    ddph_status st = ddph__fail(err, m->fault_status, "%s", m->fault_msg);
-    pthread_mutex_unlock(&m->fault_mu);
-    return st;
+    return recorded_fault(m, err);
 }
 
 static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
@@ -430,7 +431,6 @@ ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)
     double deadline = ddph__now() + m->timeout_s;
     while (st == DDPH_OK &&
            atomic_load(&m->closes_received) < m->world.size - 1) {
-        poll_alarm(m);
         st = ddph__mpi_fault(m, err);
         if (st == DDPH_OK && ddph__now() > deadline)
             st = ddph__fail(err, DDPH_ERR_TIMEOUT,
