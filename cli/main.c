@@ -3,7 +3,7 @@
  * describe). */
 #include "build-config.h"
 
-#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +13,11 @@
 
 #include "commands.h"
 #include "config.h"
+#include "job_check.h"
 #include "loader.h"
+#ifdef HAVE_NCCL
+#include "backend_nccl.h"
+#endif
 #include "options.h"
 
 static const char main_usage[] =
@@ -87,16 +91,17 @@ static void print_options_table(const ddph_option_spec *spec, FILE *out)
     fprintf(out, "  %-36s %-7s %-12s %-24s %s\n", "option", "type", "default",
             "range", "meaning");
     for (const ddph_option_spec *s = spec; s->name; s++) {
-        char range[64] = "-";
+        char range[80] = "-", lo[DDPH__REAL_STR_LEN], hi[DDPH__REAL_STR_LEN];
         if (s->type == DDPH_OPT_INT || s->type == DDPH_OPT_REAL)
-            snprintf(range, sizeof range, "[%g, %g]", s->min, s->max);
+            snprintf(range, sizeof range, "[%s, %s]",
+                     ddph__real_str(s->min, lo), ddph__real_str(s->max, hi));
         fprintf(out, "  %-36s %-7s %-12s %-24s %s\n", s->name,
                 ddph__option_type_name(s->type), s->default_value, range,
                 s->doc);
     }
 }
 
-static int check_hook(const ddph_config *cfg, const char *name,
+static int check_hook(const ddph_config *cfg, const char *name, int line,
                       const char *who)
 {
     ddph_plugin *p;
@@ -104,6 +109,8 @@ static int check_hook(const ddph_config *cfg, const char *name,
     ddph_err e;
     ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
                                        cfg->allow_insecure_plugins, &p, &e);
+    if (st != DDPH_OK && line > 0)
+        ddph__err_prefix(&e, "%s:%d", cfg->path, line);
     if (st == DDPH_OK) {
         st = ddph__options_build(p->api.name, p->api.options,
                                  ddph__config_hook_section(cfg, p->api.name),
@@ -125,6 +132,32 @@ static int check_hook(const ddph_config *cfg, const char *name,
     return 1;
 }
 
+static void warn_stderr(void *user, const char *msg)
+{
+    (void)user;
+    fprintf(stderr, "ddphook check: warning: %s\n", msg);
+}
+
+/* backend = nccl needs this build's NCCL backend and a GPU here (a job
+ * file checked on a login node without one says so, as the job would). */
+static int check_backend(const ddph_config *cfg)
+{
+    if (cfg->backend != DDPH_BACKEND_NCCL)
+        return 1;
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ddph__nccl_probe(&e) == DDPH_OK)
+        return 1;
+#else
+    ddph__fail(&e, DDPH_ERR_UNSUPPORTED,
+               "this build of ddphook has no NCCL backend (configure found "
+               "no CUDA/NCCL)");
+#endif
+    fprintf(stderr, "ddphook check: %s:%d: [runtime] backend = nccl: %s\n",
+            cfg->path, cfg->backend_line, e.msg);
+    return 0;
+}
+
 int cmd_check(int argc, char **argv)
 {
     if (argc != 2 || argv[1][0] == '-') {
@@ -141,13 +174,19 @@ int cmd_check(int argc, char **argv)
         return 1;
     }
     ddph__config_print(&cfg, stdout);
-    int ok = check_hook(&cfg, cfg.hook_name, "[hook] name");
+    int ok = check_backend(&cfg);
+    if (ddph__job_check_hook_sections(&cfg, warn_stderr, NULL, &e) !=
+        DDPH_OK) {
+        fprintf(stderr, "ddphook check: %s\n", e.msg);
+        ok = 0;
+    }
+    ok &= check_hook(&cfg, cfg.hook_name, cfg.hook_line, "[hook] name");
     for (size_t i = 0; i < cfg.nmodels; i++) {
         if (!cfg.models[i].hook)
             continue;
         char who[256];
         snprintf(who, sizeof who, "[model.%s] hook", cfg.models[i].model);
-        ok &= check_hook(&cfg, cfg.models[i].hook, who);
+        ok &= check_hook(&cfg, cfg.models[i].hook, cfg.models[i].hook_line, who);
     }
     if (ok)
         printf("\n; %s: OK\n", cfg.path);
@@ -170,24 +209,21 @@ int cmd_plugins(int argc, char **argv)
     char *dirs = ddph__strdup(cfg.plugin_path), *save = NULL;
     for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d;
          d = strtok_r(NULL, ":", &save)) {
-        DIR *dh = opendir(d);
-        if (!dh) {
-            printf("%s: (cannot open)\n", d);
+        char **files;
+        int nfiles = ddph__plugin_dir_list(d, &files);
+        if (nfiles < 0) {
+            printf("%s: (cannot open: %s)\n", d, strerror(errno));
             continue;
         }
         printf("%s:\n", d);
-        struct dirent *de;
-        while ((de = readdir(dh))) {
-            size_t n = strlen(de->d_name);
-            if (n < 4 || strcmp(de->d_name + n - 3, ".so") != 0)
-                continue;
+        for (int i = 0; i < nfiles; i++) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", d, de->d_name);
+            snprintf(path, sizeof path, "%s/%s", d, files[i]);
             ddph_plugin *p;
             ddph_err e;
             if (ddph__plugin_load(path, NULL, cfg.allow_insecure_plugins, &p,
                                   &e) != DDPH_OK) {
-                printf("  %-20s (not loadable: %s)\n", de->d_name, e.msg);
+                printf("  %-20s (not loadable: %s)\n", files[i], e.msg);
                 bad++;
                 continue;
             }
@@ -200,7 +236,7 @@ int cmd_plugins(int argc, char **argv)
             ddph__plugin_unload(p);
             found++;
         }
-        closedir(dh);
+        ddph__names_free(files, (size_t)nfiles);
     }
     free(dirs);
     printf("%d hook%s found%s\n", found, found == 1 ? "" : "s",

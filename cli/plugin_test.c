@@ -399,7 +399,7 @@ static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
     const char *job = write_job(t, "none");
     ddph_status st = job ? ddph__config_load(job, &cfg, &e) : DDPH_ERR_IO;
     if (st == DDPH_OK) {
-        st = ddph__hook_create(&cfg, t->plugin, DDPH_WRAP_NONE, "probe", mpi,
+        st = ddph__hook_create(&cfg, t->plugin, 0, DDPH_WRAP_NONE, "probe", mpi,
                                NULL,
                                log, &h, &e);
         ddph__config_free(&cfg);

@@ -96,6 +96,18 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
     }
 }
 
+ddph_status ddph__nccl_probe(ddph_err *err)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                          "no CUDA device on this machine (%s)",
+                          e == cudaSuccess ? "0 devices"
+                                           : cudaGetErrorString(e));
+    return DDPH_OK;
+}
+
 ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
 {
     memset(n, 0, sizeof *n);

@@ -27,6 +27,8 @@ typedef struct ddph_nccl {
 
 /* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU. */
 ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err);
+/* Whether this machine has a CUDA device (no collective: for checks). */
+ddph_status ddph__nccl_probe(ddph_err *err);
 /* abort: the job is broken (a peer died or failed): communicators are
  * aborted (ncclCommAbort), never destroyed, which could wait for peers. */
 void ddph__nccl_finalize(ddph_nccl *n, int abort);

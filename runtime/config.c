@@ -1,7 +1,8 @@
-/* config.c: see config.h.  inih reads the file; a counting reader around
- * fgets-style input gives each handler call its line number (Debian's inih
- * is built without INI_HANDLER_LINENO) and catches lines inih would
- * silently split (longer than its buffer) or NUL bytes. */
+/* config.c: see config.h.  inih parses the file through a reader of our
+ * own, which gives each handler call its line number (Debian's inih is
+ * built without INI_HANDLER_LINENO), refuses NUL bytes, and parses itself
+ * the lines longer than inih's 200-byte buffer (a long plugin_path), the
+ * same way inih would, handing inih an empty line in their place. */
 #include "build-config.h"
 
 #include <ctype.h>
@@ -23,8 +24,12 @@
 #define DDPH_PLUGIN_DIR "/usr/local/lib/ddphook/plugins"
 #endif
 
-/* inih's line buffer (INI_MAX_LINE) holds 200 bytes including "\r\n\0". */
-#define INIH_LINE_BUF 200
+/* The longest line a job file may have (inih itself takes 199 bytes). */
+#define MAX_LINE 65536
+/* inih keeps section names to 49 characters; so do long lines here. */
+#define INIH_MAX_SECTION 50
+/* Errors reported from one file before the parse gives up listing them. */
+#define MAX_ERRORS 8
 
 typedef enum { K_REAL, K_INT, K_BOOL, K_STRING, K_BACKEND, K_WRAPPER } key_type;
 
@@ -160,62 +165,136 @@ typedef struct parse_state {
     const char *path;
     char *dir; /* folder of the file, for relative paths */
     int line;
+    int section_line; /* line of the last [section] header */
+    char section[INIH_MAX_SECTION]; /* its name, as inih keeps it */
+    int section_broken; /* that header lacked its ']': its keys are not
+                           reported again as belonging elsewhere */
+    char *buf;        /* the line being read, up to MAX_LINE */
+    size_t cap;
     ddph_config *cfg;
     ddph_err *err;
     ddph_status status;
+    int nerrors;
     void *seen; /* tsearch tree of seen_key: sections and keys */
 } parse_state;
 
+/* Records an error at the current line.  The parse goes on, so that one
+ * run names every mistake of the file (up to MAX_ERRORS), one a line. */
 __attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
                                                          const char *fmt, ...)
 {
-    if (ps->status != DDPH_OK)
-        return 0; /* keep the first error */
     char msg[DDPH__ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ps->status = ddph__fail(ps->err, DDPH_ERR_CONFIG, "%s:%d: %s", ps->path,
-                            ps->line, msg);
+    if (ps->nerrors++ == 0) {
+        ps->status = ddph__fail(ps->err, DDPH_ERR_CONFIG, "%s:%d: %s",
+                                ps->path, ps->line, msg);
+        return 0;
+    }
+    size_t used = strlen(ps->err->msg);
+    if (ps->nerrors <= MAX_ERRORS)
+        snprintf(ps->err->msg + used, sizeof ps->err->msg - used,
+                 "\n%s:%d: %s", ps->path, ps->line, msg);
+    else if (ps->nerrors == MAX_ERRORS + 1)
+        snprintf(ps->err->msg + used, sizeof ps->err->msg - used,
+                 "\n%s: more errors follow; fix these first", ps->path);
     return 0;
 }
 
 static void check_section_line(parse_state *ps, const char *line);
+static int handler(void *user, const char *section, const char *name,
+                   const char *value);
 
-/* fgets-like, with a line count and the checks inih does not make. */
+/* inih's rules for a comment inside a line: ';' after a space. */
+static char *inline_comment(char *s)
+{
+    for (int was_space = 0; *s; s++) {
+        if (*s == ';' && was_space)
+            return s;
+        was_space = isspace((unsigned char)*s);
+    }
+    return s;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* A line too long for inih: a comment, or "key = value" (or "key: value")
+ * in the current section, parsed as inih parses the lines it can hold. */
+static void parse_long_line(parse_state *ps, char *line)
+{
+    char *s = trim(line);
+    if (*s == ';' || *s == '#')
+        return;
+    if (*s == '[') {
+        fail_at(ps, "section header longer than %d characters",
+                INIH_MAX_SECTION - 1);
+        return;
+    }
+    char *value = s + strcspn(s, "=:");
+    char *cut = inline_comment(s);
+    if (!*value || value > cut) {
+        fail_at(ps, "syntax error: expected '[section]' or 'key = value'");
+        return;
+    }
+    *value++ = '\0';
+    *inline_comment(value) = '\0';
+    handler(ps, ps->section, trim(s), trim(value));
+}
+
+/* inih's reader: one line per call, counted, checked, and parsed here
+ * when it does not fit inih's buffer of `num` bytes. */
 static char *counting_reader(char *str, int num, void *stream)
 {
     parse_state *ps = stream;
-    int n = 0, c = EOF;
-    while (n < num - 1 && (c = getc(ps->file)) != EOF) {
+    size_t n = 0;
+    int c = EOF;
+    while ((c = getc(ps->file)) != EOF) {
         if (c == '\0') {
             ps->line++;
             fail_at(ps, "NUL byte in the line (is this a text file?)");
             return NULL;
         }
-        str[n++] = (char)c;
+        if (n == MAX_LINE && c != '\n' && c != '\r') {
+            ps->line++;
+            fail_at(ps, "line longer than %d characters", MAX_LINE);
+            return NULL;
+        }
+        if (n + 2 > ps->cap) {
+            size_t cap = ps->cap ? 2 * ps->cap : 256;
+            char *grown = realloc(ps->buf, cap);
+            if (!grown) {
+                ps->status = ddph__fail(ps->err, DDPH_ERR_NOMEM,
+                                        "out of memory");
+                return NULL;
+            }
+            ps->buf = grown;
+            ps->cap = cap;
+        }
+        ps->buf[n++] = (char)c;
         if (c == '\n')
             break;
     }
     if (n == 0)
         return NULL;
-    str[n] = '\0';
+    ps->buf[n] = '\0';
     ps->line++;
-    check_section_line(ps, str);
-    if (ps->status != DDPH_OK)
-        return NULL;
-    if (c != '\n' && n == num - 1) {
-        int next = getc(ps->file);
-        if (next != EOF && next != '\n' && !(next == '\r')) {
-            fail_at(ps, "line longer than %d characters", num - 3);
-            return NULL;
-        }
-        if (next == '\r')
-            next = getc(ps->file);
-        if (next != '\n' && next != EOF)
-            ungetc(next, ps->file);
+    check_section_line(ps, ps->buf);
+    if (n < (size_t)num) {
+        memcpy(str, ps->buf, n + 1);
+        return str;
     }
+    parse_long_line(ps, ps->buf);
+    snprintf(str, (size_t)num, "\n");
     return str;
 }
 
@@ -267,9 +346,20 @@ static void check_section_line(parse_state *ps, const char *line)
 {
     while (*line == ' ' || *line == '\t')
         line++;
-    if (*line == '[' && !strchr(line, ']'))
+    if (*line != '[')
+        return;
+    ps->section_line = ps->line;
+    size_t n = strcspn(line + 1, "]");
+    ps->section_broken = !line[1 + n];
+    if (ps->section_broken) {
         fail_at(ps, "section header '%.*s' has no closing ']'",
                 (int)strcspn(line, "\r\n"), line);
+        return;
+    }
+    if (n >= sizeof ps->section)
+        n = sizeof ps->section - 1;
+    memcpy(ps->section, line + 1, n);
+    ps->section[n] = '\0';
 }
 
 /* A path relative to the INI's folder, as a user reading the file means. */
@@ -323,9 +413,12 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
         if (!ddph__parse_real(value, &v))
             return fail_at(ps, "[%s] %s = '%s' is not a number", k->section,
                            k->key, value);
+        char lo[DDPH__REAL_STR_LEN], hi[DDPH__REAL_STR_LEN];
         if (v < k->min || v > k->max)
-            return fail_at(ps, "[%s] %s = %s is out of range [%g, %g]",
-                           k->section, k->key, value, k->min, k->max);
+            return fail_at(ps, "[%s] %s = %s is out of range [%s, %s]",
+                           k->section, k->key, value,
+                           ddph__real_str(k->min, lo),
+                           ddph__real_str(k->max, hi));
         *(double *)(base + k->offset) = v;
         return 1;
     }
@@ -377,6 +470,7 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
         else
             return fail_at(ps, "[runtime] backend = '%s' is not mpi or nccl",
                            value);
+        ps->cfg->backend_line = ps->line;
         return 1;
     }
     case K_WRAPPER:
@@ -425,6 +519,7 @@ static int handle_hook_option(parse_state *ps, const char *hook,
         hs = &n[cfg->nhook_sections++];
         memset(hs, 0, sizeof *hs);
         hs->hook = ddph__strdup(hook);
+        hs->line = ps->section_line;
         if (!hs->hook)
             return fail_at(ps, "out of memory");
     }
@@ -465,7 +560,7 @@ static int handle_model(parse_state *ps, const char *model, const char *name,
         cfg->models = n;
         ms = &n[cfg->nmodels++];
         memset(ms, 0, sizeof *ms);
-        ms->line = ps->line;
+        ms->line = ps->section_line;
         ms->model = ddph__strdup(model);
         if (!ms->model)
             return fail_at(ps, "out of memory");
@@ -509,8 +604,10 @@ static int handler(void *user, const char *section, const char *name,
                    const char *value)
 {
     parse_state *ps = user;
-    if (ps->status != DDPH_OK)
-        return 0;
+    if (ps->status != DDPH_OK && ps->status != DDPH_ERR_CONFIG)
+        return 0; /* out of memory: nothing more is worth saying */
+    if (ps->section_broken)
+        return 1;
     if (!*section)
         return fail_at(ps, "key '%s' is outside any [section]", name);
     if (!check_duplicate(ps, section, name))
@@ -601,6 +698,7 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
                                path, rc);
     tdestroy(ps.seen, free_seen);
     free(ps.dir);
+    free(ps.buf);
     if (ps.status == DDPH_OK) {
         free(cfg->path);
         cfg->path = ddph__strdup(path);

@@ -29,6 +29,7 @@ typedef struct ddph_kv {
 /* A [hook.NAME] section: options for hook NAME. */
 typedef struct ddph_hook_section {
     char *hook;
+    int line; /* of its (first) [hook.NAME] header */
     ddph_kv *kv;
     size_t nkv, capkv;
 } ddph_hook_section;
@@ -36,7 +37,7 @@ typedef struct ddph_hook_section {
 /* A [model.NAME] section: per-model overrides (0 / NULL = inherit). */
 typedef struct ddph_model_section {
     char *model;
-    int line;
+    int line; /* of its (first) [model.NAME] header */
     char *hook;
     int hook_line;
     int wrapper_set;
@@ -52,6 +53,7 @@ typedef struct ddph_config {
 
     /* [runtime] */
     ddph_backend backend;
+    int backend_line; /* 0 = default */
     double bucket_cap_mb;
     double first_bucket_cap_mb;
     int gradient_as_bucket_view;

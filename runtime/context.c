@@ -9,7 +9,17 @@
 
 #include "context.h"
 #include "device.h"
+#include "job_check.h"
 #include "state_file.h"
+
+/* Warnings about the job file come from rank 0 only: every rank reads the
+ * same file, one report is enough. */
+static void warn_rank0(void *user, const char *msg)
+{
+    ddph_ctx *ctx = user;
+    if (ctx->mpi.world.rank == 0)
+        ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
+}
 
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
 {
@@ -64,6 +74,9 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
     ctx->mpi_up = st == DDPH_OK;
     ctx->log.rank = ctx->mpi.world.rank;
+    if (cfg_st == DDPH_OK && ini_path)
+        cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
+                                               &cfg_err);
     if (ctx->mpi_up)
         st = ddph__mpi_agree(&ctx->mpi, cfg_st, cfg_err.msg, &e);
     else if (cfg_st != DDPH_OK)
@@ -150,6 +163,13 @@ ddph_status ddph_close(ddph_ctx *ctx)
         ddph__config_free(&ctx->cfg);
         return st;
     }
+    const char **created = calloc((size_t)ctx->nmodels + 1, sizeof *created);
+    for (int i = 0; created && i < ctx->nmodels; i++)
+        created[i] = ctx->models[i]->name;
+    if (created)
+        ddph__job_check_models(&ctx->cfg, created, (size_t)ctx->nmodels,
+                               warn_rank0, ctx);
+    free(created);
     for (int i = 0; i < ctx->nmodels; i++) {
         ddph_model *m = ctx->models[i];
         if (m->window > 0)

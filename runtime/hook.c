@@ -11,7 +11,7 @@
 #include <ddphook/ddphook.h>
 
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
-                              ddph_wrapper wrapper, const char *model,
+                              int line, ddph_wrapper wrapper, const char *model,
                               ddph_mpi *mpi, void *nccl,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err)
@@ -28,8 +28,11 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
     ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
                                        cfg->allow_insecure_plugins,
                                        &h->plugin, err);
-    if (st != DDPH_OK)
+    if (st != DDPH_OK) {
+        if (line > 0) /* where the job file chose it */
+            ddph__err_prefix(err, "%s:%d", cfg->path, line);
         goto fail;
+    }
     const ddph_plugin_api_v1 *api = &h->plugin->api;
     st = ddph__options_build(api->name, api->options,
                              ddph__config_hook_section(cfg, api->name),

@@ -33,11 +33,12 @@ typedef struct ddph_hook {
     char message[DDPH__ERR_LEN]; /* from set_error or a failed service */
 } ddph_hook;
 
-/* Loads `name` (a name along plugin_path or a path), validates the
- * [hook.NAME] options of cfg and creates the instance.  `nccl` (a
- * ddph_nccl *, or NULL) makes its services act on GPU memory. */
+/* Loads `name` (a name along plugin_path or a path, chosen on `line` of
+ * the job file, 0 for the default), validates the [hook.NAME] options of
+ * cfg and creates the instance.  `nccl` (a ddph_nccl *, or NULL) makes its
+ * services act on GPU memory. */
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
-                              ddph_wrapper wrapper, const char *model,
+                              int line, ddph_wrapper wrapper, const char *model,
                               ddph_mpi *mpi, void *nccl,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err);

@@ -3,7 +3,9 @@
 
 #include "loader.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -31,16 +33,128 @@ static int valid_name(const char *name)
     return n > 0 && n <= 64;
 }
 
+static int is_hook_file(const struct dirent *de)
+{
+    size_t n = strlen(de->d_name);
+    return n > 3 && strcmp(de->d_name + n - 3, ".so") == 0;
+}
+
+int ddph__plugin_dir_list(const char *dir, char ***files)
+{
+    struct dirent **list;
+    int n = scandir(dir, &list, is_hook_file, alphasort);
+    if (n < 0)
+        return -1;
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    int ok = names != NULL;
+    for (int i = 0; i < n; i++) {
+        if (ok && !(names[i] = ddph__strdup(list[i]->d_name)))
+            ok = 0;
+        free(list[i]);
+    }
+    free(list);
+    if (!ok) {
+        ddph__names_free(names, (size_t)n);
+        errno = ENOMEM;
+        return -1;
+    }
+    *files = names;
+    return n;
+}
+
+void ddph__names_free(char **names, size_t n)
+{
+    if (!names)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t ddph__plugin_names(const char *plugin_path, char ***names)
+{
+    size_t n = 0, cap = 0;
+    char **out = NULL;
+    char *dirs = ddph__strdup(plugin_path ? plugin_path : "");
+    char *save = NULL;
+    for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d;
+         d = strtok_r(NULL, ":", &save)) {
+        char **files;
+        int nf = ddph__plugin_dir_list(d, &files);
+        for (int i = 0; i < nf; i++) {
+            files[i][strlen(files[i]) - 3] = '\0'; /* the stem */
+            if (!valid_name(files[i]))
+                continue;
+            if (n == cap) {
+                size_t c = cap ? 2 * cap : 16;
+                char **grown = realloc(out, c * sizeof *grown);
+                if (!grown)
+                    continue;
+                out = grown;
+                cap = c;
+            }
+            out[n++] = files[i];
+            files[i] = NULL;
+        }
+        if (nf > 0)
+            ddph__names_free(files, (size_t)nf);
+    }
+    free(dirs);
+    if (n)
+        qsort(out, n, sizeof *out, compare_names);
+    size_t u = 0; /* a name in two folders: the first one loads */
+    for (size_t i = 0; i < n; i++) {
+        if (u && strcmp(out[u - 1], out[i]) == 0)
+            free(out[i]);
+        else
+            out[u++] = out[i];
+    }
+    *names = out;
+    return u;
+}
+
+/* " (did you mean 'X'?)" when a hook along plugin_path is a likely typo of
+ * name, else "". */
+static void suggest_name(const char *name, const char *plugin_path,
+                         char *buf, size_t size)
+{
+    char **names;
+    size_t n = ddph__plugin_names(plugin_path, &names);
+    const char *near = ddph__nearest(name, (const char *const *)names, n);
+    snprintf(buf, size, near ? " (did you mean '%s'?)" : "", near);
+    ddph__names_free(names, n);
+}
+
 ddph_status ddph__plugin_resolve(const char *name_or_path,
                                  const char *plugin_path, char **path_out,
                                  ddph_err *err)
 {
     struct stat sb;
     if (strchr(name_or_path, '/')) {
-        if (stat(name_or_path, &sb) != 0)
+        if (stat(name_or_path, &sb) != 0) {
+            int why = errno;
+            /* A hook shipped as source (examples/post_localsgd) is built
+             * with the Makefile next to where the .so will be. */
+            char hint[DDPH__ERR_LEN / 2] = "";
+            char *copy = ddph__strdup(name_or_path);
+            if (copy && why == ENOENT) {
+                char *folder = dirname(copy);
+                char mk[PATH_MAX];
+                snprintf(mk, sizeof mk, "%s/Makefile", folder);
+                if (access(mk, R_OK) == 0)
+                    snprintf(hint, sizeof hint,
+                             " (not built yet? run: make -C %s)", folder);
+            }
+            free(copy);
             return ddph__fail(err, DDPH_ERR_PLUGIN,
-                              "hook plugin %s: %s (path tried: %s)",
-                              name_or_path, strerror(errno), name_or_path);
+                              "hook plugin %s: %s%s", name_or_path,
+                              strerror(why), hint);
+        }
         *path_out = ddph__strdup(name_or_path);
         return *path_out ? DDPH_OK
                          : ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
@@ -70,15 +184,19 @@ ddph_status ddph__plugin_resolve(const char *name_or_path,
             return DDPH_OK;
         }
         size_t used = strlen(tried);
-        snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "",
-                 cand);
+        snprintf(tried + used, sizeof tried - used, "%s%s%s", used ? ", " : "",
+                 cand, stat(d, &sb) != 0 ? " (the folder does not exist)" : "");
         free(cand);
     }
     free(dirs);
+    char near[128];
+    suggest_name(name_or_path, plugin_path, near, sizeof near);
     return ddph__fail(err, DDPH_ERR_PLUGIN,
-                      "hook '%s' not found; paths tried: %s (set "
-                      "[runtime] plugin_path, or give [hook] name as a path)",
-                      name_or_path, tried[0] ? tried : "(plugin_path is empty)");
+                      "hook '%s' not found%s; paths tried: %s (`ddphook "
+                      "plugins` lists the hooks; set [runtime] plugin_path, "
+                      "or give [hook] name as a path)",
+                      name_or_path, near,
+                      tried[0] ? tried : "(plugin_path is empty)");
 }
 
 static const char *who_writes(mode_t mode)

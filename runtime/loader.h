@@ -30,6 +30,16 @@ typedef struct ddph_plugin {
 ddph_status ddph__plugin_resolve(const char *name_or_path,
                                  const char *plugin_path, char **path_out,
                                  ddph_err *err);
+/* The hook files (*.so) in one folder, sorted by name: their file names
+ * in *files (free with ddph__names_free).  Returns how many, or -1 with
+ * errno when the folder cannot be read. */
+int ddph__plugin_dir_list(const char *dir, char ***files);
+/* Every hook name along plugin_path (the stems of the *.so files that are
+ * valid names), sorted and without repeats; folders that cannot be read
+ * are skipped.  Returns how many. */
+size_t ddph__plugin_names(const char *plugin_path, char ***names);
+void ddph__names_free(char **names, size_t n);
+
 ddph_status ddph__plugin_load(const char *name_or_path,
                               const char *plugin_path, int allow_insecure,
                               ddph_plugin **out, ddph_err *err);

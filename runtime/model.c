@@ -231,6 +231,7 @@ ddph_status ddph_model_finalize(ddph_model *m)
                                           m->name);
     const ddph_model_section *ms = ddph__config_model(&ctx->cfg, m->name);
     const char *hook = ms && ms->hook ? ms->hook : ctx->cfg.hook_name;
+    int hook_line = ms && ms->hook ? ms->hook_line : ctx->cfg.hook_line;
     ddph_wrapper wrapper = ms && ms->wrapper_set ? ms->wrapper
                                                  : ctx->cfg.wrapper;
     e.msg[0] = '\0';
@@ -239,9 +240,9 @@ ddph_status ddph_model_finalize(ddph_model *m)
 #else
     void *nccl = NULL;
 #endif
-    ddph_status st = ddph__hook_create(&ctx->cfg, hook, wrapper, m->name,
-                                       &ctx->mpi, nccl, &ctx->log, &m->hook,
-                                       &e);
+    ddph_status st = ddph__hook_create(&ctx->cfg, hook, hook_line, wrapper,
+                                       m->name, &ctx->mpi, nccl, &ctx->log,
+                                       &m->hook, &e);
     if (st == DDPH_OK) {
         m->hook->timeline = &ctx->timeline;
         st = build_buckets(m, &e);

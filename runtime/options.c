@@ -33,6 +33,7 @@ static size_t schema_len(const ddph_option_spec *spec)
 static int parse_value(const ddph_option_spec *s, const char *text,
                        ddph_option_value *v, char *why, size_t whylen)
 {
+    char lo[DDPH__REAL_STR_LEN], hi[DDPH__REAL_STR_LEN];
     switch (s->type) {
     case DDPH_OPT_BOOL:
         if (!ddph__parse_bool(text, &v->b)) {
@@ -46,8 +47,8 @@ static int parse_value(const ddph_option_spec *s, const char *text,
             return 0;
         }
         if ((double)v->i < s->min || (double)v->i > s->max) {
-            snprintf(why, whylen, "%s is out of range [%.17g, %.17g]", text,
-                     s->min, s->max);
+            snprintf(why, whylen, "%s is out of range [%s, %s]", text,
+                     ddph__real_str(s->min, lo), ddph__real_str(s->max, hi));
             return 0;
         }
         return 1;
@@ -57,8 +58,8 @@ static int parse_value(const ddph_option_spec *s, const char *text,
             return 0;
         }
         if (v->r < s->min || v->r > s->max) {
-            snprintf(why, whylen, "%s is out of range [%.17g, %.17g]", text,
-                     s->min, s->max);
+            snprintf(why, whylen, "%s is out of range [%s, %s]", text,
+                     ddph__real_str(s->min, lo), ddph__real_str(s->max, hi));
             return 0;
         }
         return 1;

@@ -121,6 +121,16 @@ const char *ddph__nearest(const char *word, const char *const *candidates,
     return best_d <= limit ? best : NULL;
 }
 
+const char *ddph__real_str(double v, char buf[DDPH__REAL_STR_LEN])
+{
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, DDPH__REAL_STR_LEN, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
 char *ddph__strdup(const char *s)
 {
     size_t n = strlen(s) + 1;

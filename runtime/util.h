@@ -36,6 +36,11 @@ const char *ddph__device_name(ddph_device device);
 const char *ddph__nearest(const char *word, const char *const *candidates,
                           size_t n);
 
+/* v with the fewest digits that read back as v ("65536", "0.001",
+ * "4294967295", "9.5367431640625e-07"), for ranges in messages. */
+#define DDPH__REAL_STR_LEN 32
+const char *ddph__real_str(double v, char buf[DDPH__REAL_STR_LEN]);
+
 /* Copies a string; NULL on allocation failure. */
 char *ddph__strdup(const char *s);
 /* Monotonic seconds. */

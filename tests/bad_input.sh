@@ -34,7 +34,7 @@ else
 fi
 # 100 MB on one line, then 100 MB of short comment lines.
 { printf '[runtime]\nplugin_path = '; head -c 104857600 /dev/zero | tr '\0' a; printf '\n'; } > "$OUT/long.ini"
-expect "100 MB line" "long.ini:2: line longer than 197 characters" \
+expect "100 MB line" "long.ini:2: line longer than 65536 characters" \
     "$B/ddphook" check "$OUT/long.ini"
 { printf '[runtime]\n'; yes '; a comment line of forty-odd characters...' | head -c 104857600; printf '\ntimeout_s = x\n'; } > "$OUT/big.ini"
 lines=$(wc -l < "$OUT/big.ini")
@@ -50,6 +50,23 @@ expect "160,000 keys in one section, parsed within 120 s" \
     "many.ini:6: hook 'allreduce' has no option 'k0'" \
     timeout 120 "$B/ddphook" check "$OUT/many.ini"
 rm -f "$OUT/many.ini"
+# Typos in names: the exact message, with file:line and the nearest name.
+P=$DDPH_TEST_PLUGIN_DIR
+printf '[runtime]\nplugin_path = %s\n[hook]\nname = powersgd\n[hook.powersdg]\nmatrix_approximation_rank = 2\n' "$P" > "$OUT/section.ini"
+expect "a misspelled [hook.NAME] section" \
+    "^ddphook check: $OUT/section.ini:5: \[hook.powersdg\]: no hook 'powersdg' along plugin_path ($P); did you mean \[hook.powersgd\]?\$" \
+    "$B/ddphook" check "$OUT/section.ini"
+printf '[runtime]\nplugin_path = %s:%s/absent\n[hook]\nname = powersdg\n' "$P" "$OUT" > "$OUT/name.ini"
+expect "a misspelled hook name" \
+    "^ddphook check: $OUT/name.ini:4: hook 'powersdg' not found (did you mean 'powersgd'?); paths tried: $P/powersdg.so, $OUT/absent/powersdg.so (the folder does not exist) (\`ddphook plugins\` lists the hooks;" \
+    "$B/ddphook" check "$OUT/name.ini"
+# backend = nccl is checked where the job file is checked.
+if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    printf '[runtime]\nbackend = nccl\nplugin_path = %s\n' "$P" > "$OUT/nccl.ini"
+    expect "backend = nccl without a GPU" \
+        "^ddphook check: $OUT/nccl.ini:2: \[runtime\] backend = nccl: \(no CUDA device on this machine\|this build of ddphook has no NCCL backend\)" \
+        "$B/ddphook" check "$OUT/nccl.ini"
+fi
 expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"
 
 if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then

@@ -14,6 +14,7 @@ if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
     exit 77
 fi
 B=${DDPH_TEST_BUILDDIR:?run through make check}
+. "${DDPH_TEST_SRCDIR:?run through make check}/tests/ranks.sh"
 TIMEOUT_S=3
 LIMIT=$((TIMEOUT_S + 5))
 OUT="$B/tests/out/faults"
@@ -63,16 +64,8 @@ scenario() {
     # Wait until every survivor is gone (or far too long has passed).
     while :; do
         sleep 0.2
-        gone=1
-        for r in $(seq 0 $((victim - 1))); do
-            pid=$(cat "$dir/pid.$r" 2>/dev/null) || { gone=0; break; }
-            if kill -0 "$pid" 2>/dev/null &&
-                [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]; then
-                gone=0
-                break
-            fi
-        done
-        if [ $gone -eq 1 ]; then
+        # shellcheck disable=SC2046 # the ranks, one word each
+        if ranks_gone "$dir" $(seq 0 $((victim - 1))); then
             t_gone=$(now)
             break
         fi
@@ -106,7 +99,7 @@ scenario() {
         for r in $(seq 0 $((victim - 1))); do
             [ -n "$why" ] && break
             pid=$(cat "$dir/pid.$r")
-            if kill -0 "$pid" 2>/dev/null; then
+            if alive "$pid"; then
                 why="rank $r still running"
                 break
             fi
@@ -142,7 +135,7 @@ scenario() {
             fi
             [ -z "$first" ] || awk -v a="$t" -v b="$first" 'BEGIN { exit !(a < b) }' && first=$t
             [ -z "$last" ] || awk -v a="$t" -v b="$last" 'BEGIN { exit !(a > b) }' && last=$t
-            [ $r -eq $victim ] && continue
+            [ "$r" -eq "$victim" ] && continue
             grep -q "^SURVIVOR rank $r: .*$want" "$log" ||
                 why="rank $r's report lacks '$want'"
         done

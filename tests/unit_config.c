@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "job_check.h"
 #include "unit.h"
 
 /* Loads text; returns the status and leaves the message in e. */
@@ -149,27 +150,157 @@ START_TEST(errors_name_file_and_line)
 }
 END_TEST
 
+/* One run names every mistake of the file, one a line, in file order;
+ * the keys under a broken header are not blamed on the section before. */
+START_TEST(every_error_of_a_file)
+{
+    ddph_config cfg;
+    ddph_err e;
+    char path[256], want[2048];
+    ck_assert_int_eq(load("[runtime]\ntimeout_s = x\nbucket_cap_mb = -1\n"
+                          "[hook\nname = powersgd\n[accumulate]\n"
+                          "steps = 0\n[hooks]\nname = y\n",
+                          &cfg, &e, path, sizeof path),
+                     DDPH_ERR_CONFIG);
+    snprintf(want, sizeof want,
+             "%s:2: [runtime] timeout_s = 'x' is not a number\n"
+             "%s:3: [runtime] bucket_cap_mb = -1 is out of range "
+             "[9.5367431640625e-07, 65536]\n"
+             "%s:4: section header '[hook' has no closing ']'\n"
+             "%s:7: [accumulate] steps = 0 is out of range [1, 2147483647]\n"
+             "%s:9: unknown section [hooks]; did you mean [hook]?",
+             path, path, path, path, path);
+    ck_assert_str_eq(e.msg, want);
+    /* Past MAX_ERRORS the list stops. */
+    static char text[4096];
+    strcpy(text, "[runtime]\n");
+    for (int i = 0; i < 20; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 "k%d = 1\n", i);
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path),
+                     DDPH_ERR_CONFIG);
+    snprintf(want, sizeof want, "\n%s: more errors follow; fix these first",
+             path);
+    ck_assert_msg(strstr(e.msg, want) && !strstr(e.msg, "'k8'"), "%s", e.msg);
+}
+END_TEST
+
+START_TEST(numbers_print_as_written)
+{
+    char buf[DDPH__REAL_STR_LEN];
+    ck_assert_str_eq(ddph__real_str(65536, buf), "65536");
+    ck_assert_str_eq(ddph__real_str(4294967295.0, buf), "4294967295");
+    ck_assert_str_eq(ddph__real_str(0.001, buf), "0.001");
+    ck_assert_str_eq(ddph__real_str(1.0 / (1 << 20), buf),
+                     "9.5367431640625e-07");
+}
+END_TEST
+
 START_TEST(long_lines_and_nul_bytes)
 {
-    char text[600];
-    memset(text, 0, sizeof text);
+    /* A 4 KiB plugin_path (inih itself holds 199 bytes): parsed here as
+     * inih would, inline comment and all. */
+    static char text[2 * 65536 + 64];
+    ddph_config cfg;
+    ddph_err e;
+    char path[256];
     strcpy(text, "[runtime]\nplugin_path = ");
     size_t n = strlen(text);
-    memset(text + n, 'a', 400);
-    strcpy(text + n + 400, "\n");
-    expect_error(text, DDPH_ERR_CONFIG, 2, "line longer than");
+    memset(text + n, 'a', 4096);
+    strcpy(text + n + 4096, "  ; why so long\ntimeout_s = 7\n");
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_OK);
+    ck_assert_uint_eq(strlen(cfg.plugin_path), 4096 + strlen(path) -
+                                                   strlen(strrchr(path, '/')) +
+                                                   1);
+    ck_assert(cfg.timeout_s == 7.0);
+    ddph__config_free(&cfg);
+    /* Long comments and long errors too. */
+    strcpy(text, "[runtime]\n; ");
+    n = strlen(text);
+    memset(text + n, 'c', 1000);
+    strcpy(text + n + 1000, "\ntimeout_s = ");
+    n = strlen(text);
+    memset(text + n, '9', 1000);
+    strcpy(text + n + 1000, "x\n");
+    expect_error(text, DDPH_ERR_CONFIG, 3, "[runtime] timeout_s = '999");
+    /* Beyond 64 KiB a line is refused. */
+    strcpy(text, "[runtime]\nplugin_path = ");
+    n = strlen(text);
+    memset(text + n, 'a', 70000);
+    strcpy(text + n + 70000, "\n");
+    expect_error(text, DDPH_ERR_CONFIG, 2, "line longer than 65536 characters");
 
     /* A NUL byte cannot go through the helper's strlen: write it here. */
-    char path[] = "/tmp/ddph-unit-XXXXXX";
-    int fd = mkstemp(path);
+    char nul[] = "/tmp/ddph-unit-XXXXXX";
+    int fd = mkstemp(nul);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq((int)write(fd, "[runtime]\ntime\0out_s = 1\n", 25), 25);
     close(fd);
+    ck_assert_int_eq(ddph__config_load(nul, &cfg, &e), DDPH_ERR_CONFIG);
+    unlink(nul);
+    ck_assert_msg(strstr(e.msg, ":2: NUL byte"), "%s", e.msg);
+}
+END_TEST
+
+/* Collects the warnings of job_check. */
+static void keep_warning(void *user, const char *msg)
+{
+    char *buf = user;
+    size_t used = strlen(buf);
+    snprintf(buf + used, 4096 - used, "%s\n", msg);
+}
+
+/* A misspelled section never changes training silently (issue: the
+ * first hour): options for a hook that does not exist are an error,
+ * options nobody uses and models never created are warnings. */
+START_TEST(sections_nobody_reads)
+{
+    const char *dir = unit_env("DDPH_TEST_PLUGIN_DIR");
+    char text[2048], path[256], want[2048], warnings[4096] = "";
     ddph_config cfg;
     ddph_err e;
-    ck_assert_int_eq(ddph__config_load(path, &cfg, &e), DDPH_ERR_CONFIG);
-    unlink(path);
-    ck_assert_msg(strstr(e.msg, ":2: NUL byte"), "%s", e.msg);
+    snprintf(text, sizeof text,
+             "[runtime]\nplugin_path = %s\n[hook]\nname = powersgd\n\n"
+             "[hook.powersdg]\nmatrix_approximation_rank = 2\n",
+             dir);
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_OK);
+    ck_assert_int_eq(ddph__job_check_hook_sections(&cfg, keep_warning,
+                                                   warnings, &e),
+                     DDPH_ERR_CONFIG);
+    snprintf(want, sizeof want,
+             "%s:6: [hook.powersdg]: no hook 'powersdg' along plugin_path "
+             "(%s); did you mean [hook.powersgd]?",
+             path, dir);
+    ck_assert_str_eq(e.msg, want);
+    ddph__config_free(&cfg);
+
+    snprintf(text, sizeof text,
+             "[runtime]\nplugin_path = %s\n[hook]\nname = powersgd\n"
+             "[hook.powersgd]\nmatrix_approximation_rank = 2\n"
+             "[hook.fp16]\nunused = 1\n[model.mpl]\nwrapper = fp16\n",
+             dir);
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_OK);
+    ck_assert_int_eq(ddph__job_check_hook_sections(&cfg, keep_warning,
+                                                   warnings, &e),
+                     DDPH_OK);
+    snprintf(want, sizeof want,
+             "%s:7: [hook.fp16]: no model of this job uses hook 'fp16' "
+             "([hook] name = powersgd), so these options are ignored\n",
+             path);
+    ck_assert_str_eq(warnings, want);
+    warnings[0] = '\0';
+    const char *created[] = {"mlp", "critic"};
+    ddph__job_check_models(&cfg, created, 2, keep_warning, warnings);
+    snprintf(want, sizeof want,
+             "%s:9: [model.mpl]: the trainer created no model 'mpl', so "
+             "this section was never applied; did you mean [model.mlp]?\n",
+             path);
+    ck_assert_str_eq(warnings, want);
+    warnings[0] = '\0';
+    const char *right[] = {"mpl"};
+    ddph__job_check_models(&cfg, right, 1, keep_warning, warnings);
+    ck_assert_str_eq(warnings, "");
+    ddph__config_free(&cfg);
 }
 END_TEST
 
@@ -215,7 +346,10 @@ Suite *config_suite(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, full_file);
     tcase_add_test(tc, errors_name_file_and_line);
+    tcase_add_test(tc, every_error_of_a_file);
+    tcase_add_test(tc, numbers_print_as_written);
     tcase_add_test(tc, missing_file);
+    tcase_add_test(tc, sections_nobody_reads);
     tcase_add_test(tc, print_round_trips);
     suite_add_tcase(s, tc);
     TCase *lim = tcase_create("Limits");

@@ -80,11 +80,64 @@ START_TEST(missing_file_lists_paths_tried)
 {
     expect_load_error("nosuchhook", "/nowhere/a:/nowhere/b", DDPH_ERR_PLUGIN,
                       "hook 'nosuchhook' not found; paths tried: "
-                      "/nowhere/a/nosuchhook.so, /nowhere/b/nosuchhook.so");
+                      "/nowhere/a/nosuchhook.so (the folder does not exist), "
+                      "/nowhere/b/nosuchhook.so (the folder does not exist) "
+                      "(`ddphook plugins` lists the hooks;");
     expect_load_error("/nowhere/x.so", NULL, DDPH_ERR_PLUGIN,
                       "hook plugin /nowhere/x.so: No such file or directory");
     expect_load_error("bad name!", "/tmp", DDPH_ERR_PLUGIN,
                       "has characters other than");
+    /* A typo of a hook along the path is named; the folder exists. */
+    char want[1024];
+    snprintf(want, sizeof want,
+             "hook 'powersdg' not found (did you mean 'powersgd'?); paths "
+             "tried: %s/powersdg.so (`ddphook plugins`",
+             unit_env("DDPH_TEST_PLUGIN_DIR"));
+    expect_load_error("powersdg", unit_env("DDPH_TEST_PLUGIN_DIR"),
+                      DDPH_ERR_PLUGIN, want);
+}
+END_TEST
+
+/* A hook shipped as source (a folder with a Makefile) that is not built
+ * yet: the message says how to build it. */
+START_TEST(unbuilt_hook_says_how_to_build_it)
+{
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[600], want[1400];
+    snprintf(path, sizeof path, "%s/Makefile", dir);
+    FILE *f = fopen(path, "w");
+    fputs("all:\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/myhook.so", dir);
+    snprintf(want, sizeof want,
+             "hook plugin %s: No such file or directory (not built yet? "
+             "run: make -C %s)",
+             path, dir);
+    expect_load_error(path, NULL, DDPH_ERR_PLUGIN, want);
+    snprintf(path, sizeof path, "%s/Makefile", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* ddphook plugins and the suggestions list hooks by name, sorted, each
+ * once, whatever order the folders return them in. */
+START_TEST(plugin_names_sorted_unique)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s:/nowhere:%s", unit_env("DDPH_TEST_PLUGIN_DIR"),
+             unit_env("DDPH_TEST_PLUGIN_DIR"));
+    char **names;
+    size_t n = ddph__plugin_names(path, &names);
+    ck_assert_uint_ge(n, 5);
+    for (size_t i = 1; i < n; i++)
+        ck_assert_msg(strcmp(names[i - 1], names[i]) < 0, "%s before %s",
+                      names[i - 1], names[i]);
+    ck_assert_str_eq(names[0], "allreduce");
+    ddph__names_free(names, n);
+    char **files;
+    ck_assert_int_eq(ddph__plugin_dir_list("/nowhere", &files), -1);
 }
 END_TEST
 
@@ -335,6 +388,8 @@ Suite *loader_suite(void)
     tcase_add_test(tc, shipped_allreduce_loads_by_name);
     tcase_add_test(tc, powersgd_declines_minor_0_hosts);
     tcase_add_test(tc, missing_file_lists_paths_tried);
+    tcase_add_test(tc, unbuilt_hook_says_how_to_build_it);
+    tcase_add_test(tc, plugin_names_sorted_unique);
     tcase_add_test(tc, not_a_shared_object);
     tcase_add_test(tc, abi_errors);
     tcase_add_test(tc, older_minor_loads_and_reads_nothing_past_its_size);

@@ -13,6 +13,7 @@
 set -u
 B=${DDPH_TEST_BUILDDIR:?run through make check-cluster}
 S=${DDPH_TEST_SRCDIR:?run through make check-cluster}
+. "$S/tests/ranks.sh"
 C="$S/tests/cluster/cluster.sh"
 OUT="$B/tests/out/cluster"
 rm -rf "$OUT"
@@ -63,16 +64,7 @@ start=$(date +%s)
 # Every rank's process gone, or far too long.
 while :; do
     sleep 0.5
-    gone=1
-    for r in 0 1 2 3; do
-        pid=$(cat "$dir/pid.$r" 2>/dev/null) || { gone=0; break; }
-        if kill -0 "$pid" 2>/dev/null &&
-            [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]; then
-            gone=0
-            break
-        fi
-    done
-    [ $gone -eq 1 ] && break
+    ranks_gone "$dir" 0 1 2 3 && break
     [ $(($(date +%s) - start)) -gt $((LIMIT + 40)) ] && break
 done
 # hydra cannot hear from the cut-off host and waits: cluster.sh's trap
@@ -85,7 +77,7 @@ stamp=$(cat "$dir/fault" 2>/dev/null)
 worst=0
 for r in 0 1 2 3; do
     [ -n "$why" ] && break
-    if kill -0 "$(cat "$dir/pid.$r")" 2>/dev/null; then
+    if alive "$(cat "$dir/pid.$r")"; then
         why="rank $r still running"
         break
     fi
@@ -114,7 +106,7 @@ else
     echo "FAIL: link cut mid-step: $why"
     cat "$dir/log" "$dir"/report.* 2>/dev/null | sed 's/^/    /'
 fi
-[ -z "$(ip netns list 2>/dev/null | grep '^ddph')" ] ||
+ip netns list 2>/dev/null | grep -q '^ddph' &&
     { fail=$((fail + 1)); echo "FAIL: namespaces left behind: $(ip netns list | grep '^ddph')"; }
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
