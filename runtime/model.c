@@ -274,6 +274,48 @@ ddph_status ddph_model_grad_ptr(ddph_model *m, int index, void **out)
     return DDPH_OK;
 }
 
+int ddph_model_accumulate_steps(const ddph_model *m)
+{
+    return m ? m->accumulate_steps : -1;
+}
+
+const char *ddph_model_hook_name(const ddph_model *m)
+{
+    if (!m)
+        return NULL;
+    if (m->hook)
+        return m->hook->plugin->api.name;
+    const ddph_model_section *ms = ddph__config_model(&m->ctx->cfg, m->name);
+    return ms && ms->hook ? ms->hook : m->ctx->cfg.hook_name;
+}
+
+ddph_status ddph_describe(const ddph_ctx *ctx, FILE *out)
+{
+    if (!ctx || !out)
+        return DDPH_ERR_INVALID;
+    ddph__config_print(&ctx->cfg, out);
+    fprintf(out, "\n; %d rank%s, backend %s\n", ctx->mpi.world.size,
+            ctx->mpi.world.size == 1 ? "" : "s",
+            ctx->cfg.backend == DDPH_BACKEND_NCCL ? "nccl" : "mpi");
+    for (int i = 0; i < ctx->nmodels; i++) {
+        const ddph_model *m = ctx->models[i];
+        fprintf(out, "; model '%s': %d parameter%s, accumulate_steps %d",
+                m->name, m->nparams, m->nparams == 1 ? "" : "s",
+                m->accumulate_steps);
+        if (!m->finalized) {
+            fputs(", not finalized\n", out);
+            continue;
+        }
+        size_t numel = 0;
+        for (int b = 0; b < m->nbuckets; b++)
+            numel += m->buckets[b].numel;
+        fprintf(out, ", %d bucket%s (%zu elements)\n", m->nbuckets,
+                m->nbuckets == 1 ? "" : "s", numel);
+        ddph__hook_describe(m->hook, out);
+    }
+    return ferror(out) ? DDPH_ERR_IO : DDPH_OK;
+}
+
 int ddph_model_bucket_count(const ddph_model *m)
 {
     return m && m->finalized ? m->nbuckets : 0;

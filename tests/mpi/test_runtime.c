@@ -41,6 +41,8 @@
  *             before dividing, as PyTorch), through bf16 they stay finite
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
+#include "build-config.h"
+
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
@@ -798,8 +800,33 @@ static void run_two_models(void)
     model_fixture gen, disc;
     fx_named(ctx, &gen, "gen");
     fx_named(ctx, &disc, "disc");
+    /* What the job chose, before finalize: a trainer scales its loss. */
+    CHECK(ddph_model_accumulate_steps(gen.m) == 2 &&
+              ddph_model_accumulate_steps(disc.m) == 4 &&
+              ddph_model_accumulate_steps(NULL) == -1,
+          "accumulate_steps %d %d", ddph_model_accumulate_steps(gen.m),
+          ddph_model_accumulate_steps(disc.m));
+    CHECK(strcmp(ddph_model_hook_name(gen.m), "powersgd") == 0, "gen's hook");
     CHECK_OK(ddph_model_finalize(gen.m), ctx);
     CHECK_OK(ddph_model_finalize(disc.m), ctx);
+    CHECK(strcmp(ddph_model_hook_name(disc.m), "fp16") == 0, "disc's hook");
+    /* ddph_describe: the resolved job, then each model's hook. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    CHECK_OK(ddph_describe(ctx, mem), ctx);
+    fclose(mem);
+    static const char *const needles[] = {
+        "[accumulate]\nsteps = 4 ", "\n[model.gen]\nhook = powersgd\n",
+        "; model 'gen': 6 parameters, accumulate_steps 2, 3 buckets",
+        "hook powersgd 1.0.0 wrapper none\n",
+        "hook option start_powerSGD_iter = 2",
+        "; model 'disc': 6 parameters, accumulate_steps 4, 3 buckets",
+        "hook fp16 1.0.0 wrapper none\n"};
+    for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
+        CHECK(strstr(text, needles[i]), "describe lacks '%s' in:\n%s",
+              needles[i], text);
+    free(text);
     ddph_model *both[2] = {gen.m, disc.m};
     /* Together: gen's window of 2 decides for both. */
     for (int s = 0; s < 4; s++) {

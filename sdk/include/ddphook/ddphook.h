@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <ddphook/status.h>
 #include <ddphook/types.h>
@@ -131,6 +132,21 @@ typedef struct ddph_bucket_info {
     uint64_t hook_calls;    /* on_bucket calls started so far */
     uint64_t bytes_on_wire; /* bytes this bucket's hooks sent, all calls */
 } ddph_bucket_info;
+
+/* What the job file chose for this model ([model.NAME] over [accumulate]
+ * and [hook]), from ddph_model_create on:
+ *  - accumulate_steps: backward passes per synchronisation (N), e.g. to
+ *    scale the loss by 1/N up front; -1 for a NULL model;
+ *  - hook name: as the job file wrote it (a name, or a path) until
+ *    finalize, then the name the loaded hook declares. */
+int ddph_model_accumulate_steps(const ddph_model *model);
+const char *ddph_model_hook_name(const ddph_model *model);
+
+/* Prints the job as this rank runs it: the resolved configuration as an
+ * INI (every default filled in, as `ddphook check` prints it), then for
+ * each finalized model its hook, version, wrapper, options, accumulation
+ * and buckets.  For a trainer's log; any rank may call it. */
+ddph_status ddph_describe(const ddph_ctx *ctx, FILE *out);
 
 int ddph_model_bucket_count(const ddph_model *model);
 /* Fills *out for bucket `index`; the params array stays valid until
