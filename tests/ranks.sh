@@ -3,10 +3,15 @@
 # tests/cluster/check.sh) to tell whether a job's ranks have ended.  Each
 # rank of tests/mpi/fault_trainer writes its pid to DIR/pid.RANK.
 
-# Whether process $1 still runs.  A zombie has ended: its parent (the
-# launcher's proxy) may be slow to reap it on a loaded machine.
+# Whether process $1 still runs, from one reading of its state.  A zombie
+# has ended: its parent (the launcher's proxy) may be slow to reap it on a
+# loaded machine, and may reap it at any moment, so the state is read once
+# (no separate kill -0 and ps, which raced).
 alive() {
-    kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" | cut -c1)" != Z ]
+    case $(ps -o stat= -p "$1" 2>/dev/null) in
+    "" | Z*) return 1 ;;
+    esac
+    return 0
 }
 
 # ranks_gone DIR RANK...: true once every listed rank has written its pid
