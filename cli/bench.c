@@ -47,6 +47,7 @@ static const char bench_usage[] =
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
     "           [--view] [--dtype T] [--plugin-path DIRS] [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
+    "       ddphook bench shapes [--model NAME]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
     "           [--repeats R] [--plugin-path DIRS]\n"
     "\n"
@@ -69,6 +70,9 @@ static const char bench_usage[] =
     "             default f32, or the trace's); --csv FILE writes the table.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
     "             powersgd,batched_powersgd by default\n"
+    "  shapes     the model preset's parameters, one a line in registration\n"
+    "             order: NAME D0 [D1 ...] (what a peer benchmark, e.g.\n"
+    "             tests/cluster/peers/pytorch_ddp.py, builds its model from)\n"
     "  gpu        the nccl backend, one GPU per rank (needs a CUDA device):\n"
     "             the CUDA cast kernels on N MiB (default 64) as a ratio to\n"
     "             a device-to-device cudaMemcpy of the same f32 bytes (both\n"
@@ -310,17 +314,24 @@ static size_t *bucket_bytes(const hook_bench *hb, const preset_param *pp,
 
 /* Median seconds of a raw MPI_Allreduce of `buf` in pieces of the given
  * byte counts, summed as f32 (MPI has no half types: the runtime brings
- * its own reduction for them), one blocking call after the other. */
+ * its own reduction for them), one blocking call after the other.  With
+ * `split`, each piece goes in calls of at most DDPH__MPI_PIECE_BYTES, as
+ * the runtime issues them (MPICH is far slower on larger messages here). */
 static double raw_allreduce(float *buf, const size_t *bytes, int n,
-                            int repeats, double *t)
+                            int split, int repeats, double *t)
 {
+    const size_t most = split ? DDPH__MPI_PIECE_BYTES / 4 : (size_t)1 << 30;
     for (int s = 0; s < repeats + 1; s++) {
         double t0 = barrier_time();
         float *p = buf;
         for (int b = 0; b < n; b++) {
             size_t count = (bytes[b] + 3) / 4;
-            MPI_Allreduce(MPI_IN_PLACE, p, (int)count, MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD);
+            for (size_t done = 0; done < count;) {
+                size_t k = count - done < most ? count - done : most;
+                MPI_Allreduce(MPI_IN_PLACE, p + done, (int)k, MPI_FLOAT,
+                              MPI_SUM, MPI_COMM_WORLD);
+                done += k;
+            }
             p += count;
         }
         double dt = slowest(MPI_Wtime() - t0);
@@ -425,9 +436,9 @@ static int bench_hooks(hook_bench *hb)
             MPI_Finalize();
         return 1;
     }
-    double base = raw_allreduce(raw, bb, nb, hb->repeats, t);
+    double base = raw_allreduce(raw, bb, nb, 1, hb->repeats, t);
     size_t one = bytes_total;
-    double base_one = raw_allreduce(raw, &one, 1, hb->repeats, t);
+    double base_one = raw_allreduce(raw, &one, 1, 0, hb->repeats, t);
     double bytes = (double)bytes_total, bus = 2.0 * (world - 1) / world;
     FILE *csv = NULL;
     if (rank == 0) {
@@ -436,11 +447,11 @@ static int bench_hooks(hook_bench *hb)
                label, np, bytes / 1048576, ddph__dtype_name(hb->dtype), world,
                hb->cap_mb,
                hb->view ? ", gradient_as_bucket_view" : "", hb->repeats);
-        printf("baseline: raw MPI_Allreduce over the same %d buckets: %.2f "
-               "ms, bus bandwidth %.2f GB/s\n"
+        printf("baseline: raw MPI_Allreduce over the same %d buckets (calls "
+               "of at most %zu MiB): %.2f ms, bus bandwidth %.2f GB/s\n"
                "          one raw MPI_Allreduce of all %.4g MiB: %.2f ms\n\n",
-               nb, base * 1e3, bytes * bus / base / 1e9, bytes / 1048576,
-               base_one * 1e3);
+               nb, DDPH__MPI_PIECE_BYTES >> 20, base * 1e3,
+               bytes * bus / base / 1e9, bytes / 1048576, base_one * 1e3);
         printf("%-20s %14s %12s %12s %14s %12s\n", "hook", "bytes/step",
                "ms/step", "busbw GB/s", "x raw buckets", "x one call");
         if (hb->csv && !(csv = fopen(hb->csv, "w")))
@@ -482,6 +493,26 @@ static int bench_hooks(hook_bench *hb)
         ddph__mpi_finalize_watched(30); /* see backend_mpi.h */
     }
     return rc;
+}
+
+static int print_shapes(const char *model)
+{
+    preset_param *p;
+    int n;
+    if (!preset_load(model, &p, &n)) {
+        fprintf(stderr, "ddphook bench shapes: unknown model '%s' (gpt2-124m, "
+                        "resnet50, mlp)\n",
+                model);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        printf("%s", p[i].name);
+        for (int d = 0; d < p[i].ndim; d++)
+            printf(" %lld", (long long)p[i].shape[d]);
+        putchar('\n');
+    }
+    free(p);
+    return 0;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -540,6 +571,8 @@ int cmd_bench(int argc, char **argv)
                          hb.plugin_path);
     if (strcmp(what, "casts") == 0)
         return bench_casts(mib ? mib : 64, repeats ? repeats : 7);
+    if (strcmp(what, "shapes") == 0)
+        return print_shapes(hb.model ? hb.model : "resnet50");
     hb.repeats = repeats ? repeats : 10;
     hb.mib = mib;
     if (strcmp(what, "hooks") == 0) {

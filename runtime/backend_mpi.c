@@ -17,6 +17,14 @@
 /* Elements per MPI call: counts are int in MPI-3. */
 #define CHUNK ((size_t)1 << 30)
 
+/* Elements of the next piece of an allreduce or broadcast of `count`
+ * elements of `es` bytes (DDPH__MPI_PIECE_BYTES). */
+static size_t piece(size_t count, size_t es)
+{
+    size_t most = DDPH__MPI_PIECE_BYTES / es;
+    return count < most ? count : most;
+}
+
 /* ---- faults --------------------------------------------------------------- */
 
 enum { NOTICE_TAG = 17, CLOSE_TAG = 18 };
@@ -531,7 +539,7 @@ ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
     char *p = buf;
     /* An empty allreduce still synchronises, as PyTorch's does. */
     do {
-        size_t n = count < CHUNK ? count : CHUNK;
+        size_t n = piece(count, es);
         MPI_Request req;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, n ? (void *)p : NULL, (int)n,
                                 mpi_type(m, dtype), mpi_op(m, dtype, op),
@@ -580,7 +588,7 @@ ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
     size_t es = ddph__dtype_size(dtype);
     char *p = buf;
     do {
-        size_t n = count < CHUNK ? count : CHUNK;
+        size_t n = piece(count, es);
         MPI_Request req;
         int rc = MPI_Ibcast(p, (int)n, mpi_type(m, dtype), root, g->comm, &req);
         if (rc != MPI_SUCCESS)
