@@ -282,6 +282,18 @@ static ddph_status gpu_nonfinite_report(ddph_model *m, ddph_err *err)
     return st;
 }
 
+/* The averaged gradients of a host bucket back into the trainer's memory
+ * (plain memcpy: both sides are host memory). */
+static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
+{
+    size_t es = ddph__dtype_size(bk->dtype);
+    for (int j = 0; j < bk->nparams; j++) {
+        const ddph_param *p = &m->params[bk->params[j]];
+        memcpy(p->grad, (const char *)bk->storage + p->offset * es,
+               p->numel * es);
+    }
+}
+
 ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
 {
     ddph_status st = DDPH_OK;
@@ -300,14 +312,23 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             ddph__mpi_fail_job(&ctx->mpi, st, err->msg);
         }
     }
-    pthread_mutex_lock(&ctx->mu);
+    /* Host buckets are copied back one by one as their hooks finish, by
+     * this (otherwise idle) thread while the communication thread works
+     * on the next ones. */
+    int early = !ctx->cfg.gradient_as_bucket_view && !ctx->comm_stream;
     for (int k = 0; k < ctx->nstep_models; k++) {
         ddph_model *m = ctx->step_models[k];
-        for (int b = 0; b < m->next_launch; b++)
-            while (m->buckets[b].state != DDPH_BUCKET_DONE)
+        for (int b = 0; b < m->next_launch; b++) {
+            ddph_rt_bucket *bk = &m->buckets[b];
+            pthread_mutex_lock(&ctx->mu);
+            while (bk->state != DDPH_BUCKET_DONE)
                 pthread_cond_wait(&ctx->done, &ctx->mu);
+            pthread_mutex_unlock(&ctx->mu);
+            if (early && bk->status == DDPH_OK &&
+                !atomic_load(&ctx->mpi.broken))
+                copy_back(m, bk);
+        }
     }
-    pthread_mutex_unlock(&ctx->mu);
     /* Failed here or elsewhere: the gradients are not worth copying. */
     ddph_status fault = ddph__mpi_fault(&ctx->mpi, err);
     if (fault != DDPH_OK)
@@ -338,7 +359,7 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                                                 : "hook failed (no message)");
                 continue;
             }
-            if (ctx->cfg.gradient_as_bucket_view)
+            if (ctx->cfg.gradient_as_bucket_view || early)
                 continue;
             size_t es = ddph__dtype_size(bk->dtype);
             for (int j = 0; j < bk->nparams; j++) {
