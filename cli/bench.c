@@ -34,6 +34,7 @@
 #include "bench_common.h"
 #include "bench_gpu.h"
 #include "commands.h"
+#include "config.h"
 #include "cpu_ops.h"
 #include "presets.h"
 #include "trace.h"
@@ -45,7 +46,8 @@ static const char bench_usage[] =
     "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
     "           --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
-    "           [--view] [--dtype T] [--plugin-path DIRS] [--csv FILE]\n"
+    "           [--view] [--lanes N] [--dtype T] [--plugin-path DIRS]\n"
+    "           [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "       ddphook bench shapes [--model NAME]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
@@ -65,7 +67,8 @@ static const char bench_usage[] =
     "             one MPI_Allreduce of all the bytes), summed as f32.\n"
     "             PowerSGD variants start compressing after 2\n"
     "             warm-up steps, with rank R (default 4).  --view uses\n"
-    "             gradient_as_bucket_view (no copies in or out); --dtype T\n"
+    "             gradient_as_bucket_view (no copies in or out); --lanes N\n"
+    "             sets [runtime] lanes (default 1); --dtype T\n"
     "             registers gradients of dtype T (f32, f16, bf16, f64;\n"
     "             default f32, or the trace's); --csv FILE writes the table.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
@@ -155,7 +158,7 @@ typedef struct hook_bench {
     const char *dtype_name; /* --dtype, or NULL */
     ddph_dtype dtype;
     size_t mib;
-    int repeats, rank, view;
+    int repeats, rank, view, lanes;
     double cap_mb;
 } hook_bench;
 
@@ -181,8 +184,8 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     char path[256], keys[256];
     snprintf(keys, sizeof keys,
              "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
-             "gradient_as_bucket_view = %s\n",
-             hb->cap_mb, hb->view ? "true" : "false");
+             "gradient_as_bucket_view = %s\nlanes = %d\n",
+             hb->cap_mb, hb->view ? "true" : "false", hb->lanes);
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, hook,
                          hb->rank))
         return 0;
@@ -519,7 +522,8 @@ int cmd_bench(int argc, char **argv)
 {
     size_t mib = 0;
     int repeats = 0;
-    hook_bench hb = {.model = NULL, .hooks = NULL, .rank = 4, .cap_mb = 25};
+    hook_bench hb = {.model = NULL, .hooks = NULL, .rank = 4, .cap_mb = 25,
+                     .lanes = 1};
     static const struct option opts[] = {
         {"mib", required_argument, NULL, 'm'},
         {"repeats", required_argument, NULL, 'r'},
@@ -530,6 +534,7 @@ int cmd_bench(int argc, char **argv)
         {"bucket-cap-mb", required_argument, NULL, 'b'},
         {"rank", required_argument, NULL, 'R'},
         {"view", no_argument, NULL, 'v'},
+        {"lanes", required_argument, NULL, 'L'},
         {"csv", required_argument, NULL, 'c'},
         {"dtype", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
@@ -547,6 +552,7 @@ int cmd_bench(int argc, char **argv)
         case 'b': hb.cap_mb = atof(optarg); break;
         case 'R': hb.rank = atoi(optarg); break;
         case 'v': hb.view = 1; break;
+        case 'L': hb.lanes = atoi(optarg); break;
         case 'c': hb.csv = optarg; break;
         case 'd': hb.dtype_name = optarg; break;
         default:
@@ -554,7 +560,8 @@ int cmd_bench(int argc, char **argv)
             return c == 'h' ? 0 : 2;
         }
     }
-    if (optind >= argc || repeats < 0 || hb.rank < 1 || hb.cap_mb <= 0) {
+    if (optind >= argc || repeats < 0 || hb.rank < 1 || hb.cap_mb <= 0 ||
+        hb.lanes < 1 || hb.lanes > DDPH__MAX_LANES) {
         fputs(bench_usage, stderr);
         return 2;
     }

@@ -360,6 +360,30 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     return DDPH_OK;
 }
 
+ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
+                                  struct ddph_group **out, ddph_err *err)
+{
+    out[0] = &m->world;
+    for (int i = 1; i < n; i++) {
+        struct ddph_group *g = calloc(1, sizeof *g);
+        if (!g)
+            return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+        g->comm = MPI_COMM_NULL;
+        ddph_status st = dup_world(m, &g->comm, "MPI_Comm_idup (lanes)", err);
+        if (st != DDPH_OK) {
+            free(g);
+            return st;
+        }
+        g->rank = m->world.rank;
+        g->size = m->world.size;
+        g->owned = 1;
+        g->next = m->groups; /* freed with the hooks' groups */
+        m->groups = g;
+        out[i] = g;
+    }
+    return DDPH_OK;
+}
+
 /* MPI_Finalize can block after the job is over: MPICH 4.0's ch4:ucx
  * closes its endpoints, waiting for each peer's acknowledgement, then
  * enters a blocking PMI barrier; a rank already in that barrier no longer

@@ -145,6 +145,11 @@ ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
 ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
                                    char **out, size_t *total, ddph_err *err);
 
+/* The communicators of the communication lanes: out[0] is the world,
+ * out[1..n-1] duplicates of it, made within timeout_s.  Collective: every
+ * rank must ask for the same n. */
+ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
+                                  struct ddph_group **out, ddph_err *err);
 ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
                             int key, struct ddph_group **out, ddph_err *err);
 /* This rank's index among the ranks of `comm` on its host (a shared-memory

@@ -68,6 +68,9 @@ static const key_spec key_table[] = {
     {.section = "runtime", .key = "check_finite", .type = K_BOOL,
      .offset = AT(check_finite),
      .doc = "report the first NaN/Inf gradient (bucket, parameter)"},
+    {.section = "runtime", .key = "lanes", .type = K_INT,
+     .offset = AT(lanes), .min = 1, .max = DDPH__MAX_LANES,
+     .doc = "buckets in flight at once, for hooks that allow it"},
     {.section = "accumulate", .key = "steps", .type = K_INT,
      .offset = AT(accumulate_steps), .min = 1, .max = INT_MAX,
      .doc = "backward passes per synchronisation"},
@@ -643,6 +646,7 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
     cfg->first_bucket_cap_mb = 1.0;
     cfg->timeout_s = DDPH__DEFAULT_TIMEOUT_S;
     cfg->accumulate_steps = 1;
+    cfg->lanes = 1;
     cfg->wrapper = DDPH_WRAP_NONE;
     cfg->path = ddph__strdup("(defaults)");
     cfg->plugin_path = ddph__strdup(DDPH_PLUGIN_DIR);

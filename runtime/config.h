@@ -45,6 +45,9 @@ typedef struct ddph_model_section {
     int accumulate_steps;
 } ddph_model_section;
 
+/* [runtime] lanes: at most this many communication threads. */
+#define DDPH__MAX_LANES 8
+
 /* [runtime] timeout_s when the job file does not set it. */
 #define DDPH__DEFAULT_TIMEOUT_S 600.0
 
@@ -62,6 +65,7 @@ typedef struct ddph_config {
     int allow_insecure_plugins;
     char *trace; /* Chrome/Perfetto timeline file, or NULL */
     int check_finite;
+    int lanes; /* communication threads, each with its own communicator */
 
     /* [accumulate] */
     int accumulate_steps;

@@ -42,6 +42,22 @@ ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
     return ddph__ctx_fail(ctx, st, &e);
 }
 
+/* Every rank makes the same number of lane communicators (a collective
+ * each): a job file whose [runtime] lanes differs between ranks is an
+ * error on every rank, not a hang. */
+static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
+{
+    int64_t v[2] = {ctx->cfg.lanes, -(int64_t)ctx->cfg.lanes};
+    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 2, DDPH_MAX, err);
+    if (st == DDPH_OK && v[0] != -v[1])
+        st = ddph__fail(err, DDPH_ERR_CONFIG,
+                        "%s: [runtime] lanes differs between ranks (%lld on "
+                        "some, %lld on others; this rank has %d)",
+                        ctx->cfg.path, (long long)-v[1], (long long)v[0],
+                        ctx->cfg.lanes);
+    return st;
+}
+
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                       ddph_ctx **out)
 {
@@ -53,7 +69,6 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ddph__logger_init(&ctx->log);
     ddph__timeline_init(&ctx->timeline, 0);
     pthread_mutex_init(&ctx->mu, NULL);
-    pthread_cond_init(&ctx->work, NULL);
     pthread_cond_init(&ctx->done, NULL);
     ddph_err e, cfg_err;
     ddph_status cfg_st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &cfg_err)
@@ -95,6 +110,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     }
 #endif
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
+    if (st == DDPH_OK)
+        st = agree_lanes(ctx, &e);
     if (st == DDPH_OK)
         st = ddph__reducer_start(ctx, &e);
     if (st != DDPH_OK) {
@@ -198,7 +215,6 @@ ddph_status ddph_close(ddph_ctx *ctx)
                       e.msg);
     }
     ddph__config_free(&ctx->cfg);
-    pthread_cond_destroy(&ctx->work);
     pthread_cond_destroy(&ctx->done);
     pthread_mutex_destroy(&ctx->mu);
     free(ctx);

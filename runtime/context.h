@@ -70,6 +70,10 @@ struct ddph_model {
     int nbuckets;
     int next_launch;    /* lowest bucket not yet launched this step */
     ddph_hook *hook;
+    /* The hook as each lane sees it (lane_hooks[0] = hook); only lane 0
+     * unless the hook allows concurrent buckets. */
+    ddph_hook *lane_hooks[DDPH__MAX_LANES];
+    int nlanes;
     int accumulate_steps;
     int window;         /* backward passes accumulated since last sync */
     uint64_t iteration; /* synchronised steps so far */
@@ -80,11 +84,28 @@ struct ddph_model {
                                 parameter, device memory (else NULL) */
 };
 
-/* One job of the queue the communication thread serves. */
+/* One job of the queue a communication lane serves. */
 typedef struct ddph_job {
     ddph_model *model;
     int bucket;
 } ddph_job;
+
+/* A communication lane: a thread that runs hooks, with a communicator of
+ * its own, so that buckets on different lanes need no common order (lane 0
+ * uses the world).  A model whose hook allows it (flag
+ * DDPH_PLUGIN_CONCURRENT_BUCKETS) spreads its buckets over the lanes,
+ * bucket b on lane b % nlanes; any other model uses lane 0 alone.  Each
+ * lane serves its queue in order, the same on every rank. */
+typedef struct ddph_lane {
+    int index;
+    struct ddph_group *group;
+    struct ddph_ctx *ctx;
+    pthread_t thread;
+    int started;
+    pthread_cond_t work; /* guarded by ctx->mu */
+    ddph_job *queue;
+    size_t qcap, qhead, qtail;
+} ddph_lane;
 
 struct ddph_ctx {
     ddph_config cfg;
@@ -113,14 +134,11 @@ struct ddph_ctx {
     int waited;  /* step_wait returned for this step */
     int syncs;   /* this step synchronises */
 
-    /* Communication thread and its queue (guarded by mu). */
-    pthread_t thread;
-    int thread_started;
+    /* Communication lanes and their queues (guarded by mu). */
+    ddph_lane lanes[DDPH__MAX_LANES];
+    int nlanes;
     pthread_mutex_t mu;
-    pthread_cond_t work;
     pthread_cond_t done;
-    ddph_job *queue;
-    size_t qcap, qhead, qtail;
     int stop;
 };
 

@@ -3,6 +3,7 @@
 
 #include "hook.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
     }
     h->mpi = mpi;
     h->nccl = nccl;
+    h->track = DDPH_TRACK_COMM;
     h->log = log;
     h->wrapper = wrapper;
     ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
@@ -59,10 +61,38 @@ fail:
     return st;
 }
 
+int ddph__hook_concurrent(const ddph_hook *h)
+{
+    const ddph_plugin *p = h->plugin;
+    return p->plugin_size >= offsetof(ddph_plugin_api_v1, flags) +
+                                 sizeof p->api.flags &&
+           (p->api.flags & DDPH_PLUGIN_CONCURRENT_BUCKETS);
+}
+
+ddph_status ddph__hook_lane_view(const ddph_hook *h, int lane,
+                                 struct ddph_group *world, ddph_hook **out,
+                                 ddph_err *err)
+{
+    ddph_hook *v = malloc(sizeof *v);
+    if (!v)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    *v = *h;
+    v->is_lane_view = 1;
+    v->track = DDPH_TRACK_COMM + lane;
+    v->services.world = world;
+    v->services.host = v;
+    *out = v;
+    return DDPH_OK;
+}
+
 void ddph__hook_destroy(ddph_hook *h)
 {
     if (!h)
         return;
+    if (h->is_lane_view) {
+        free(h);
+        return;
+    }
     if (h->plugin && h->state)
         h->plugin->api.destroy(&h->services, h->state);
     ddph__options_free(h->options);

@@ -27,6 +27,8 @@ typedef struct ddph_hook {
     const ddph_logger *log;
     char *model;           /* for messages */
     ddph_timeline *timeline; /* the job's, for collective spans */
+    int track;             /* its timeline track: DDPH_TRACK_COMM + lane */
+    int is_lane_view;      /* a lane's view: shares plugin and state */
     char prefix[160];      /* "hook 'x' (model 'm'): " for its log lines */
     /* Per call: set by the runtime around each plugin call. */
     uint64_t call_bytes;   /* bytes handed to collectives */
@@ -43,6 +45,17 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err);
 void ddph__hook_destroy(ddph_hook *h);
+
+/* Whether the plugin lets buckets run at once on several lanes
+ * (DDPH_PLUGIN_CONCURRENT_BUCKETS, ABI minor 2). */
+int ddph__hook_concurrent(const ddph_hook *h);
+/* The hook as lane `lane` sees it: the same plugin, options and state,
+ * with a services table of its own whose world is `world` and its own
+ * per-call byte count and message.  Freed with ddph__hook_destroy (which
+ * leaves what it shares alone). */
+ddph_status ddph__hook_lane_view(const ddph_hook *h, int lane,
+                                 struct ddph_group *world, ddph_hook **out,
+                                 ddph_err *err);
 
 /* Runs on_bucket on b (with the wrapper's casts when configured); `scratch`
  * is a buffer of b->numel half elements for the wrapper (NULL without).

@@ -247,6 +247,17 @@ ddph_status ddph_model_finalize(ddph_model *m)
         m->hook->timeline = &ctx->timeline;
         st = build_buckets(m, &e);
     }
+    /* Lanes: the hook's view from each lane, when it allows concurrent
+     * buckets; else lane 0 alone. */
+    m->nlanes = 1;
+    if (st == DDPH_OK) {
+        m->lane_hooks[0] = m->hook;
+        int n = ddph__hook_concurrent(m->hook) ? ctx->nlanes : 1;
+        for (; m->nlanes < n && st == DDPH_OK; m->nlanes++)
+            st = ddph__hook_lane_view(m->hook, m->nlanes,
+                                      ctx->lanes[m->nlanes].group,
+                                      &m->lane_hooks[m->nlanes], &e);
+    }
     if (st != DDPH_OK)
         ddph__err_prefix(&e, "model '%s'", m->name);
     /* Every rank takes part, even one that failed above, so that nobody
@@ -376,6 +387,8 @@ void ddph__model_free(ddph_model *m)
         free(m->params[i].shape);
     }
     free(m->params);
+    for (int i = 1; i < m->nlanes; i++)
+        ddph__hook_destroy(m->lane_hooks[i]);
     ddph__hook_destroy(m->hook);
     free(m->name);
     free(m);

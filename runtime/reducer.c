@@ -1,11 +1,13 @@
 /* reducer.c: readiness tracking, strictly in-order launch, the
- * communication thread that runs the hooks, and the copy back.
+ * communication lanes that run the hooks, and the copy back.
  *
  * The trainer thread copies a gradient into its bucket as soon as it is
  * ready and, when that completes a bucket, launches every complete bucket
  * whose lower-index buckets are launched, so all ranks call collectives in
- * the same order.  The communication thread runs the hooks meanwhile:
- * reduction overlaps the rest of the backward pass. */
+ * the same order on each lane.  The lanes run the hooks meanwhile:
+ * reduction overlaps the rest of the backward pass, and with a hook that
+ * allows it, buckets on different lanes overlap each other (one bucket's
+ * divide or casts run while another's collective is on the wire). */
 #include "build-config.h"
 
 #include <stdlib.h>
@@ -15,8 +17,10 @@
 #include "cpu_ops.h"
 #include "device.h"
 
-static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
+static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
 {
+    ddph_ctx *ctx = lane->ctx;
+    ddph_hook *hook = m->lane_hooks[lane->index];
     ddph_rt_bucket *b = &m->buckets[index];
     ddph_bucket view = {
         .struct_size = sizeof(ddph_bucket),
@@ -42,9 +46,9 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
     if (st == DDPH_OK && b->ready_event)
         st = ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e);
     if (st == DDPH_OK)
-        st = ddph__hook_on_bucket(m->hook, &view, b->scratch, &bytes, &e);
-    ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMM, t0,
-                          "hook %s: %s bucket %d", m->hook->plugin->api.name,
+        st = ddph__hook_on_bucket(hook, &view, b->scratch, &bytes, &e);
+    ddph__timeline_record(&ctx->timeline, hook->track, t0,
+                          "hook %s: %s bucket %d", hook->plugin->api.name,
                           m->name, index);
     char *message = NULL;
     if (st != DDPH_OK) {
@@ -54,7 +58,7 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
             snprintf(message, n,
                      "hook '%s' failed on model '%s' bucket %d (rank %d): "
                      "%s: %s",
-                     m->hook->plugin->api.name, m->name, index,
+                     hook->plugin->api.name, m->name, index,
                      ctx->mpi.world.rank, ddph_status_name(st), e.msg);
         /* This rank's collectives are out of step with its peers' now:
          * the job is over, and the peers hear it at once. */
@@ -70,9 +74,10 @@ static void run_bucket(ddph_ctx *ctx, ddph_model *m, int index)
     pthread_mutex_unlock(&ctx->mu);
 }
 
-static void *comm_thread(void *arg)
+static void *lane_thread(void *arg)
 {
-    ddph_ctx *ctx = arg;
+    ddph_lane *lane = arg;
+    ddph_ctx *ctx = lane->ctx;
     ddph_err e;
     /* The hooks' kernels and collectives run on this rank's GPU. */
     if (ctx->comm_stream && ddph__dev_bind(ctx->cuda_device, &e) != DDPH_OK)
@@ -81,14 +86,14 @@ static void *comm_thread(void *arg)
                   e.msg, ctx->cuda_device);
     pthread_mutex_lock(&ctx->mu);
     for (;;) {
-        while (ctx->qhead == ctx->qtail && !ctx->stop)
-            pthread_cond_wait(&ctx->work, &ctx->mu);
-        if (ctx->qhead == ctx->qtail)
+        while (lane->qhead == lane->qtail && !ctx->stop)
+            pthread_cond_wait(&lane->work, &ctx->mu);
+        if (lane->qhead == lane->qtail)
             break; /* stop requested and nothing left */
-        ddph_job job = ctx->queue[ctx->qhead++ % ctx->qcap];
+        ddph_job job = lane->queue[lane->qhead++ % lane->qcap];
         job.model->buckets[job.bucket].hook_calls++;
         pthread_mutex_unlock(&ctx->mu);
-        run_bucket(ctx, job.model, job.bucket);
+        run_bucket(lane, job.model, job.bucket);
         pthread_mutex_lock(&ctx->mu);
     }
     pthread_mutex_unlock(&ctx->mu);
@@ -97,29 +102,48 @@ static void *comm_thread(void *arg)
 
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err)
 {
-    ctx->qcap = 64;
-    ctx->queue = malloc(ctx->qcap * sizeof *ctx->queue);
-    if (!ctx->queue)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    if (pthread_create(&ctx->thread, NULL, comm_thread, ctx) != 0)
-        return ddph__fail(err, DDPH_ERR_BACKEND,
-                          "cannot start the communication thread");
-    ctx->thread_started = 1;
+    struct ddph_group *groups[DDPH__MAX_LANES];
+    /* The GPU backend keeps one lane: one stream orders its work. */
+    int n = ctx->comm_stream ? 1 : ctx->cfg.lanes;
+    ddph_status st = ddph__mpi_lane_groups(&ctx->mpi, n, groups, err);
+    if (st != DDPH_OK)
+        return st;
+    for (int i = 0; i < n; i++) {
+        ddph_lane *lane = &ctx->lanes[i];
+        lane->index = i;
+        lane->ctx = ctx;
+        lane->group = groups[i];
+        lane->qcap = 64;
+        lane->queue = malloc(lane->qcap * sizeof *lane->queue);
+        if (!lane->queue)
+            return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+        pthread_cond_init(&lane->work, NULL);
+        ctx->nlanes = i + 1;
+        if (pthread_create(&lane->thread, NULL, lane_thread, lane) != 0)
+            return ddph__fail(err, DDPH_ERR_BACKEND,
+                              "cannot start communication thread %d", i);
+        lane->started = 1;
+    }
     return DDPH_OK;
 }
 
 void ddph__reducer_stop(ddph_ctx *ctx)
 {
-    if (ctx->thread_started) {
-        pthread_mutex_lock(&ctx->mu);
-        ctx->stop = 1;
-        pthread_cond_broadcast(&ctx->work);
-        pthread_mutex_unlock(&ctx->mu);
-        pthread_join(ctx->thread, NULL);
-        ctx->thread_started = 0;
+    pthread_mutex_lock(&ctx->mu);
+    ctx->stop = 1;
+    for (int i = 0; i < ctx->nlanes; i++)
+        pthread_cond_broadcast(&ctx->lanes[i].work);
+    pthread_mutex_unlock(&ctx->mu);
+    for (int i = 0; i < ctx->nlanes; i++) {
+        ddph_lane *lane = &ctx->lanes[i];
+        if (lane->started)
+            pthread_join(lane->thread, NULL);
+        lane->started = 0;
+        pthread_cond_destroy(&lane->work);
+        free(lane->queue);
+        lane->queue = NULL;
     }
-    free(ctx->queue);
-    ctx->queue = NULL;
+    ctx->nlanes = 0;
 }
 
 ddph_status ddph__reducer_begin(ddph_model *m, ddph_err *err)
@@ -143,25 +167,27 @@ ddph_status ddph__reducer_begin(ddph_model *m, ddph_err *err)
     return DDPH_OK;
 }
 
-/* Called with ctx->mu held. */
+/* Called with ctx->mu held.  Bucket b goes to lane b % m->nlanes. */
 static int enqueue(ddph_ctx *ctx, ddph_model *m, int bucket)
 {
-    size_t used = ctx->qtail - ctx->qhead;
-    if (used == ctx->qcap) {
+    ddph_lane *lane = &ctx->lanes[bucket % m->nlanes];
+    size_t used = lane->qtail - lane->qhead;
+    if (used == lane->qcap) {
         /* Unroll the ring into a larger array. */
-        ddph_job *q = malloc(2 * ctx->qcap * sizeof *q);
+        ddph_job *q = malloc(2 * lane->qcap * sizeof *q);
         if (!q)
             return 0;
         for (size_t i = 0; i < used; i++)
-            q[i] = ctx->queue[(ctx->qhead + i) % ctx->qcap];
-        free(ctx->queue);
-        ctx->queue = q;
-        ctx->qcap *= 2;
-        ctx->qhead = 0;
-        ctx->qtail = used;
+            q[i] = lane->queue[(lane->qhead + i) % lane->qcap];
+        free(lane->queue);
+        lane->queue = q;
+        lane->qcap *= 2;
+        lane->qhead = 0;
+        lane->qtail = used;
     }
-    ctx->queue[ctx->qtail++ % ctx->qcap] = (ddph_job){m, bucket};
+    lane->queue[lane->qtail++ % lane->qcap] = (ddph_job){m, bucket};
     m->buckets[bucket].state = DDPH_BUCKET_QUEUED;
+    pthread_cond_signal(&lane->work);
     return 1;
 }
 
@@ -215,7 +241,7 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
     }
     pthread_mutex_lock(&ctx->mu);
     b->pending--;
-    int launched = 0, ok = 1;
+    int ok = 1;
     while (ok && m->next_launch < m->nbuckets &&
            m->buckets[m->next_launch].pending == 0) {
         ok = enqueue(ctx, m, m->next_launch);
@@ -224,10 +250,7 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
                                   "%s bucket %d ready", m->name,
                                   m->next_launch);
         m->next_launch += ok;
-        launched += ok;
     }
-    if (launched)
-        pthread_cond_signal(&ctx->work);
     pthread_mutex_unlock(&ctx->mu);
     if (!ok)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory launching a "

@@ -72,7 +72,7 @@ static ddph_status traced(ddph_hook *h, const char *what, size_t count,
                           ddph_dtype dtype, double start, ddph_status st)
 {
     if (h->timeline)
-        ddph__timeline_record(h->timeline, DDPH_TRACK_COMM, start,
+        ddph__timeline_record(h->timeline, h->track, start,
                               "%s %zu x %s", what, count,
                               ddph__dtype_name(dtype));
     return st;

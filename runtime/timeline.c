@@ -75,11 +75,24 @@ static char *serialize(const ddph_timeline *tl, int rank, double shift_us,
     FILE *f = open_memstream(&text, len);
     if (!f)
         return NULL;
-    static const char *const tracks[] = {"compute", "communication"};
-    for (int t = 0; t < 2; t++)
+    /* Track DDPH_TRACK_COMM + k is communication lane k. */
+    int last = DDPH_TRACK_COMM;
+    for (size_t i = 0; i < tl->n; i++)
+        if (tl->ev[i].track > last)
+            last = tl->ev[i].track;
+    for (int t = 0; t <= last; t++) {
+        char name[48];
+        if (t == DDPH_TRACK_COMPUTE)
+            snprintf(name, sizeof name, "compute");
+        else if (t == DDPH_TRACK_COMM)
+            snprintf(name, sizeof name, "communication");
+        else
+            snprintf(name, sizeof name, "communication lane %d",
+                     t - DDPH_TRACK_COMM);
         fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\","
                    "\"args\":{\"name\":\"%s\"}},\n",
-                rank, t, tracks[t]);
+                rank, t, name);
+    }
     fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":"
                "{\"name\":\"rank %d\"}},\n",
             rank, rank);

@@ -33,7 +33,7 @@ run() {
 }
 for n in 2 4; do
     for s in average view overlap mismatch hook-error timeout misuse fp16-overflow powersgd \
-             accumulate two-models trace nonfinite; do
+             accumulate two-models trace nonfinite lanes; do
         run "$n" "$B/tests/mpi/test_runtime" "$s"
     done
     job="$B/tests/out/minimal.ini"

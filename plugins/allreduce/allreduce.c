@@ -2,7 +2,8 @@
  *
  * Divides the bucket by the world size first (as _allreduce_fut does, to
  * keep fp16 from overflowing), then sums it across ranks in place.  The
- * result equals DDP with no hook.  Stateless, no options. */
+ * result equals DDP with no hook.  Stateless, no options, so it lets the
+ * host run several buckets at once ([runtime] lanes). */
 #include <ddphook/plugin.h>
 
 static ddph_status allreduce_create(const ddph_services *s,
@@ -43,6 +44,8 @@ static const ddph_plugin_api_v1 allreduce_plugin = {
     .create = allreduce_create,
     .destroy = allreduce_destroy,
     .on_bucket = allreduce_on_bucket,
+    /* Stateless: buckets may run at once on several lanes. */
+    .flags = DDPH_PLUGIN_CONCURRENT_BUCKETS,
 };
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)

@@ -173,9 +173,13 @@ static float value(int rank, int step, int p, size_t i)
     return (float)((rank + 1) * (int)((i + (size_t)p) % 5) - step);
 }
 
-static void run_average(int view)
+/* lanes > 1: the allreduce hook allows concurrent buckets, so they spread
+ * over that many communication lanes; the average must not change. */
+static void run_average(int view, int lanes)
 {
-    const char *extra = view ? "gradient_as_bucket_view = true" : NULL;
+    char extra[128];
+    snprintf(extra, sizeof extra, "%s\nlanes = %d",
+             view ? "gradient_as_bucket_view = true" : "", lanes);
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
@@ -223,6 +227,42 @@ static void run_average(int view)
     }
     ddph_close(ctx);
     fixture_free(&fx);
+}
+
+/* Several lanes: allreduce's buckets spread over 3 lanes (copies and
+ * views); fp16, which does not allow it, stays on lane 0 of the same job;
+ * a job file whose lanes differ between ranks fails on every rank. */
+static void run_lanes(void)
+{
+    run_average(0, 3);
+    run_average(1, 3);
+    ddph_ctx *ctx =
+        open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                 "lanes = 3\n[model.half]\nhook = fp16\n[runtime]");
+    model_fixture a, h;
+    fx_named(ctx, &a, "net");
+    fx_named(ctx, &h, "half");
+    CHECK_OK(ddph_model_finalize(a.m), ctx);
+    CHECK_OK(ddph_model_finalize(h.m), ctx);
+    ddph_model *both[2] = {a.m, h.m};
+    CHECK_OK(ddph_step_begin(ctx, both, 2), ctx);
+    for (int i = NP - 1; i >= 0; i--) {
+        CHECK_OK(ddph_grad_ready(a.m, i), ctx);
+        CHECK_OK(ddph_grad_ready(h.m, i), ctx);
+    }
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    CHECK(ddph_close(ctx) == DDPH_OK, "close");
+    fixture_free(&a);
+    fixture_free(&h);
+    char mine[32];
+    snprintf(mine, sizeof mine, "lanes = %d", g_rank == 0 ? 2 : 1);
+    ddph_ctx *bad;
+    ddph_status st = ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                                   mine),
+                               NULL, NULL, &bad);
+    CHECK(st == DDPH_ERR_CONFIG, "mismatched lanes opened (%s)",
+          ddph_status_name(st));
 }
 
 static void run_overlap(void)
@@ -879,7 +919,8 @@ static void run_trace(void)
 {
     char path[256], extra[300];
     snprintf(path, sizeof path, "/tmp/ddph-trace-%d.json", (int)getppid());
-    snprintf(extra, sizeof extra, "trace = %s", path);
+    /* Two lanes: bucket 1 runs on lane 1, its own track. */
+    snprintf(extra, sizeof extra, "trace = %s\nlanes = 2", path);
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
@@ -905,7 +946,9 @@ static void run_trace(void)
                                  "\"name\":\"hook allreduce: net bucket 0\"",
                                  "\"name\":\"net bucket 2 ready\"",
                                  "\"name\":\"allreduce ", "step_wait",
-                                 "\"name\":\"communication\"", want, "\n]}\n"};
+                                 "\"name\":\"communication\"",
+                                 "\"name\":\"communication lane 1\"",
+                                 "\"tid\":2,", want, "\n]}\n"};
         for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
             CHECK(strstr(text, needles[i]), "trace lacks %s", needles[i]);
         unlink(path);
@@ -974,9 +1017,11 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     const char *s = argv[1];
     if (strcmp(s, "average") == 0)
-        run_average(0);
+        run_average(0, 1);
     else if (strcmp(s, "view") == 0)
-        run_average(1);
+        run_average(1, 1);
+    else if (strcmp(s, "lanes") == 0)
+        run_lanes();
     else if (strcmp(s, "overlap") == 0)
         run_overlap();
     else if (strcmp(s, "mismatch") == 0)

@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define DDPH_PLUGIN_ABI_MAJOR 1
-#define DDPH_PLUGIN_ABI_MINOR 1
+#define DDPH_PLUGIN_ABI_MINOR 2
 
 /* Name of the entry symbol for ABI major 1. */
 #define DDPH_PLUGIN_ENTRY_V1 "ddph_plugin_v1"
@@ -300,7 +300,23 @@ typedef struct ddph_plugin_api_v1 {
      * many the hook has (call with max = 0 to count).  Called on the
      * trainer's thread between steps. */
     size_t (*stats)(void *state, ddph_stat *out, size_t max);
+
+    /* ---- ABI minor 2 (a host reads it only when struct_size covers it;
+     * an older plugin's table ends before it, and reads as 0) ----------- */
+    /* DDPH_PLUGIN_* flags: what the plugin allows the host to do. */
+    uint32_t flags;
 } ddph_plugin_api_v1;
+
+/* flags: on_bucket may run for different buckets of one model at the same
+ * time, on different host threads ("lanes", [runtime] lanes), each call
+ * with a services table of its own whose `world` is a communicator of the
+ * lane's own (a duplicate of the world: the same ranks in the same order).
+ * The hook must then keep no state that two buckets share unguarded (a
+ * stateless hook such as allreduce, or state per bucket index), and every
+ * collective of a call must go to that call's s->world or to groups made
+ * from it.  Without the flag the host runs one bucket at a time, in index
+ * order, on one thread (as in minor 1). */
+#define DDPH_PLUGIN_CONCURRENT_BUCKETS (1u << 0)
 
 typedef const ddph_plugin_api_v1 *(*ddph_plugin_entry_v1)(uint32_t host_minor);
 
