@@ -126,7 +126,10 @@ static void suggest_name(const char *name, const char *plugin_path,
     char **names;
     size_t n = ddph__plugin_names(plugin_path, &names);
     const char *near = ddph__nearest(name, (const char *const *)names, n);
-    snprintf(buf, size, near ? " (did you mean '%s'?)" : "", near);
+    if (near)
+        snprintf(buf, size, " (did you mean '%s'?)", near);
+    else if (size)
+        buf[0] = '\0';
     ddph__names_free(names, n);
 }
 
