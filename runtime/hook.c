@@ -3,7 +3,6 @@
 
 #include "hook.h"
 
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,10 +62,10 @@ fail:
 
 int ddph__hook_concurrent(const ddph_hook *h)
 {
-    const ddph_plugin *p = h->plugin;
-    return p->plugin_size >= offsetof(ddph_plugin_api_v1, flags) +
-                                 sizeof p->api.flags &&
-           (p->api.flags & DDPH_PLUGIN_CONCURRENT_BUCKETS);
+    /* The host-sized copy of the table keeps the plugin's struct_size. */
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    return DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags) &&
+           (api->flags & DDPH_PLUGIN_CONCURRENT_BUCKETS);
 }
 
 ddph_status ddph__hook_lane_view(const ddph_hook *h, int lane,

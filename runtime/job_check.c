@@ -9,12 +9,6 @@
 
 #include "loader.h"
 
-/* The hooks a job selects: [hook] name and every [model.X] hook. */
-typedef struct chosen {
-    const char *value; /* as written: a name or a path */
-    const char *where; /* "[hook] name" or the model */
-} chosen;
-
 /* The name a chosen hook answers to: itself, or for a path the name its
  * plugin declares (the file stem when it cannot be loaded now; loading it
  * for real reports why later, with the model). */
