@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -35,7 +36,9 @@ static const char usage[] =
     "option schema, create/destroy, the same collectives and the same\n"
     "result on every rank, the result within R of the plain average,\n"
     "save/load round trip, empty, 1-element and odd-sized buckets, f16 and\n"
-    "bf16 buckets under a wrapper, and a service error propagated.\n"
+    "bf16 buckets under a wrapper, and a failure injected into each\n"
+    "collective the hook calls (allreduce, allgather(v), alltoall,\n"
+    "broadcast, reduce_scatter, the nonblocking ones and wait).\n"
     "\n"
     "  --option K=V   a [hook.NAME] option for the runs (repeatable)\n"
     "  --rtol R       allowed error relative to the largest |average|\n"
@@ -44,7 +47,8 @@ static const char usage[] =
     "  --valgrind     re-run this test under valgrind --leak-check=full and\n"
     "                 fail on any leak or error (MPICH's own start-up\n"
     "                 allocations are suppressed with the installed\n"
-    "                 valgrind.supp, or --suppressions FILE)\n";
+    "                 valgrind.supp, or --suppressions FILE); ends with a\n"
+    "                 'valgrind: PASS|FAIL' line per rank\n";
 
 typedef struct tester {
     const char *plugin;
@@ -376,54 +380,231 @@ static void check_save_load(tester *t)
                    : "results after load differ from the saved run's");
 }
 
-/* on_bucket with a services table whose allreduce fails: the plugin must
- * return an error status, not crash and not report success. */
-static ddph_status failing_allreduce(const ddph_services *s, ddph_group *g,
-                                     void *buf, size_t count, ddph_dtype dtype,
-                                     ddph_redop op)
+/* ---- failure injection -------------------------------------------------------
+ * Every collective service is wrapped.  A first run records which ones the
+ * hook calls on a probe bucket; then, for each of them, a fresh instance
+ * runs with the first call of that collective failing (the other services
+ * work), and the hook must return an error: not crash, not report success.
+ * Every rank injects the same failure at the same point, so the ranks'
+ * collectives stay matched.  A failing wait still ends its request first:
+ * the buffers must be free when the hook returns. */
+enum {
+    INJ_ALLREDUCE, INJ_ALLGATHER, INJ_BROADCAST, INJ_REDUCE_SCATTER,
+    INJ_ALLGATHERV, INJ_ALLTOALL, INJ_IALLREDUCE, INJ_IALLGATHER,
+    INJ_IALLGATHERV, INJ_IALLTOALL, INJ_WAIT, INJ_COUNT
+};
+static const char *const inj_names[INJ_COUNT] = {
+    "allreduce", "allgather", "broadcast", "reduce_scatter", "allgatherv",
+    "alltoall", "iallreduce", "iallgather", "iallgatherv", "ialltoall",
+    "wait"};
+
+static struct {
+    ddph_services real; /* the host's table, for the pass-through */
+    int fail;           /* INJ_* to fail, or -1 */
+    int calls[INJ_COUNT];
+} inj;
+
+/* Counts the call; 1 when this call is the one to fail. */
+static int inject(const ddph_services *s, int kind)
 {
-    (void)g;
-    (void)buf;
-    (void)count;
-    (void)dtype;
-    (void)op;
-    s->set_error(s, "injected failure");
-    return DDPH_ERR_BACKEND;
+    if (inj.calls[kind]++ != 0 || inj.fail != kind)
+        return 0;
+    s->set_error(s, "injected failure in %s", inj_names[kind]);
+    return 1;
 }
 
-static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
+static ddph_status inj_allreduce(const ddph_services *s, ddph_group *g,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 ddph_redop op)
+{
+    return inject(s, INJ_ALLREDUCE)
+               ? DDPH_ERR_BACKEND
+               : inj.real.allreduce(s, g, buf, count, dtype, op);
+}
+static ddph_status inj_allgather(const ddph_services *s, ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype)
+{
+    return inject(s, INJ_ALLGATHER)
+               ? DDPH_ERR_BACKEND
+               : inj.real.allgather(s, g, send, recv, count, dtype);
+}
+static ddph_status inj_broadcast(const ddph_services *s, ddph_group *g,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 int root)
+{
+    return inject(s, INJ_BROADCAST)
+               ? DDPH_ERR_BACKEND
+               : inj.real.broadcast(s, g, buf, count, dtype, root);
+}
+static ddph_status inj_reduce_scatter(const ddph_services *s, ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op)
+{
+    return inject(s, INJ_REDUCE_SCATTER)
+               ? DDPH_ERR_BACKEND
+               : inj.real.reduce_scatter(s, g, send, recv, count, dtype, op);
+}
+static ddph_status inj_allgatherv(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype)
+{
+    return inject(s, INJ_ALLGATHERV)
+               ? DDPH_ERR_BACKEND
+               : inj.real.allgatherv(s, g, send, recv, counts, dtype);
+}
+static ddph_status inj_alltoall(const ddph_services *s, ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype)
+{
+    return inject(s, INJ_ALLTOALL)
+               ? DDPH_ERR_BACKEND
+               : inj.real.alltoall(s, g, send, recv, count, dtype);
+}
+static ddph_status inj_iallreduce(const ddph_services *s, ddph_group *g,
+                                  void *buf, size_t count, ddph_dtype dtype,
+                                  ddph_redop op, ddph_request **req)
+{
+    return inject(s, INJ_IALLREDUCE)
+               ? DDPH_ERR_BACKEND
+               : inj.real.iallreduce(s, g, buf, count, dtype, op, req);
+}
+static ddph_status inj_iallgather(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_request **req)
+{
+    return inject(s, INJ_IALLGATHER)
+               ? DDPH_ERR_BACKEND
+               : inj.real.iallgather(s, g, send, recv, count, dtype, req);
+}
+static ddph_status inj_iallgatherv(const ddph_services *s, ddph_group *g,
+                                   const void *send, void *recv,
+                                   const size_t *counts, ddph_dtype dtype,
+                                   ddph_request **req)
+{
+    return inject(s, INJ_IALLGATHERV)
+               ? DDPH_ERR_BACKEND
+               : inj.real.iallgatherv(s, g, send, recv, counts, dtype, req);
+}
+static ddph_status inj_ialltoall(const ddph_services *s, ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_request **req)
+{
+    return inject(s, INJ_IALLTOALL)
+               ? DDPH_ERR_BACKEND
+               : inj.real.ialltoall(s, g, send, recv, count, dtype, req);
+}
+static ddph_status inj_wait(const ddph_services *s, ddph_request *req)
+{
+    ddph_status st = inj.real.wait(s, req);
+    return inject(s, INJ_WAIT) ? DDPH_ERR_BACKEND : st;
+}
+/* test ending a request counts as its wait. */
+static ddph_status inj_test(const ddph_services *s, ddph_request *req,
+                            int *done)
+{
+    ddph_status st = inj.real.test(s, req, done);
+    return *done && inject(s, INJ_WAIT) ? DDPH_ERR_BACKEND : st;
+}
+
+static void wrap_services(ddph_services *sv)
+{
+    inj.real = *sv;
+    sv->allreduce = inj_allreduce;
+    sv->allgather = inj_allgather;
+    sv->broadcast = inj_broadcast;
+    sv->reduce_scatter = inj_reduce_scatter;
+    sv->allgatherv = inj_allgatherv;
+    sv->alltoall = inj_alltoall;
+    sv->iallreduce = inj_iallreduce;
+    sv->iallgather = inj_iallgather;
+    sv->iallgatherv = inj_iallgatherv;
+    sv->ialltoall = inj_ialltoall;
+    sv->wait = inj_wait;
+    sv->test = inj_test;
+}
+
+/* One probe call of on_bucket on a fresh instance with failure `fail`
+ * injected (-1: none).  Returns the hook's status, or sets *setup_failed. */
+static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
+                                const ddph_logger *log, int fail,
+                                char *why, size_t whylen, int *setup_failed)
 {
     ddph_config cfg;
     ddph_err e;
     ddph_hook *h = NULL;
+    *setup_failed = 0;
     const char *job = write_job(t, "none");
     ddph_status st = job ? ddph__config_load(job, &cfg, &e) : DDPH_ERR_IO;
     if (st == DDPH_OK) {
         st = ddph__hook_create(&cfg, t->plugin, 0, DDPH_WRAP_NONE, "probe", mpi,
-                               NULL,
-                               log, &h, &e);
+                               NULL, log, &h, &e);
         ddph__config_free(&cfg);
     }
-    if (st != DDPH_OK) {
-        row(t, 0, 0, "service error propagates", "%s", e.msg);
-        return;
-    }
-    h->services.allreduce = failing_allreduce;
     float buf[64];
     for (int i = 0; i < 64; i++)
-        buf[i] = (float)i;
+        buf[i] = (float)(i + 1) * (t->rank % 2 ? -0.5f : 0.25f);
     int64_t shape[1] = {64};
     ddph_tensor_view v = {"t0", 0, 64, 1, shape};
     /* A late iteration, past any warm-up a hook may have. */
     ddph_bucket b = {sizeof b, 0, 1, 1, 1u << 30, DDPH_F32, DDPH_CPU, buf, 64,
                      1, &v, "probe"};
-    uint64_t bytes;
-    st = ddph__hook_on_bucket(h, &b, NULL, &bytes, &e);
+    if (st == DDPH_OK) {
+        ddph_bucket shown = b;
+        shown.buffer = NULL;
+        shown.iteration = 0;
+        ddph_layout layout = {sizeof layout, "probe", 1, &shown};
+        st = ddph__hook_on_layout(h, &layout, &e);
+    }
+    if (st != DDPH_OK) {
+        snprintf(why, whylen, "%s", e.msg);
+        *setup_failed = 1;
+        ddph__hook_destroy(h);
+        return st;
+    }
+    wrap_services(&h->services);
+    inj.fail = fail;
+    memset(inj.calls, 0, sizeof inj.calls);
+    uint64_t sent, received;
+    st = ddph__hook_on_bucket(h, &b, NULL, &sent, &received, &e);
+    snprintf(why, whylen, "%s", e.msg);
     ddph__hook_destroy(h);
-    row(t, st != DDPH_OK, 0, "service error propagates", "%s",
-        st != DDPH_OK ? "on_bucket returned an error when allreduce failed"
-                      : "on_bucket returned DDPH_OK although allreduce failed "
-                        "(or it never communicates)");
+    return st;
+}
+
+static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
+{
+    char why[512] = "";
+    int setup_failed;
+    ddph_status st = probe_bucket(t, mpi, log, -1, why, sizeof why,
+                                  &setup_failed);
+    if (st != DDPH_OK) {
+        row(t, 0, 0, "service errors propagate", "%s%s",
+            setup_failed ? "" : "probe run failed: ", why);
+        return;
+    }
+    int called[INJ_COUNT], any = 0;
+    memcpy(called, inj.calls, sizeof called);
+    for (int k = 0; k < INJ_COUNT; k++)
+        any |= called[k] > 0;
+    if (!any) {
+        row(t, 0, 0, "service errors propagate",
+            "on_bucket called no collective: a hook must average across "
+            "ranks");
+        return;
+    }
+    for (int k = 0; k < INJ_COUNT; k++) {
+        if (!called[k])
+            continue;
+        st = probe_bucket(t, mpi, log, k, why, sizeof why, &setup_failed);
+        char check[64];
+        snprintf(check, sizeof check, "error propagates: %s", inj_names[k]);
+        row(t, st != DDPH_OK, 0, check, "%s",
+            st != DDPH_OK ? "on_bucket returned an error"
+                          : "on_bucket returned DDPH_OK although the "
+                            "collective failed");
+    }
 }
 
 #ifndef DDPH_DATA_DIR
@@ -454,9 +635,32 @@ static int rerun_under_valgrind(int argc, char **argv, const char *supp)
         else if (strcmp(argv[i], "--suppressions") == 0)
             i++; /* and its value */
     args[n] = NULL;
-    execvp("valgrind", args);
-    perror("ddphook-plugin-test: cannot run valgrind");
-    return 2;
+    /* valgrind's own findings go to stderr; the verdict line here says
+     * what they mean, for each rank (under mpiexec every rank runs one). */
+    const char *rank = getenv("PMI_RANK");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp("valgrind", args);
+        perror("ddphook-plugin-test: cannot run valgrind");
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        perror("ddphook-plugin-test: valgrind");
+        free(args);
+        return 2;
+    }
+    free(args);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const char *verdict =
+        code == 0    ? "PASS  no leaks or memory errors"
+        : code == 99 ? "FAIL  leaks or memory errors (valgrind's report above)"
+        : code == 127 ? "FAIL  valgrind could not be run (apt-get install valgrind)"
+                      : "FAIL  the tester failed under valgrind (see above)";
+    printf("valgrind%s%s: %s\n", rank ? ", rank " : "", rank ? rank : "",
+           verdict);
+    return code;
 }
 
 int main(int argc, char **argv)

@@ -4,6 +4,8 @@
 #include "backend_mpi.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,20 +210,36 @@ static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
     return st;
 }
 
-/* Polls req until it completes, the job breaks (a peer's notice, or
- * another thread's failure) or timeout_s passes.  MPICH moves data only
- * inside MPI calls, so for the first SPIN_S seconds the loop tests without
+/* Polls reqs until all complete, the job breaks (a peer's notice, or
+ * another thread's failure) or timeout_s passes after `start` (when the
+ * collective began: a nonblocking one may be waited for later).  MPICH moves data only
+ * inside MPI calls, so for the first SPIN_S seconds of a wait the loop tests without
  * pause, as MPICH's own blocking calls do; after that (a slow or dead peer)
  * it sleeps between tests so that a waiting rank does not burn a core. */
 #define SPIN_S 0.25
 
-static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
-                              ddph_err *err)
+/* MPI_Testall, one request at a time (a completed one becomes
+ * MPI_REQUEST_NULL, which tests as done). */
+static int test_all(int n, MPI_Request *reqs, int *done)
 {
-    double start = ddph__now(), deadline = start + m->timeout_s;
+    *done = 1;
+    for (int i = 0; i < n; i++) {
+        int flag = 0, rc = MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return rc;
+        *done &= flag;
+    }
+    return MPI_SUCCESS;
+}
+
+static ddph_status wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
+                                  double start, const char *what,
+                                  ddph_err *err)
+{
+    double deadline = start + m->timeout_s, spin_from = ddph__now();
     for (unsigned polls = 0;; polls++) {
         int done = 0;
-        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        int rc = test_all(n, reqs, &done);
         if (rc != MPI_SUCCESS)
             return mpi_fail(m, err, rc, what);
         if (done)
@@ -241,11 +259,17 @@ static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
             set_fault(m, st, err->msg, 0);
             return st;
         }
-        if (now - start > SPIN_S) {
+        if (now - spin_from > SPIN_S) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
         }
     }
+}
+
+static ddph_status wait_timed(ddph_mpi *m, MPI_Request *req, const char *what,
+                              ddph_err *err)
+{
+    return wait_timed_all(m, 1, req, ddph__now(), what, err);
 }
 
 /* ---- half types --------------------------------------------------------- */
@@ -274,6 +298,14 @@ static MPI_Datatype mpi_type(const ddph_mpi *m, ddph_dtype t)
     case DDPH_F16:
     case DDPH_BF16:
         return m->half_type;
+    case DDPH_I32:
+        return MPI_INT32_T;
+    case DDPH_I64:
+        return MPI_INT64_T;
+    case DDPH_U8:
+        return MPI_UINT8_T;
+    case DDPH_I8:
+        return MPI_INT8_T;
     case DDPH_DTYPE_COUNT:
         break;
     }
@@ -648,6 +680,216 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
     if (rc != MPI_SUCCESS)
         return mpi_fail(m, err, rc, "MPI_Ireduce_scatter_block");
     return wait_timed(m, &req, "reduce_scatter", err);
+}
+
+/* ---- nonblocking collectives (ABI minor 2) -------------------------------- */
+
+static ddph_status op_begin(ddph_mpi *m, ddph_mpi_op *op, int nreqs,
+                            const char *what, ddph_err *err)
+{
+    memset(op, 0, sizeof *op);
+    op->what = what;
+    op->start = ddph__now();
+    op->reqs = malloc((size_t)nreqs * sizeof *op->reqs);
+    if (!op->reqs)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nreqs; i++)
+        op->reqs[i] = MPI_REQUEST_NULL;
+    (void)m;
+    return DDPH_OK;
+}
+
+/* A start that failed before any request was posted. */
+static ddph_status op_cancel(ddph_mpi_op *op, ddph_status st)
+{
+    free(op->reqs);
+    free(op->counts);
+    free(op->displs);
+    memset(op, 0, sizeof *op);
+    return st;
+}
+
+/* After an MPI call failed part-way: the requests already posted may still
+ * touch op's arrays, so they are left allocated. */
+static ddph_status op_broken(ddph_mpi *m, ddph_mpi_op *op, int rc,
+                             const char *what, ddph_err *err)
+{
+    memset(op, 0, sizeof *op);
+    return mpi_fail(m, err, rc, what);
+}
+
+ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, struct ddph_group *g,
+                                      void *buf, size_t count,
+                                      ddph_dtype dtype, ddph_redop op,
+                                      ddph_mpi_op *out, ddph_err *err)
+{
+    ddph_status st = collective_fault(m, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!valid(dtype, op))
+        return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: bad dtype or op");
+    size_t es = ddph__dtype_size(dtype), most = piece(SIZE_MAX, es);
+    size_t pieces = count ? (count + most - 1) / most : 1;
+    if (pieces > INT_MAX / 2)
+        return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: too large");
+    if ((st = op_begin(m, out, (int)pieces, "allreduce", err)) != DDPH_OK)
+        return st;
+    char *p = buf;
+    for (size_t i = 0; i < pieces; i++) {
+        size_t n = piece(count, es);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, n ? (void *)p : NULL, (int)n,
+                                mpi_type(m, dtype), mpi_op(m, dtype, op),
+                                g->comm, &out->reqs[out->nreqs]);
+        if (rc != MPI_SUCCESS)
+            return op_broken(m, out, rc, "MPI_Iallreduce", err);
+        out->nreqs++;
+        p += n * es;
+        count -= n;
+    }
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_mpi_op *out, ddph_err *err)
+{
+    ddph_status st = collective_fault(m, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!valid(dtype, DDPH_SUM) || count > CHUNK)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "allgather: bad dtype, or %zu elements per rank "
+                          "(at most 2^30)",
+                          count);
+    if ((st = op_begin(m, out, 1, "allgather", err)) != DDPH_OK)
+        return st;
+    int rc = MPI_Iallgather(send, (int)count, mpi_type(m, dtype), recv,
+                            (int)count, mpi_type(m, dtype), g->comm,
+                            &out->reqs[0]);
+    if (rc != MPI_SUCCESS)
+        return op_broken(m, out, rc, "MPI_Iallgather", err);
+    out->nreqs = 1;
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       const size_t *counts, ddph_dtype dtype,
+                                       ddph_mpi_op *out, ddph_err *err)
+{
+    ddph_status st = collective_fault(m, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!valid(dtype, DDPH_SUM))
+        return ddph__fail(err, DDPH_ERR_INVALID, "allgatherv: bad dtype");
+    if ((st = op_begin(m, out, 1, "allgatherv", err)) != DDPH_OK)
+        return st;
+    out->counts = malloc((size_t)g->size * sizeof *out->counts);
+    out->displs = malloc((size_t)g->size * sizeof *out->displs);
+    if (!out->counts || !out->displs)
+        return op_cancel(out, ddph__fail(err, DDPH_ERR_NOMEM, "out of memory"));
+    size_t total = 0;
+    for (int r = 0; r < g->size; r++) {
+        /* MPI-3 counts and displacements are int. */
+        if (counts[r] > CHUNK || total > INT_MAX)
+            return op_cancel(out, ddph__fail(err, DDPH_ERR_INVALID,
+                                             "allgatherv: rank %d's count "
+                                             "%zu, or the total, is over "
+                                             "2^30",
+                                             r, counts[r]));
+        out->counts[r] = (int)counts[r];
+        out->displs[r] = (int)total;
+        total += counts[r];
+    }
+    int rc = MPI_Iallgatherv(send, out->counts[g->rank], mpi_type(m, dtype),
+                             recv, out->counts, out->displs,
+                             mpi_type(m, dtype), g->comm, &out->reqs[0]);
+    if (rc != MPI_SUCCESS)
+        return op_broken(m, out, rc, "MPI_Iallgatherv", err);
+    out->nreqs = 1;
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, struct ddph_group *g,
+                                     const void *send, void *recv,
+                                     size_t count, ddph_dtype dtype,
+                                     ddph_mpi_op *out, ddph_err *err)
+{
+    ddph_status st = collective_fault(m, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!valid(dtype, DDPH_SUM) || count > CHUNK)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "alltoall: bad dtype, or %zu elements per block "
+                          "(at most 2^30)",
+                          count);
+    if ((st = op_begin(m, out, 1, "alltoall", err)) != DDPH_OK)
+        return st;
+    int rc = MPI_Ialltoall(send, (int)count, mpi_type(m, dtype), recv,
+                           (int)count, mpi_type(m, dtype), g->comm,
+                           &out->reqs[0]);
+    if (rc != MPI_SUCCESS)
+        return op_broken(m, out, rc, "MPI_Ialltoall", err);
+    out->nreqs = 1;
+    return DDPH_OK;
+}
+
+ddph_status ddph__mpi_op_wait(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err)
+{
+    ddph_status st =
+        wait_timed_all(m, op->nreqs, op->reqs, op->start, op->what, err);
+    if (st == DDPH_OK)
+        op_cancel(op, DDPH_OK);
+    else
+        memset(op, 0, sizeof *op); /* MPI may still use the arrays */
+    return st;
+}
+
+ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
+                              ddph_err *err)
+{
+    *done = 0;
+    int rc = test_all(op->nreqs, op->reqs, done);
+    if (rc != MPI_SUCCESS) {
+        memset(op, 0, sizeof *op);
+        return mpi_fail(m, err, rc, op->what ? op->what : "test");
+    }
+    if (*done)
+        return op_cancel(op, DDPH_OK);
+    ddph_status st = collective_fault(m, err);
+    if (st == DDPH_OK && ddph__now() > op->start + m->timeout_s) {
+        st = ddph__fail(err, DDPH_ERR_TIMEOUT,
+                        "%s did not complete within timeout_s = %g s of its "
+                        "start (a peer rank died, is stuck, or called a "
+                        "different collective)",
+                        op->what, m->timeout_s);
+        set_fault(m, st, err->msg, 0);
+    }
+    if (st != DDPH_OK)
+        memset(op, 0, sizeof *op);
+    return st;
+}
+
+ddph_status ddph__mpi_allgatherv(ddph_mpi *m, struct ddph_group *g,
+                                 const void *send, void *recv,
+                                 const size_t *counts, ddph_dtype dtype,
+                                 ddph_err *err)
+{
+    ddph_mpi_op op;
+    ddph_status st =
+        ddph__mpi_start_allgatherv(m, g, send, recv, counts, dtype, &op, err);
+    return st != DDPH_OK ? st : ddph__mpi_op_wait(m, &op, err);
+}
+
+ddph_status ddph__mpi_alltoall(ddph_mpi *m, struct ddph_group *g,
+                               const void *send, void *recv, size_t count,
+                               ddph_dtype dtype, ddph_err *err)
+{
+    ddph_mpi_op op;
+    ddph_status st =
+        ddph__mpi_start_alltoall(m, g, send, recv, count, dtype, &op, err);
+    return st != DDPH_OK ? st : ddph__mpi_op_wait(m, &op, err);
 }
 
 /* The runtime's own small collectives take their callers' stack buffers.

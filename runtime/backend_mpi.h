@@ -134,6 +134,54 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
                                      const void *send, void *recv,
                                      size_t count, ddph_dtype dtype,
                                      ddph_redop op, ddph_err *err);
+/* recv holds the ranks' counts[r] elements one after the other, in rank
+ * order; send this rank's counts[rank]. */
+ddph_status ddph__mpi_allgatherv(ddph_mpi *m, struct ddph_group *g,
+                                 const void *send, void *recv,
+                                 const size_t *counts, ddph_dtype dtype,
+                                 ddph_err *err);
+/* Block r of send (count elements) goes to rank r; block r of recv comes
+ * from rank r. */
+ddph_status ddph__mpi_alltoall(ddph_mpi *m, struct ddph_group *g,
+                               const void *send, void *recv, size_t count,
+                               ddph_dtype dtype, ddph_err *err);
+
+/* A collective started and not yet waited for: its requests (an allreduce
+ * over DDPH__MPI_PIECE_BYTES has one per piece, all in flight at once),
+ * and the int counts an allgatherv reads until it completes.  It must
+ * complete within timeout_s of `start`.  Ended by ddph__mpi_op_wait, or by
+ * ddph__mpi_op_test reporting done or an error; when it ends in an error
+ * the arrays are left allocated, since MPI may still use them. */
+typedef struct ddph_mpi_op {
+    const char *what;
+    double start;
+    int nreqs;
+    MPI_Request *reqs;
+    int *counts, *displs;
+} ddph_mpi_op;
+
+ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, struct ddph_group *g,
+                                      void *buf, size_t count,
+                                      ddph_dtype dtype, ddph_redop op,
+                                      ddph_mpi_op *out, ddph_err *err);
+ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_mpi_op *out, ddph_err *err);
+ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       const size_t *counts, ddph_dtype dtype,
+                                       ddph_mpi_op *out, ddph_err *err);
+ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, struct ddph_group *g,
+                                     const void *send, void *recv,
+                                     size_t count, ddph_dtype dtype,
+                                     ddph_mpi_op *out, ddph_err *err);
+/* Waits for op within timeout_s of its start (or a broken job). */
+ddph_status ddph__mpi_op_wait(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
+/* *done = 1 when op completed (and is ended); an error ends it too. */
+ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
+                              ddph_err *err);
+
 /* Raw bytes, for the runtime's own agreement checks. */
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
                                   ddph_err *err);

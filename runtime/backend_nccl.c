@@ -36,6 +36,14 @@ static ncclDataType_t nccl_type(ddph_dtype t)
         return ncclFloat64;
     case DDPH_F16:
         return ncclFloat16;
+    case DDPH_I32:
+        return ncclInt32;
+    case DDPH_I64:
+        return ncclInt64;
+    case DDPH_U8:
+        return ncclUint8;
+    case DDPH_I8:
+        return ncclInt8;
     case DDPH_BF16:
     case DDPH_DTYPE_COUNT:
         break;
@@ -203,30 +211,127 @@ static ddph_status need_comm(struct ddph_group *g, ddph_err *err)
                                 "earlier failure");
 }
 
-ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
-                                 size_t count, ddph_dtype dtype, ddph_redop op,
-                                 ddph_err *err)
+ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
+                                       void *buf, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_err *err)
 {
     ddph_status st = need_comm(g, err);
     if (st != DDPH_OK)
         return st;
     ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(dtype),
                                    nccl_op(op), (ncclComm_t)g->nccl, STREAM(n));
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllReduce")
-                            : wait_stream(n, g, "allreduce", err);
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllReduce") : DDPH_OK;
 }
 
-ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
-                                 const void *send, void *recv, size_t count,
-                                 ddph_dtype dtype, ddph_err *err)
+ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_err *err)
 {
     ddph_status st = need_comm(g, err);
     if (st != DDPH_OK)
         return st;
     ncclResult_t r = ncclAllGather(send, recv, count, nccl_type(dtype),
                                    (ncclComm_t)g->nccl, STREAM(n));
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllGather")
-                            : wait_stream(n, g, "allgather", err);
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllGather") : DDPH_OK;
+}
+
+/* NCCL has no allgatherv: one broadcast per rank into its slice, fused
+ * into one launch by a group. */
+ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        const size_t *counts, ddph_dtype dtype,
+                                        ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    size_t es = ddph__dtype_size(dtype), at = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+        char *slice = (char *)recv + at * es;
+        r = ncclBroadcast(i == g->rank ? send : slice, slice, counts[i],
+                          nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
+        at += counts[i];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    r = r != ncclSuccess ? r : end;
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclBroadcast (allgatherv)")
+                            : DDPH_OK;
+}
+
+/* Point-to-point pairs in one group, as NCCL's documentation builds
+ * all-to-all. */
+ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    size_t block = count * ddph__dtype_size(dtype);
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+        r = ncclSend((const char *)send + (size_t)i * block, count,
+                     nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
+        if (r == ncclSuccess)
+            r = ncclRecv((char *)recv + (size_t)i * block, count,
+                         nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
+    }
+    ncclResult_t end = ncclGroupEnd();
+    r = r != ncclSuccess ? r : end;
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclSend/ncclRecv (alltoall)")
+                            : DDPH_OK;
+}
+
+ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
+                            const char *what, ddph_err *err)
+{
+    return wait_stream(n, g, what, err);
+}
+
+int ddph__nccl_idle(ddph_nccl *n)
+{
+    return cudaStreamQuery(STREAM(n)) == cudaSuccess;
+}
+
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_allreduce(n, g, buf, count, dtype, op, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "allreduce", err);
+}
+
+ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_allgather(n, g, send, recv, count, dtype, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "allgather", err);
+}
+
+ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype,
+                                  ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_allgatherv(n, g, send, recv, counts, dtype, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "allgatherv", err);
+}
+
+ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_alltoall(n, g, send, recv, count, dtype, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "alltoall", err);
 }
 
 ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
@@ -480,4 +585,69 @@ ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
         return DDPH_OK;
     cudaError_t e = cudaMemsetAsync(buf, 0, bytes, STREAM(n));
     return e ? cuda_fail(err, e, "cudaMemsetAsync") : DDPH_OK;
+}
+
+/* ---- sparse and quantized hooks --------------------------------------- */
+
+/* topk and absmax wait for the stream inside (the selection reads
+ * histograms on the host): first the collectives before them, against
+ * timeout_s, so that only the operation's own kernels are waited for
+ * without a deadline. */
+ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
+                            size_t k, float *values, int32_t *indices,
+                            ddph_err *err)
+{
+    if (k > count || count > INT32_MAX)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "topk: k = %zu of n = %zu (k <= n <= 2^31-1)", k,
+                          count);
+    ddph_status st = wait_stream(n, NULL, "topk (the work before it)", err);
+    if (st != DDPH_OK)
+        return st;
+    int e = ddph__cuda_topk(x, count, k, values, indices, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "topk kernels") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_absmax(ddph_nccl *n, const float *x, size_t count,
+                              float *out, ddph_err *err)
+{
+    ddph_status st = wait_stream(n, NULL, "absmax (the work before it)", err);
+    if (st != DDPH_OK)
+        return st;
+    int e = ddph__cuda_absmax(x, count, out, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "absmax kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_gather(ddph_nccl *n, const float *x,
+                              const int32_t *idx, size_t k, float *out,
+                              ddph_err *err)
+{
+    int e = ddph__cuda_gather(x, idx, k, out, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "gather kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_scatter_add(ddph_nccl *n, float *y, const int32_t *idx,
+                                   const float *v, size_t k, float alpha,
+                                   ddph_err *err)
+{
+    int e = ddph__cuda_scatter_add(y, idx, v, k, alpha, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "scatter_add kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_quantize_int8(ddph_nccl *n, const float *x,
+                                     size_t count, float scale, int8_t *q,
+                                     ddph_err *err)
+{
+    int e = ddph__cuda_quantize_int8(x, count, scale, (signed char *)q,
+                                     n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "quantize kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_dequantize_int8(ddph_nccl *n, const int8_t *q,
+                                       size_t count, float scale, float beta,
+                                       float *y, ddph_err *err)
+{
+    int e = ddph__cuda_dequantize_int8((const signed char *)q, count, scale,
+                                       beta, y, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "dequantize kernel") : DDPH_OK;
 }

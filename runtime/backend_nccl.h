@@ -46,6 +46,36 @@ ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_redop op, ddph_err *err);
+ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype,
+                                  ddph_err *err);
+ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err);
+/* Nonblocking collectives: enqueued on the communication stream and not
+ * waited for.  The stream runs everything in order, so waiting for one
+ * is waiting for the stream (ddph__nccl_wait, against timeout_s), and
+ * ddph__nccl_idle says whether all that was enqueued has finished. */
+ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
+                                       void *buf, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_err *err);
+ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_err *err);
+ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        const size_t *counts, ddph_dtype dtype,
+                                        ddph_err *err);
+ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_err *err);
+ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
+                            const char *what, ddph_err *err);
+int ddph__nccl_idle(ddph_nccl *n);
 /* ncclCommSplit; the MPI side is split the same way. */
 ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
                              int color, int key, struct ddph_group **out,
@@ -78,5 +108,23 @@ ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
                             size_t bytes, ddph_copy_kind kind, ddph_err *err);
 ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
                             ddph_err *err);
+/* sparse_ops.h's operations on the GPU (cuda_ops.cu). */
+ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
+                            size_t k, float *values, int32_t *indices,
+                            ddph_err *err);
+ddph_status ddph__nccl_absmax(ddph_nccl *n, const float *x, size_t count,
+                              float *out, ddph_err *err);
+ddph_status ddph__nccl_gather(ddph_nccl *n, const float *x,
+                              const int32_t *idx, size_t k, float *out,
+                              ddph_err *err);
+ddph_status ddph__nccl_scatter_add(ddph_nccl *n, float *y, const int32_t *idx,
+                                   const float *v, size_t k, float alpha,
+                                   ddph_err *err);
+ddph_status ddph__nccl_quantize_int8(ddph_nccl *n, const float *x,
+                                     size_t count, float scale, int8_t *q,
+                                     ddph_err *err);
+ddph_status ddph__nccl_dequantize_int8(ddph_nccl *n, const int8_t *q,
+                                       size_t count, float scale, float beta,
+                                       float *y, ddph_err *err);
 
 #endif

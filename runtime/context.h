@@ -57,7 +57,8 @@ typedef struct ddph_rt_bucket {
     ddph_status status;      /* hook result of this step */
     char *message;           /* detailed failure, or NULL */
     uint64_t hook_calls;
-    uint64_t bytes_on_wire;
+    uint64_t bytes_on_wire;  /* sent by this rank, all calls */
+    uint64_t bytes_received; /* from its peers, all calls */
 } ddph_rt_bucket;
 
 struct ddph_model {

@@ -86,7 +86,7 @@ static double load(const void *p, ddph_dtype t, size_t i)
         return ddph__f16_to_f32(((const uint16_t *)p)[i]);
     case DDPH_BF16:
         return ddph__bf16_to_f32(((const uint16_t *)p)[i]);
-    case DDPH_DTYPE_COUNT:
+    default: /* integer dtypes: refused by the callers */
         break;
     }
     return 0;
@@ -109,7 +109,7 @@ static void store(void *p, ddph_dtype t, size_t i, double v)
     case DDPH_BF16:
         ((uint16_t *)p)[i] = ddph__f32_to_bf16((float)v);
         return;
-    case DDPH_DTYPE_COUNT:
+    default: /* integer dtypes: refused by the callers */
         break;
     }
 }
@@ -130,7 +130,7 @@ int ddph__cpu_all_finite(const void *buf, ddph_dtype dtype, size_t n,
 
 static int valid_dtype(ddph_dtype t)
 {
-    return (unsigned)t < DDPH_DTYPE_COUNT;
+    return ddph__dtype_is_float(t);
 }
 
 ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
@@ -214,7 +214,7 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
         }
         return DDPH_OK;
     }
-    case DDPH_DTYPE_COUNT:
+    default: /* integer dtypes */
         break;
     }
     return ddph__fail(err, DDPH_ERR_INVALID, "divide: unknown dtype");

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "cuda_ops.h"
 
 namespace {
@@ -116,6 +118,141 @@ __global__ void gram_schmidt_kernel(float *x, size_t rows, size_t cols,
     }
 }
 
+
+// ---- sparse and quantized hooks (sparse_ops.h has the definitions) ------
+
+__device__ unsigned magnitude_key(float x)
+{
+    return __float_as_uint(x) & 0x7fffffffu;
+}
+
+// Histogram of one byte of the keys whose higher bytes equal `prefix`.
+__global__ void key_histogram_kernel(const float *x, size_t n, unsigned prefix,
+                                     unsigned mask, int shift,
+                                     unsigned long long *hist)
+{
+    __shared__ unsigned local[256];
+    for (unsigned b = threadIdx.x; b < 256; b += blockDim.x)
+        local[b] = 0;
+    __syncthreads();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned key = magnitude_key(x[i]);
+        if ((key & mask) == prefix)
+            atomicAdd(&local[(key >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    for (unsigned b = threadIdx.x; b < 256; b += blockDim.x)
+        if (local[b])
+            atomicAdd(&hist[b], static_cast<unsigned long long>(local[b]));
+}
+
+constexpr unsigned SELECT_THREADS = 1024;
+
+// Exclusive prefix sum of one value per thread (thread 0 walks the block:
+// 1024 additions, next to the O(n) passes around it).
+__device__ unsigned long long block_exclusive_scan(unsigned long long v,
+                                                   unsigned long long *part)
+{
+    part[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long run = 0;
+        for (unsigned i = 0; i < blockDim.x; i++) {
+            unsigned long long c = part[i];
+            part[i] = run;
+            run += c;
+        }
+    }
+    __syncthreads();
+    unsigned long long out = part[threadIdx.x];
+    __syncthreads();
+    return out;
+}
+
+// One block writes the chosen elements in ascending index order: every
+// key above t, and the first `ties` keys equal to t.  Each thread owns a
+// contiguous chunk, so prefix sums over the threads order the output.
+__global__ void select_kernel(const float *x, size_t n, unsigned t,
+                              unsigned long long ties, float *values,
+                              int *indices)
+{
+    __shared__ unsigned long long part[SELECT_THREADS];
+    size_t chunk = (n + blockDim.x - 1) / blockDim.x;
+    size_t lo = threadIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    unsigned long long above = 0, equal = 0;
+    for (size_t i = lo; i < hi; i++) {
+        unsigned key = magnitude_key(x[i]);
+        above += key > t;
+        equal += key == t;
+    }
+    unsigned long long eq_before = block_exclusive_scan(equal, part);
+    unsigned long long eq_take =
+        eq_before >= ties ? 0 : (ties - eq_before < equal ? ties - eq_before : equal);
+    unsigned long long at = block_exclusive_scan(above + eq_take, part);
+    for (size_t i = lo; i < hi; i++) {
+        unsigned key = magnitude_key(x[i]);
+        bool take = key > t || (key == t && eq_take > 0);
+        if (!take)
+            continue;
+        if (key == t)
+            eq_take--;
+        if (indices)
+            indices[at] = static_cast<int>(i);
+        if (values)
+            values[at] = x[i];
+        at++;
+    }
+}
+
+__global__ void gather_kernel(const float *x, const int *idx, size_t k,
+                              float *out)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k;
+         j += (size_t)gridDim.x * blockDim.x)
+        out[j] = x[idx[j]];
+}
+
+__global__ void scatter_add_kernel(float *y, const int *idx, const float *v,
+                                   size_t k, float alpha)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k;
+         j += (size_t)gridDim.x * blockDim.x)
+        atomicAdd(&y[idx[j]], alpha == 1.0f ? v[j] : __fmul_rn(alpha, v[j]));
+}
+
+// The largest key: |x| of finite values and Inf keep their order as
+// unsigned bits, and a NaN's bits are above +Inf's.
+__global__ void absmax_kernel(const float *x, size_t n, unsigned *best)
+{
+    unsigned m = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        m = max(m, magnitude_key(x[i]));
+    atomicMax(best, m);
+}
+
+__global__ void quantize_kernel(const float *x, size_t n, float scale,
+                                signed char *q)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = rintf(__fdiv_rn(x[i], scale));
+        v = fminf(fmaxf(v, -127.0f), 127.0f);
+        q[i] = isnan(v) ? 0 : static_cast<signed char>(v);
+    }
+}
+
+__global__ void dequantize_kernel(const signed char *q, size_t n, float scale,
+                                  float beta, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float d = __fmul_rn(scale, static_cast<float>(q[i]));
+        y[i] = beta == 0.0f ? d : __fadd_rn(__fmul_rn(beta, y[i]), d);
+    }
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -165,5 +302,114 @@ extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
         return 0;
     nonfinite_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
         buf, dtype, n, first);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
+                               float *values, int *indices, void *stream)
+{
+    if (k == 0)
+        return 0;
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    unsigned long long *hist = nullptr, host[256];
+    cudaError_t e = cudaMallocAsync(reinterpret_cast<void **>(&hist),
+                                    sizeof host, st);
+    unsigned prefix = 0, mask = 0;
+    unsigned long long want = k, above = 0;
+    // Radix select, a byte at a time from the top, as the CPU path does.
+    for (int shift = 24; shift >= 0 && e == cudaSuccess; shift -= 8) {
+        e = cudaMemsetAsync(hist, 0, sizeof host, st);
+        if (e != cudaSuccess)
+            break;
+        key_histogram_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, prefix, mask,
+                                                           shift, hist);
+        if ((e = cudaGetLastError()) != cudaSuccess ||
+            (e = cudaMemcpyAsync(host, hist, sizeof host,
+                                 cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
+            (e = cudaStreamSynchronize(st)) != cudaSuccess)
+            break;
+        int byte = 255;
+        for (; byte > 0 && host[byte] < want; byte--) {
+            want -= host[byte];
+            above += host[byte];
+        }
+        prefix |= static_cast<unsigned>(byte) << shift;
+        mask |= 0xffu << shift;
+    }
+    if (e == cudaSuccess) {
+        select_kernel<<<1, SELECT_THREADS, 0, st>>>(x, n, prefix, k - above,
+                                                    values, indices);
+        e = cudaGetLastError();
+    }
+    if (hist)
+        cudaFreeAsync(hist, st);
+    return static_cast<int>(e);
+}
+
+extern "C" int ddph__cuda_gather(const float *x, const int *idx, size_t k,
+                                 float *out, void *stream)
+{
+    if (k == 0)
+        return 0;
+    gather_kernel<<<blocks_for(k), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, idx, k, out);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_scatter_add(float *y, const int *idx, const float *v,
+                                      size_t k, float alpha, void *stream)
+{
+    if (k == 0)
+        return 0;
+    scatter_add_kernel<<<blocks_for(k), 256, 0,
+                         static_cast<cudaStream_t>(stream)>>>(y, idx, v, k,
+                                                              alpha);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_absmax(const float *x, size_t n, float *out,
+                                 void *stream)
+{
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    unsigned *best = nullptr, host = 0;
+    cudaError_t e = cudaMallocAsync(reinterpret_cast<void **>(&best),
+                                    sizeof host, st);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(best, 0, sizeof host, st);
+    if (e == cudaSuccess && n) {
+        absmax_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, best);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess &&
+        (e = cudaMemcpyAsync(&host, best, sizeof host, cudaMemcpyDeviceToHost,
+                             st)) == cudaSuccess)
+        e = cudaStreamSynchronize(st);
+    if (best)
+        cudaFreeAsync(best, st);
+    float f;
+    memcpy(&f, &host, sizeof f);
+    *out = f;
+    return static_cast<int>(e);
+}
+
+extern "C" int ddph__cuda_quantize_int8(const float *x, size_t n, float scale,
+                                        signed char *q, void *stream)
+{
+    if (n == 0)
+        return 0;
+    quantize_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, n, scale, q);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_dequantize_int8(const signed char *q, size_t n,
+                                          float scale, float beta, float *y,
+                                          void *stream)
+{
+    if (n == 0)
+        return 0;
+    dequantize_kernel<<<blocks_for(n), 256, 0,
+                        static_cast<cudaStream_t>(stream)>>>(q, n, scale, beta,
+                                                             y);
     return static_cast<int>(cudaGetLastError());
 }

@@ -28,6 +28,21 @@ int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols, double eps,
 int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
                                unsigned long long *first, void *stream);
 
+/* sparse_ops.h's operations, with the same definitions.  topk and absmax
+ * wait for the stream (they read a histogram or the result on the host);
+ * the others are enqueued. */
+int ddph__cuda_topk(const float *x, size_t n, size_t k, float *values,
+                    int *indices, void *stream);
+int ddph__cuda_gather(const float *x, const int *idx, size_t k, float *out,
+                      void *stream);
+int ddph__cuda_scatter_add(float *y, const int *idx, const float *v, size_t k,
+                           float alpha, void *stream);
+int ddph__cuda_absmax(const float *x, size_t n, float *out, void *stream);
+int ddph__cuda_quantize_int8(const float *x, size_t n, float scale,
+                             signed char *q, void *stream);
+int ddph__cuda_dequantize_int8(const signed char *q, size_t n, float scale,
+                               float beta, float *y, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,11 +113,28 @@ ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype)
     return dtype;
 }
 
+/* A call that returned with nonblocking requests outstanding: they are
+ * waited for (their buffers belong to the bucket), and the call fails. */
+static ddph_status settle(ddph_hook *h, const char *call, ddph_status st)
+{
+    int left = ddph__services_settle(h);
+    if (left && st == DDPH_OK) {
+        snprintf(h->message, sizeof h->message,
+                 "%s returned with %d nonblocking request%s it never waited "
+                 "for (wait for each before returning)",
+                 call, left, left == 1 ? "" : "s");
+        return DDPH_ERR_STATE;
+    }
+    return st;
+}
+
 ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
-                                 uint64_t *bytes, ddph_err *err)
+                                 uint64_t *sent, uint64_t *received,
+                                 ddph_err *err)
 {
     const ddph_plugin_api_v1 *api = &h->plugin->api;
     h->call_bytes = 0;
+    h->call_recv_bytes = 0;
     h->message[0] = '\0';
     ddph_dtype wire = ddph__hook_wire_dtype(h, b->dtype);
     void *grads = b->buffer;
@@ -133,7 +150,7 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
         b->buffer = scratch;
         b->dtype = wire;
     }
-    st = api->on_bucket(h->state, b, s);
+    st = settle(h, "on_bucket", api->on_bucket(h->state, b, s));
     if (st == DDPH_OK && wire != grad_dtype) {
         st = s->cast(s, scratch, wire, grads, grad_dtype, b->numel, 1.0);
         if (st != DDPH_OK)
@@ -143,7 +160,8 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
                    h->message[0] ? h->message : "(the hook set no message)");
     b->buffer = grads;
     b->dtype = grad_dtype;
-    *bytes = h->call_bytes;
+    *sent = h->call_bytes;
+    *received = h->call_recv_bytes;
     return st > 0 ? DDPH_ERR_HOOK : st;
 }
 
@@ -154,12 +172,30 @@ ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
     if (!api->on_step_end)
         return DDPH_OK;
     h->message[0] = '\0';
-    ddph_status st = api->on_step_end(h->state, info, &h->services);
+    ddph_status st =
+        settle(h, "on_step_end", api->on_step_end(h->state, info, &h->services));
     if (st != DDPH_OK)
         return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
                           "hook '%s' on_step_end failed on model '%s' (rank "
                           "%d): %s",
                           api->name, h->model, h->mpi->world.rank,
+                          h->message[0] ? h->message : "(no message)");
+    return DDPH_OK;
+}
+
+ddph_status ddph__hook_on_layout(ddph_hook *h, const ddph_layout *layout,
+                                 ddph_err *err)
+{
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, on_layout) || !api->on_layout)
+        return DDPH_OK;
+    h->message[0] = '\0';
+    ddph_status st =
+        settle(h, "on_layout", api->on_layout(h->state, layout, &h->services));
+    if (st != DDPH_OK)
+        return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
+                          "hook '%s' on_layout failed (rank %d): %s",
+                          api->name, h->mpi->world.rank,
                           h->message[0] ? h->message : "(no message)");
     return DDPH_OK;
 }

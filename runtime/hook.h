@@ -31,7 +31,9 @@ typedef struct ddph_hook {
     int is_lane_view;      /* a lane's view: shares plugin and state */
     char prefix[160];      /* "hook 'x' (model 'm'): " for its log lines */
     /* Per call: set by the runtime around each plugin call. */
-    uint64_t call_bytes;   /* bytes handed to collectives */
+    uint64_t call_bytes;   /* bytes this rank contributed to collectives */
+    uint64_t call_recv_bytes; /* bytes it got from its peers */
+    struct ddph_request *outstanding; /* nonblocking requests not ended */
     char message[DDPH__ERR_LEN]; /* from set_error or a failed service */
 } ddph_hook;
 
@@ -59,9 +61,15 @@ ddph_status ddph__hook_lane_view(const ddph_hook *h, int lane,
 
 /* Runs on_bucket on b (with the wrapper's casts when configured); `scratch`
  * is a buffer of b->numel half elements for the wrapper (NULL without).
- * Returns the plugin's status; the message is in err. */
+ * Returns the plugin's status; the message is in err.  *sent and
+ * *received get the bytes the call's collectives moved each way. */
 ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
-                                 uint64_t *bytes, ddph_err *err);
+                                 uint64_t *sent, uint64_t *received,
+                                 ddph_err *err);
+/* Hands the bucket layout to the plugin's on_layout (ABI minor 2), if it
+ * has one. */
+ddph_status ddph__hook_on_layout(ddph_hook *h, const ddph_layout *layout,
+                                 ddph_err *err);
 ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
                                    ddph_err *err);
 

@@ -60,6 +60,11 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
         return ddph__ctx_failf(ctx, DDPH_ERR_INVALID, "model '%s' parameter '%s': unknown "
                                           "dtype or device",
                                           m->name, name);
+    if (!ddph__dtype_is_float(dtype))
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "model '%s' parameter '%s': gradients are "
+                               "f32, f64, f16 or bf16, not %s",
+                               m->name, name, ddph__dtype_name(dtype));
     /* One backend per job: MPI reduces host memory, NCCL device memory. */
     if (device == DDPH_CUDA && !ctx->nccl_up)
         return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
@@ -220,6 +225,38 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
     return st;
 }
 
+/* The hook's on_layout (ABI minor 2): every bucket as on_bucket will see
+ * it, without its memory. */
+static ddph_status hand_layout(ddph_model *m, ddph_err *err)
+{
+    ddph_bucket *views = calloc((size_t)(m->nbuckets ? m->nbuckets : 1),
+                                sizeof *views);
+    if (!views)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < m->nbuckets; i++) {
+        const ddph_rt_bucket *b = &m->buckets[i];
+        views[i] = (ddph_bucket){
+            .struct_size = sizeof(ddph_bucket),
+            .index = i,
+            .count = m->nbuckets,
+            .is_last = i == m->nbuckets - 1,
+            .dtype = ddph__hook_wire_dtype(m->hook, b->dtype),
+            .device = b->device,
+            .numel = b->numel,
+            .ntensors = (size_t)b->nparams,
+            .tensors = b->views,
+            .model = m->name,
+        };
+    }
+    ddph_layout layout = {.struct_size = sizeof layout,
+                          .model = m->name,
+                          .nbuckets = m->nbuckets,
+                          .buckets = views};
+    ddph_status st = ddph__hook_on_layout(m->hook, &layout, err);
+    free(views);
+    return st;
+}
+
 ddph_status ddph_model_finalize(ddph_model *m)
 {
     if (!m)
@@ -247,6 +284,8 @@ ddph_status ddph_model_finalize(ddph_model *m)
         m->hook->timeline = &ctx->timeline;
         st = build_buckets(m, &e);
     }
+    if (st == DDPH_OK)
+        st = hand_layout(m, &e);
     /* Lanes: the hook's view from each lane, when it allows concurrent
      * buckets; else lane 0 alone. */
     m->nlanes = 1;
@@ -352,6 +391,19 @@ ddph_status ddph_model_bucket_info(ddph_model *m, int index,
         .bytes_on_wire = b->bytes_on_wire,
     };
     pthread_mutex_unlock(&ctx->mu);
+    return DDPH_OK;
+}
+
+ddph_status ddph_model_bucket_traffic(ddph_model *m, int index,
+                                      uint64_t *sent, uint64_t *received)
+{
+    if (!m || !sent || !received || !m->finalized || index < 0 ||
+        index >= m->nbuckets)
+        return DDPH_ERR_INVALID;
+    pthread_mutex_lock(&m->ctx->mu);
+    *sent = m->buckets[index].bytes_on_wire;
+    *received = m->buckets[index].bytes_received;
+    pthread_mutex_unlock(&m->ctx->mu);
     return DDPH_OK;
 }
 

@@ -37,7 +37,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
         .model = m->name,
     };
     ddph_err e;
-    uint64_t bytes = 0;
+    uint64_t sent = 0, received = 0;
     double t0 = ddph__timeline_now(&ctx->timeline);
     /* On the GPU the hook's stream first waits for the copies into the
      * bucket, enqueued on the trainer's stream. */
@@ -46,7 +46,8 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     if (st == DDPH_OK && b->ready_event)
         st = ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e);
     if (st == DDPH_OK)
-        st = ddph__hook_on_bucket(hook, &view, b->scratch, &bytes, &e);
+        st = ddph__hook_on_bucket(hook, &view, b->scratch, &sent, &received,
+                                  &e);
     ddph__timeline_record(&ctx->timeline, hook->track, t0,
                           "hook %s: %s bucket %d", hook->plugin->api.name,
                           m->name, index);
@@ -68,7 +69,8 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     b->status = st;
     free(b->message);
     b->message = message;
-    b->bytes_on_wire += bytes;
+    b->bytes_on_wire += sent;
+    b->bytes_received += received;
     b->state = DDPH_BUCKET_DONE;
     pthread_cond_broadcast(&ctx->done);
     pthread_mutex_unlock(&ctx->mu);

@@ -5,11 +5,14 @@
 
 #include "services.h"
 
+#include <float.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_ops.h"
 #include "device.h"
+#include "sparse_ops.h"
 #ifdef HAVE_NCCL
 #include "backend_nccl.h"
 /* With backend = nccl every bucket is in GPU memory: dispatch to NCCL and
@@ -91,6 +94,7 @@ static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
     ddph_err e;
     double t0 = span_start(h);
     h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * ddph__dtype_size(dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_allreduce(NCCL(h), g, buf, count, dtype, op, &e) :
@@ -107,6 +111,7 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
     ddph_err e;
     double t0 = span_start(h);
     h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_allgather(NCCL(h), g, send, recv, count, dtype, &e) :
@@ -124,6 +129,8 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     if (g->rank == root)
         h->call_bytes += count * ddph__dtype_size(dtype);
+    else
+        h->call_recv_bytes += count * ddph__dtype_size(dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_broadcast(NCCL(h), g, buf, count, dtype, root, &e) :
@@ -141,6 +148,7 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
     ddph_err e;
     double t0 = span_start(h);
     h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * ddph__dtype_size(dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_reduce_scatter(NCCL(h), g, send, recv, count,
@@ -150,11 +158,392 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
     return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
 }
 
+/* ---- minor 2: variable counts and all-to-all ------------------------------ */
+
+static size_t sum_counts(const ddph_group *g, const size_t *counts)
+{
+    size_t total = 0;
+    for (int r = 0; r < g->size; r++)
+        total += counts[r];
+    return total;
+}
+
+static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    double t0 = span_start(h);
+    size_t es = ddph__dtype_size(dtype), total = sum_counts(g, counts);
+    h->call_bytes += counts[g->rank] * es;
+    h->call_recv_bytes += (total - counts[g->rank]) * es;
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e) :
+#endif
+        ddph__mpi_allgatherv(h->mpi, g, send, recv, counts, dtype, &e);
+    return traced(h, "allgatherv", total, dtype, t0, keep(h, st, &e));
+}
+
+static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    double t0 = span_start(h);
+    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    h->call_bytes += others;
+    h->call_recv_bytes += others;
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_alltoall(NCCL(h), g, send, recv, count, dtype, &e) :
+#endif
+        ddph__mpi_alltoall(h->mpi, g, send, recv, count, dtype, &e);
+    return traced(h, "alltoall", count, dtype, t0, keep(h, st, &e));
+}
+
+/* ---- minor 2: nonblocking collectives --------------------------------------
+ * A request sits on its hook's list of outstanding requests from its start
+ * until wait or test ends it; ddph__services_settle waits for what a call
+ * left behind. */
+struct ddph_request {
+    ddph_hook *owner;
+    struct ddph_request *prev, *next;
+    const char *what;
+    size_t count;
+    ddph_dtype dtype;
+    double t0;
+    struct ddph_group *group;
+    ddph_mpi_op op; /* MPI; unused on the GPU, where the stream orders */
+};
+
+static ddph_request *request_new(ddph_hook *h, const char *what,
+                                 struct ddph_group *g, size_t count,
+                                 ddph_dtype dtype)
+{
+    ddph_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(h->message, sizeof h->message, "%s: out of memory", what);
+        return NULL;
+    }
+    *r = (ddph_request){.owner = h, .what = what, .count = count,
+                        .dtype = dtype, .t0 = span_start(h), .group = g};
+    return r;
+}
+
+static ddph_status request_started(ddph_hook *h, ddph_request *r,
+                                   ddph_status st, const ddph_err *e,
+                                   ddph_request **out)
+{
+    if (st != DDPH_OK) {
+        free(r);
+        *out = NULL;
+        return keep(h, st, e);
+    }
+    r->next = h->outstanding;
+    if (h->outstanding)
+        h->outstanding->prev = r;
+    h->outstanding = r;
+    *out = r;
+    return DDPH_OK;
+}
+
+static void request_end(ddph_request *r)
+{
+    ddph_hook *h = r->owner;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        h->outstanding = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    traced(h, r->what, r->count, r->dtype, r->t0, DDPH_OK);
+    free(r);
+}
+
+#ifdef HAVE_NCCL
+#define START(h, r, nccl_call, mpi_call)                                      \
+    (ON_GPU(h) ? (nccl_call) : (mpi_call))
+#else
+#define START(h, r, nccl_call, mpi_call) (mpi_call)
+#endif
+
+static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
+                                  void *buf, size_t count, ddph_dtype dtype,
+                                  ddph_redop op, ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_request *r = request_new(h, "iallreduce", g, count, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * ddph__dtype_size(dtype);
+    ddph_status st = START(
+        h, r,
+        ddph__nccl_start_allreduce(NCCL(h), g, buf, count, dtype, op, &e),
+        ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
+                                  &e));
+    return request_started(h, r, st, &e, req);
+}
+
+static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_request *r = request_new(h, "iallgather", g, count, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    ddph_status st = START(
+        h, r,
+        ddph__nccl_start_allgather(NCCL(h), g, send, recv, count, dtype, &e),
+        ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
+                                  &e));
+    return request_started(h, r, st, &e, req);
+}
+
+static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
+                                   const void *send, void *recv,
+                                   const size_t *counts, ddph_dtype dtype,
+                                   ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    size_t es = ddph__dtype_size(dtype), total = sum_counts(g, counts);
+    ddph_request *r = request_new(h, "iallgatherv", g, total, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    h->call_bytes += counts[g->rank] * es;
+    h->call_recv_bytes += (total - counts[g->rank]) * es;
+    ddph_status st = START(
+        h, r,
+        ddph__nccl_start_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e),
+        ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype,
+                                   &r->op, &e));
+    return request_started(h, r, st, &e, req);
+}
+
+static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_request *r = request_new(h, "ialltoall", g, count, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    h->call_bytes += others;
+    h->call_recv_bytes += others;
+    ddph_status st = START(
+        h, r,
+        ddph__nccl_start_alltoall(NCCL(h), g, send, recv, count, dtype, &e),
+        ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,
+                                 &e));
+    return request_started(h, r, st, &e, req);
+}
+
+/* Whether req is one of this hook's outstanding requests (a stale or
+ * foreign pointer is refused instead of freed twice). */
+static int owned_request(const ddph_hook *h, const ddph_request *req)
+{
+    for (const ddph_request *r = h->outstanding; r; r = r->next)
+        if (r == req)
+            return 1;
+    return 0;
+}
+
+static ddph_status svc_wait(const ddph_services *s, ddph_request *req)
+{
+    ddph_hook *h = host(s);
+    if (!req || !owned_request(h, req)) {
+        snprintf(h->message, sizeof h->message,
+                 "wait: not an outstanding request of this call (waited "
+                 "for twice, or started by another call)");
+        return DDPH_ERR_INVALID;
+    }
+    ddph_err e;
+    ddph_status st = START(h, req,
+                           ddph__nccl_wait(NCCL(h), req->group, req->what, &e),
+                           ddph__mpi_op_wait(h->mpi, &req->op, &e));
+    request_end(req);
+    return keep(h, st, &e);
+}
+
+static ddph_status svc_test(const ddph_services *s, ddph_request *req,
+                            int *done)
+{
+    ddph_hook *h = host(s);
+    *done = 0;
+    if (!req || !owned_request(h, req)) {
+        snprintf(h->message, sizeof h->message,
+                 "test: not an outstanding request of this call");
+        return DDPH_ERR_INVALID;
+    }
+    ddph_err e;
+    ddph_status st;
+#ifdef HAVE_NCCL
+    if (ON_GPU(h)) {
+        /* The stream is idle: every request on it completed. */
+        if (!ddph__nccl_idle(NCCL(h)))
+            return DDPH_OK;
+        st = ddph__nccl_wait(NCCL(h), req->group, req->what, &e);
+        *done = 1;
+        request_end(req);
+        return keep(h, st, &e);
+    }
+#endif
+    st = ddph__mpi_op_test(h->mpi, &req->op, done, &e);
+    if (st != DDPH_OK)
+        *done = 1;
+    if (*done)
+        request_end(req);
+    return keep(h, st, &e);
+}
+
+int ddph__services_settle(ddph_hook *h)
+{
+    int n = 0;
+    while (h->outstanding) {
+        ddph_request *r = h->outstanding;
+        ddph_err e;
+        START(h, r, ddph__nccl_wait(NCCL(h), r->group, r->what, &e),
+              ddph__mpi_op_wait(h->mpi, &r->op, &e));
+        request_end(r);
+        n++;
+    }
+    return n;
+}
+
+/* ---- minor 2: sparse and quantized hooks ---------------------------------- */
+
+static ddph_status svc_topk(const ddph_services *s, const float *x, size_t n,
+                            size_t k, float *values, int32_t *indices)
+{
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_topk(NCCL(host(s)), x, n, k, values, indices,
+                                    &e),
+                    &e);
+#endif
+    return keep(host(s), ddph__cpu_topk(x, n, k, values, indices, &e), &e);
+}
+
+static ddph_status svc_gather(const ddph_services *s, const float *x,
+                              const int32_t *idx, size_t k, float *out)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_gather(NCCL(host(s)), x, idx, k, out, &e),
+                    &e);
+#endif
+    ddph__cpu_gather(x, idx, k, out);
+    return DDPH_OK;
+}
+
+static ddph_status svc_scatter_add(const ddph_services *s, float *y,
+                                   const int32_t *idx, const float *v,
+                                   size_t k, float alpha)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_scatter_add(NCCL(host(s)), y, idx, v, k, alpha,
+                                           &e),
+                    &e);
+#endif
+    ddph__cpu_scatter_add(y, idx, v, k, alpha);
+    return DDPH_OK;
+}
+
+static ddph_status svc_absmax(const ddph_services *s, const float *x,
+                              size_t n, float *out)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_absmax(NCCL(host(s)), x, n, out, &e),
+                    &e);
+#endif
+    *out = ddph__cpu_absmax(x, n);
+    return DDPH_OK;
+}
+
+static ddph_status need_scale(const ddph_services *s, const char *what,
+                              float scale)
+{
+    if (scale > 0 && scale <= FLT_MAX)
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: scale %g must be positive and finite", what, (double)scale);
+    return DDPH_ERR_INVALID;
+}
+
+static ddph_status svc_quantize_int8(const ddph_services *s, const float *x,
+                                     size_t n, float scale, int8_t *q)
+{
+    ddph_status bad = need_scale(s, "quantize_int8", scale);
+    if (bad != DDPH_OK)
+        return bad;
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_quantize_int8(NCCL(host(s)), x, n, scale, q, &e),
+                    &e);
+#endif
+    ddph__cpu_quantize_int8(x, n, scale, q);
+    return DDPH_OK;
+}
+
+static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
+                                       size_t n, float scale, float beta,
+                                       float *y)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_dequantize_int8(NCCL(host(s)), q, n, scale, beta,
+                                               y, &e),
+                    &e);
+#endif
+    ddph__cpu_dequantize_int8(q, n, scale, beta, y);
+    return DDPH_OK;
+}
+
+/* The arithmetic services take floating dtypes only. */
+static ddph_status need_float(const ddph_services *s, const char *what,
+                              ddph_dtype dtype)
+{
+    if (ddph__dtype_is_float(dtype))
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: %s is not a floating dtype (f32, f64, f16, bf16)", what,
+             ddph__dtype_name(dtype));
+    return DDPH_ERR_INVALID;
+}
+
 static ddph_status svc_cast(const ddph_services *s, const void *src,
                             ddph_dtype src_dtype, void *dst,
                             ddph_dtype dst_dtype, size_t n, double scale)
 {
     ddph_err e;
+    ddph_status bad = need_float(s, "cast", src_dtype);
+    if (bad == DDPH_OK)
+        bad = need_float(s, "cast", dst_dtype);
+    if (bad != DDPH_OK)
+        return bad;
 #ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
@@ -171,6 +560,9 @@ static ddph_status svc_divide(const ddph_services *s, void *buf,
                               ddph_dtype dtype, size_t n, double divisor)
 {
     ddph_err e;
+    ddph_status bad = need_float(s, "divide", dtype);
+    if (bad != DDPH_OK)
+        return bad;
 #ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
@@ -335,5 +727,19 @@ void ddph__services_init(ddph_hook *h)
         .axpy = svc_axpy,
         .copy = svc_copy,
         .zero = svc_zero,
+        .allgatherv = svc_allgatherv,
+        .alltoall = svc_alltoall,
+        .iallreduce = svc_iallreduce,
+        .iallgather = svc_iallgather,
+        .iallgatherv = svc_iallgatherv,
+        .ialltoall = svc_ialltoall,
+        .wait = svc_wait,
+        .test = svc_test,
+        .topk = svc_topk,
+        .gather = svc_gather,
+        .scatter_add = svc_scatter_add,
+        .absmax = svc_absmax,
+        .quantize_int8 = svc_quantize_int8,
+        .dequantize_int8 = svc_dequantize_int8,
     };
 }

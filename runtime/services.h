@@ -7,5 +7,8 @@
 #include "hook.h"
 
 void ddph__services_init(ddph_hook *h);
+/* Waits for (and ends) the nonblocking requests a plugin call left
+ * outstanding; returns how many there were. */
+int ddph__services_settle(ddph_hook *h);
 
 #endif

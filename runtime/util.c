@@ -46,7 +46,16 @@ static const struct {
     [DDPH_F64] = {"f64", 8},
     [DDPH_F16] = {"f16", 2},
     [DDPH_BF16] = {"bf16", 2},
+    [DDPH_I32] = {"i32", 4},
+    [DDPH_I64] = {"i64", 8},
+    [DDPH_U8] = {"u8", 1},
+    [DDPH_I8] = {"i8", 1},
 };
+
+int ddph__dtype_is_float(ddph_dtype dtype)
+{
+    return (unsigned)dtype <= DDPH_BF16;
+}
 
 size_t ddph__dtype_size(ddph_dtype dtype)
 {
@@ -61,7 +70,8 @@ const char *ddph__dtype_name(ddph_dtype dtype)
 int ddph__dtype_parse(const char *s, ddph_dtype *out)
 {
     for (int i = 0; i < DDPH_DTYPE_COUNT; i++) {
-        if (strcmp(s, dtype_table[i].name) == 0) {
+        if (ddph__dtype_is_float((ddph_dtype)i) &&
+            strcmp(s, dtype_table[i].name) == 0) {
             *out = (ddph_dtype)i;
             return 1;
         }

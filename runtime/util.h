@@ -28,6 +28,9 @@ void ddph__err_prefix(ddph_err *err, const char *fmt, ...)
 
 size_t ddph__dtype_size(ddph_dtype dtype);
 const char *ddph__dtype_name(ddph_dtype dtype);
+/* f32, f64, f16 or bf16: what gradients, casts and arithmetic take. */
+int ddph__dtype_is_float(ddph_dtype dtype);
+/* A gradient dtype by name (f32, f64, f16, bf16): 1 when known. */
 int ddph__dtype_parse(const char *s, ddph_dtype *out);
 const char *ddph__device_name(ddph_device device);
 

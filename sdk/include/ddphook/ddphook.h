@@ -130,7 +130,8 @@ typedef struct ddph_bucket_info {
     ddph_dtype dtype;
     ddph_device device;
     uint64_t hook_calls;    /* on_bucket calls started so far */
-    uint64_t bytes_on_wire; /* bytes this bucket's hooks sent, all calls */
+    uint64_t bytes_on_wire; /* bytes this rank sent, all calls (see
+                             ddph_model_bucket_traffic) */
 } ddph_bucket_info;
 
 /* What the job file chose for this model ([model.NAME] over [accumulate]
@@ -153,6 +154,14 @@ int ddph_model_bucket_count(const ddph_model *model);
  * ddph_close. */
 ddph_status ddph_model_bucket_info(ddph_model *model, int index,
                                    ddph_bucket_info *out);
+
+/* The bytes bucket `index`'s hook calls moved so far, both ways: what
+ * this rank contributed to collectives (*sent, as bytes_on_wire) and what
+ * it got from its peers (*received): an allgather of n bytes sends n and
+ * receives (W-1) n on W ranks.  Logical payloads, not the algorithm's
+ * traffic (docs/plugin-guide.md, "Counting bytes").  Call between steps. */
+ddph_status ddph_model_bucket_traffic(ddph_model *model, int index,
+                                      uint64_t *sent, uint64_t *received);
 
 /* The hook's own statistics for this model (e.g. PowerSGD's elements
  * before and after compression): up to max entries into out, the number

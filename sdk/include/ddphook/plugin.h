@@ -77,6 +77,9 @@ typedef struct ddph_options ddph_options; /* opaque, owned by the host */
  * hook instance is destroyed. */
 typedef struct ddph_group ddph_group;
 
+/* A nonblocking collective in flight (ABI minor 2); owned by the host. */
+typedef struct ddph_request ddph_request;
+
 /* ---- what a hook sees ---------------------------------------------------- */
 
 /* One tensor inside a bucket or a model. */
@@ -108,6 +111,16 @@ typedef struct ddph_bucket {
     const ddph_tensor_view *tensors; /* in bucket order */
     const char *model;               /* model name */
 } ddph_bucket;
+
+/* The buckets of a model as on_layout sees them (ABI minor 2): each
+ * bucket as on_bucket will see it (dtype under the wrapper, tensors),
+ * with buffer = NULL and iteration = 0.  Valid during the call. */
+typedef struct ddph_layout {
+    uint32_t struct_size;
+    const char *model;
+    int nbuckets;
+    const ddph_bucket *buckets; /* nbuckets, index order */
+} ddph_layout;
 
 /* One parameter as on_step_end sees it: the trainer's parameter (weight)
  * memory registered with ddph_model_set_param_data (NULL if none). */
@@ -151,8 +164,9 @@ typedef ddph_status (*ddph_write_fn)(void *sink, const void *data, size_t n);
 typedef ddph_status (*ddph_read_fn)(void *source, void *data, size_t n);
 
 /* ---- host services ---------------------------------------------------------
- * Handed to every plugin call.  Collectives are blocking, in place where the
- * signature has one buffer, and honour the job's timeout_s (DDPH_ERR_TIMEOUT).
+ * Handed to every plugin call.  Collectives are blocking (minor 2 adds
+ * nonblocking ones), in place where the signature has one buffer, and
+ * honour the job's timeout_s (DDPH_ERR_TIMEOUT).
  * Buffers may be host or device memory according to the bucket's device;
  * the host picks MPI or NCCL accordingly.  Every rank of a group must call
  * the same collectives in the same order. */
@@ -262,6 +276,88 @@ struct ddph_services {
                         size_t bytes, ddph_copy_kind kind);
     /* Sets `bytes` bytes of device memory to zero. */
     ddph_status (*zero)(const ddph_services *s, void *buf, size_t bytes);
+
+    /* ---- ABI minor 2 (check with DDPH_HAS_MEMBER before use) ----------
+     * Integer and byte dtypes (DDPH_I32, DDPH_I64, DDPH_U8, DDPH_I8) are
+     * accepted by every collective, with SUM, MAX and MIN; the cast and
+     * arithmetic services stay floating point. */
+
+    /* Variable counts: rank r contributes counts[r] elements (send holds
+     * counts[group_rank]); recv gets them all one after the other, in rank
+     * order (sum of counts elements).  counts has group_size entries and
+     * is the same on every rank. */
+    ddph_status (*allgatherv)(const ddph_services *s, ddph_group *g,
+                              const void *send, void *recv,
+                              const size_t *counts, ddph_dtype dtype);
+    /* send and recv hold group_size blocks of count elements: block r of
+     * send goes to rank r, block r of recv came from rank r. */
+    ddph_status (*alltoall)(const ddph_services *s, ddph_group *g,
+                            const void *send, void *recv, size_t count,
+                            ddph_dtype dtype);
+
+    /* Nonblocking collectives.  i* starts the collective, as its blocking
+     * twin would, and returns at once with a request in *req; wait()
+     * blocks until it completed, test() says whether it has.  Until then
+     * the hook must not read or write the collective's buffers (nor free
+     * them); everything else is allowed: device operations, blocking
+     * collectives, other nonblocking ones (several may be outstanding and
+     * be waited for in any order), as long as every rank of the group
+     * starts the same collectives in the same order.  A request must
+     * complete within timeout_s of its start: wait (or test) then returns
+     * DDPH_ERR_TIMEOUT, or a peer's failure, and the request is ended all
+     * the same.  A request belongs to the call that started it (on_bucket,
+     * on_step_end): the host waits for any the hook left outstanding and
+     * fails that call with DDPH_ERR_STATE. */
+    ddph_status (*iallreduce)(const ddph_services *s, ddph_group *g,
+                              void *buf, size_t count, ddph_dtype dtype,
+                              ddph_redop op, ddph_request **req);
+    ddph_status (*iallgather)(const ddph_services *s, ddph_group *g,
+                              const void *send, void *recv, size_t count,
+                              ddph_dtype dtype, ddph_request **req);
+    ddph_status (*iallgatherv)(const ddph_services *s, ddph_group *g,
+                               const void *send, void *recv,
+                               const size_t *counts, ddph_dtype dtype,
+                               ddph_request **req);
+    ddph_status (*ialltoall)(const ddph_services *s, ddph_group *g,
+                             const void *send, void *recv, size_t count,
+                             ddph_dtype dtype, ddph_request **req);
+    /* Ends the request: DDPH_OK when the collective completed, else its
+     * error.  req is invalid afterwards. */
+    ddph_status (*wait)(const ddph_services *s, ddph_request *req);
+    /* *done = 1 and the request is ended when it completed (or failed:
+     * the status says so); *done = 0 while it runs. */
+    ddph_status (*test)(const ddph_services *s, ddph_request *req,
+                        int *done);
+
+    /* Device operations of sparse and quantized hooks, f32, on the
+     * services' device (CPU or CUDA: the same definitions on both). */
+    /* The k elements of x[0..n) with the largest |x|; ties at the k-th
+     * magnitude are taken from the lowest index up.  Their indices go
+     * to `indices` in ascending order and their values to `values`
+     * (either may be NULL).  k <= n <= INT32_MAX. */
+    ddph_status (*topk)(const ddph_services *s, const float *x, size_t n,
+                        size_t k, float *values, int32_t *indices);
+    /* out[j] = x[idx[j]] for j < k. */
+    ddph_status (*gather)(const ddph_services *s, const float *x,
+                          const int32_t *idx, size_t k, float *out);
+    /* y[idx[j]] += alpha * v[j] for j < k.  With repeated indices the
+     * additions happen in an unspecified order on the GPU: give each call
+     * distinct indices when the result must be reproducible. */
+    ddph_status (*scatter_add)(const ddph_services *s, float *y,
+                               const int32_t *idx, const float *v, size_t k,
+                               float alpha);
+    /* *out (host memory) = max |x[i]|; 0 when n = 0; NaN if any is NaN. */
+    ddph_status (*absmax)(const ddph_services *s, const float *x, size_t n,
+                          float *out);
+    /* q[i] = clamp(rint(x[i] / scale), -127, 127), round half to even; a
+     * NaN becomes 0.  scale > 0. */
+    ddph_status (*quantize_int8)(const ddph_services *s, const float *x,
+                                 size_t n, float scale, int8_t *q);
+    /* y[i] = beta * y[i] + scale * q[i]; with beta = 0, y is only
+     * written. */
+    ddph_status (*dequantize_int8)(const ddph_services *s, const int8_t *q,
+                                   size_t n, float scale, float beta,
+                                   float *y);
 };
 
 /* ---- the plugin table ------------------------------------------------------ */
@@ -305,6 +401,12 @@ typedef struct ddph_plugin_api_v1 {
      * an older plugin's table ends before it, and reads as 0) ----------- */
     /* DDPH_PLUGIN_* flags: what the plugin allows the host to do. */
     uint32_t flags;
+    /* Optional.  The model's buckets, once, after create and before the
+     * first on_bucket, on the trainer's thread, so that per-bucket state
+     * can be allocated up front.  Collectives are allowed (every rank gets
+     * the same layout).  A failure fails ddph_model_finalize. */
+    ddph_status (*on_layout)(void *state, const ddph_layout *layout,
+                             const ddph_services *s);
 } ddph_plugin_api_v1;
 
 /* flags: on_bucket may run for different buckets of one model at the same

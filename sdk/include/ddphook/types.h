@@ -12,7 +12,14 @@ typedef enum ddph_dtype {
     DDPH_F64 = 1,  /* IEEE binary64 */
     DDPH_F16 = 2,  /* IEEE binary16 */
     DDPH_BF16 = 3, /* bfloat16: the upper half of a binary32 */
-    DDPH_DTYPE_COUNT
+    /* ABI minor 2: integer and byte data, for collectives only (indices of
+     * a sparse hook, quantized values).  Gradients and the cast, divide
+     * and element-wise services stay floating point. */
+    DDPH_I32 = 4,  /* int32_t */
+    DDPH_I64 = 5,  /* int64_t */
+    DDPH_U8 = 6,   /* uint8_t: raw bytes */
+    DDPH_I8 = 7,   /* int8_t */
+    DDPH_DTYPE_COUNT /* grows when dtypes are appended: not an ABI value */
 } ddph_dtype;
 
 typedef enum ddph_device {
