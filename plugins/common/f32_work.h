@@ -1,0 +1,120 @@
+/* f32_work.h: what the topk and int8 hooks share: the f32 view of a
+ * bucket they work on (the bucket itself when it is f32, else a copy cast
+ * from it: under the fp16/bf16 wrappers, or an f64 model), and per-bucket
+ * buffers allocated once from the layout (ABI minor 2). */
+#ifndef DDPH_F32_WORK_H
+#define DDPH_F32_WORK_H
+
+#include <stdlib.h>
+
+#include <ddphook/plugin.h>
+
+/* The services of ABI minor 2 these hooks use: a host without them is
+ * told so at create. */
+static inline ddph_status f32w_need_minor2(const ddph_services *s,
+                                           const char *hook)
+{
+    if (DDPH_HAS_MEMBER(s, ddph_services, dequantize_int8))
+        return DDPH_OK;
+    s->set_error(s, "%s needs a host with plugin ABI minor 2 (this host: "
+                    "%u)", hook, s->abi_minor);
+    return DDPH_ERR_UNSUPPORTED;
+}
+
+/* The f32 data of bucket b: b->buffer itself, or `work` (numel floats)
+ * after a cast from it. */
+static inline ddph_status f32w_load(const ddph_services *s,
+                                    const ddph_bucket *b, float *work,
+                                    float **out)
+{
+    if (b->dtype == DDPH_F32) {
+        *out = b->buffer;
+        return DDPH_OK;
+    }
+    *out = work;
+    return s->cast(s, b->buffer, b->dtype, work, DDPH_F32, b->numel, 1.0);
+}
+
+/* Writes the f32 result back into the bucket when it is not f32. */
+static inline ddph_status f32w_store(const ddph_services *s,
+                                     const ddph_bucket *b, const float *data)
+{
+    if (b->dtype == DDPH_F32)
+        return DDPH_OK;
+    return s->cast(s, data, DDPH_F32, b->buffer, b->dtype, b->numel, 1.0);
+}
+
+/* Checks that on_bucket's bucket is the one on_layout announced. */
+static inline ddph_status f32w_check_bucket(const ddph_services *s,
+                                            const char *hook, int nbuckets,
+                                            const size_t *numel,
+                                            const ddph_bucket *b)
+{
+    if (b->index >= 0 && b->index < nbuckets && numel[b->index] == b->numel)
+        return DDPH_OK;
+    s->set_error(s, "%s: bucket %d (%zu elements) is not in the layout "
+                    "the host gave at on_layout (%d buckets)",
+                 hook, b->index, b->numel, nbuckets);
+    return DDPH_ERR_STATE;
+}
+
+/* Saves n floats of device memory: the count, then the values. */
+static inline ddph_status f32w_save(const ddph_services *s,
+                                    ddph_write_fn write, void *sink,
+                                    const float *dev, size_t n)
+{
+    uint64_t count = n;
+    float *host = malloc(n ? n * sizeof *host : 1);
+    if (!host)
+        return DDPH_ERR_NOMEM;
+    ddph_status st = s->copy(s, host, dev, n * sizeof *host, DDPH_COPY_TO_HOST);
+    if (st == DDPH_OK)
+        st = write(sink, &count, sizeof count);
+    if (st == DDPH_OK)
+        st = write(sink, host, n * sizeof *host);
+    free(host);
+    return st;
+}
+
+/* Reads what f32w_save wrote into n floats of device memory; a different
+ * count (another model) is refused. */
+static inline ddph_status f32w_load_saved(const ddph_services *s,
+                                          ddph_read_fn read, void *source,
+                                          float *dev, size_t n,
+                                          const char *hook, int bucket)
+{
+    uint64_t count = 0;
+    ddph_status st = read(source, &count, sizeof count);
+    if (st != DDPH_OK)
+        return st;
+    if (count != n) {
+        s->set_error(s, "%s: saved bucket %d has %llu elements, this one %zu",
+                     hook, bucket, (unsigned long long)count, n);
+        return DDPH_ERR_STATE;
+    }
+    float *host = malloc(n ? n * sizeof *host : 1);
+    if (!host)
+        return DDPH_ERR_NOMEM;
+    st = read(source, host, n * sizeof *host);
+    if (st == DDPH_OK)
+        st = s->copy(s, dev, host, n * sizeof *host, DDPH_COPY_FROM_HOST);
+    free(host);
+    return st;
+}
+
+/* The bucket count heads a saved state: a different model is refused. */
+static inline ddph_status f32w_load_count(const ddph_services *s,
+                                          ddph_read_fn read, void *source,
+                                          int nbuckets, const char *hook)
+{
+    int32_t nb = 0;
+    ddph_status st = read(source, &nb, sizeof nb);
+    if (st == DDPH_OK && nb != nbuckets) {
+        s->set_error(s, "%s: the saved state has %d buckets, this model %d",
+                     hook, (int)nb, nbuckets);
+        return DDPH_ERR_STATE;
+    }
+    return st;
+}
+
+#endif
