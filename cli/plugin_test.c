@@ -567,6 +567,7 @@ static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
     inj.fail = fail;
     memset(inj.calls, 0, sizeof inj.calls);
     uint64_t sent, received;
+    e.msg[0] = '\0';
     st = ddph__hook_on_bucket(h, &b, NULL, &sent, &received, &e);
     snprintf(why, whylen, "%s", e.msg);
     ddph__hook_destroy(h);

@@ -101,12 +101,21 @@ if command -v valgrind >/dev/null 2>&1; then
         conform 1 "$P/$h.so" --option start_powerSGD_iter=2 --rtol 10 --steps 3 \
             --valgrind --suppressions "$S/sdk/valgrind.supp"
     done
+    conform 1 "$P/topk.so" --option ratio=0.1 --rtol 10 --steps 3 \
+        --valgrind --suppressions "$S/sdk/valgrind.supp"
+    conform 1 "$P/int8.so" --rtol 5e-2 --steps 3 \
+        --valgrind --suppressions "$S/sdk/valgrind.supp"
 else
     echo "note: valgrind not found: leak checks not run"
 fi
 for n in 1 2 4; do
     conform "$n" "$P/allreduce.so"
     conform "$n" "$OUT/template/my_hook.so"
+done
+# The minor-2 hooks: lossless top-k, and int8 within its quantization step.
+for n in 2 4; do
+    conform "$n" "$P/topk.so" --option ratio=1
+    conform "$n" "$P/int8.so" --rtol 5e-2
 done
 for n in 1 2; do
     conform "$n" "$P/fp16.so" --rtol 2e-3

@@ -11,6 +11,7 @@
 
 #include "cpu_ops.h"
 #include "cpu_simd.h"
+#include "sparse_ops.h"
 #include "unit.h"
 
 static uint32_t bits(float f)
@@ -338,6 +339,80 @@ START_TEST(every_simd_path_matches_scalar)
 }
 END_TEST
 
+/* Top-k by magnitude: ties at the k-th magnitude from the lowest index,
+ * output in ascending index order, against a brute-force count. */
+START_TEST(topk_picks_largest_magnitudes)
+{
+    const float x[] = {0.5f, -3.0f, 2.0f, -2.0f, 3.0f, 0.0f, -0.5f, 2.0f};
+    float v[8];
+    int32_t idx[8];
+    ddph_err e;
+    ck_assert_int_eq(ddph__cpu_topk(x, 8, 4, v, idx, &e), DDPH_OK);
+    /* |3|, |3|, then the first two of the three |2|s. */
+    const int32_t want[] = {1, 2, 3, 4};
+    for (int j = 0; j < 4; j++) {
+        ck_assert_int_eq(idx[j], want[j]);
+        ck_assert(v[j] == x[want[j]]);
+    }
+    ck_assert_int_eq(ddph__cpu_topk(x, 8, 8, NULL, idx, &e), DDPH_OK);
+    for (int j = 0; j < 8; j++)
+        ck_assert_int_eq(idx[j], j);
+    ck_assert_int_eq(ddph__cpu_topk(x, 8, 9, v, idx, &e), DDPH_ERR_INVALID);
+    /* Random data: every chosen |x| >= every other |x|. */
+    enum { N = 10007, K = 333 };
+    float *r = malloc(N * sizeof *r);
+    int32_t *ri = malloc(K * sizeof *ri);
+    char *chosen = calloc(N, 1);
+    uint32_t h = 12345;
+    for (int i = 0; i < N; i++) {
+        h = h * 1664525u + 1013904223u;
+        r[i] = (float)((int32_t)(h >> 8) % 2000) / 7.0f; /* with ties */
+    }
+    ck_assert_int_eq(ddph__cpu_topk(r, N, K, NULL, ri, &e), DDPH_OK);
+    float least = INFINITY;
+    for (int j = 0; j < K; j++) {
+        ck_assert(j == 0 || ri[j] > ri[j - 1]);
+        chosen[ri[j]] = 1;
+        least = fminf(least, fabsf(r[ri[j]]));
+    }
+    for (int i = 0; i < N; i++)
+        ck_assert(chosen[i] || fabsf(r[i]) <= least);
+    free(r);
+    free(ri);
+    free(chosen);
+}
+END_TEST
+
+START_TEST(int8_quantize_rounds_and_clamps)
+{
+    const float x[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 1000.0f, -1000.0f,
+                       NAN, 12.7f};
+    int8_t q[9];
+    ddph__cpu_quantize_int8(x, 9, 1.0f, q);
+    /* Half to even, clamped to +-127, NaN to 0. */
+    const int8_t want[] = {0, 2, 2, 0, -2, 127, -127, 0, 13};
+    for (int i = 0; i < 9; i++)
+        ck_assert_int_eq(q[i], want[i]);
+    float y[9];
+    for (int i = 0; i < 9; i++)
+        y[i] = 1.0f;
+    ddph__cpu_dequantize_int8(q, 9, 0.5f, 1.0f, y);
+    ck_assert(y[1] == 2.0f && y[5] == 64.5f && y[6] == -62.5f);
+    ddph__cpu_dequantize_int8(q, 9, 2.0f, 0.0f, y);
+    ck_assert(y[1] == 4.0f && y[0] == 0.0f);
+    ck_assert(ddph__cpu_absmax(x, 7) == 1000.0f);
+    ck_assert(isnan(ddph__cpu_absmax(x, 9)));
+    ck_assert(ddph__cpu_absmax(x, 0) == 0.0f);
+    /* Gather and scatter-add by index. */
+    const int32_t idx[] = {8, 1, 1};
+    float g[3], acc[9] = {0};
+    ddph__cpu_gather(x, idx, 3, g);
+    ck_assert(g[0] == 12.7f && g[1] == 1.5f && g[2] == 1.5f);
+    ddph__cpu_scatter_add(acc, idx, g, 3, 2.0f);
+    ck_assert(acc[1] == 6.0f && acc[8] == 25.4f && acc[0] == 0.0f);
+}
+END_TEST
+
 Suite *cpu_ops_suite(void)
 {
     Suite *s = suite_create("cpu_ops");
@@ -352,6 +427,8 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, gemm_and_orthogonalize);
     tcase_add_test(tc, axpy_is_exact_subtraction);
     tcase_add_test(tc, every_simd_path_matches_scalar);
+    tcase_add_test(tc, topk_picks_largest_magnitudes);
+    tcase_add_test(tc, int8_quantize_rounds_and_clamps);
     suite_add_tcase(s, tc);
     return s;
 }

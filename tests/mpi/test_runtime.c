@@ -591,6 +591,162 @@ static void run_powersgd(void)
 }
 
 
+/* The hooks of ABI minor 2 (plugins/topk, plugins/int8) on the fixture's
+ * several buckets: exact where the hook is lossless, error feedback that
+ * loses nothing over two steps, and bytes counted both ways. */
+typedef float (*grad_fn)(int rank, int step, int p, size_t i);
+
+/* Runs `steps` steps of grads from fn; out[s][p] gets the results. */
+/* The buckets' element counts of the last sparse_run. */
+static size_t sparse_numel[64];
+static int sparse_nbuckets;
+
+static void sparse_run(const char *hook, const char *options, grad_fn fn,
+                       int steps, float *out[][NP], model_fixture *fx,
+                       uint64_t *sent, uint64_t *received)
+{
+    char extra[256];
+    snprintf(extra, sizeof extra, "[hook.%s]\n%s\n[runtime]", hook, options);
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), hook, extra);
+    setup(ctx, fx, 0);
+    CHECK_OK(ddph_model_finalize(fx->m), ctx);
+    CHECK(ddph_model_bucket_count(fx->m) >= 3, "want several buckets");
+    for (int st = 0; st < steps; st++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx->m, 1), ctx);
+        for (int i = NP - 1; i >= 0; i--) {
+            for (size_t k = 0; k < fx->numel[i]; k++)
+                fx->grads[i][k] = fn(g_rank, st, i, k);
+            CHECK_OK(ddph_grad_ready(fx->m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        for (int i = 0; i < NP; i++)
+            memcpy(out[st][i], fx->grads[i], fx->numel[i] * sizeof(float));
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    *sent = *received = 0;
+    sparse_nbuckets = ddph_model_bucket_count(fx->m);
+    CHECK(sparse_nbuckets <= 64, "%d buckets", sparse_nbuckets);
+    for (int b = 0; b < sparse_nbuckets; b++) {
+        uint64_t sb, rb;
+        ddph_bucket_info info;
+        CHECK_OK(ddph_model_bucket_info(fx->m, b, &info), ctx);
+        sparse_numel[b] = info.numel;
+        CHECK_OK(ddph_model_bucket_traffic(fx->m, b, &sb, &rb), ctx);
+        *sent += sb;
+        *received += rb;
+    }
+    ddph_close(ctx);
+}
+
+static float topk_grad(int rank, int step, int p, size_t i)
+{
+    /* Distinct magnitudes per rank; step 1 sends nothing new. */
+    return step ? 0.0f
+                : (float)((int)((i * 7 + (size_t)p * 3) % 41) - 20) *
+                      (float)(rank + 1) * 0.25f;
+}
+
+/* Values in {-127, 0, 127} whose average over an even number of ranks is
+ * too: int8 with scale 1 is exact. */
+static float int8_grad(int rank, int step, int p, size_t i)
+{
+    int sign = (int)((i + (size_t)p + (size_t)step) % 3) - 1;
+    if ((i + (size_t)step) % 5 == 0 && rank % 2)
+        sign = -sign; /* these average to 0 */
+    return 127.0f * (float)sign;
+}
+
+static void alloc_steps(float *out[][NP], int steps)
+{
+    for (int st = 0; st < steps; st++)
+        for (int i = 0; i < NP; i++)
+            out[st][i] = malloc((size_t)(shapes[i][0] * shapes[i][1]) *
+                                sizeof(float));
+}
+
+static void free_steps(float *out[][NP], int steps)
+{
+    for (int st = 0; st < steps; st++)
+        for (int i = 0; i < NP; i++)
+            free(out[st][i]);
+}
+
+static void run_sparse(void)
+{
+    int world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    size_t total = 0;
+    for (int i = 0; i < NP; i++)
+        total += (size_t)(shapes[i][0] * shapes[i][1]);
+    float *out[3][NP];
+    model_fixture fx;
+    uint64_t sent, received;
+    alloc_steps(out, 3);
+
+    /* topk, ratio 1: every element sent; the plain average, summed in
+     * rank order.  8 bytes per element out, (W-1) times that in. */
+    sparse_run("topk", "ratio = 1", topk_grad, 1, out, &fx, &sent, &received);
+    for (int i = 0; i < NP; i++)
+        for (size_t k = 0; k < fx.numel[i]; k++) {
+            float want = 0;
+            for (int r = 0; r < world; r++)
+                want += topk_grad(r, 0, i, k);
+            want /= (float)world;
+            CHECK(out[0][i][k] == want, "topk ratio 1: p%d[%zu] = %g, want %g",
+                  i, k, out[0][i][k], want);
+        }
+    CHECK(sent == 8 * total && received == 8 * total * (uint64_t)(world - 1),
+          "topk ratio 1: %llu bytes sent, %llu received; want %zu, %zu",
+          (unsigned long long)sent, (unsigned long long)received, 8 * total,
+          8 * total * (size_t)(world - 1));
+    fixture_free(&fx);
+
+    /* topk, ratio 0.5, error feedback: step 0 sends the larger half of
+     * each bucket, step 1 (zero gradients) the rest; together, the
+     * average. */
+    sparse_run("topk", "ratio = 0.5", topk_grad, 2, out, &fx, &sent, &received);
+    for (int i = 0; i < NP; i++)
+        for (size_t k = 0; k < fx.numel[i]; k++) {
+            float want = 0;
+            for (int r = 0; r < world; r++)
+                want += topk_grad(r, 0, i, k);
+            want /= (float)world;
+            float got = out[0][i][k] + out[1][i][k];
+            CHECK(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)),
+                  "topk error feedback: p%d[%zu] = %g + %g, want %g", i, k,
+                  out[0][i][k], out[1][i][k], want);
+        }
+    fixture_free(&fx);
+
+    /* int8 on values the scale makes exact, over 3 steps (the error stays
+     * 0); bytes: per bucket of n elements and chunks of c = ceil(n / W),
+     * an all-to-all of (W-1) c int8 each way, the max (4 bytes each way),
+     * an allgather of c int8 plus a 4-byte scale ((W-1) times that in). */
+    sparse_run("int8", "", int8_grad, 3, out, &fx, &sent, &received);
+    for (int st = 0; st < 3; st++)
+        for (int i = 0; i < NP; i++)
+            for (size_t k = 0; k < fx.numel[i]; k++) {
+                float want = 0;
+                for (int r = 0; r < world; r++)
+                    want += int8_grad(r, st, i, k);
+                want /= (float)world;
+                CHECK(out[st][i][k] == want, "int8 step %d: p%d[%zu] = %g, "
+                      "want %g", st, i, k, out[st][i][k], want);
+            }
+    uint64_t want_sent = 0, want_received = 0, w = (uint64_t)world;
+    for (int b = 0; b < sparse_nbuckets; b++) {
+        uint64_t c = (sparse_numel[b] + w - 1) / w;
+        want_sent += 3 * ((w - 1) * c + 4 + c + 4);
+        want_received += 3 * ((w - 1) * c + 4 + (w - 1) * (c + 4));
+    }
+    CHECK(sent == want_sent && received == want_received,
+          "int8: %llu bytes sent, %llu received; want %llu, %llu",
+          (unsigned long long)sent, (unsigned long long)received,
+          (unsigned long long)want_sent, (unsigned long long)want_received);
+    fixture_free(&fx);
+    free_steps(out, 3);
+}
+
 /* Whether p (n floats) is bitwise the same on the ranks of `ranks`. */
 static int same_on(const float *p, size_t n, int world, const int *ranks,
                    int nranks)
@@ -1034,6 +1190,8 @@ int main(int argc, char **argv)
         run_misuse();
     else if (strcmp(s, "powersgd") == 0)
         run_powersgd();
+    else if (strcmp(s, "sparse") == 0)
+        run_sparse();
     else if (strcmp(s, "accumulate") == 0)
         run_accumulate();
     else if (strcmp(s, "two-models") == 0)
