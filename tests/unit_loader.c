@@ -4,6 +4,8 @@
 #include "build-config.h"
 
 #include <dlfcn.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +205,53 @@ START_TEST(older_minor_loads_and_reads_nothing_past_its_size)
 }
 END_TEST
 
+/* Minor 1 against this host: a table that ends at stats (flags and
+ * on_layout read as nothing), and services that end at minor 1 (a hook
+ * that needs minor 2 says so at create, and declines in its entry). */
+static void minor1_set_error(const ddph_services *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf((char *)s->host, 256, fmt, ap);
+    va_end(ap);
+}
+
+START_TEST(minor1_table_and_services)
+{
+    ddph_plugin *p;
+    ddph_err e;
+    ck_assert_int_eq(ddph__plugin_load(fake("minor1_table"), NULL, 1, &p, &e),
+                     DDPH_OK);
+    ck_assert_uint_eq(p->api.abi_minor, 1);
+    ck_assert_uint_eq(p->api.flags, 0);
+    ck_assert_ptr_null(p->api.on_layout);
+    ddph__plugin_unload(p);
+
+    char path[4200], message[256] = "";
+    snprintf(path, sizeof path, "%s/topk.so", unit_env("DDPH_TEST_PLUGIN_DIR"));
+    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(so != NULL, "%s", dlerror());
+    ddph_plugin_entry_v1 entry;
+    *(void **)&entry = dlsym(so, DDPH_PLUGIN_ENTRY_V1);
+    ck_assert_ptr_nonnull(entry);
+    ck_assert_ptr_null(entry(1));
+    const ddph_plugin_api_v1 *api = entry(DDPH_PLUGIN_ABI_MINOR);
+    ck_assert_ptr_nonnull(api);
+    ddph_services s = {
+        .struct_size = offsetof(ddph_services, zero) + sizeof(void *),
+        .abi_minor = 1,
+        .set_error = minor1_set_error,
+        .host = message,
+    };
+    void *state = NULL;
+    ck_assert_int_eq(api->create(&s, NULL, &state), DDPH_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(state);
+    ck_assert_str_eq(message, "topk needs a host with plugin ABI minor 2 "
+                              "(this host: 1)");
+    dlclose(so);
+}
+END_TEST
+
 START_TEST(name_must_match)
 {
     /* Looked up by name, a file must declare that name. */
@@ -393,6 +442,7 @@ Suite *loader_suite(void)
     tcase_add_test(tc, not_a_shared_object);
     tcase_add_test(tc, abi_errors);
     tcase_add_test(tc, older_minor_loads_and_reads_nothing_past_its_size);
+    tcase_add_test(tc, minor1_table_and_services);
     tcase_add_test(tc, name_must_match);
     tcase_add_test(tc, world_writable_is_refused);
     tcase_add_test(tc, plugin_location_matrix);

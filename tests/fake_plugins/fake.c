@@ -73,7 +73,9 @@ __attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
 #else
     .abi_major = DDPH_PLUGIN_ABI_MAJOR,
 #endif
+#ifndef FAKE_MINOR1_TABLE
     .abi_minor = DDPH_PLUGIN_ABI_MINOR,
+#endif
 #ifdef FAKE_SMALL_STRUCT
     .struct_size = 12,
 #elif defined(FAKE_ZERO_STRUCT)
@@ -81,6 +83,10 @@ __attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
 #elif defined(FAKE_OLDER_MINOR)
     /* A table from a minor that ended at on_bucket. */
     .struct_size = offsetof(ddph_plugin_api_v1, on_bucket) + sizeof(void *),
+#elif defined(FAKE_MINOR1_TABLE)
+    /* A table built against minor 1: it ends at stats. */
+    .struct_size = offsetof(ddph_plugin_api_v1, stats) + sizeof(void *),
+    .abi_minor = 1,
 #else
     .struct_size = sizeof(ddph_plugin_api_v1),
 #endif
@@ -97,6 +103,12 @@ __attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
     /* Past struct_size: the host must not read this. */
     .on_step_end = (ddph_status(*)(void *, const ddph_step_info *,
                                    const ddph_services *))1,
+#endif
+#ifdef FAKE_MINOR1_TABLE
+    /* The minor-2 members, past struct_size: read as 0 and NULL. */
+    .flags = DDPH_PLUGIN_CONCURRENT_BUCKETS,
+    .on_layout = (ddph_status(*)(void *, const ddph_layout *,
+                                 const ddph_services *))1,
 #endif
 };
 
