@@ -1,7 +1,7 @@
 /* test_gpu: the nccl backend against the CPU backend on the same
  * gradients.  Every shipped hook (allreduce, fp16, bf16, powersgd with the
  * Gram-Schmidt and the QR orthogonaliser, batched_powersgd, the fp16/bf16
- * wrappers), bf16 gradients, gradient_as_bucket_view with the trainer's
+ * wrappers, topk and int8), bf16 gradients, gradient_as_bucket_view with the trainer's
  * own stream, and,
  * when its .so is given, post-local-SGD's parameter averaging: gradients
  * (and parameters) in GPU memory (backend = nccl) must match, within the
@@ -279,6 +279,14 @@ int main(int argc, char **argv)
          .bf16 = 1, .atol = 2e-2},
         {.name = "powersgd rank 1, bf16 gradients", .hook = "powersgd",
          .extra = psgd1, .bf16 = 1, .rtol = 1e-2, .atol = 2e-2},
+        /* ABI minor 2: the same top-k selection, scatter and int8
+         * rounding on both devices. */
+        {.name = "topk 5% (radix select, scatter-add)", .hook = "topk",
+         .extra = "[hook.topk]\nratio = 0.05\n", .rtol = 1e-5, .atol = 1e-6},
+        {.name = "int8 (all-to-all, quantize)", .hook = "int8",
+         .rtol = 1e-5, .atol = 1e-6},
+        {.name = "int8, bf16 gradients", .hook = "int8", .bf16 = 1,
+         .atol = 2e-2},
     };
     int failed = 0, ran = 0;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
