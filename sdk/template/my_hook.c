@@ -8,7 +8,10 @@
  *   - an action once all buckets of a step are done (is_last: log the
  *     step's gradient norm every log_every steps);
  *   - save/load of the state, so a resumed job continues bit for bit;
- *   - statistics the trainer can query (ddph_model_hook_stats).
+ *   - statistics the trainer can query (ddph_model_hook_stats);
+ *   - nonblocking collectives (ABI minor 2, option overlap): the bucket is
+ *     reduced in two halves, the second half divided while the first is
+ *     on the wire, with a blocking fallback on older hosts.
  *
  * Rename: change HOOK_NAME, the file name and the Makefile's target.  The
  * host finds the hook as <name>.so along [runtime] plugin_path, or by path:
@@ -29,6 +32,9 @@ static const ddph_option_spec my_options[] = {
      "log the gradient norm every this many steps (0: never)"},
     {"ema", DDPH_OPT_REAL, "0.9", 0, 1,
      "weight of the past in the moving average of the norm"},
+    {"overlap", DDPH_OPT_BOOL, "true", 0, 0,
+     "reduce each bucket in two halves with nonblocking allreduces, "
+     "dividing the second while the first travels"},
     {NULL, 0, NULL, 0, 0, NULL},
 };
 
@@ -36,6 +42,7 @@ static const ddph_option_spec my_options[] = {
 typedef struct my_state {
     int64_t log_every;
     double ema;
+    int overlap;
     uint64_t steps;     /* synchronised steps seen */
     double *sq_norm;    /* per bucket: moving average of ||g||^2 */
     int nbuckets;
@@ -53,6 +60,7 @@ static ddph_status my_create(const ddph_services *s, const ddph_options *o,
     }
     st->log_every = s->opt_int(o, "log_every");
     st->ema = s->opt_real(o, "ema");
+    st->overlap = s->opt_bool(o, "overlap");
     *state = st;
     return DDPH_OK;
 }
@@ -81,16 +89,49 @@ static double *bucket_slot(my_state *st, int index)
     return &st->sq_norm[index];
 }
 
+/* The average of b across ranks: divide by the world size, then sum
+ * (PyTorch's order).  With minor-2 services and `overlap`, in two halves:
+ * the first half's allreduce travels while the second half is divided.
+ * Between iallreduce and wait the hook must not touch that half. */
+static ddph_status average(const my_state *st, const ddph_bucket *b,
+                           const ddph_services *s)
+{
+    double w = (double)s->world_size;
+    if (!st->overlap || !DDPH_HAS_MEMBER(s, ddph_services, iallreduce) ||
+        b->numel < 2) {
+        ddph_status r = s->divide(s, b->buffer, b->dtype, b->numel, w);
+        return r ? r
+                 : s->allreduce(s, s->world, b->buffer, b->numel, b->dtype,
+                                DDPH_SUM);
+    }
+    size_t half = b->numel / 2;
+    /* Element size from the dtype, for the second half's address. */
+    size_t es = b->dtype == DDPH_F64 ? 8 : b->dtype == DDPH_F32 ? 4 : 2;
+    char *second = (char *)b->buffer + half * es;
+    ddph_request *first = NULL;
+    ddph_status r = s->divide(s, b->buffer, b->dtype, half, w);
+    if (!r)
+        r = s->iallreduce(s, s->world, b->buffer, half, b->dtype, DDPH_SUM,
+                          &first);
+    if (r)
+        return r;
+    /* Overlapped with the first half's allreduce. */
+    r = s->divide(s, second, b->dtype, b->numel - half, w);
+    if (!r)
+        r = s->allreduce(s, s->world, second, b->numel - half, b->dtype,
+                         DDPH_SUM);
+    /* Every started request is waited for, even after an error. */
+    ddph_status done = s->wait(s, first);
+    return r ? r : done;
+}
+
 /* ---- the hook: called once per bucket per synchronised step ----------------- */
 static ddph_status my_on_bucket(void *state, const ddph_bucket *b,
                                 const ddph_services *s)
 {
     my_state *st = state;
-    /* 1. Reduce: divide by the world size, then sum (PyTorch's order). */
-    ddph_status r = s->divide(s, b->buffer, b->dtype, b->numel,
-                              (double)s->world_size);
-    if (r == DDPH_OK)
-        r = s->allreduce(s, s->world, b->buffer, b->numel, b->dtype, DDPH_SUM);
+    /* 1. Reduce. */
+    ddph_status r = average(st, b, s);
     if (r != DDPH_OK)
         return r; /* the service has set the message */
 
