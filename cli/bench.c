@@ -57,10 +57,10 @@ static const char bench_usage[] =
     "             ratio to memcpy of the same f32 bytes (default 64 MiB,\n"
     "             median of 7 runs)\n"
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
-    "             batched_powersgd) on the gradients of a model preset\n"
+    "             batched_powersgd,topk,int8) on the gradients of a model preset\n"
     "             (gpt2-124m, resnet50, mlp; default resnet50), of the\n"
     "             parameters of a gradient trace, or of one 1024-row matrix\n"
-    "             of N MiB: bytes on the wire per step, time\n"
+    "             of N MiB: bytes sent and received per step, time\n"
     "             per step (median of R, default 10), bus bandwidth, and the\n"
     "             ratio to the raw engine in the same run: a loop of\n"
     "             blocking MPI_Allreduce over the same buckets (and, second,\n"
@@ -175,11 +175,23 @@ static double slowest(double t)
     return t;
 }
 
+/* Bytes the model's hooks sent and received so far, all buckets. */
+static void traffic(ddph_model *m, uint64_t *sent, uint64_t *received)
+{
+    *sent = *received = 0;
+    for (int b = 0; b < ddph_model_bucket_count(m); b++) {
+        uint64_t sb = 0, rb = 0;
+        ddph_model_bucket_traffic(m, b, &sb, &rb);
+        *sent += sb;
+        *received += rb;
+    }
+}
+
 /* pristine: the gradients in hb->dtype, parameter after parameter. */
 static int bench_one_hook(const hook_bench *hb, const char *hook,
                           const preset_param *pp, int np, const char *pristine,
                           size_t total, int rank, double *median_s,
-                          double *wire_per_step)
+                          double *wire_per_step, double *recv_per_step)
 {
     char path[256], keys[256];
     snprintf(keys, sizeof keys,
@@ -219,7 +231,7 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
         ptr[i] = p;
     }
     const int warmup = 3;
-    uint64_t wire0 = 0;
+    uint64_t wire0 = 0, recv0 = 0;
     for (int s = 0; s < warmup + hb->repeats; s++) {
         off = 0;
         for (int i = 0; i < np; i++) { /* fresh gradients, outside the clock */
@@ -227,11 +239,7 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
             off += numel[i];
         }
         if (s == warmup)
-            for (int b = 0; b < ddph_model_bucket_count(m); b++) {
-                ddph_bucket_info info;
-                ddph_model_bucket_info(m, b, &info);
-                wire0 += info.bytes_on_wire;
-            }
+            traffic(m, &wire0, &recv0);
         if (rank == 0)
             fprintf(stderr, "\r  %-22s step %2d/%d", hook, s + 1,
                     warmup + hb->repeats);
@@ -249,13 +257,10 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
         if (s >= warmup)
             t[s - warmup] = dt;
     }
-    uint64_t wire = 0;
-    for (int b = 0; b < ddph_model_bucket_count(m); b++) {
-        ddph_bucket_info info;
-        ddph_model_bucket_info(m, b, &info);
-        wire += info.bytes_on_wire;
-    }
+    uint64_t wire = 0, recv = 0;
+    traffic(m, &wire, &recv);
     *wire_per_step = (double)(wire - wire0) / hb->repeats;
+    *recv_per_step = (double)(recv - recv0) / hb->repeats;
     *median_s = bench_median(t, hb->repeats);
     ok = 1;
 out:
@@ -455,32 +460,35 @@ static int bench_hooks(hook_bench *hb)
                "          one raw MPI_Allreduce of all %.4g MiB: %.2f ms\n\n",
                nb, DDPH__MPI_PIECE_BYTES >> 20, base * 1e3,
                bytes * bus / base / 1e9, bytes / 1048576, base_one * 1e3);
-        printf("%-20s %14s %12s %12s %14s %12s\n", "hook", "bytes/step",
-               "ms/step", "busbw GB/s", "x raw buckets", "x one call");
+        printf("%-20s %14s %14s %12s %12s %14s %12s\n", "hook", "sent/step",
+               "recv/step", "ms/step", "busbw GB/s", "x raw buckets",
+               "x one call");
         if (hb->csv && !(csv = fopen(hb->csv, "w")))
             fprintf(stderr, "ddphook bench: cannot write %s\n", hb->csv);
         if (csv)
             fprintf(csv, "hook,bytes_per_step,seconds_per_step,busbw_gbs,"
                          "ratio_to_raw_buckets,ratio_to_raw_one_call,"
-                         "raw_buckets_seconds\n");
+                         "raw_buckets_seconds,bytes_received_per_step\n");
     }
     char *list = ddph__strdup(hb->hooks), *save = NULL;
     int rc = 0;
     for (char *h = strtok_r(list, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
-        double med = 0, wire = 0;
-        if (!bench_one_hook(hb, h, pp, np, pristine, total, rank, &med, &wire)) {
+        double med = 0, wire = 0, recv = 0;
+        if (!bench_one_hook(hb, h, pp, np, pristine, total, rank, &med, &wire,
+                            &recv)) {
             rc = 1;
             continue;
         }
         double busbw = wire * bus / med / 1e9;
         if (rank == 0) {
             fprintf(stderr, "\r%60s\r", "");
-            printf("%-20s %14.0f %12.2f %12.2f %13.2fx %11.2fx\n", h, wire,
-                   med * 1e3, busbw, base / med, base_one / med);
+            printf("%-20s %14.0f %14.0f %12.2f %12.2f %13.2fx %11.2fx\n", h,
+                   wire, recv, med * 1e3, busbw, base / med, base_one / med);
             fflush(stdout);
             if (csv)
-                fprintf(csv, "%s,%.0f,%.6f,%.4f,%.4f,%.4f,%.6f\n", h, wire,
-                        med, busbw, base / med, base_one / med, base);
+                fprintf(csv, "%s,%.0f,%.6f,%.4f,%.4f,%.4f,%.6f,%.0f\n", h,
+                        wire, med, busbw, base / med, base_one / med, base,
+                        recv);
         }
     }
     if (csv)
@@ -585,7 +593,7 @@ int cmd_bench(int argc, char **argv)
     if (strcmp(what, "hooks") == 0) {
         hb.model = hb.model ? hb.model : "resnet50";
         hb.hooks = hb.hooks ? hb.hooks
-                            : "allreduce,fp16,bf16,powersgd,batched_powersgd";
+                            : "allreduce,fp16,bf16,powersgd,batched_powersgd,topk,int8";
         return bench_hooks(&hb);
     }
     if (strcmp(what, "powersgd") == 0) {

@@ -232,12 +232,12 @@ __global__ void absmax_kernel(const float *x, size_t n, unsigned *best)
     atomicMax(best, m);
 }
 
-__global__ void quantize_kernel(const float *x, size_t n, float scale,
+__global__ void quantize_kernel(const float *x, size_t n, float inv,
                                 signed char *q)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = rintf(__fdiv_rn(x[i], scale));
+        float v = rintf(__fmul_rn(x[i], inv));
         v = fminf(fmaxf(v, -127.0f), 127.0f);
         q[i] = isnan(v) ? 0 : static_cast<signed char>(v);
     }
@@ -397,8 +397,9 @@ extern "C" int ddph__cuda_quantize_int8(const float *x, size_t n, float scale,
 {
     if (n == 0)
         return 0;
+    // The reciprocal rounded to f32 once, as the CPU path computes it.
     quantize_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        x, n, scale, q);
+        x, n, 1.0f / scale, q);
     return static_cast<int>(cudaGetLastError());
 }
 

@@ -35,7 +35,8 @@ void ddph__cpu_scatter_add(float *y, const int32_t *idx, const float *v,
                            size_t k, float alpha);
 /* max |x[i]| (0 for n = 0; NaN when any element is NaN). */
 float ddph__cpu_absmax(const float *x, size_t n);
-/* q[i] = clamp(rint(x[i] / scale), -127, 127), round to nearest even;
+/* q[i] = clamp(rint(x[i] * inv), -127, 127) with inv = 1 / scale rounded
+ * to f32 (a multiply, not a divide, on both devices), round half to even;
  * a NaN quantizes to 0.  scale > 0. */
 void ddph__cpu_quantize_int8(const float *x, size_t n, float scale,
                              int8_t *q);

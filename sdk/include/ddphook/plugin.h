@@ -349,8 +349,8 @@ struct ddph_services {
     /* *out (host memory) = max |x[i]|; 0 when n = 0; NaN if any is NaN. */
     ddph_status (*absmax)(const ddph_services *s, const float *x, size_t n,
                           float *out);
-    /* q[i] = clamp(rint(x[i] / scale), -127, 127), round half to even; a
-     * NaN becomes 0.  scale > 0. */
+    /* q[i] = clamp(rint(x[i] * inv), -127, 127), inv = 1 / scale rounded
+     * to f32, round half to even; a NaN becomes 0.  scale > 0. */
     ddph_status (*quantize_int8)(const ddph_services *s, const float *x,
                                  size_t n, float scale, int8_t *q);
     /* y[i] = beta * y[i] + scale * q[i]; with beta = 0, y is only
