@@ -8,7 +8,7 @@
 # budget of training seconds (the last epoch that ended within it), and
 # the bytes each rank sent per step.  Prints one Markdown table.
 #
-#   sh tests/cluster/accuracy.sh [--hooks allreduce,fp16,bf16,powersgd,batched_powersgd]
+#   sh tests/cluster/accuracy.sh [--hooks allreduce,fp16,bf16,powersgd,batched_powersgd,topk,int8]
 #       [--rates 100mbit,1gbit] [--epochs 6] [--target 87] [--budget 60]
 #       [--out DIR]
 #
@@ -18,7 +18,7 @@
 # time as the trainer counts it (evaluation excluded).
 set -u
 here=$(dirname "$(readlink -f "$0")")
-hooks=allreduce,fp16,bf16,powersgd,batched_powersgd rates=100mbit,1gbit
+hooks=allreduce,fp16,bf16,powersgd,batched_powersgd,topk,int8 rates=100mbit,1gbit
 epochs=6 target=87 budget=60 out=tests/out/cluster-accuracy
 while [ $# -gt 0 ]; do
     case $1 in
