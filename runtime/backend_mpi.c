@@ -749,28 +749,42 @@ ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, struct ddph_group *g,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
-                                      const void *send, void *recv,
-                                      size_t count, ddph_dtype dtype,
-                                      ddph_mpi_op *out, ddph_err *err)
+/* allgather and alltoall: one call, count elements per rank's block. */
+static ddph_status start_blocks(ddph_mpi *m, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, int alltoall,
+                                ddph_mpi_op *out, ddph_err *err)
 {
+    const char *what = alltoall ? "alltoall" : "allgather";
     ddph_status st = collective_fault(m, err);
     if (st != DDPH_OK)
         return st;
     if (!valid(dtype, DDPH_SUM) || count > CHUNK)
         return ddph__fail(err, DDPH_ERR_INVALID,
-                          "allgather: bad dtype, or %zu elements per rank "
-                          "(at most 2^30)",
-                          count);
-    if ((st = op_begin(m, out, 1, "allgather", err)) != DDPH_OK)
+                          "%s: bad dtype, or %zu elements per block (at "
+                          "most 2^30)",
+                          what, count);
+    if ((st = op_begin(m, out, 1, what, err)) != DDPH_OK)
         return st;
-    int rc = MPI_Iallgather(send, (int)count, mpi_type(m, dtype), recv,
-                            (int)count, mpi_type(m, dtype), g->comm,
-                            &out->reqs[0]);
+    MPI_Datatype t = mpi_type(m, dtype);
+    int n = (int)count;
+    int rc = alltoall ? MPI_Ialltoall(send, n, t, recv, n, t, g->comm,
+                                      &out->reqs[0])
+                      : MPI_Iallgather(send, n, t, recv, n, t, g->comm,
+                                       &out->reqs[0]);
     if (rc != MPI_SUCCESS)
-        return op_broken(m, out, rc, "MPI_Iallgather", err);
+        return op_broken(m, out, rc,
+                         alltoall ? "MPI_Ialltoall" : "MPI_Iallgather", err);
     out->nreqs = 1;
     return DDPH_OK;
+}
+
+ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_mpi_op *out, ddph_err *err)
+{
+    return start_blocks(m, g, send, recv, count, dtype, 0, out, err);
 }
 
 ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, struct ddph_group *g,
@@ -816,23 +830,7 @@ ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, struct ddph_group *g,
                                      size_t count, ddph_dtype dtype,
                                      ddph_mpi_op *out, ddph_err *err)
 {
-    ddph_status st = collective_fault(m, err);
-    if (st != DDPH_OK)
-        return st;
-    if (!valid(dtype, DDPH_SUM) || count > CHUNK)
-        return ddph__fail(err, DDPH_ERR_INVALID,
-                          "alltoall: bad dtype, or %zu elements per block "
-                          "(at most 2^30)",
-                          count);
-    if ((st = op_begin(m, out, 1, "alltoall", err)) != DDPH_OK)
-        return st;
-    int rc = MPI_Ialltoall(send, (int)count, mpi_type(m, dtype), recv,
-                           (int)count, mpi_type(m, dtype), g->comm,
-                           &out->reqs[0]);
-    if (rc != MPI_SUCCESS)
-        return op_broken(m, out, rc, "MPI_Ialltoall", err);
-    out->nreqs = 1;
-    return DDPH_OK;
+    return start_blocks(m, g, send, recv, count, dtype, 1, out, err);
 }
 
 ddph_status ddph__mpi_op_wait(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err)

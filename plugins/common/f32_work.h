@@ -58,54 +58,38 @@ static inline ddph_status f32w_check_bucket(const ddph_services *s,
     return DDPH_ERR_STATE;
 }
 
-/* Saves n floats of device memory: the count, then the values. */
-static inline ddph_status f32w_save(const ddph_services *s,
-                                    ddph_write_fn write, void *sink,
-                                    const float *dev, size_t n)
+/* Saves the error buffers of a hook's buckets (device memory): the bucket
+ * count, then per bucket its element count and its floats. */
+static inline ddph_status f32w_save_errors(const ddph_services *s,
+                                           ddph_write_fn write, void *sink,
+                                           int nbuckets, float *const *errors,
+                                           const size_t *numel)
 {
-    uint64_t count = n;
-    float *host = malloc(n ? n * sizeof *host : 1);
-    if (!host)
-        return DDPH_ERR_NOMEM;
-    ddph_status st = s->copy(s, host, dev, n * sizeof *host, DDPH_COPY_TO_HOST);
-    if (st == DDPH_OK)
-        st = write(sink, &count, sizeof count);
-    if (st == DDPH_OK)
-        st = write(sink, host, n * sizeof *host);
-    free(host);
-    return st;
-}
-
-/* Reads what f32w_save wrote into n floats of device memory; a different
- * count (another model) is refused. */
-static inline ddph_status f32w_load_saved(const ddph_services *s,
-                                          ddph_read_fn read, void *source,
-                                          float *dev, size_t n,
-                                          const char *hook, int bucket)
-{
-    uint64_t count = 0;
-    ddph_status st = read(source, &count, sizeof count);
-    if (st != DDPH_OK)
-        return st;
-    if (count != n) {
-        s->set_error(s, "%s: saved bucket %d has %llu elements, this one %zu",
-                     hook, bucket, (unsigned long long)count, n);
-        return DDPH_ERR_STATE;
+    int32_t nb = nbuckets;
+    ddph_status st = write(sink, &nb, sizeof nb);
+    for (int i = 0; i < nbuckets && st == DDPH_OK; i++) {
+        uint64_t count = numel[i];
+        float *host = malloc(numel[i] ? numel[i] * sizeof *host : 1);
+        if (!host)
+            return DDPH_ERR_NOMEM;
+        st = s->copy(s, host, errors[i], numel[i] * sizeof *host,
+                     DDPH_COPY_TO_HOST);
+        if (st == DDPH_OK)
+            st = write(sink, &count, sizeof count);
+        if (st == DDPH_OK)
+            st = write(sink, host, numel[i] * sizeof *host);
+        free(host);
     }
-    float *host = malloc(n ? n * sizeof *host : 1);
-    if (!host)
-        return DDPH_ERR_NOMEM;
-    st = read(source, host, n * sizeof *host);
-    if (st == DDPH_OK)
-        st = s->copy(s, dev, host, n * sizeof *host, DDPH_COPY_FROM_HOST);
-    free(host);
     return st;
 }
 
-/* The bucket count heads a saved state: a different model is refused. */
-static inline ddph_status f32w_load_count(const ddph_services *s,
-                                          ddph_read_fn read, void *source,
-                                          int nbuckets, const char *hook)
+/* Reads what f32w_save_errors wrote; another model's state (a different
+ * bucket count or size) is refused. */
+static inline ddph_status f32w_load_errors(const ddph_services *s,
+                                           ddph_read_fn read, void *source,
+                                           int nbuckets, float *const *errors,
+                                           const size_t *numel,
+                                           const char *hook)
 {
     int32_t nb = 0;
     ddph_status st = read(source, &nb, sizeof nb);
@@ -113,6 +97,25 @@ static inline ddph_status f32w_load_count(const ddph_services *s,
         s->set_error(s, "%s: the saved state has %d buckets, this model %d",
                      hook, (int)nb, nbuckets);
         return DDPH_ERR_STATE;
+    }
+    for (int i = 0; i < nbuckets && st == DDPH_OK; i++) {
+        uint64_t count = 0;
+        if ((st = read(source, &count, sizeof count)) != DDPH_OK)
+            break;
+        if (count != numel[i]) {
+            s->set_error(s, "%s: saved bucket %d has %llu elements, this "
+                            "one %zu",
+                         hook, i, (unsigned long long)count, numel[i]);
+            return DDPH_ERR_STATE;
+        }
+        float *host = malloc(numel[i] ? numel[i] * sizeof *host : 1);
+        if (!host)
+            return DDPH_ERR_NOMEM;
+        st = read(source, host, numel[i] * sizeof *host);
+        if (st == DDPH_OK)
+            st = s->copy(s, errors[i], host, numel[i] * sizeof *host,
+                         DDPH_COPY_FROM_HOST);
+        free(host);
     }
     return st;
 }

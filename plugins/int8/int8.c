@@ -44,6 +44,7 @@ typedef struct int8_state {
     int nbuckets;
     int8_bucket *buckets;
     size_t *numel;
+    float **errors; /* per bucket: its error buffer (for save/load) */
     float *host_scales; /* W */
     double bytes_f32, bytes_int8; /* stats: what f32 would send, what went */
 } int8_state;
@@ -85,8 +86,10 @@ static void free_buckets(const ddph_services *s, int8_state *t)
     }
     free(t->buckets);
     free(t->numel);
+    free(t->errors);
     t->buckets = NULL;
     t->numel = NULL;
+    t->errors = NULL;
     t->nbuckets = 0;
 }
 
@@ -117,7 +120,8 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
     size_t nb = (size_t)(layout->nbuckets ? layout->nbuckets : 1);
     t->buckets = calloc(nb, sizeof *t->buckets);
     t->numel = calloc(nb, sizeof *t->numel);
-    if (!t->buckets || !t->numel)
+    t->errors = calloc(nb, sizeof *t->errors);
+    if (!t->buckets || !t->numel || !t->errors)
         return DDPH_ERR_NOMEM;
     t->nbuckets = layout->nbuckets;
     int ok = 1;
@@ -127,7 +131,7 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
         b->numel = t->numel[i] = lb->numel;
         b->chunk = (lb->numel + world - 1) / world;
         size_t padded = world * b->chunk;
-        b->error = alloc_zero(s, b->numel * sizeof(float), &ok);
+        b->error = t->errors[i] = alloc_zero(s, b->numel * sizeof(float), &ok);
         if (lb->dtype != DDPH_F32)
             b->work = alloc_zero(s, b->numel * sizeof(float), &ok);
         b->q = alloc_zero(s, padded, &ok);
@@ -270,23 +274,15 @@ static ddph_status int8_save(void *state, const ddph_services *s,
                              ddph_write_fn write, void *sink)
 {
     int8_state *t = state;
-    int32_t nb = t->nbuckets;
-    ddph_status st = write(sink, &nb, sizeof nb);
-    for (int i = 0; i < t->nbuckets && st == DDPH_OK; i++)
-        st = f32w_save(s, write, sink, t->buckets[i].error,
-                       t->buckets[i].numel);
-    return st;
+    return f32w_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
 }
 
 static ddph_status int8_load(void *state, const ddph_services *s,
                              ddph_read_fn read, void *source)
 {
     int8_state *t = state;
-    ddph_status st = f32w_load_count(s, read, source, t->nbuckets, "int8");
-    for (int i = 0; i < t->nbuckets && st == DDPH_OK; i++)
-        st = f32w_load_saved(s, read, source, t->buckets[i].error,
-                             t->buckets[i].numel, "int8", i);
-    return st;
+    return f32w_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
+                            "int8");
 }
 
 static const ddph_plugin_api_v1 int8_plugin = {

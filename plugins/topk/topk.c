@@ -39,7 +39,8 @@ typedef struct topk_state {
     int error_feedback;
     int nbuckets;
     topk_bucket *buckets;
-    size_t *numel; /* per bucket, for the layout check */
+    size_t *numel;  /* per bucket, for the layout check */
+    float **errors; /* per bucket: its error buffer (for save/load) */
     double sent_elements, total_elements; /* stats */
 } topk_state;
 
@@ -80,8 +81,10 @@ static void free_buckets(const ddph_services *s, topk_state *t)
     }
     free(t->buckets);
     free(t->numel);
+    free(t->errors);
     t->buckets = NULL;
     t->numel = NULL;
+    t->errors = NULL;
     t->nbuckets = 0;
 }
 
@@ -112,7 +115,9 @@ static ddph_status topk_on_layout(void *state, const ddph_layout *layout,
                         sizeof *t->buckets);
     t->numel = calloc((size_t)(layout->nbuckets ? layout->nbuckets : 1),
                       sizeof *t->numel);
-    if (!t->buckets || !t->numel)
+    t->errors = calloc((size_t)(layout->nbuckets ? layout->nbuckets : 1),
+                       sizeof *t->errors);
+    if (!t->buckets || !t->numel || !t->errors)
         return DDPH_ERR_NOMEM;
     t->nbuckets = layout->nbuckets;
     int ok = 1;
@@ -130,7 +135,7 @@ static ddph_status topk_on_layout(void *state, const ddph_layout *layout,
         b->k = lb->numel == 0 ? 0 : k < 1 ? 1 : (size_t)k;
         if (b->k > lb->numel)
             b->k = lb->numel;
-        b->error = alloc_zero(s, b->numel * sizeof(float), &ok);
+        b->error = t->errors[i] = alloc_zero(s, b->numel * sizeof(float), &ok);
         if (lb->dtype != DDPH_F32)
             b->work = alloc_zero(s, b->numel * sizeof(float), &ok);
         b->values = alloc_zero(s, b->k * sizeof(float), &ok);
@@ -219,23 +224,15 @@ static ddph_status topk_save(void *state, const ddph_services *s,
                              ddph_write_fn write, void *sink)
 {
     topk_state *t = state;
-    int32_t nb = t->nbuckets;
-    ddph_status st = write(sink, &nb, sizeof nb);
-    for (int i = 0; i < t->nbuckets && st == DDPH_OK; i++)
-        st = f32w_save(s, write, sink, t->buckets[i].error,
-                       t->buckets[i].numel);
-    return st;
+    return f32w_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
 }
 
 static ddph_status topk_load(void *state, const ddph_services *s,
                              ddph_read_fn read, void *source)
 {
     topk_state *t = state;
-    ddph_status st = f32w_load_count(s, read, source, t->nbuckets, "topk");
-    for (int i = 0; i < t->nbuckets && st == DDPH_OK; i++)
-        st = f32w_load_saved(s, read, source, t->buckets[i].error,
-                             t->buckets[i].numel, "topk", i);
-    return st;
+    return f32w_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
+                            "topk");
 }
 
 static const ddph_plugin_api_v1 topk_plugin = {
