@@ -80,6 +80,7 @@ typedef struct ddph_mpi {
     int64_t closed_after;     /* after how many synchronised steps */
     int64_t close_notice;     /* what this rank sent (outlives the sends) */
     atomic_int closes_received; /* closing notices received so far */
+    atomic_llong alarm_polled_us; /* when the alarms were last probed */
 } ddph_mpi;
 
 /* Initialises MPI if needed (MPI_THREAD_MULTIPLE), dups the world twice
