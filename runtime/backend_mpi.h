@@ -13,8 +13,8 @@
  * and does not finalize MPI.  A rank that fails tells every peer with a
  * short notice on a second duplicate of the world (the alarm
  * communicator); a rank waiting on a collective polls it, so the peers of
- * a failed rank stop within a few milliseconds, with that rank's message,
- * instead of waiting for timeout_s. */
+ * a failed rank stop within about 50 ms (the probe interval), with that
+ * rank's message, instead of waiting for timeout_s. */
 #ifndef DDPH_BACKEND_MPI_H
 #define DDPH_BACKEND_MPI_H
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "cpu_ops.h"
 #include "device.h"
 #include "job_check.h"
 #include "state_file.h"
@@ -56,6 +57,23 @@ static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
                         ctx->cfg.path, (long long)-v[1], (long long)v[0],
                         ctx->cfg.lanes);
     return st;
+}
+
+/* OpenBLAS threads from the ranks on this host (a shared-memory split,
+ * collective), so that the ranks of a host do not oversubscribe its cores
+ * with GEMM threads (cpu_ops.h). */
+static ddph_status size_blas(ddph_ctx *ctx, ddph_err *err)
+{
+    struct ddph_group *node;
+    ddph_status st = ddph__mpi_intra_node(&ctx->mpi, &node, err);
+    if (st != DDPH_OK)
+        return st;
+    int n = ddph__cpu_blas_threads(node->size);
+    ddph__log(&ctx->log, DDPH_LOG_DEBUG,
+              "OpenBLAS: %d thread%s per rank (%d rank%s on this host; "
+              "OPENBLAS_NUM_THREADS overrides)",
+              n, n == 1 ? "" : "s", node->size, node->size == 1 ? "" : "s");
+    return DDPH_OK;
 }
 
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
@@ -109,6 +127,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                              ctx->cfg.path);
     }
 #endif
+    if (st == DDPH_OK)
+        st = size_blas(ctx, &e);
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = agree_lanes(ctx, &e);

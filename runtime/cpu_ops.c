@@ -5,6 +5,8 @@
 #include "cpu_simd.h"
 
 #include <cblas.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
@@ -346,4 +348,20 @@ ddph_status ddph__cpu_orthogonalize(float *x, size_t rows, size_t cols,
         return ddph__fail(err, DDPH_ERR_BACKEND,
                           "orthogonalize: LAPACK QR failed (info %d)", (int)info);
     return DDPH_OK;
+}
+
+int ddph__cpu_blas_threads(int ranks_on_host)
+{
+    /* The user's choice wins. */
+    if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
+        return openblas_get_num_threads();
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                           : 1;
+    /* One core of each rank's share stays with its communication thread,
+     * which polls MPI while the GEMMs run, and the network stack. */
+    int n = (ranks_on_host > 0 ? cpus / ranks_on_host : cpus) - 1;
+    n = n < 1 ? 1 : n;
+    openblas_set_num_threads(n);
+    return n;
 }
