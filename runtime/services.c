@@ -214,7 +214,8 @@ struct ddph_request {
     const char *what;
     size_t count;
     ddph_dtype dtype;
-    double t0;
+    double t0;      /* the timeline's clock, for the span */
+    double started; /* ddph__now() at the start, for the deadline */
     struct ddph_group *group;
     ddph_mpi_op op; /* MPI; unused on the GPU, where the stream orders */
 };
@@ -229,7 +230,8 @@ static ddph_request *request_new(ddph_hook *h, const char *what,
         return NULL;
     }
     *r = (ddph_request){.owner = h, .what = what, .count = count,
-                        .dtype = dtype, .t0 = span_start(h), .group = g};
+                        .dtype = dtype, .t0 = span_start(h),
+                        .started = ddph__now(), .group = g};
     return r;
 }
 
@@ -263,11 +265,11 @@ static void request_end(ddph_request *r)
     free(r);
 }
 
+/* The NCCL or the MPI form of a call, by the hook's backend. */
 #ifdef HAVE_NCCL
-#define START(h, r, nccl_call, mpi_call)                                      \
-    (ON_GPU(h) ? (nccl_call) : (mpi_call))
+#define BY_BACKEND(h, nccl_call, mpi_call) (ON_GPU(h) ? (nccl_call) : (mpi_call))
 #else
-#define START(h, r, nccl_call, mpi_call) (mpi_call)
+#define BY_BACKEND(h, nccl_call, mpi_call) (mpi_call)
 #endif
 
 static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
@@ -281,8 +283,7 @@ static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     h->call_bytes += count * ddph__dtype_size(dtype);
     h->call_recv_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st = START(
-        h, r,
+    ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_allreduce(NCCL(h), g, buf, count, dtype, op, &e),
         ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
                                   &e));
@@ -300,8 +301,7 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     h->call_bytes += count * ddph__dtype_size(dtype);
     h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
-    ddph_status st = START(
-        h, r,
+    ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_allgather(NCCL(h), g, send, recv, count, dtype, &e),
         ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
                                   &e));
@@ -321,8 +321,7 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     h->call_bytes += counts[g->rank] * es;
     h->call_recv_bytes += (total - counts[g->rank]) * es;
-    ddph_status st = START(
-        h, r,
+    ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e),
         ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype,
                                    &r->op, &e));
@@ -341,8 +340,7 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
     size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
     h->call_bytes += others;
     h->call_recv_bytes += others;
-    ddph_status st = START(
-        h, r,
+    ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_alltoall(NCCL(h), g, send, recv, count, dtype, &e),
         ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,
                                  &e));
@@ -369,9 +367,9 @@ static ddph_status svc_wait(const ddph_services *s, ddph_request *req)
         return DDPH_ERR_INVALID;
     }
     ddph_err e;
-    ddph_status st = START(h, req,
-                           ddph__nccl_wait(NCCL(h), req->group, req->what, &e),
-                           ddph__mpi_op_wait(h->mpi, &req->op, &e));
+    ddph_status st =
+        BY_BACKEND(h, ddph__nccl_wait(NCCL(h), req->group, req->what, &e),
+                   ddph__mpi_op_wait(h->mpi, &req->op, &e));
     request_end(req);
     return keep(h, st, &e);
 }
@@ -390,8 +388,10 @@ static ddph_status svc_test(const ddph_services *s, ddph_request *req,
     ddph_status st;
 #ifdef HAVE_NCCL
     if (ON_GPU(h)) {
-        /* The stream is idle: every request on it completed. */
-        if (!ddph__nccl_idle(NCCL(h)))
+        /* The stream is idle: every request on it completed.  Past the
+         * deadline, the wait reports (and aborts) what is stuck. */
+        if (!ddph__nccl_idle(NCCL(h)) &&
+            ddph__now() - req->started <= NCCL(h)->timeout_s)
             return DDPH_OK;
         st = ddph__nccl_wait(NCCL(h), req->group, req->what, &e);
         *done = 1;
@@ -413,7 +413,7 @@ int ddph__services_settle(ddph_hook *h)
     while (h->outstanding) {
         ddph_request *r = h->outstanding;
         ddph_err e;
-        START(h, r, ddph__nccl_wait(NCCL(h), r->group, r->what, &e),
+        BY_BACKEND(h, ddph__nccl_wait(NCCL(h), r->group, r->what, &e),
               ddph__mpi_op_wait(h->mpi, &r->op, &e));
         request_end(r);
         n++;
