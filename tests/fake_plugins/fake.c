@@ -46,6 +46,13 @@ fake_on_bucket(void *state, const ddph_bucket *b,
 #endif
     ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
                                (double)s->world_size);
+#ifdef FAKE_LEAKS_REQUEST
+    /* Starts its allreduce without waiting for it: the host must wait for
+     * it (the buffer is the bucket's) and fail the call. */
+    ddph_request *req;
+    return st ? st : s->iallreduce(s, s->world, b->buffer, b->numel, b->dtype,
+                                   DDPH_SUM, &req);
+#endif
     return st ? st : s->allreduce(s, s->world, b->buffer, b->numel, b->dtype,
                                   DDPH_SUM);
 }

@@ -376,6 +376,35 @@ static void run_hook_error(void)
     end_failed_job("hook-error");
 }
 
+/* A hook that returns with a nonblocking request it never waited for:
+ * the host waits for it (the bucket's memory is in flight) and fails the
+ * bucket on every rank with DDPH_ERR_STATE, naming what happened. */
+static void run_leaked_request(void)
+{
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/leaks_request.so",
+             env("DDPH_TEST_FAKE_DIR"));
+    ddph_ctx *ctx = open_job("/nowhere", hook, NULL);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    mark_all_ready(ctx, fx.m);
+    ddph_status st = ddph_step_wait(ctx);
+    CHECK(st == DDPH_ERR_STATE, "%s: %s", ddph_status_name(st),
+          ddph_last_error(ctx));
+    CHECK(strstr(ddph_last_error(ctx),
+                 "on_bucket returned with 1 nonblocking request it never "
+                 "waited for"),
+          "%s", ddph_last_error(ctx));
+    ddph_step_end(ctx);
+    double t0 = MPI_Wtime();
+    CHECK(ddph_close(ctx) == DDPH_ERR_STATE, "close of a failed job");
+    CHECK(MPI_Wtime() - t0 < 1.0, "close took %.1f s", MPI_Wtime() - t0);
+    fixture_free(&fx);
+    end_failed_job("leaked-request");
+}
+
 /* The last rank is stuck (it sleeps through the others' timeout): the
  * others report within timeout_s, naming bucket, hook and rank, once for
  * the step however many buckets are in flight.  When the stuck rank wakes
@@ -1184,6 +1213,8 @@ int main(int argc, char **argv)
         run_mismatch();
     else if (strcmp(s, "hook-error") == 0)
         run_hook_error();
+    else if (strcmp(s, "leaked-request") == 0)
+        run_leaked_request();
     else if (strcmp(s, "timeout") == 0)
         run_timeout();
     else if (strcmp(s, "misuse") == 0)
