@@ -46,9 +46,12 @@ typedef struct ddph_rt_bucket {
     int *params; /* parameter indices, bucket order */
     int nparams;
     size_t numel;
-    ddph_dtype dtype;
+    ddph_dtype dtype;        /* of its gradients */
+    /* What storage holds: dtype, or with copies into host buckets the
+     * wrapper's or the hook's half type (gradients cast in and back). */
+    ddph_dtype store_dtype;
     ddph_device device;
-    void *storage;           /* flat, numel elements of dtype, on device */
+    void *storage;           /* flat, numel elements of store_dtype */
     void *ready_event;       /* CUDA: recorded when the bucket is full */
     void *scratch;           /* wrapper's low-precision copy, or NULL */
     ddph_tensor_view *views; /* one per parameter */

@@ -180,38 +180,69 @@ ddph_status ddph__cpu_cast(const void *src, ddph_dtype src_dtype, void *dst,
     return DDPH_OK;
 }
 
+/* 1/divisor where dividing by divisor is the same as multiplying by that:
+ * a power of two whose reciprocal is a normal float.  x / 2^k and
+ * x * 2^-k are the same real number, so IEEE rounds them to the same
+ * result (subnormals included), and a multiply runs at memory speed where
+ * this machine's divider does not (475 MiB of f32: 93 ms against 40 ms).
+ * 0 for any other divisor, which keeps the true division. */
+static double exact_reciprocal(double divisor)
+{
+    int e;
+    double m = frexp(divisor, &e);
+    if (fabs(m) != 0.5 || e < -120 || e > 120)
+        return 0;
+    return 1.0 / divisor;
+}
+
 ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
                              double divisor, ddph_err *err)
 {
+    double recip = exact_reciprocal(divisor);
     switch (dtype) {
     case DDPH_F32: {
-        float *b = buf, d = (float)divisor;
-        for (size_t i = 0; i < n; i++)
-            b[i] /= d;
+        float *b = buf, d = (float)divisor, r = (float)recip;
+        if (recip != 0)
+            for (size_t i = 0; i < n; i++)
+                b[i] *= r;
+        else
+            for (size_t i = 0; i < n; i++)
+                b[i] /= d;
         return DDPH_OK;
     }
     case DDPH_F64: {
         double *b = buf;
-        for (size_t i = 0; i < n; i++)
-            b[i] /= divisor;
+        if (recip != 0)
+            for (size_t i = 0; i < n; i++)
+                b[i] *= recip;
+        else
+            for (size_t i = 0; i < n; i++)
+                b[i] /= divisor;
         return DDPH_OK;
     }
     case DDPH_F16:
     case DDPH_BF16: {
         /* Widen a block with the vector casts, divide in float, round back:
          * the same single rounding as element by element. */
-        float d = (float)divisor, tmp[HALF_BLOCK];
+        float d = (float)divisor, r = (float)recip, tmp[HALF_BLOCK];
         ddph_cast_kind up = dtype == DDPH_F16 ? DDPH_CAST_F16_F32
                                               : DDPH_CAST_BF16_F32;
         ddph_cast_kind down = dtype == DDPH_F16 ? DDPH_CAST_F32_F16
                                                 : DDPH_CAST_F32_BF16;
         ddph_simd_path path = ddph__simd_best();
         uint16_t *h = buf;
-        for (size_t i = 0; i < n; i += HALF_BLOCK) {
+        size_t i = ddph__half_op_run(path, recip ? DDPH_HALF_MUL : DDPH_HALF_DIV,
+                                     dtype == DDPH_BF16, h, NULL,
+                                     recip ? r : d, n);
+        for (; i < n; i += HALF_BLOCK) {
             size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
             ddph__cast_run(path, up, h + i, tmp, k);
-            for (size_t j = 0; j < k; j++)
-                tmp[j] /= d;
+            if (recip != 0)
+                for (size_t j = 0; j < k; j++)
+                    tmp[j] *= r;
+            else
+                for (size_t j = 0; j < k; j++)
+                    tmp[j] /= d;
             ddph__cast_run(path, down, tmp, h + i, k);
         }
         return DDPH_OK;
@@ -225,7 +256,7 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
 /* For f16/bf16 the operands are widened to float, combined in float and
  * rounded back to the half type: one rounding per addition, as gloo's
  * float16 operator+ does. */
-#define ELEMENTWISE(name, expr)                                              \
+#define ELEMENTWISE(name, expr, fused)                                       \
     void name(void *a, const void *b, ddph_dtype dtype, size_t n)            \
     {                                                                        \
         if (dtype == DDPH_F64) {                                             \
@@ -255,7 +286,8 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
         ddph_simd_path path = ddph__simd_best();                             \
         uint16_t *ha = a;                                                    \
         const uint16_t *hb = b;                                              \
-        for (size_t i = 0; i < n; i += HALF_BLOCK) {                         \
+        size_t i = (fused);                                                  \
+        for (; i < n; i += HALF_BLOCK) {                                     \
             size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;              \
             ddph__cast_run(path, up, ha + i, ua, k);                         \
             ddph__cast_run(path, up, hb + i, vb, k);                         \
@@ -267,9 +299,13 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
         }                                                                    \
     }
 
-ELEMENTWISE(ddph__cpu_add, u + v)
-ELEMENTWISE(ddph__cpu_max, (u > v || isnan(u)) ? u : v)
-ELEMENTWISE(ddph__cpu_min, (u < v || isnan(u)) ? u : v)
+/* The sum runs fused in registers where the CPU allows (it is the MPI
+ * reduction of every half-precision allreduce); max and min are rare. */
+ELEMENTWISE(ddph__cpu_add, u + v,
+            ddph__half_op_run(path, DDPH_HALF_ADD, dtype == DDPH_BF16, ha, hb,
+                              0, n))
+ELEMENTWISE(ddph__cpu_max, (u > v || isnan(u)) ? u : v, 0)
+ELEMENTWISE(ddph__cpu_min, (u < v || isnan(u)) ? u : v, 0)
 #undef ELEMENTWISE
 
 ddph_status ddph__cpu_gemm(int trans_a, int trans_b, size_t m, size_t n,

@@ -41,133 +41,177 @@ static void scalar_cast(ddph_cast_kind kind, const void *src, void *dst,
 
 /* ---- AVX2 + F16C: 8 lanes -------------------------------------------------- */
 
+/* One 8-lane block of half values widened to float, and narrowed back: round to
+ * nearest even, a NaN becomes the canonical quiet NaN with its sign. */
+__attribute__((target("avx2,f16c"))) static inline __m256
+avx2_widen(int bf16, const uint16_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (!bf16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,f16c"))) static inline void
+avx2_narrow(int bf16, uint16_t *p, __m256 x)
+{
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    __m256i u = _mm256_castps_si256(x);
+    if (!bf16) {
+        __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+        __m256i canon = _mm256_or_si256(
+            _mm256_srli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(
+                                                      (int)0x80000000u)),
+                              16),
+            _mm256_set1_epi32(0x7E00));
+        __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan),
+                                        _mm256_extracti128_si256(nan, 1));
+        __m128i can16 = _mm_packus_epi32(_mm256_castsi256_si128(canon),
+                                         _mm256_extracti128_si256(canon, 1));
+        _mm_storeu_si128((__m128i *)p, _mm_blendv_epi8(h, can16, nan16));
+        return;
+    }
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16),
+                                   _mm256_set1_epi32(1));
+    __m256i v = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb),
+        16);
+    v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x7FC0), nan);
+    _mm_storeu_si128((__m128i *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(v),
+                                      _mm256_extracti128_si256(v, 1)));
+}
+
+
 __attribute__((target("avx2,f16c"))) static size_t
 avx2_cast(ddph_cast_kind kind, const void *src, void *dst, size_t n)
 {
+    const float *f = src;
+    float *fo = dst;
+    const uint16_t *h = src;
+    uint16_t *ho = dst;
+    int bf16 = kind == DDPH_CAST_F32_BF16 || kind == DDPH_CAST_BF16_F32;
     size_t i = 0;
-    const __m256i sign_mask = _mm256_set1_epi32((int)0x80000000u);
     switch (kind) {
-    case DDPH_CAST_F32_F16: {
-        const __m256i qnan = _mm256_set1_epi32(0x7E00);
-        for (; i + 8 <= n; i += 8) {
-            __m256 x = _mm256_loadu_ps((const float *)src + i);
-            __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
-            /* NaN lanes: the canonical quiet NaN with the input's sign. */
-            __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-            __m256i canon = _mm256_or_si256(
-                _mm256_srli_epi32(_mm256_and_si256(_mm256_castps_si256(x),
-                                                   sign_mask),
-                                  16),
-                qnan);
-            __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32),
-                                            _mm256_extracti128_si256(nan32, 1));
-            __m128i can16 = _mm_packus_epi32(_mm256_castsi256_si128(canon),
-                                             _mm256_extracti128_si256(canon, 1));
-            h = _mm_blendv_epi8(h, can16, nan16);
-            _mm_storeu_si128((__m128i *)((uint16_t *)dst + i), h);
-        }
+    case DDPH_CAST_F32_F16:
+    case DDPH_CAST_F32_BF16:
+        for (; i + 8 <= n; i += 8)
+            avx2_narrow(bf16, ho + i, _mm256_loadu_ps(f + i));
         return i;
-    }
     case DDPH_CAST_F16_F32:
-        for (; i + 8 <= n; i += 8) {
-            __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
-            _mm256_storeu_ps((float *)dst + i, _mm256_cvtph_ps(h));
-        }
-        return i;
-    case DDPH_CAST_F32_BF16: {
-        const __m256i bias = _mm256_set1_epi32(0x7FFF);
-        const __m256i one = _mm256_set1_epi32(1);
-        const __m256i qnan = _mm256_set1_epi32(0x7FC0);
-        for (; i + 16 <= n; i += 16) {
-            __m256i r[2];
-            for (int k = 0; k < 2; k++) {
-                __m256 x = _mm256_loadu_ps((const float *)src + i + 8 * k);
-                __m256i u = _mm256_castps_si256(x);
-                __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-                __m256i v = _mm256_srli_epi32(
-                    _mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), 16);
-                __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-                r[k] = _mm256_blendv_epi8(v, qnan, nan);
-            }
-            /* packus works per 128-bit lane: restore the order after. */
-            __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]),
-                                                 0xD8);
-            _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), p);
-        }
-        return i;
-    }
     case DDPH_CAST_BF16_F32:
-        for (; i + 8 <= n; i += 8) {
-            __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
-            __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-            _mm256_storeu_si256((__m256i *)((float *)dst + i), u);
-        }
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(fo + i, avx2_widen(bf16, h + i));
         return i;
     case DDPH_CAST_COUNT:
         break;
     }
     return 0;
+}
+
+/* The three loops of a fused half-precision operation: widen, combine in
+ * float, narrow, all in registers (a block path through a float buffer
+ * costs three passes; this is one). */
+#define HALF_OP_LOOPS(W, widen, narrow, add, mul, div, set1)                 \
+    switch (op) {                                                            \
+    case DDPH_HALF_ADD:                                                      \
+        for (; i + W <= n; i += W)                                           \
+            narrow(bf16, a + i, add(widen(bf16, a + i), widen(bf16, b + i)));\
+        break;                                                               \
+    case DDPH_HALF_MUL:                                                      \
+        for (; i + W <= n; i += W)                                           \
+            narrow(bf16, a + i, mul(widen(bf16, a + i), set1(x)));           \
+        break;                                                               \
+    case DDPH_HALF_DIV:                                                      \
+        for (; i + W <= n; i += W)                                           \
+            narrow(bf16, a + i, div(widen(bf16, a + i), set1(x)));           \
+        break;                                                               \
+    }
+
+__attribute__((target("avx2,f16c"))) static size_t
+avx2_half_op(ddph_half_op op, int bf16, uint16_t *a, const uint16_t *b,
+             float x, size_t n)
+{
+    size_t i = 0;
+    HALF_OP_LOOPS(8, avx2_widen, avx2_narrow, _mm256_add_ps, _mm256_mul_ps,
+                  _mm256_div_ps, _mm256_set1_ps)
+    return i;
 }
 
 /* ---- AVX-512 F/BW/VL: 16 lanes ------------------------------------------------ */
 
+/* The same for 16 lanes. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512
+avx512_widen(int bf16, const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (!bf16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline void
+avx512_narrow(int bf16, uint16_t *p, __m512 x)
+{
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512i u = _mm512_castps_si512(x);
+    if (!bf16) {
+        __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+        __m512i canon = _mm512_or_si512(
+            _mm512_srli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(
+                                                      (int)0x80000000u)),
+                              16),
+            _mm512_set1_epi32(0x7E00));
+        h = _mm256_mask_mov_epi16(h, nan, _mm512_cvtepi32_epi16(canon));
+        _mm256_storeu_si256((__m256i *)p, h);
+        return;
+    }
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                   _mm512_set1_epi32(1));
+    __m512i v = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb),
+        16);
+    v = _mm512_mask_mov_epi32(v, nan, _mm512_set1_epi32(0x7FC0));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(v));
+}
+
+
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
 avx512_cast(ddph_cast_kind kind, const void *src, void *dst, size_t n)
 {
+    const float *f = src;
+    float *fo = dst;
+    const uint16_t *h = src;
+    uint16_t *ho = dst;
+    int bf16 = kind == DDPH_CAST_F32_BF16 || kind == DDPH_CAST_BF16_F32;
     size_t i = 0;
     switch (kind) {
-    case DDPH_CAST_F32_F16: {
-        const __m512i sign_mask = _mm512_set1_epi32((int)0x80000000u);
-        const __m512i qnan = _mm512_set1_epi32(0x7E00);
-        for (; i + 16 <= n; i += 16) {
-            __m512 x = _mm512_loadu_ps((const float *)src + i);
-            __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
-            __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-            __m512i canon = _mm512_or_si512(
-                _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(x),
-                                                   sign_mask),
-                                  16),
-                qnan);
-            h = _mm256_mask_mov_epi16(h, nan, _mm512_cvtepi32_epi16(canon));
-            _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), h);
-        }
+    case DDPH_CAST_F32_F16:
+    case DDPH_CAST_F32_BF16:
+        for (; i + 16 <= n; i += 16)
+            avx512_narrow(bf16, ho + i, _mm512_loadu_ps(f + i));
         return i;
-    }
     case DDPH_CAST_F16_F32:
-        for (; i + 16 <= n; i += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i));
-            _mm512_storeu_ps((float *)dst + i, _mm512_cvtph_ps(h));
-        }
-        return i;
-    case DDPH_CAST_F32_BF16: {
-        const __m512i bias = _mm512_set1_epi32(0x7FFF);
-        const __m512i one = _mm512_set1_epi32(1);
-        const __m512i qnan = _mm512_set1_epi32(0x7FC0);
-        for (; i + 16 <= n; i += 16) {
-            __m512 x = _mm512_loadu_ps((const float *)src + i);
-            __m512i u = _mm512_castps_si512(x);
-            __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-            __m512i v = _mm512_srli_epi32(
-                _mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
-            v = _mm512_mask_mov_epi32(v, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
-                                      qnan);
-            _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i),
-                                _mm512_cvtepi32_epi16(v));
-        }
-        return i;
-    }
     case DDPH_CAST_BF16_F32:
-        for (; i + 16 <= n; i += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i));
-            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-            _mm512_storeu_si512((float *)dst + i, u);
-        }
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(fo + i, avx512_widen(bf16, h + i));
         return i;
     case DDPH_CAST_COUNT:
         break;
     }
     return 0;
 }
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
+avx512_half_op(ddph_half_op op, int bf16, uint16_t *a, const uint16_t *b,
+               float x, size_t n)
+{
+    size_t i = 0;
+    HALF_OP_LOOPS(16, avx512_widen, avx512_narrow, _mm512_add_ps,
+                  _mm512_mul_ps, _mm512_div_ps, _mm512_set1_ps)
+    return i;
+}
+#undef HALF_OP_LOOPS
 #endif
 
 #ifdef HAVE_X86_PATHS
@@ -246,4 +290,18 @@ void ddph__cast_run(ddph_simd_path path, ddph_cast_kind kind, const void *src,
     (void)path;
 #endif
     scalar_cast(kind, src, dst, done, n);
+}
+
+size_t ddph__half_op_run(ddph_simd_path path, ddph_half_op op, int bf16,
+                         uint16_t *a, const uint16_t *b, float x, size_t n)
+{
+#ifdef HAVE_X86_PATHS
+    if (path == DDPH_SIMD_AVX512)
+        return avx512_half_op(op, bf16, a, b, x, n);
+    if (path == DDPH_SIMD_AVX2)
+        return avx2_half_op(op, bf16, a, b, x, n);
+#else
+    (void)path, (void)op, (void)bf16, (void)a, (void)b, (void)x, (void)n;
+#endif
+    return 0;
 }

@@ -16,6 +16,7 @@
 #define DDPH_CPU_SIMD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
@@ -45,5 +46,18 @@ int ddph__cast_kind_of(ddph_dtype src, ddph_dtype dst, ddph_cast_kind *out);
 /* Runs one cast on `path` (which must be available). */
 void ddph__cast_run(ddph_simd_path path, ddph_cast_kind kind, const void *src,
                     void *dst, size_t n);
+
+/* In-place half-precision arithmetic, widened to float and rounded back
+ * once as the casts round: a[i] = a[i] + b[i] (ADD), a[i] * x (MUL) or
+ * a[i] / x (DIV), a and b f16 (bf16 = 0) or bf16.  Runs the leading
+ * elements the path vectorises and returns how many (0 on the scalar
+ * path); the caller finishes the rest. */
+typedef enum ddph_half_op {
+    DDPH_HALF_ADD = 0,
+    DDPH_HALF_MUL = 1,
+    DDPH_HALF_DIV = 2
+} ddph_half_op;
+size_t ddph__half_op_run(ddph_simd_path path, ddph_half_op op, int bf16,
+                         uint16_t *a, const uint16_t *b, float x, size_t n);
 
 #endif

@@ -113,6 +113,23 @@ ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype)
     return dtype;
 }
 
+ddph_dtype ddph__hook_bucket_dtype(const ddph_hook *h, ddph_dtype dtype)
+{
+    ddph_dtype wire = ddph__hook_wire_dtype(h, dtype);
+    if (wire != dtype)
+        return wire;
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags))
+        return dtype;
+    uint32_t half = api->flags & (DDPH_PLUGIN_BUCKETS_F16 |
+                                  DDPH_PLUGIN_BUCKETS_BF16);
+    if (half == DDPH_PLUGIN_BUCKETS_F16)
+        return DDPH_F16;
+    if (half == DDPH_PLUGIN_BUCKETS_BF16)
+        return DDPH_BF16;
+    return dtype;
+}
+
 /* A call that returned with nonblocking requests outstanding: they are
  * waited for (their buffers belong to the bucket), and the call fails. */
 static ddph_status settle(ddph_hook *h, const char *call, ddph_status st)

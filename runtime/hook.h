@@ -75,6 +75,10 @@ ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
 
 /* The dtype the plugin sees for a bucket of `dtype` under the wrapper. */
 ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype);
+/* The dtype a host bucket of `dtype` gradients is best kept in when the
+ * host copies gradients in: the wrapper's, else the half type the plugin
+ * asks for (DDPH_PLUGIN_BUCKETS_F16/BF16), else `dtype`. */
+ddph_dtype ddph__hook_bucket_dtype(const ddph_hook *h, ddph_dtype dtype);
 /* Canonical text for the cross-rank digest: name, version, wrapper and
  * every option. */
 void ddph__hook_describe(const ddph_hook *h, FILE *out);

@@ -134,7 +134,8 @@ ddph_status ddph_model_set_param_data(ddph_model *m, int index, void *data)
     return DDPH_OK;
 }
 
-/* Buckets from the plan; storage, views and the wrapper's scratch. */
+/* Buckets from the plan; storage, views and the wrapper's scratch (when
+ * the storage is not already in the wrapper's dtype). */
 static ddph_status build_buckets(ddph_model *m, ddph_err *err)
 {
     ddph_ctx *ctx = m->ctx;
@@ -189,14 +190,20 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
                                               p->ndim, p->shape};
             bk->numel += p->numel;
         }
-        size_t es = ddph__dtype_size(bk->dtype);
+        /* Copies into host buckets may cast instead (one pass each way
+         * where a copy and the hook's or wrapper's cast would be two). */
+        int cast_in = !ctx->cfg.gradient_as_bucket_view &&
+                      bk->device == DDPH_CPU;
+        bk->store_dtype = cast_in ? ddph__hook_bucket_dtype(m->hook, bk->dtype)
+                                  : bk->dtype;
+        size_t es = ddph__dtype_size(bk->store_dtype);
         st = ddph__dev_alloc(bk->device, bk->numel * es, &bk->storage, err);
         if (st != DDPH_OK) {
             ddph__err_prefix(err, "bucket %d", b);
             break;
         }
-        ddph_dtype wire = ddph__hook_wire_dtype(m->hook, bk->dtype);
-        if (wire != bk->dtype &&
+        ddph_dtype wire = ddph__hook_wire_dtype(m->hook, bk->store_dtype);
+        if (wire != bk->store_dtype &&
             (st = ddph__dev_alloc(bk->device, bk->numel * ddph__dtype_size(wire),
                                   &bk->scratch, err)) != DDPH_OK)
             break;
@@ -240,7 +247,7 @@ static ddph_status hand_layout(ddph_model *m, ddph_err *err)
             .index = i,
             .count = m->nbuckets,
             .is_last = i == m->nbuckets - 1,
-            .dtype = ddph__hook_wire_dtype(m->hook, b->dtype),
+            .dtype = ddph__hook_wire_dtype(m->hook, b->store_dtype),
             .device = b->device,
             .numel = b->numel,
             .ntensors = (size_t)b->nparams,

@@ -28,7 +28,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
         .count = m->nbuckets,
         .is_last = index == m->nbuckets - 1,
         .iteration = m->iteration,
-        .dtype = b->dtype,
+        .dtype = b->store_dtype,
         .device = b->device,
         .buffer = b->storage,
         .numel = b->numel,
@@ -207,11 +207,14 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
         return DDPH_OK; /* accumulating: the gradient stays where it is */
     ddph_rt_bucket *b = &m->buckets[p->bucket];
     if (!ctx->cfg.gradient_as_bucket_view) {
-        size_t es = ddph__dtype_size(p->dtype);
-        ddph_status st = ddph__dev_copy(p->device,
-                                        (char *)b->storage + p->offset * es,
-                                        p->grad, p->numel * es,
-                                        ctx->compute_stream, err);
+        size_t es = ddph__dtype_size(b->store_dtype);
+        char *at = (char *)b->storage + p->offset * es;
+        ddph_status st =
+            b->store_dtype != p->dtype
+                ? ddph__cpu_cast(p->grad, p->dtype, at, b->store_dtype,
+                                 p->numel, 1.0, err)
+                : ddph__dev_copy(p->device, at, p->grad, p->numel * es,
+                                 ctx->compute_stream, err);
         if (st != DDPH_OK)
             return st;
     }
@@ -308,14 +311,20 @@ static ddph_status gpu_nonfinite_report(ddph_model *m, ddph_err *err)
 }
 
 /* The averaged gradients of a host bucket back into the trainer's memory
- * (plain memcpy: both sides are host memory). */
+ * (both sides are host memory): a memcpy, or a cast from a bucket kept in
+ * the hook's half type. */
 static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
 {
-    size_t es = ddph__dtype_size(bk->dtype);
+    size_t es = ddph__dtype_size(bk->store_dtype);
     for (int j = 0; j < bk->nparams; j++) {
         const ddph_param *p = &m->params[bk->params[j]];
-        memcpy(p->grad, (const char *)bk->storage + p->offset * es,
-               p->numel * es);
+        const char *at = (const char *)bk->storage + p->offset * es;
+        ddph_err unused; /* float dtypes on both sides: cannot fail */
+        if (bk->store_dtype != bk->dtype)
+            ddph__cpu_cast(at, bk->store_dtype, p->grad, bk->dtype, p->numel,
+                           1.0, &unused);
+        else
+            memcpy(p->grad, at, p->numel * es);
     }
 }
 
@@ -386,6 +395,10 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             }
             if (ctx->cfg.gradient_as_bucket_view || early)
                 continue;
+            if (bk->store_dtype != bk->dtype) { /* a host bucket, cast */
+                copy_back(m, bk);
+                continue;
+            }
             size_t es = ddph__dtype_size(bk->dtype);
             for (int j = 0; j < bk->nparams; j++) {
                 ddph_param *p = &m->params[bk->params[j]];

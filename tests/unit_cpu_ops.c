@@ -221,6 +221,59 @@ START_TEST(cast_divide_and_half_sum)
 }
 END_TEST
 
+/* The divide multiplies by the reciprocal for powers of two: it must give
+ * the bits a true division gives, for every f16/bf16 pattern (subnormals,
+ * Inf, NaN) and for f32 values across the whole exponent range. */
+START_TEST(divide_by_power_of_two_is_exact)
+{
+    const double divisors[] = {2, 4, 8, 0.5, 1, 1024, 3, 6};
+    ddph_err e;
+    uint16_t *h = malloc(65536 * sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    for (size_t k = 0; k < sizeof divisors / sizeof *divisors; k++) {
+        float d = (float)divisors[k];
+        for (int type = 0; type < 2; type++) {
+            ddph_dtype dt = type ? DDPH_BF16 : DDPH_F16;
+            for (uint32_t i = 0; i < 65536; i++)
+                h[i] = (uint16_t)i;
+            ck_assert_int_eq(ddph__cpu_divide(h, dt, 65536, divisors[k], &e),
+                             DDPH_OK);
+            for (uint32_t i = 0; i < 65536; i++) {
+                float v = type ? ddph__bf16_to_f32((uint16_t)i)
+                               : ddph__f16_to_f32((uint16_t)i);
+                uint16_t want = type ? ddph__f32_to_bf16(v / d)
+                                     : ddph__f32_to_f16(v / d);
+                if (isnan(v))
+                    ck_assert(type ? isnan(ddph__bf16_to_f32(h[i]))
+                                   : isnan(ddph__f16_to_f32(h[i])));
+                else
+                    ck_assert_msg(h[i] == want,
+                                  "%s pattern 0x%04x / %g: 0x%04x, want 0x%04x",
+                                  type ? "bf16" : "f16", i, divisors[k], h[i],
+                                  want);
+            }
+        }
+        /* f32: every exponent, a few mantissas, both signs. */
+        float f[256 * 8], want[256 * 8];
+        size_t n = 0;
+        for (uint32_t ex = 0; ex < 256; ex++)
+            for (uint32_t m = 0; m < 8; m++) {
+                uint32_t u = (ex << 23) | (m * 0x0F0F0Fu & 0x7FFFFFu) |
+                             (m & 1u) << 31;
+                f[n] = from_bits(u);
+                want[n] = f[n] / d;
+                n++;
+            }
+        ck_assert_int_eq(ddph__cpu_divide(f, DDPH_F32, n, divisors[k], &e),
+                         DDPH_OK);
+        for (size_t i = 0; i < n; i++)
+            ck_assert(bits(f[i]) == bits(want[i]) ||
+                      (isnan(f[i]) && isnan(want[i])));
+    }
+    free(h);
+}
+END_TEST
+
 START_TEST(gemm_and_orthogonalize)
 {
     /* [1 2; 3 4] x [5 6; 7 8] = [19 22; 43 50] */
@@ -339,6 +392,67 @@ START_TEST(every_simd_path_matches_scalar)
 }
 END_TEST
 
+/* The fused half-precision add, multiply and divide on every SIMD path
+ * against widening, combining in float and narrowing element by element:
+ * all 65,536 patterns of a against a permutation of them in b. */
+START_TEST(half_ops_match_scalar_on_every_path)
+{
+    enum { N = 65536 + 13 };
+    uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *got = malloc(N * 2);
+    ck_assert(a && b && got);
+    for (int i = 0; i < N; i++) {
+        a[i] = (uint16_t)i;
+        b[i] = (uint16_t)(i * 40503u);
+    }
+    const float xs[] = {0.25f, 3.0f};
+    int tried = 0;
+    for (int p = 1; p < DDPH_SIMD_COUNT; p++) {
+        if (!ddph__simd_available((ddph_simd_path)p))
+            continue;
+        tried++;
+        for (int bf = 0; bf < 2; bf++)
+            for (int op = DDPH_HALF_ADD; op <= DDPH_HALF_DIV; op++)
+                for (size_t xi = 0; xi < 2; xi++) {
+                    memcpy(got, a, N * 2);
+                    size_t done = ddph__half_op_run(
+                        (ddph_simd_path)p, (ddph_half_op)op, bf, got, b,
+                        xs[xi], N);
+                    ck_assert_uint_ge(done, N - 16);
+                    for (size_t i = 0; i < done; i++) {
+                        float u = bf ? ddph__bf16_to_f32(a[i])
+                                     : ddph__f16_to_f32(a[i]);
+                        float v = bf ? ddph__bf16_to_f32(b[i])
+                                     : ddph__f16_to_f32(b[i]);
+                        float r = op == DDPH_HALF_ADD   ? u + v
+                                  : op == DDPH_HALF_MUL ? u * xs[xi]
+                                                        : u / xs[xi];
+                        uint16_t want = bf ? ddph__f32_to_bf16(r)
+                                           : ddph__f32_to_f16(r);
+                        float g = bf ? ddph__bf16_to_f32(got[i])
+                                     : ddph__f16_to_f32(got[i]);
+                        if (isnan(r))
+                            ck_assert(isnan(g));
+                        else
+                            ck_assert_msg(got[i] == want,
+                                          "path %s %s op %d element %zu: "
+                                          "0x%04x, want 0x%04x",
+                                          ddph__simd_name((ddph_simd_path)p),
+                                          bf ? "bf16" : "f16", op, i, got[i],
+                                          want);
+                    }
+                }
+    }
+    /* The scalar path leaves everything to the caller. */
+    ck_assert_uint_eq(ddph__half_op_run(DDPH_SIMD_SCALAR, DDPH_HALF_ADD, 0, a,
+                                        b, 0, N),
+                      0);
+    (void)tried; /* a CPU without AVX2 tests the scalar path only */
+    free(a);
+    free(b);
+    free(got);
+}
+END_TEST
+
 /* Top-k by magnitude: ties at the k-th magnitude from the lowest index,
  * output in ascending index order, against a brute-force count. */
 START_TEST(topk_picks_largest_magnitudes)
@@ -424,9 +538,11 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, f32_to_half_edge_cases);
     tcase_add_test(tc, f32_to_half_random);
     tcase_add_test(tc, cast_divide_and_half_sum);
+    tcase_add_test(tc, divide_by_power_of_two_is_exact);
     tcase_add_test(tc, gemm_and_orthogonalize);
     tcase_add_test(tc, axpy_is_exact_subtraction);
     tcase_add_test(tc, every_simd_path_matches_scalar);
+    tcase_add_test(tc, half_ops_match_scalar_on_every_path);
     tcase_add_test(tc, topk_picks_largest_magnitudes);
     tcase_add_test(tc, int8_quantize_rounds_and_clamps);
     suite_add_tcase(s, tc);

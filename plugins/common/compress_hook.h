@@ -43,7 +43,9 @@ static ddph_status compress_bucket(compress_state *st, const ddph_bucket *b,
                                    const ddph_services *s, ddph_dtype half)
 {
     double world = (double)s->group_size(s->world);
-    if (b->dtype == half) { /* already half (e.g. under a wrapper) */
+    /* Already half: a host bucket kept in it (DDPH_PLUGIN_BUCKETS_F16/BF16)
+     * or a wrapper's copy. */
+    if (b->dtype == half) {
         ddph_status r = s->divide(s, b->buffer, half, b->numel, world);
         return r ? r : s->allreduce(s, s->world, b->buffer, b->numel, half,
                                     DDPH_SUM);

@@ -39,6 +39,10 @@
  *             tests/cluster/cluster.sh (2 hosts x 2 ranks)
  * fp16-overflow  gradients of 1e5 through the fp16 hook become Inf (cast
  *             before dividing, as PyTorch), through bf16 they stay finite
+ * half-buckets  fp16 and bf16 ask for host buckets kept in their half type
+ *             (gradients cast straight in and back): the same bits as with
+ *             gradient_as_bucket_view, where the hook casts; on 2 ranks
+ *             bf16 gives exactly bf16(bf16(a)/2 + bf16(b)/2)
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
 #include "build-config.h"
@@ -522,6 +526,92 @@ static void run_fp16_overflow(void)
         CHECK_OK(ddph_step_end(ctx), ctx);
         ddph_close(ctx);
         fixture_free(&fx);
+    }
+}
+
+
+/* A gradient value with a wide spread of magnitudes (down into the fp16
+ * subnormals, up to 1e3), different on every rank. */
+static float spread_value(int rank, int step, int p, size_t i)
+{
+    uint32_t x = (uint32_t)(rank * 7919 + step * 104729 + p * 1299709) +
+                 (uint32_t)i * 2654435761u;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    float mant = (float)(x & 0xFFFF) / 65536.0f - 0.5f;
+    return ldexpf(mant, (int)(x >> 16) % 36 - 26);
+}
+
+/* One step of `hook` on spread values; returns the averaged gradients of
+ * every parameter, concatenated (caller frees). */
+static float *half_bucket_step(const char *hook, int view, size_t *total)
+{
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), hook,
+                             view ? "gradient_as_bucket_view = true" : "");
+    int rank = ddph_rank(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    *total = 0;
+    for (int i = 0; i < NP; i++)
+        *total += fx.numel[i];
+    float *out = malloc(*total * sizeof *out);
+    CHECK(out != NULL, "out of memory");
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    for (int i = NP - 1; i >= 0; i--) {
+        void *p;
+        CHECK_OK(ddph_model_grad_ptr(fx.m, i, &p), ctx);
+        for (size_t k = 0; k < fx.numel[i]; k++)
+            ((float *)p)[k] = spread_value(rank, 0, i, k);
+        CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    }
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    size_t at = 0;
+    for (int i = 0; i < NP; i++) {
+        void *p;
+        CHECK_OK(ddph_model_grad_ptr(fx.m, i, &p), ctx);
+        memcpy(out + at, p, fx.numel[i] * sizeof *out);
+        at += fx.numel[i];
+    }
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    CHECK_OK(ddph_close(ctx), ctx);
+    fixture_free(&fx);
+    return out;
+}
+
+static void run_half_buckets(void)
+{
+    static const char *const hooks[] = {"fp16", "bf16"};
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    for (int h = 0; h < 2; h++) {
+        size_t n, n2;
+        float *copied = half_bucket_step(hooks[h], 0, &n);
+        float *viewed = half_bucket_step(hooks[h], 1, &n2);
+        CHECK(n == n2, "sizes");
+        for (size_t k = 0; k < n; k++)
+            CHECK(memcmp(&copied[k], &viewed[k], sizeof(float)) == 0,
+                  "%s element %zu: %a with copies, %a as a view", hooks[h], k,
+                  (double)copied[k], (double)viewed[k]);
+        /* bf16 on 2 ranks, independently: each rank's value rounded to
+         * bf16, halved (exact), summed in float and rounded once. */
+        if (h == 1 && world == 2) {
+            size_t k = 0;
+            for (int i = 0; i < NP; i++)
+                for (size_t e = 0; e < (size_t)(shapes[i][0] * shapes[i][1]);
+                     e++, k++) {
+                    float a = bf16_to_float(bf16_from_float(
+                                  spread_value(0, 0, i, e))) / 2,
+                          b = bf16_to_float(bf16_from_float(
+                                  spread_value(1, 0, i, e))) / 2;
+                    float want = bf16_to_float(bf16_from_float(a + b));
+                    CHECK(copied[k] == want, "bf16 p%d[%zu]: %a, want %a", i,
+                          e, (double)copied[k], (double)want);
+                }
+        }
+        free(copied);
+        free(viewed);
     }
 }
 
@@ -1237,6 +1327,8 @@ int main(int argc, char **argv)
         run_local_sgd_intra_node();
     else if (strcmp(s, "fp16-overflow") == 0)
         run_fp16_overflow();
+    else if (strcmp(s, "half-buckets") == 0)
+        run_half_buckets();
     else {
         fprintf(stderr, "unknown scenario '%s'\n", s);
         return 2;

@@ -420,6 +420,19 @@ typedef struct ddph_plugin_api_v1 {
  * order, on one thread (as in minor 1). */
 #define DDPH_PLUGIN_CONCURRENT_BUCKETS (1u << 0)
 
+/* flags: the hook sends its buckets in f16 (or bf16) and takes buckets of
+ * that dtype as they are.  Where the host copies gradients into buckets
+ * (gradient_as_bucket_view = false, host memory) it then keeps the bucket
+ * in that dtype: each gradient is cast straight into it (round to nearest
+ * even, as `cast` does) and the result is cast straight back, one pass each
+ * way instead of a copy and a cast.  The results are the same bits as the
+ * hook casting the bucket itself.  The hook sees it in b->dtype, and must
+ * still take buckets of any float dtype: views, GPU buckets, a wrapper of
+ * the other half type and older minor-2 hosts (which ignore bits they do
+ * not know) hand it the gradients' own dtype.  Both bits set: neither. */
+#define DDPH_PLUGIN_BUCKETS_F16 (1u << 1)
+#define DDPH_PLUGIN_BUCKETS_BF16 (1u << 2)
+
 typedef const ddph_plugin_api_v1 *(*ddph_plugin_entry_v1)(uint32_t host_minor);
 
 /* The entry point every v1 plugin defines (and the host looks up). */
