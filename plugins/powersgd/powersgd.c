@@ -129,7 +129,6 @@ static void psgd_destroy(const ddph_services *s, void *state)
     free(st->buckets);
     free(st->host_q);
     s->free(s, st->work);
-    s->free(s, st->copy);
     s->free(s, st->flat);
     s->free(s, st->wire);
     free(st->mats);
@@ -176,37 +175,39 @@ static ddph_status allreduce_as(psgd *st, const ddph_services *s, float *v,
     return r;
 }
 
-/* Adds the error feedback (zero the first time) to in and keeps a copy
- * of the result, which the new error is measured against. */
-static ddph_status add_error(const ddph_services *s, psgd *st, psgd_bucket *pb,
-                             float *in, size_t n)
+/* Error feedback, PyTorch's order: M = in + error (in alone the first
+ * time).  M is built in the error memory itself and returned in *m; the
+ * compression reads M from there and writes its result into in, and
+ * keep_error then leaves M - result in the error memory: no copy of the
+ * input is kept (two passes over the bucket fewer).  Without error
+ * feedback M is in. */
+static ddph_status add_error(const ddph_services *s, psgd_bucket *pb,
+                             int use_ef, float *in, size_t n, float **m)
 {
-    if (!st->use_ef)
+    *m = in;
+    if (!use_ef)
         return DDPH_OK;
     ddph_status r;
     if (pb->error && pb->nerror == n) {
-        r = s->axpy(s, n, 1.0f, pb->error, in);
+        r = s->axpy(s, n, 1.0f, in, pb->error);
     } else {
         s->free(s, pb->error);
         pb->error = dev_floats(s, n);
         pb->nerror = pb->error ? n : 0;
-        r = pb->error ? s->zero(s, pb->error, n * sizeof(float))
+        r = pb->error ? s->copy(s, pb->error, in, n * sizeof(float),
+                                DDPH_COPY_DEVICE)
                       : DDPH_ERR_NOMEM;
     }
-    if (!r && !grow(s, &st->copy, &st->copy_cap, n * sizeof(float) + 4))
-        r = DDPH_ERR_NOMEM;
-    return r ? r : s->copy(s, st->copy, in, n * sizeof(float), DDPH_COPY_DEVICE);
+    if (!r)
+        *m = pb->error;
+    return r;
 }
 
-/* error = input - output (the copy minus the decompressed result). */
-static ddph_status keep_error(const ddph_services *s, psgd *st,
-                              psgd_bucket *pb, const float *out, size_t n)
+/* error = M - result, in place (M is in the error memory). */
+static ddph_status keep_error(const ddph_services *s, psgd_bucket *pb,
+                              int use_ef, const float *out, size_t n)
 {
-    if (!st->use_ef)
-        return DDPH_OK;
-    ddph_status r = s->copy(s, pb->error, st->copy, n * sizeof(float),
-                            DDPH_COPY_DEVICE);
-    return r ? r : s->axpy(s, n, -1.0f, out, pb->error);
+    return use_ef ? s->axpy(s, n, -1.0f, out, pb->error) : DDPH_OK;
 }
 
 /* New P and Q memories of np and nq floats (the old ones are freed). */
@@ -313,7 +314,8 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
     if (!pb)
         return DDPH_ERR_NOMEM;
-    ddph_status r = add_error(s, st, pb, in, b->numel);
+    float *mm; /* M: the input plus the error feedback */
+    ddph_status r = add_error(s, pb, st->use_ef, in, b->numel, &mm);
     if (r)
         return r;
     /* Split: which tensors are compressed, and the concatenation of the
@@ -372,7 +374,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     /* P = M Q */
     for (size_t i = 0; i < nmat && !r; i++) {
         const matrix *x = &st->mats[i];
-        r = s->gemm(s, 0, 0, x->n, x->r, x->m, 1.0f, in + x->offset, x->m,
+        r = s->gemm(s, 0, 0, x->n, x->r, x->m, 1.0f, mm + x->offset, x->m,
                     pb->q + x->q_off, x->r, 0.0f, pb->p + x->p_off, x->r);
     }
     /* The uncompressed tensors: summed, then divided (after the sum). */
@@ -383,7 +385,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
             k++;
             continue;
         }
-        r = s->copy(s, st->flat + pos, in + v->offset,
+        r = s->copy(s, st->flat + pos, mm + v->offset,
                     v->numel * sizeof(float), DDPH_COPY_DEVICE);
         pos += v->numel;
     }
@@ -411,7 +413,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
                              st->mats[i].r, st->eps);
     for (size_t i = 0; i < nmat && !r; i++) {
         const matrix *x = &st->mats[i];
-        r = s->gemm(s, 1, 0, x->m, x->r, x->n, 1.0f, in + x->offset, x->m,
+        r = s->gemm(s, 1, 0, x->m, x->r, x->n, 1.0f, mm + x->offset, x->m,
                     pb->p + x->p_off, x->r, 0.0f, pb->q + x->q_off, x->r);
     }
     if (!r)
@@ -425,7 +427,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
                     pb->q + x->q_off, x->r, 0.0f, in + x->offset, x->m);
     }
     if (!r)
-        r = keep_error(s, st, pb, in, b->numel);
+        r = keep_error(s, pb, st->use_ef, in, b->numel);
     if (!r)
         drop_pq(s, st, pb);
     return r;
@@ -452,8 +454,9 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     ddph_status r = s->copy(s, mat, in, len * sizeof(float), DDPH_COPY_DEVICE);
     if (!r)
         r = s->zero(s, mat + len, (sq - len) * sizeof(float));
+    float *mm; /* M: mat plus the error feedback */
     if (!r)
-        r = add_error(s, st, pb, mat, sq);
+        r = add_error(s, pb, st->use_ef, mat, sq, &mm);
     if (r)
         return r;
     st->before += (double)len;
@@ -466,14 +469,14 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     if (!r)
         r = s->orthogonalize(s, pb->q, side, rank, 0.0);
     if (!r)
-        r = s->gemm(s, 0, 0, side, rank, side, 1.0f, mat, side, pb->q, rank,
+        r = s->gemm(s, 0, 0, side, rank, side, 1.0f, mm, side, pb->q, rank,
                     0.0f, pb->p, rank);
     if (!r)
         r = allreduce_as(st, s, pb->p, n, b->dtype);
     if (!r)
         r = s->orthogonalize(s, pb->p, side, rank, 0.0);
     if (!r)
-        r = s->gemm(s, 1, 0, side, rank, side, 1.0f, mat, side, pb->p, rank,
+        r = s->gemm(s, 1, 0, side, rank, side, 1.0f, mm, side, pb->p, rank,
                     0.0f, pb->q, rank);
     if (!r)
         r = allreduce_as(st, s, pb->q, n, b->dtype);
@@ -483,7 +486,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
         r = s->gemm(s, 0, 1, side, side, rank, 1.0f, pb->p, rank, pb->q, rank,
                     0.0f, mat, side);
     if (!r)
-        r = keep_error(s, st, pb, mat, sq);
+        r = keep_error(s, pb, st->use_ef, mat, sq);
     if (!r)
         drop_pq(s, st, pb);
     return r ? r : s->copy(s, in, mat, len * sizeof(float), DDPH_COPY_DEVICE);

@@ -48,8 +48,8 @@ typedef struct psgd {
     psgd_bucket *buckets;
     int nbuckets;
     /* scratch, reused */
-    float *work, *copy, *flat;
-    size_t work_cap, copy_cap, flat_cap;
+    float *work, *flat;
+    size_t work_cap, flat_cap;
     void *wire;
     size_t wire_cap;
     matrix *mats;
