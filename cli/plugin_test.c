@@ -549,7 +549,7 @@ static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
     ddph_tensor_view v = {"t0", 0, 64, 1, shape};
     /* A late iteration, past any warm-up a hook may have. */
     ddph_bucket b = {sizeof b, 0, 1, 1, 1u << 30, DDPH_F32, DDPH_CPU, buf, 64,
-                     1, &v, "probe"};
+                     1, &v, "probe", 0};
     if (st == DDPH_OK) {
         ddph_bucket shown = b;
         shown.buffer = NULL;

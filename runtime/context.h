@@ -50,6 +50,9 @@ typedef struct ddph_rt_bucket {
     /* What storage holds: dtype, or with copies into host buckets the
      * wrapper's or the hook's half type (gradients cast in and back). */
     ddph_dtype store_dtype;
+    /* Copies in divide by this (the world size) for a hook that divides
+     * first (DDPH_PLUGIN_DIVIDES_FIRST); 0: plain copies. */
+    double divided_by;
     ddph_device device;
     void *storage;           /* flat, numel elements of store_dtype */
     void *ready_event;       /* CUDA: recorded when the bucket is full */

@@ -113,6 +113,18 @@ ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype)
     return dtype;
 }
 
+/* The half type the flags ask buckets to be kept in, else dtype. */
+static ddph_dtype bucket_dtype_of_flags(uint32_t flags,
+                                                   ddph_dtype dtype)
+{
+    uint32_t half = flags & (DDPH_PLUGIN_BUCKETS_F16 | DDPH_PLUGIN_BUCKETS_BF16);
+    if (half == DDPH_PLUGIN_BUCKETS_F16)
+        return DDPH_F16;
+    if (half == DDPH_PLUGIN_BUCKETS_BF16)
+        return DDPH_BF16;
+    return dtype;
+}
+
 ddph_dtype ddph__hook_bucket_dtype(const ddph_hook *h, ddph_dtype dtype)
 {
     ddph_dtype wire = ddph__hook_wire_dtype(h, dtype);
@@ -121,13 +133,20 @@ ddph_dtype ddph__hook_bucket_dtype(const ddph_hook *h, ddph_dtype dtype)
     const ddph_plugin_api_v1 *api = &h->plugin->api;
     if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags))
         return dtype;
-    uint32_t half = api->flags & (DDPH_PLUGIN_BUCKETS_F16 |
-                                  DDPH_PLUGIN_BUCKETS_BF16);
-    if (half == DDPH_PLUGIN_BUCKETS_F16)
-        return DDPH_F16;
-    if (half == DDPH_PLUGIN_BUCKETS_BF16)
-        return DDPH_BF16;
-    return dtype;
+    return bucket_dtype_of_flags(api->flags, dtype);
+}
+
+int ddph__hook_divides_first(const ddph_hook *h, ddph_dtype store_dtype)
+{
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags) ||
+        !(api->flags & DDPH_PLUGIN_DIVIDES_FIRST))
+        return 0;
+    /* A hook that sends a half type divides in it: a bucket of another
+     * dtype (a wrapper of the other half type) is cast by the hook before
+     * it is divided, which the host must leave to it. */
+    ddph_dtype own = bucket_dtype_of_flags(api->flags, store_dtype);
+    return own == store_dtype;
 }
 
 /* A call that returned with nonblocking requests outstanding: they are

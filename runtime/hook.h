@@ -79,6 +79,10 @@ ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype);
  * host copies gradients in: the wrapper's, else the half type the plugin
  * asks for (DDPH_PLUGIN_BUCKETS_F16/BF16), else `dtype`. */
 ddph_dtype ddph__hook_bucket_dtype(const ddph_hook *h, ddph_dtype dtype);
+/* Whether the plugin lets the host divide buckets kept in store_dtype by
+ * the world size as it copies gradients in (DDPH_PLUGIN_DIVIDES_FIRST, and
+ * store_dtype is the half type the plugin asks for, if it asks for one). */
+int ddph__hook_divides_first(const ddph_hook *h, ddph_dtype store_dtype);
 /* Canonical text for the cross-rank digest: name, version, wrapper and
  * every option. */
 void ddph__hook_describe(const ddph_hook *h, FILE *out);

@@ -196,6 +196,10 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
                       bk->device == DDPH_CPU;
         bk->store_dtype = cast_in ? ddph__hook_bucket_dtype(m->hook, bk->dtype)
                                   : bk->dtype;
+        bk->divided_by = cast_in && ddph__hook_divides_first(m->hook,
+                                                             bk->store_dtype)
+                             ? (double)ctx->mpi.world.size
+                             : 0;
         size_t es = ddph__dtype_size(bk->store_dtype);
         st = ddph__dev_alloc(bk->device, bk->numel * es, &bk->storage, err);
         if (st != DDPH_OK) {
@@ -248,6 +252,7 @@ static ddph_status hand_layout(ddph_model *m, ddph_err *err)
             .count = m->nbuckets,
             .is_last = i == m->nbuckets - 1,
             .dtype = ddph__hook_wire_dtype(m->hook, b->store_dtype),
+            .divided_by = b->divided_by,
             .device = b->device,
             .numel = b->numel,
             .ntensors = (size_t)b->nparams,

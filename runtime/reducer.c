@@ -35,6 +35,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
         .ntensors = (size_t)b->nparams,
         .tensors = b->views,
         .model = m->name,
+        .divided_by = b->divided_by,
     };
     ddph_err e;
     uint64_t sent = 0, received = 0;
@@ -193,6 +194,36 @@ static int enqueue(ddph_ctx *ctx, ddph_model *m, int bucket)
     return 1;
 }
 
+/* A gradient into its bucket: copied, or cast into a bucket kept in the
+ * hook's half type, and divided by the world size for a hook that divides
+ * first.  Host buckets go in blocks, each divided while still in cache. */
+static ddph_status copy_in(ddph_ctx *ctx, const ddph_rt_bucket *b,
+                           const ddph_param *p, ddph_err *err)
+{
+    size_t es = ddph__dtype_size(b->store_dtype);
+    char *at = (char *)b->storage + p->offset * es;
+    if (b->store_dtype == p->dtype && b->divided_by == 0)
+        return ddph__dev_copy(p->device, at, p->grad, p->numel * es,
+                              ctx->compute_stream, err);
+    const size_t block = 16384; /* elements: 64 KiB of f32, in L2 */
+    size_t gs = ddph__dtype_size(p->dtype);
+    for (size_t i = 0; i < p->numel; i += block) {
+        size_t k = p->numel - i < block ? p->numel - i : block;
+        const char *from = (const char *)p->grad + i * gs;
+        ddph_status st =
+            b->store_dtype != p->dtype
+                ? ddph__cpu_cast(from, p->dtype, at + i * es, b->store_dtype,
+                                 k, 1.0, err)
+                : (memcpy(at + i * es, from, k * es), DDPH_OK);
+        if (st == DDPH_OK && b->divided_by != 0)
+            st = ddph__cpu_divide(at + i * es, b->store_dtype, k,
+                                  b->divided_by, err);
+        if (st != DDPH_OK)
+            return st;
+    }
+    return DDPH_OK;
+}
+
 ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
 {
     ddph_ctx *ctx = m->ctx;
@@ -207,14 +238,7 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
         return DDPH_OK; /* accumulating: the gradient stays where it is */
     ddph_rt_bucket *b = &m->buckets[p->bucket];
     if (!ctx->cfg.gradient_as_bucket_view) {
-        size_t es = ddph__dtype_size(b->store_dtype);
-        char *at = (char *)b->storage + p->offset * es;
-        ddph_status st =
-            b->store_dtype != p->dtype
-                ? ddph__cpu_cast(p->grad, p->dtype, at, b->store_dtype,
-                                 p->numel, 1.0, err)
-                : ddph__dev_copy(p->device, at, p->grad, p->numel * es,
-                                 ctx->compute_stream, err);
+        ddph_status st = copy_in(ctx, b, p, err);
         if (st != DDPH_OK)
             return st;
     }

@@ -45,6 +45,8 @@ for n in 2 4; do
     { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"; cat "$DDPH_TEST_SRCDIR/examples/configs/two_models.ini"; } > "$job2"
     run "$n" "$B/examples/two_models" "$job2"
 done
+# Dividing by 3 on the way into a bucket (not a power of two).
+run 3 "$B/tests/mpi/test_runtime" half-buckets
 # Lost and failing ranks: tests/faults.sh.
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

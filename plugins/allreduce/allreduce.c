@@ -1,7 +1,9 @@
 /* allreduce: the default hook, PyTorch's allreduce_hook.
  *
  * Divides the bucket by the world size first (as _allreduce_fut does, to
- * keep fp16 from overflowing), then sums it across ranks in place.  The
+ * keep fp16 from overflowing), then sums it across ranks in place; where
+ * the host copies gradients into buckets it does the division on the way
+ * in (DDPH_PLUGIN_DIVIDES_FIRST).  The
  * result equals DDP with no hook.  Stateless, no options, so it lets the
  * host run several buckets at once ([runtime] lanes). */
 #include <ddphook/plugin.h>
@@ -25,8 +27,13 @@ static ddph_status allreduce_on_bucket(void *state, const ddph_bucket *b,
                                        const ddph_services *s)
 {
     (void)state;
-    ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
-                               (double)s->group_size(s->world));
+    double world = (double)s->group_size(s->world);
+    /* Divided while the host copied the gradients in (the flag below). */
+    int divided = DDPH_HAS_MEMBER(b, ddph_bucket, divided_by) &&
+                  b->divided_by == world;
+    ddph_status st = divided ? DDPH_OK
+                             : s->divide(s, b->buffer, b->dtype, b->numel,
+                                         world);
     if (st != DDPH_OK)
         return st;
     return s->allreduce(s, s->world, b->buffer, b->numel, b->dtype, DDPH_SUM);
@@ -44,8 +51,9 @@ static const ddph_plugin_api_v1 allreduce_plugin = {
     .create = allreduce_create,
     .destroy = allreduce_destroy,
     .on_bucket = allreduce_on_bucket,
-    /* Stateless: buckets may run at once on several lanes. */
-    .flags = DDPH_PLUGIN_CONCURRENT_BUCKETS,
+    /* Stateless: buckets may run at once on several lanes; the host may
+     * divide as it copies the gradients in. */
+    .flags = DDPH_PLUGIN_CONCURRENT_BUCKETS | DDPH_PLUGIN_DIVIDES_FIRST,
 };
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)

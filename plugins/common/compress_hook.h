@@ -46,7 +46,11 @@ static ddph_status compress_bucket(compress_state *st, const ddph_bucket *b,
     /* Already half: a host bucket kept in it (DDPH_PLUGIN_BUCKETS_F16/BF16)
      * or a wrapper's copy. */
     if (b->dtype == half) {
-        ddph_status r = s->divide(s, b->buffer, half, b->numel, world);
+        /* The host may have divided it too (DDPH_PLUGIN_DIVIDES_FIRST). */
+        int divided = DDPH_HAS_MEMBER(b, ddph_bucket, divided_by) &&
+                      b->divided_by == world;
+        ddph_status r =
+            divided ? DDPH_OK : s->divide(s, b->buffer, half, b->numel, world);
         return r ? r : s->allreduce(s, s->world, b->buffer, b->numel, half,
                                     DDPH_SUM);
     }

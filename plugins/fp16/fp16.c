@@ -19,8 +19,9 @@ static const ddph_plugin_api_v1 fp16_plugin = {
     .create = compress_create,
     .destroy = compress_destroy,
     .on_bucket = fp16_on_bucket,
-    /* Host buckets come cast already: no f32 copy of the gradients. */
-    .flags = DDPH_PLUGIN_BUCKETS_F16,
+    /* Host buckets come cast (and divided) already: no f32 copy of the
+     * gradients, no pass of its own over them. */
+    .flags = DDPH_PLUGIN_BUCKETS_F16 | DDPH_PLUGIN_DIVIDES_FIRST,
 };
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)

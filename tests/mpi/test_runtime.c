@@ -40,9 +40,13 @@
  * fp16-overflow  gradients of 1e5 through the fp16 hook become Inf (cast
  *             before dividing, as PyTorch), through bf16 they stay finite
  * half-buckets  fp16 and bf16 ask for host buckets kept in their half type
- *             (gradients cast straight in and back): the same bits as with
- *             gradient_as_bucket_view, where the hook casts; on 2 ranks
- *             bf16 gives exactly bf16(bf16(a)/2 + bf16(b)/2)
+ *             (gradients cast straight in and back) and, with allreduce,
+ *             divided as they are copied in: the same bits as with
+ *             gradient_as_bucket_view, where the hook casts and divides;
+ *             also fp16 under a bf16 wrapper (the host must not divide
+ *             then); on 2 ranks bf16 gives exactly bf16(bf16(a)/2 +
+ *             bf16(b)/2).  Run on 3 ranks too (a divisor that is not a
+ *             power of two)
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
 #include "build-config.h"
@@ -545,10 +549,15 @@ static float spread_value(int rank, int step, int p, size_t i)
 
 /* One step of `hook` on spread values; returns the averaged gradients of
  * every parameter, concatenated (caller frees). */
-static float *half_bucket_step(const char *hook, int view, size_t *total)
+static float *half_bucket_step(const char *hook, const char *wrapper,
+                               int view, size_t *total)
 {
-    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), hook,
-                             view ? "gradient_as_bucket_view = true" : "");
+    char extra[160];
+    snprintf(extra, sizeof extra,
+             "gradient_as_bucket_view = %s\n[model.net]\nwrapper = %s\n"
+             "[runtime]",
+             view ? "true" : "false", wrapper);
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), hook, extra);
     int rank = ddph_rank(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
@@ -582,18 +591,23 @@ static float *half_bucket_step(const char *hook, int view, size_t *total)
 
 static void run_half_buckets(void)
 {
-    static const char *const hooks[] = {"fp16", "bf16"};
+    static const char *const hooks[][2] = {{"fp16", "none"},
+                                           {"bf16", "none"},
+                                           {"allreduce", "none"},
+                                           {"allreduce", "fp16"},
+                                           {"fp16", "bf16"}};
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < 5; h++) {
         size_t n, n2;
-        float *copied = half_bucket_step(hooks[h], 0, &n);
-        float *viewed = half_bucket_step(hooks[h], 1, &n2);
+        float *copied = half_bucket_step(hooks[h][0], hooks[h][1], 0, &n);
+        float *viewed = half_bucket_step(hooks[h][0], hooks[h][1], 1, &n2);
         CHECK(n == n2, "sizes");
         for (size_t k = 0; k < n; k++)
             CHECK(memcmp(&copied[k], &viewed[k], sizeof(float)) == 0,
-                  "%s element %zu: %a with copies, %a as a view", hooks[h], k,
-                  (double)copied[k], (double)viewed[k]);
+                  "%s (wrapper %s) element %zu: %a with copies, %a as a view",
+                  hooks[h][0], hooks[h][1], k, (double)copied[k],
+                  (double)viewed[k]);
         /* bf16 on 2 ranks, independently: each rank's value rounded to
          * bf16, halved (exact), summed in float and rounded once. */
         if (h == 1 && world == 2) {

@@ -110,6 +110,12 @@ typedef struct ddph_bucket {
     size_t ntensors;
     const ddph_tensor_view *tensors; /* in bucket order */
     const char *model;               /* model name */
+    /* ABI 1.2, later (test with DDPH_HAS_MEMBER(b, ddph_bucket,
+     * divided_by); older hosts' buckets end before it): the host has
+     * already divided buffer by this (the world size), as `divide` would,
+     * while copying the gradients in (DDPH_PLUGIN_DIVIDES_FIRST); 0 when
+     * it has not. */
+    double divided_by;
 } ddph_bucket;
 
 /* The buckets of a model as on_layout sees them (ABI minor 2): each
@@ -432,6 +438,14 @@ typedef struct ddph_plugin_api_v1 {
  * not know) hand it the gradients' own dtype.  Both bits set: neither. */
 #define DDPH_PLUGIN_BUCKETS_F16 (1u << 1)
 #define DDPH_PLUGIN_BUCKETS_BF16 (1u << 2)
+
+/* flags: on_bucket starts by dividing the bucket by the world size (in the
+ * bucket's dtype, with `divide`), as PyTorch's allreduce and fp16 hooks do.
+ * Where the host copies gradients into buckets it then does that division
+ * while it copies (or casts) them in, while they are in cache, and sets
+ * b->divided_by to the world size; the hook divides only when
+ * b->divided_by is 0 or absent (older hosts, views, GPU buckets). */
+#define DDPH_PLUGIN_DIVIDES_FIRST (1u << 3)
 
 typedef const ddph_plugin_api_v1 *(*ddph_plugin_entry_v1)(uint32_t host_minor);
 
