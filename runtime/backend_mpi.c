@@ -1057,8 +1057,9 @@ ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
     return adopt(m, comm, out, err);
 }
 
-ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
-                                 ddph_err *err)
+/* The ranks of this host: a shared-memory split of the world, after a
+ * barrier that ends within timeout_s (the split itself cannot be timed). */
+static ddph_status split_node(ddph_mpi *m, MPI_Comm *comm, ddph_err *err)
 {
     ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
@@ -1066,12 +1067,29 @@ ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
     ddph_status st = barrier_timed(m, m->world.comm, "intra_node", err);
     if (st != DDPH_OK)
         return st;
-    MPI_Comm comm;
     int rc = MPI_Comm_split_type(m->world.comm, MPI_COMM_TYPE_SHARED,
-                                 m->world.rank, MPI_INFO_NULL, &comm);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(m, err, rc, "MPI_Comm_split_type");
-    return adopt(m, comm, out, err);
+                                 m->world.rank, MPI_INFO_NULL, comm);
+    return rc == MPI_SUCCESS ? DDPH_OK
+                             : mpi_fail(m, err, rc, "MPI_Comm_split_type");
+}
+
+ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
+                                 ddph_err *err)
+{
+    MPI_Comm comm;
+    ddph_status st = split_node(m, &comm, err);
+    return st != DDPH_OK ? st : adopt(m, comm, out, err);
+}
+
+ddph_status ddph__mpi_ranks_on_node(ddph_mpi *m, int *count, ddph_err *err)
+{
+    MPI_Comm comm;
+    ddph_status st = split_node(m, &comm, err);
+    if (st != DDPH_OK)
+        return st;
+    MPI_Comm_size(comm, count);
+    MPI_Comm_free(&comm);
+    return DDPH_OK;
 }
 
 int ddph__mpi_node_rank(MPI_Comm comm)

@@ -206,5 +206,8 @@ ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
 int ddph__mpi_node_rank(MPI_Comm comm);
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
                                  ddph_err *err);
+/* How many ranks share this rank's host (collective, timed; nothing is
+ * kept). */
+ddph_status ddph__mpi_ranks_on_node(ddph_mpi *m, int *count, ddph_err *err);
 
 #endif

@@ -64,15 +64,15 @@ static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
  * with GEMM threads (cpu_ops.h). */
 static ddph_status size_blas(ddph_ctx *ctx, ddph_err *err)
 {
-    struct ddph_group *node;
-    ddph_status st = ddph__mpi_intra_node(&ctx->mpi, &node, err);
+    int ranks;
+    ddph_status st = ddph__mpi_ranks_on_node(&ctx->mpi, &ranks, err);
     if (st != DDPH_OK)
         return st;
-    int n = ddph__cpu_blas_threads(node->size);
+    int n = ddph__cpu_blas_threads(ranks);
     ddph__log(&ctx->log, DDPH_LOG_DEBUG,
               "OpenBLAS: %d thread%s per rank (%d rank%s on this host; "
               "OPENBLAS_NUM_THREADS overrides)",
-              n, n == 1 ? "" : "s", node->size, node->size == 1 ? "" : "s");
+              n, n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
     return DDPH_OK;
 }
 
