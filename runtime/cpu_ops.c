@@ -222,8 +222,9 @@ ddph_status ddph__cpu_divide(void *buf, ddph_dtype dtype, size_t n,
     }
     case DDPH_F16:
     case DDPH_BF16: {
-        /* Widen a block with the vector casts, divide in float, round back:
-         * the same single rounding as element by element. */
+        /* Widen, divide (or multiply) in float, round back: the same
+         * single rounding as element by element; in registers where the
+         * CPU allows, the tail in blocks through the vector casts. */
         float d = (float)divisor, r = (float)recip, tmp[HALF_BLOCK];
         ddph_cast_kind up = dtype == DDPH_F16 ? DDPH_CAST_F16_F32
                                               : DDPH_CAST_BF16_F32;

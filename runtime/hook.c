@@ -114,8 +114,7 @@ ddph_dtype ddph__hook_wire_dtype(const ddph_hook *h, ddph_dtype dtype)
 }
 
 /* The half type the flags ask buckets to be kept in, else dtype. */
-static ddph_dtype bucket_dtype_of_flags(uint32_t flags,
-                                                   ddph_dtype dtype)
+static ddph_dtype bucket_dtype_of_flags(uint32_t flags, ddph_dtype dtype)
 {
     uint32_t half = flags & (DDPH_PLUGIN_BUCKETS_F16 | DDPH_PLUGIN_BUCKETS_BF16);
     if (half == DDPH_PLUGIN_BUCKETS_F16)
