@@ -50,10 +50,10 @@ check "post-local-SGD, default subgroups = the hosts (group_intra_node: 2 groups
     "$B/tests/mpi/test_runtime" local-sgd-intra-node
 
 # A link cut: the last rank takes its host off the network mid-step.  One
-# rank per host: with two, the cut-off host's first rank to exit makes
-# hydra's proxy there (which cannot reach mpiexec any more) end its other
-# rank before that one has reported, in about 1 run of 4 on this machine:
-# the launcher's doing, not the runtime's.
+# rank per host: with two, once the cut-off host's first rank exited, its
+# other rank was gone before it had reported in about 1 run of 4 on this
+# machine, most likely ended by hydra's proxy there (which cannot reach
+# mpiexec any more); not a broken pipe (ignoring SIGPIPE did not help).
 TIMEOUT_S=3
 LIMIT=$((TIMEOUT_S + 5))
 printf '[runtime]\nplugin_path = %s\ntimeout_s = %s\nbucket_cap_mb = 0.02\nfirst_bucket_cap_mb = 0.02\n[hook]\nname = allreduce\n' \
