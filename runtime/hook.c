@@ -60,12 +60,17 @@ fail:
     return st;
 }
 
+/* The plugin's DDPH_PLUGIN_* flags; 0 for a table that ends before them
+ * (the host-sized copy of the table keeps the plugin's struct_size). */
+static uint32_t plugin_flags(const ddph_hook *h)
+{
+    const ddph_plugin_api_v1 *api = &h->plugin->api;
+    return DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags) ? api->flags : 0;
+}
+
 int ddph__hook_concurrent(const ddph_hook *h)
 {
-    /* The host-sized copy of the table keeps the plugin's struct_size. */
-    const ddph_plugin_api_v1 *api = &h->plugin->api;
-    return DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags) &&
-           (api->flags & DDPH_PLUGIN_CONCURRENT_BUCKETS);
+    return (plugin_flags(h) & DDPH_PLUGIN_CONCURRENT_BUCKETS) != 0;
 }
 
 ddph_status ddph__hook_lane_view(const ddph_hook *h, int lane,
@@ -127,25 +132,17 @@ static ddph_dtype bucket_dtype_of_flags(uint32_t flags, ddph_dtype dtype)
 ddph_dtype ddph__hook_bucket_dtype(const ddph_hook *h, ddph_dtype dtype)
 {
     ddph_dtype wire = ddph__hook_wire_dtype(h, dtype);
-    if (wire != dtype)
-        return wire;
-    const ddph_plugin_api_v1 *api = &h->plugin->api;
-    if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags))
-        return dtype;
-    return bucket_dtype_of_flags(api->flags, dtype);
+    return wire != dtype ? wire : bucket_dtype_of_flags(plugin_flags(h), dtype);
 }
 
 int ddph__hook_divides_first(const ddph_hook *h, ddph_dtype store_dtype)
 {
-    const ddph_plugin_api_v1 *api = &h->plugin->api;
-    if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, flags) ||
-        !(api->flags & DDPH_PLUGIN_DIVIDES_FIRST))
-        return 0;
+    uint32_t flags = plugin_flags(h);
     /* A hook that sends a half type divides in it: a bucket of another
      * dtype (a wrapper of the other half type) is cast by the hook before
      * it is divided, which the host must leave to it. */
-    ddph_dtype own = bucket_dtype_of_flags(api->flags, store_dtype);
-    return own == store_dtype;
+    return (flags & DDPH_PLUGIN_DIVIDES_FIRST) &&
+           bucket_dtype_of_flags(flags, store_dtype) == store_dtype;
 }
 
 /* A call that returned with nonblocking requests outstanding: they are
