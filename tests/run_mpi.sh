@@ -32,7 +32,7 @@ run() {
     fi
 }
 for n in 2 4; do
-    for s in average view overlap mismatch hook-error leaked-request timeout misuse fp16-overflow half-buckets powersgd sparse \
+    for s in average view overlap mismatch hook-error leaked-request timeout misuse fp16-overflow half-buckets powersgd powersgd-blocks sparse \
              accumulate two-models trace nonfinite lanes; do
         run "$n" "$B/tests/mpi/test_runtime" "$s"
     done

@@ -175,39 +175,48 @@ static ddph_status allreduce_as(psgd *st, const ddph_services *s, float *v,
     return r;
 }
 
-/* Error feedback, PyTorch's order: M = in + error (in alone the first
- * time).  M is built in the error memory itself and returned in *m; the
- * compression reads M from there and writes its result into in, and
- * keep_error then leaves M - result in the error memory: no copy of the
- * input is kept (two passes over the bucket fewer).  Without error
- * feedback M is in. */
-static ddph_status add_error(const ddph_services *s, psgd_bucket *pb,
-                             int use_ef, float *in, size_t n, float **m)
+/* Error feedback, PyTorch's order: M = in + error.  M is built in the
+ * error memory itself, block by block just before the GEMM that reads it
+ * (so the block is still in cache); the compression writes its result
+ * into in, and the new error M - result is left in the error memory: no
+ * copy of the input is kept.  Without error feedback M is in.
+ *
+ * The error memory of n floats; *fresh says it was just made, and then
+ * holds zeros (PyTorch's first error), so that M = in there. */
+static ddph_status error_memory(const ddph_services *s, psgd_bucket *pb,
+                                size_t n, int *fresh)
 {
-    *m = in;
-    if (!use_ef)
+    *fresh = 0;
+    if (pb->error && pb->nerror == n)
         return DDPH_OK;
-    ddph_status r;
-    if (pb->error && pb->nerror == n) {
-        r = s->axpy(s, n, 1.0f, in, pb->error);
-    } else {
-        s->free(s, pb->error);
-        pb->error = dev_floats(s, n);
-        pb->nerror = pb->error ? n : 0;
-        r = pb->error ? s->copy(s, pb->error, in, n * sizeof(float),
-                                DDPH_COPY_DEVICE)
-                      : DDPH_ERR_NOMEM;
-    }
-    if (!r)
-        *m = pb->error;
-    return r;
+    s->free(s, pb->error);
+    pb->error = dev_floats(s, n);
+    pb->nerror = pb->error ? n : 0;
+    if (!pb->error)
+        return DDPH_ERR_NOMEM;
+    *fresh = 1;
+    return s->zero(s, pb->error, n * sizeof(float));
 }
 
-/* error = M - result, in place (M is in the error memory). */
-static ddph_status keep_error(const ddph_services *s, psgd_bucket *pb,
-                              int use_ef, const float *out, size_t n)
+/* m[i] = in[i] + m[i] for i < n, m being the error memory (a copy when it
+ * is fresh: the same values, one read fewer). */
+static ddph_status add_error(const ddph_services *s, int fresh,
+                             const float *in, float *m, size_t n)
 {
-    return use_ef ? s->axpy(s, n, -1.0f, out, pb->error) : DDPH_OK;
+    return fresh ? s->copy(s, m, in, n * sizeof(float), DDPH_COPY_DEVICE)
+                 : s->axpy(s, n, 1.0f, in, m);
+}
+
+/* Rows of an n x m f32 matrix per block of the passes that stream it: on
+ * the CPU about 256 KiB (the error feedback writes a block, the GEMM reads
+ * it from cache, and the result is written beside its new error); on a
+ * GPU the whole matrix, one launch per operation. */
+static size_t block_rows(const ddph_services *s, size_t n, size_t m)
+{
+    if (s->device != DDPH_CPU || m == 0 || n == 0)
+        return n ? n : 1;
+    size_t rows = ((size_t)256 << 10) / (m * sizeof(float));
+    return rows < 1 ? 1 : rows < n ? rows : n;
 }
 
 /* New P and Q memories of np and nq floats (the old ones are freed). */
@@ -306,6 +315,16 @@ static void maybe_report(psgd *st, const ddph_bucket *b, const ddph_services *s)
 }
 
 #ifndef PSGD_BATCHED
+/* The matrix of tensor v if it is compressed, else NULL; *k walks
+ * st->mats, which are in bucket order. */
+static const matrix *matrix_of(const psgd *st, size_t nmat, size_t *k,
+                               const ddph_tensor_view *v)
+{
+    if (*k < nmat && st->mats[*k].offset == v->offset && v->numel)
+        return &st->mats[(*k)++];
+    return NULL;
+}
+
 /* The per-tensor algorithm on f32 input in[0..numel). */
 static ddph_status compress(psgd *st, const ddph_bucket *b,
                             const ddph_services *s, float *in)
@@ -314,8 +333,11 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
     if (!pb)
         return DDPH_ERR_NOMEM;
-    float *mm; /* M: the input plus the error feedback */
-    ddph_status r = add_error(s, pb, st->use_ef, in, b->numel, &mm);
+    float *mm = in; /* M: the input plus the error feedback */
+    int fresh = 0;
+    ddph_status r = DDPH_OK;
+    if (st->use_ef && !(r = error_memory(s, pb, b->numel, &fresh)))
+        mm = pb->error;
     if (r)
         return r;
     /* Split: which tensors are compressed, and the concatenation of the
@@ -371,38 +393,48 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     for (size_t i = 0; i < nmat && !r; i++)
         r = s->orthogonalize(s, pb->q + st->mats[i].q_off, st->mats[i].m,
                              st->mats[i].r, st->eps);
-    /* P = M Q */
-    for (size_t i = 0; i < nmat && !r; i++) {
-        const matrix *x = &st->mats[i];
-        r = s->gemm(s, 0, 0, x->n, x->r, x->m, 1.0f, mm + x->offset, x->m,
-                    pb->q + x->q_off, x->r, 0.0f, pb->p + x->p_off, x->r);
-    }
-    /* The uncompressed tensors: summed, then divided (after the sum). */
-    size_t pos = 0, k = 0;
+    /* M = in + error, and P = M Q for each block of rows while it is in
+     * cache; the uncompressed tensors are gathered into flat. */
+    size_t k = 0, pos = 0;
     for (size_t t = 0; t < b->ntensors && !r; t++) {
         const ddph_tensor_view *v = &b->tensors[t];
-        if (k < nmat && st->mats[k].offset == v->offset && v->numel) {
-            k++;
+        const matrix *x = matrix_of(st, nmat, &k, v);
+        if (!x) {
+            if (st->use_ef)
+                r = add_error(s, fresh, in + v->offset, mm + v->offset,
+                              v->numel);
+            if (!r)
+                r = s->copy(s, st->flat + pos, mm + v->offset,
+                            v->numel * sizeof(float), DDPH_COPY_DEVICE);
+            pos += v->numel;
             continue;
         }
-        r = s->copy(s, st->flat + pos, mm + v->offset,
-                    v->numel * sizeof(float), DDPH_COPY_DEVICE);
-        pos += v->numel;
+        size_t rows = block_rows(s, x->n, x->m);
+        for (size_t i = 0; i < x->n && !r; i += rows) {
+            size_t h = rows < x->n - i ? rows : x->n - i;
+            size_t at = x->offset + i * x->m;
+            if (st->use_ef)
+                r = add_error(s, fresh, in + at, mm + at, h * x->m);
+            if (!r)
+                r = s->gemm(s, 0, 0, h, x->r, x->m, 1.0f, mm + at, x->m,
+                            pb->q + x->q_off, x->r, 0.0f,
+                            pb->p + x->p_off + i * x->r, x->r);
+        }
     }
+    /* The uncompressed tensors: summed, then divided (after the sum). */
     if (!r)
         r = allreduce_as(st, s, st->flat, flat_n, b->dtype);
     if (!r)
         r = s->divide(s, st->flat, DDPH_F32, flat_n, world);
-    pos = 0;
-    k = 0;
+    pos = k = 0;
     for (size_t t = 0; t < b->ntensors && !r; t++) {
         const ddph_tensor_view *v = &b->tensors[t];
-        if (k < nmat && st->mats[k].offset == v->offset && v->numel) {
-            k++;
+        if (matrix_of(st, nmat, &k, v))
             continue;
-        }
         r = s->copy(s, in + v->offset, st->flat + pos,
                     v->numel * sizeof(float), DDPH_COPY_DEVICE);
+        if (!r && st->use_ef) /* error = M - result */
+            r = s->axpy(s, v->numel, -1.0f, in + v->offset, mm + v->offset);
         pos += v->numel;
     }
     /* allreduce(P), orthogonalise, Q = M^T P, allreduce(Q), divide */
@@ -420,20 +452,30 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
         r = allreduce_as(st, s, pb->q, nq, b->dtype);
     if (!r)
         r = s->divide(s, pb->q, DDPH_F32, nq, world);
-    /* M = P Q^T, in place */
+    /* The result P Q^T into in, block by block, and the new error
+     * M - result beside it while the block is in cache. */
     for (size_t i = 0; i < nmat && !r; i++) {
         const matrix *x = &st->mats[i];
-        r = s->gemm(s, 0, 1, x->n, x->m, x->r, 1.0f, pb->p + x->p_off, x->r,
-                    pb->q + x->q_off, x->r, 0.0f, in + x->offset, x->m);
+        size_t rows = block_rows(s, x->n, x->m);
+        for (size_t j = 0; j < x->n && !r; j += rows) {
+            size_t h = rows < x->n - j ? rows : x->n - j;
+            size_t at = x->offset + j * x->m;
+            r = s->gemm(s, 0, 1, h, x->m, x->r, 1.0f,
+                        pb->p + x->p_off + j * x->r, x->r, pb->q + x->q_off,
+                        x->r, 0.0f, in + at, x->m);
+            if (!r && st->use_ef)
+                r = s->axpy(s, h * x->m, -1.0f, in + at, mm + at);
+        }
     }
-    if (!r)
-        r = keep_error(s, pb, st->use_ef, in, b->numel);
     if (!r)
         drop_pq(s, st, pb);
     return r;
 }
 #else
-/* The batched algorithm: the bucket, zero-padded to s*s, as one matrix. */
+/* The batched algorithm: the bucket, zero-padded to side x side, as one
+ * matrix.  M (padded input plus error) lives in the error memory, or in
+ * flat without error feedback; the passes over it go by blocks of rows,
+ * so the padded copy of the input is never made whole. */
 static ddph_status compress(psgd *st, const ddph_bucket *b,
                             const ddph_services *s, float *in)
 {
@@ -447,16 +489,17 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     /* A bucket smaller than rank x rank gets rank = side: PyTorch would
      * orthogonalise more columns than rows and produce NaN. */
     size_t sq = side * side, rank = st->rank < side ? st->rank : side;
+    size_t rows = block_rows(s, side, side);
     psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
-    if (!pb || !grow(s, &st->flat, &st->flat_cap, sq * sizeof(float) + 4))
+    /* flat: M without error feedback, else one block of the result */
+    size_t flat_n = st->use_ef ? rows * side : sq;
+    if (!pb || !grow(s, &st->flat, &st->flat_cap, flat_n * sizeof(float) + 4))
         return DDPH_ERR_NOMEM;
-    float *mat = st->flat;
-    ddph_status r = s->copy(s, mat, in, len * sizeof(float), DDPH_COPY_DEVICE);
-    if (!r)
-        r = s->zero(s, mat + len, (sq - len) * sizeof(float));
-    float *mm; /* M: mat plus the error feedback */
-    if (!r)
-        r = add_error(s, pb, st->use_ef, mat, sq, &mm);
+    float *mm = st->flat;
+    int fresh = 0;
+    ddph_status r = DDPH_OK;
+    if (st->use_ef && !(r = error_memory(s, pb, sq, &fresh)))
+        mm = pb->error;
     if (r)
         return r;
     st->before += (double)len;
@@ -468,9 +511,24 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     /* Orthogonalised with eps = 0 whatever the option says, as upstream. */
     if (!r)
         r = s->orthogonalize(s, pb->q, side, rank, 0.0);
-    if (!r)
-        r = s->gemm(s, 0, 0, side, rank, side, 1.0f, mm, side, pb->q, rank,
-                    0.0f, pb->p, rank);
+    /* M = padded input + error, and P = M Q, a block of rows at a time;
+     * rows [i, i+h) are elements [lo, lo + h*side), of which the first
+     * nin are the bucket's and the rest padding. */
+    for (size_t i = 0; i < side && !r; i += rows) {
+        size_t h = rows < side - i ? rows : side - i;
+        size_t lo = i * side, hi = lo + h * side;
+        size_t nin = lo >= len ? 0 : (hi < len ? hi : len) - lo;
+        if (nin)
+            r = st->use_ef ? add_error(s, fresh, in + lo, mm + lo, nin)
+                           : s->copy(s, mm + lo, in + lo, nin * sizeof(float),
+                                     DDPH_COPY_DEVICE);
+        /* padding: zero, plus the error (already there) */
+        if (!r && !st->use_ef && nin < h * side)
+            r = s->zero(s, mm + lo + nin, (h * side - nin) * sizeof(float));
+        if (!r)
+            r = s->gemm(s, 0, 0, h, rank, side, 1.0f, mm + lo, side, pb->q,
+                        rank, 0.0f, pb->p + i * rank, rank);
+    }
     if (!r)
         r = allreduce_as(st, s, pb->p, n, b->dtype);
     if (!r)
@@ -482,14 +540,24 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
         r = allreduce_as(st, s, pb->q, n, b->dtype);
     if (!r)
         r = s->divide(s, pb->q, DDPH_F32, n, world);
-    if (!r)
-        r = s->gemm(s, 0, 1, side, side, rank, 1.0f, pb->p, rank, pb->q, rank,
-                    0.0f, mat, side);
-    if (!r)
-        r = keep_error(s, pb, st->use_ef, mat, sq);
+    /* The result P Q^T a block at a time: the new error M - result, and
+     * the bucket's part of it into in. */
+    for (size_t i = 0; i < side && !r; i += rows) {
+        size_t h = rows < side - i ? rows : side - i;
+        size_t lo = i * side, hi = lo + h * side;
+        size_t nin = lo >= len ? 0 : (hi < len ? hi : len) - lo;
+        float *res = st->use_ef ? st->flat : mm + lo;
+        r = s->gemm(s, 0, 1, h, side, rank, 1.0f, pb->p + i * rank, rank,
+                    pb->q, rank, 0.0f, res, side);
+        if (!r && st->use_ef)
+            r = s->axpy(s, h * side, -1.0f, res, mm + lo);
+        if (!r && nin)
+            r = s->copy(s, in + lo, res, nin * sizeof(float),
+                        DDPH_COPY_DEVICE);
+    }
     if (!r)
         drop_pq(s, st, pb);
-    return r ? r : s->copy(s, in, mat, len * sizeof(float), DDPH_COPY_DEVICE);
+    return r;
 }
 #endif
 

@@ -19,6 +19,9 @@
  * powersgd    exact reconstruction of rank-1 gradients sharing a column
  *             space, error feedback, bytes on the wire = the compression
  *             formula, statistics, PyTorch's invalid-option rule
+ * powersgd-blocks  per-tensor and batched PowerSGD on matrices of several
+ *             256 KiB row blocks: each step's result is the projection of
+ *             the averaged input + error the test keeps for every rank
  * accumulate  [accumulate] steps = 1, 2, 4: the synchronised step gives
  *             the average over ranks of the summed micro-steps, hooks run
  *             once per bucket per synchronised step, nothing is sent
@@ -82,7 +85,9 @@ static int g_rank = -1;
 #define CHECK_OK(call, ctx)                                                  \
     CHECK((call) == DDPH_OK, "%s", ddph_last_error(ctx))
 
-/* Writes a job file for this rank; extra is appended verbatim. */
+/* Writes a job file for this rank; extra is appended verbatim (to the
+ * [runtime] section, where it sets bucket caps or timeout_s instead of
+ * the defaults here). */
 static const char *job(const char *hook_dir, const char *hook,
                        const char *extra)
 {
@@ -93,11 +98,11 @@ static const char *job(const char *hook_dir, const char *hook,
              rank);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "cannot write %s", path);
-    fprintf(f,
-            "[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.001\n"
-            "first_bucket_cap_mb = 0.001\n%s\n%s\n"
-            "[hook]\nname = %s\n",
-            hook_dir, extra && strstr(extra, "timeout_s") ? "" : "timeout_s = 20",
+    int caps = !(extra && strstr(extra, "bucket_cap_mb"));
+    fprintf(f, "[runtime]\nplugin_path = %s\n%s%s\n%s\n[hook]\nname = %s\n",
+            hook_dir,
+            caps ? "bucket_cap_mb = 0.001\nfirst_bucket_cap_mb = 0.001\n" : "",
+            extra && strstr(extra, "timeout_s") ? "" : "timeout_s = 20",
             extra ? extra : "", hook);
     fclose(f);
     return path;
@@ -804,6 +809,166 @@ static void free_steps(float *out[][NP], int steps)
             free(out[st][i]);
 }
 
+/* powersgd-blocks: the CPU passes over a matrix go by blocks of rows of
+ * about 256 KiB (plugins/powersgd/powersgd.c); a 500 x 321 matrix is
+ * three blocks, the last one short, and batched PowerSGD's 401 x 401
+ * square ends in a partly padded row.  Whatever P the hook finds, rank 1
+ * makes its result the projection u u^T avg(M) of the averaged M = input
+ * + error onto the direction u of its own first column, and the new error
+ * of each rank M - result: the test keeps every rank's error itself and
+ * checks each step's result against that, with and without error
+ * feedback. */
+#define PB_N 500
+#define PB_M 321
+#define PB_BIAS 7
+
+/* Deterministic values in [-1, 1) per rank, step and element. */
+static double pb_noise(int rank, int step, size_t k)
+{
+    uint64_t x = (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull ^
+                 (uint64_t)(rank * 7919 + step * 104729 + 1) *
+                     0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (double)(x >> 11) / 9007199254740992.0 * 2 - 1;
+}
+
+static void powersgd_blocks(const char *hook, int ef)
+{
+    int batched = strcmp(hook, "batched_powersgd") == 0;
+    size_t nw = (size_t)PB_N * PB_M, nb = batched ? 0 : PB_BIAS;
+    size_t side = 1;
+    while (side * side < nw)
+        side++;
+    size_t rows = batched ? side : PB_N, cols = batched ? side : PB_M;
+    size_t full = rows * cols; /* the matrix, padding included */
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "bucket_cap_mb = 16\nfirst_bucket_cap_mb = 16\n[hook.%s]\n"
+             "matrix_approximation_rank = 1\nstart_powerSGD_iter = 2\n"
+             "use_error_feedback = %s\nwarm_start = %s\n[runtime]",
+             hook, ef ? "true" : "false", ef ? "true" : "false");
+    const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook, extra);
+    ddph_ctx *ctx = open_path(path);
+    int world = ddph_world_size(ctx);
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, "net", &m), ctx);
+    float *w = calloc(nw, sizeof *w), *bias = calloc(PB_BIAS, sizeof *bias);
+    const int64_t wshape[2] = {PB_N, PB_M}, bshape[1] = {PB_BIAS};
+    CHECK_OK(ddph_model_add_param(m, "w", w, wshape, 2, DDPH_F32, DDPH_CPU,
+                                  NULL),
+             ctx);
+    if (nb)
+        CHECK_OK(ddph_model_add_param(m, "b", bias, bshape, 1, DDPH_F32,
+                                      DDPH_CPU, NULL),
+                 ctx);
+    CHECK_OK(ddph_model_finalize(m), ctx);
+    CHECK(ddph_model_bucket_count(m) == 1, "%d buckets",
+          ddph_model_bucket_count(m));
+    /* Every rank's error (matrix, then bias), M and avg(M), in doubles. */
+    double *err = calloc((size_t)world * (full + PB_BIAS), sizeof *err);
+    double *mat = calloc((size_t)world * (full + PB_BIAS), sizeof *mat);
+    double *avg = calloc(full + PB_BIAS, sizeof *avg);
+    double *u = calloc(rows, sizeof *u), *proj = calloc(cols, sizeof *proj);
+    CHECK(w && bias && err && mat && avg && u && proj, "out of memory");
+    for (int s = 0; s < 6; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+        for (size_t k = 0; k < nw; k++)
+            w[k] = (float)pb_noise(g_rank, s, k);
+        for (size_t k = 0; k < nb; k++)
+            bias[k] = (float)pb_noise(g_rank, s, nw + k);
+        for (int i = nb ? 1 : 0; i >= 0; i--)
+            CHECK_OK(ddph_grad_ready(m, i), ctx);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        /* M of every rank: the input (zero-padded) plus its error. */
+        int compressed = s >= 2;
+        memset(avg, 0, (full + PB_BIAS) * sizeof *avg);
+        for (int r = 0; r < world; r++) {
+            double *mr = mat + (size_t)r * (full + PB_BIAS);
+            double *er = err + (size_t)r * (full + PB_BIAS);
+            for (size_t k = 0; k < full + PB_BIAS; k++) {
+                double in = k < nw ? pb_noise(r, s, k)
+                            : k >= full && k - full < nb
+                                ? pb_noise(r, s, nw + (k - full))
+                                : 0.0;
+                mr[k] = in + (compressed && ef ? er[k] : 0.0);
+                avg[k] += mr[k] / world;
+            }
+        }
+        double scale = 0;
+        for (size_t k = 0; k < full; k++)
+            scale = fmax(scale, fabs(avg[k]));
+        if (!compressed) {
+            for (size_t k = 0; k < nw; k++)
+                CHECK(fabs(w[k] - avg[k]) <= 1e-6, "step %d w[%zu] = %.9g, "
+                      "want the average %.9g", s, k, w[k], avg[k]);
+            CHECK_OK(ddph_step_end(ctx), ctx);
+            continue;
+        }
+        /* u: the result's first column, normalised (fully visible: the
+         * last row of the square has bucket elements). */
+        double norm = 0;
+        for (size_t i = 0; i < rows; i++) {
+            u[i] = w[i * cols];
+            norm += u[i] * u[i];
+        }
+        norm = sqrt(norm);
+        CHECK(norm > 0, "step %d: the result's first column is zero", s);
+        for (size_t i = 0; i < rows; i++)
+            u[i] /= norm;
+        for (size_t j = 0; j < cols; j++) {
+            proj[j] = 0;
+            for (size_t i = 0; i < rows; i++)
+                proj[j] += u[i] * avg[i * cols + j];
+        }
+        size_t bad = 0;
+        double worst = 0;
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++) {
+                size_t k = i * cols + j;
+                double want = u[i] * proj[j];
+                if (k < nw) {
+                    double d = fabs(w[k] - want);
+                    worst = fmax(worst, d);
+                    bad += d > 1e-4 * scale;
+                }
+                for (int r = 0; r < world; r++) /* the new error */
+                    err[(size_t)r * (full + PB_BIAS) + k] =
+                        mat[(size_t)r * (full + PB_BIAS) + k] - want;
+            }
+        CHECK(bad == 0, "%s, error feedback %s, %d ranks, step %d: %zu of "
+              "%zu elements differ from the projection u u^T avg(M) by more "
+              "than %.3g (worst %.3g)", hook, ef ? "on" : "off", world, s,
+              bad, nw, 1e-4 * scale, worst);
+        for (size_t k = 0; k < nb; k++) { /* uncompressed: the average */
+            CHECK(fabs(bias[k] - avg[full + k]) <= 1e-6, "step %d bias[%zu] "
+                  "= %.9g, want %.9g", s, k, bias[k], avg[full + k]);
+            for (int r = 0; r < world; r++)
+                err[(size_t)r * (full + PB_BIAS) + full + k] =
+                    mat[(size_t)r * (full + PB_BIAS) + full + k] -
+                    avg[full + k];
+        }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    ddph_close(ctx);
+    free(w);
+    free(bias);
+    free(err);
+    free(mat);
+    free(avg);
+    free(u);
+    free(proj);
+}
+
+static void run_powersgd_blocks(void)
+{
+    powersgd_blocks("powersgd", 1);
+    powersgd_blocks("powersgd", 0);
+    powersgd_blocks("batched_powersgd", 1);
+    powersgd_blocks("batched_powersgd", 0);
+}
+
 static void run_sparse(void)
 {
     int world = 0;
@@ -1325,6 +1490,8 @@ int main(int argc, char **argv)
         run_misuse();
     else if (strcmp(s, "powersgd") == 0)
         run_powersgd();
+    else if (strcmp(s, "powersgd-blocks") == 0)
+        run_powersgd_blocks();
     else if (strcmp(s, "sparse") == 0)
         run_sparse();
     else if (strcmp(s, "accumulate") == 0)
