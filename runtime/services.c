@@ -86,6 +86,42 @@ static double span_start(const ddph_hook *h)
     return h->timeline ? ddph__timeline_now(h->timeline) : 0;
 }
 
+/* Bytes this rank sends and receives in each collective
+ * (docs/plugin-guide.md, "Counting bytes"), one counter per kind, shared
+ * by the blocking call and its nonblocking start. */
+static void count_allreduce(ddph_hook *h, size_t count, ddph_dtype dtype)
+{
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * ddph__dtype_size(dtype);
+}
+
+static void count_allgather(ddph_hook *h, const ddph_group *g, size_t count,
+                            ddph_dtype dtype)
+{
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+}
+
+/* Returns the elements gathered in all. */
+static size_t count_allgatherv(ddph_hook *h, const ddph_group *g,
+                               const size_t *counts, ddph_dtype dtype)
+{
+    size_t es = ddph__dtype_size(dtype), total = 0;
+    for (int r = 0; r < g->size; r++)
+        total += counts[r];
+    h->call_bytes += counts[g->rank] * es;
+    h->call_recv_bytes += (total - counts[g->rank]) * es;
+    return total;
+}
+
+static void count_alltoall(ddph_hook *h, const ddph_group *g, size_t count,
+                           ddph_dtype dtype)
+{
+    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    h->call_bytes += others;
+    h->call_recv_bytes += others;
+}
+
 static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
                                  void *buf, size_t count, ddph_dtype dtype,
                                  ddph_redop op)
@@ -93,8 +129,7 @@ static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
     ddph_hook *h = host(s);
     ddph_err e;
     double t0 = span_start(h);
-    h->call_bytes += count * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * ddph__dtype_size(dtype);
+    count_allreduce(h, count, dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_allreduce(NCCL(h), g, buf, count, dtype, op, &e) :
@@ -110,8 +145,7 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
     ddph_hook *h = host(s);
     ddph_err e;
     double t0 = span_start(h);
-    h->call_bytes += count * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    count_allgather(h, g, count, dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_allgather(NCCL(h), g, send, recv, count, dtype, &e) :
@@ -160,14 +194,6 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
 
 /* ---- minor 2: variable counts and all-to-all ------------------------------ */
 
-static size_t sum_counts(const ddph_group *g, const size_t *counts)
-{
-    size_t total = 0;
-    for (int r = 0; r < g->size; r++)
-        total += counts[r];
-    return total;
-}
-
 static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
                                   const void *send, void *recv,
                                   const size_t *counts, ddph_dtype dtype)
@@ -175,9 +201,7 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
     ddph_hook *h = host(s);
     ddph_err e;
     double t0 = span_start(h);
-    size_t es = ddph__dtype_size(dtype), total = sum_counts(g, counts);
-    h->call_bytes += counts[g->rank] * es;
-    h->call_recv_bytes += (total - counts[g->rank]) * es;
+    size_t total = count_allgatherv(h, g, counts, dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e) :
@@ -193,9 +217,7 @@ static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
     ddph_hook *h = host(s);
     ddph_err e;
     double t0 = span_start(h);
-    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
-    h->call_bytes += others;
-    h->call_recv_bytes += others;
+    count_alltoall(h, g, count, dtype);
     ddph_status st =
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_alltoall(NCCL(h), g, send, recv, count, dtype, &e) :
@@ -281,8 +303,7 @@ static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
     ddph_request *r = request_new(h, "iallreduce", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
-    h->call_bytes += count * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * ddph__dtype_size(dtype);
+    count_allreduce(h, count, dtype);
     ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_allreduce(NCCL(h), g, buf, count, dtype, op, &e),
         ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
@@ -299,8 +320,7 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
     ddph_request *r = request_new(h, "iallgather", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
-    h->call_bytes += count * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    count_allgather(h, g, count, dtype);
     ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_allgather(NCCL(h), g, send, recv, count, dtype, &e),
         ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
@@ -315,12 +335,10 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    size_t es = ddph__dtype_size(dtype), total = sum_counts(g, counts);
-    ddph_request *r = request_new(h, "iallgatherv", g, total, dtype);
+    ddph_request *r = request_new(h, "iallgatherv", g, 0, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
-    h->call_bytes += counts[g->rank] * es;
-    h->call_recv_bytes += (total - counts[g->rank]) * es;
+    r->count = count_allgatherv(h, g, counts, dtype);
     ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e),
         ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype,
@@ -337,9 +355,7 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
     ddph_request *r = request_new(h, "ialltoall", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
-    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
-    h->call_bytes += others;
-    h->call_recv_bytes += others;
+    count_alltoall(h, g, count, dtype);
     ddph_status st = BY_BACKEND(h,
         ddph__nccl_start_alltoall(NCCL(h), g, send, recv, count, dtype, &e),
         ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,

@@ -20,11 +20,16 @@ LIMIT=$((TIMEOUT_S + 5))
 OUT="$B/tests/out/faults"
 rm -rf "$OUT"
 mkdir -p "$OUT"
-job() { # job FILE HOOK [EXTRA]
-    printf '[runtime]\nplugin_path = %s\ntimeout_s = %s\nbucket_cap_mb = 0.02\nfirst_bucket_cap_mb = 0.02\n%s\n[hook]\nname = %s\n' \
+job() { # job FILE HOOK [EXTRA] (EXTRA may set the bucket caps instead)
+    caps='bucket_cap_mb = 0.02\nfirst_bucket_cap_mb = 0.02\n'
+    case ${3:-} in *bucket_cap_mb*) caps= ;; esac
+    printf "[runtime]\\nplugin_path = %s\\ntimeout_s = %s\\n$caps%s\\n[hook]\\nname = %s\\n" \
         "$DDPH_TEST_PLUGIN_DIR" "$TIMEOUT_S" "${3:-}" "$2" > "$1"
 }
 job "$OUT/allreduce.ini" allreduce
+# One 64 KiB fp16 bucket: its sum goes round the ring of point-to-point
+# messages (runtime/backend_mpi.c), which must end in time as well.
+job "$OUT/fp16.ini" fp16 "bucket_cap_mb = 1"
 job "$OUT/powersgd.ini" powersgd "check_finite = true"
 job "$OUT/hook.ini" "$DDPH_TEST_FAKE_DIR/failing_last_rank.so"
 
@@ -42,7 +47,8 @@ exit_time() {
 # scenario N FAULT POINT JOB
 scenario() {
     n=$1 what=$2 point=$3 ini=$4
-    dir="$OUT/$n-$what-$point"
+    jobname=$(basename "$ini" .ini)
+    dir="$OUT/$n-$what-$point-$jobname"
     mkdir -p "$dir"
     log="$dir/log"
     # UCX's single-copy shared-memory transport (CMA) aborts a rank whose
@@ -158,10 +164,10 @@ scenario() {
     wait "$mp" 2>/dev/null
     if [ -z "$why" ]; then
         pass=$((pass + 1))
-        echo "PASS: -n $n $what $point :: $summary"
+        echo "PASS: -n $n $what $point ($jobname) :: $summary"
     else
         fail=$((fail + 1))
-        echo "FAIL: -n $n $what $point: $why"
+        echo "FAIL: -n $n $what $point ($jobname): $why"
         sed 's/^/    /' "$log"
     fi
 }
@@ -181,5 +187,8 @@ scenario 2 stop before-close "$A"
 scenario 4 hook mid-step "$OUT/hook.ini"
 scenario 2 hook mid-step "$OUT/hook.ini"
 scenario 4 nan mid-step "$OUT/powersgd.ini"
+scenario 4 kill mid-step "$OUT/fp16.ini"
+scenario 4 stop mid-step "$OUT/fp16.ini"
+scenario 3 exit mid-step "$OUT/fp16.ini"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -32,7 +32,7 @@ run() {
     fi
 }
 for n in 2 4; do
-    for s in average view overlap mismatch hook-error leaked-request timeout misuse fp16-overflow half-buckets powersgd powersgd-blocks sparse \
+    for s in average view overlap mismatch hook-error leaked-request timeout misuse fp16-overflow half-buckets half-ring powersgd powersgd-blocks sparse \
              accumulate two-models trace nonfinite lanes; do
         run "$n" "$B/tests/mpi/test_runtime" "$s"
     done
@@ -47,6 +47,7 @@ for n in 2 4; do
 done
 # Dividing by 3 on the way into a bucket (not a power of two).
 run 3 "$B/tests/mpi/test_runtime" half-buckets
+run 3 "$B/tests/mpi/test_runtime" half-ring
 # Lost and failing ranks: tests/faults.sh.
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -22,7 +22,7 @@ here=$(dirname "$(readlink -f "$0")")
 models=gpt2-124m,resnet50 rates=1gbit,10gbit,unlimited layouts=2x1,2x2
 repeats=5 hooks=allreduce,fp16,bf16,powersgd,batched_powersgd
 out=tests/out/cluster-bench
-pytorch=auto
+pytorch=auto pytorch_limit=600
 while [ $# -gt 0 ]; do
     case $1 in
     --models) models=$2; shift 2 ;;
@@ -70,14 +70,23 @@ pytorch_table() {
                continue ;;
             esac
             log="$out/$1-$2-$rate-pytorch-$hook.log"
-            sh "$here/cluster.sh" --hosts "$3" --ranks-per-host "$4" --rate "$rate" -- \
+            # gloo's own timeout is 2 minutes (pytorch_ddp.py); this ends a
+            # run that hangs anyway (SIGTERM: cluster.sh's trap cleans up).
+            timeout "$pytorch_limit" sh "$here/cluster.sh" --hosts "$3" \
+                --ranks-per-host "$4" --rate "$rate" -- \
                 /usr/bin/python3 "$here/peers/pytorch_ddp.py" --shapes "$shapes" \
                 --hook "$hook" --repeats "$repeats" --bucket-cap-mb 25 \
                 --csv "$(readlink -f "$out")/$(basename "$pcsv")" >"$log" 2>&1
+            if [ $? -eq 124 ]; then
+                echo "| $rate | $hook | ${ours:--} | PyTorch hangs: not done after $pytorch_limit s (killed) | | |"
+                continue
+            fi
             theirs=$(awk -F, -v h="$hook" '$1 == h { print $2 "," $4 }' "$pcsv" 2>/dev/null)
             if [ -z "$theirs" ]; then
                 why=$(grep -o 'failed: .*' "$log" | head -n 1 | cut -c1-120)
-                [ -n "$why" ] || why=$(grep -v '^cluster.sh' "$log" | grep -i 'error\|abort\|what()' | head -n 1 | cut -c1-120)
+                # a C++ exception from gloo ends the process: its what()
+                [ -n "$why" ] || why=$(sed -n 's/.*what(): *\[\(.*\)\] *\(.*\)/aborts: \1: \2/p' "$log" | head -n 1 | cut -c1-140)
+                [ -n "$why" ] || why=$(grep -v '^cluster.sh' "$log" | grep -i 'error\|abort' | head -n 1 | cut -c1-120)
                 echo "| $rate | $hook | ${ours:--} | PyTorch ${why:-failed: see $log} | | |"
                 continue
             fi

@@ -50,6 +50,10 @@
  *             then); on 2 ranks bf16 gives exactly bf16(bf16(a)/2 +
  *             bf16(b)/2).  Run on 3 ranks too (a divisor that is not a
  *             power of two)
+ * half-ring   half-precision sums of 32 KiB and more, which go round a ring
+ *             of point-to-point messages: a 4.5M-element bucket and a
+ *             small one, exact averages with fp16, bf16 and bf16
+ *             gradients.  Run on 3 ranks too (uneven chunks)
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
 #include "build-config.h"
@@ -634,6 +638,80 @@ static void run_half_buckets(void)
     }
 }
 
+
+/* half-ring: half-precision sums of 32 KiB and more go round a ring of
+ * point-to-point messages (runtime/backend_mpi.c), here a 4,500,001-element
+ * bucket (blocks of 4 MiB, chunks that do not split evenly) and a small
+ * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.
+ * The values divide by 2, 3 and 4 exactly and every partial sum is an
+ * integer below 256, so the average is exact in either half type. */
+static float ring_value(int rank, size_t k)
+{
+    return 12.0f * (float)((int)((k * 7 + (size_t)rank * 3) % 11) - 5);
+}
+
+static void half_ring_once(const char *hook, ddph_dtype dtype)
+{
+    static const size_t numel[2] = {4500001, 30000};
+    const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook,
+                           "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05");
+    ddph_ctx *ctx = open_path(path);
+    int world = ddph_world_size(ctx);
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, "net", &m), ctx);
+    void *g[2];
+    for (int i = 0; i < 2; i++) {
+        g[i] = calloc(numel[i], dtype == DDPH_F32 ? 4 : 2);
+        CHECK(g[i] != NULL, "out of memory");
+        int64_t shape[1] = {(int64_t)numel[i]};
+        char name[8];
+        snprintf(name, sizeof name, "p%d", i);
+        CHECK_OK(ddph_model_add_param(m, name, g[i], shape, 1, dtype,
+                                      DDPH_CPU, NULL),
+                 ctx);
+    }
+    CHECK_OK(ddph_model_finalize(m), ctx);
+    CHECK(ddph_model_bucket_count(m) == 2, "%d buckets",
+          ddph_model_bucket_count(m));
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+        for (int i = 1; i >= 0; i--) {
+            for (size_t k = 0; k < numel[i]; k++) {
+                float v = ring_value(g_rank, k + (size_t)i);
+                if (dtype == DDPH_F32)
+                    ((float *)g[i])[k] = v;
+                else
+                    ((uint16_t *)g[i])[k] = bf16_from_float(v);
+            }
+            CHECK_OK(ddph_grad_ready(m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        for (int i = 0; i < 2; i++)
+            for (size_t k = 0; k < numel[i]; k++) {
+                float want = 0;
+                for (int r = 0; r < world; r++)
+                    want += ring_value(r, k + (size_t)i);
+                want /= (float)world;
+                float got = dtype == DDPH_F32
+                                ? ((float *)g[i])[k]
+                                : bf16_to_float(((uint16_t *)g[i])[k]);
+                CHECK(got == want, "%s, %d ranks, step %d, p%d[%zu] = %g, "
+                      "want %g", hook, world, s, i, k, (double)got,
+                      (double)want);
+            }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    ddph_close(ctx);
+    free(g[0]);
+    free(g[1]);
+}
+
+static void run_half_ring(void)
+{
+    half_ring_once("fp16", DDPH_F32);
+    half_ring_once("bf16", DDPH_F32);
+    half_ring_once("allreduce", DDPH_BF16);
+}
 
 static void run_powersgd(void)
 {
@@ -1510,6 +1588,8 @@ int main(int argc, char **argv)
         run_fp16_overflow();
     else if (strcmp(s, "half-buckets") == 0)
         run_half_buckets();
+    else if (strcmp(s, "half-ring") == 0)
+        run_half_ring();
     else {
         fprintf(stderr, "unknown scenario '%s'\n", s);
         return 2;

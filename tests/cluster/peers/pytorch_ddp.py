@@ -23,6 +23,7 @@ default_hooks and powerSGD_hook).  Whatever PyTorch refuses or aborts on is
 printed as it fails, and the process exits 3.
 """
 import argparse
+import datetime
 import os
 import statistics
 import sys
@@ -102,13 +103,16 @@ def main():
     os.environ.setdefault("MASTER_PORT", "29500")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # gloo's default is 30 minutes: a collective that hangs (PowerSGD with
+    # several buckets at 10 Gbit/s did) ends in its own error within 2.
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     shapes = read_shapes(a.shapes)
     model = Shapes(shapes)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, bucket_cap_mb=a.bucket_cap_mb)
-    register(ddp, a.hook, a.rank)
     try:
+        register(ddp, a.hook, a.rank)  # PyTorch refuses some here (bf16)
         for _ in range(2):
             timed_step(ddp, True)
         step = statistics.median(timed_step(ddp, True)
