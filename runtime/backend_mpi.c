@@ -29,7 +29,7 @@ static size_t piece(size_t count, size_t es)
 
 /* ---- faults --------------------------------------------------------------- */
 
-enum { NOTICE_TAG = 17, CLOSE_TAG = 18 };
+enum { NOTICE_TAG = 17, CLOSE_TAG = 18, PING_TAG = 20 };
 
 /* Records the first fault; later ones keep it.  notified: the peers know
  * already (the fault is a peer's notice). */
@@ -149,6 +149,11 @@ static void poll_alarm(ddph_mpi *m)
                     &status) != MPI_SUCCESS ||
         !flag)
         return;
+    if (status.MPI_TAG == PING_TAG) {
+        /* A failing peer's reachability probe: nothing to act on. */
+        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        return;
+    }
     if (status.MPI_TAG == CLOSE_TAG) {
         int64_t after = 0;
         if (MPI_Mrecv(&after, 1, MPI_INT64_T, &msg, MPI_STATUS_IGNORE) !=
@@ -212,14 +217,111 @@ static ddph_status collective_fault(ddph_mpi *m, ddph_err *err)
     return recorded_fault(m, err);
 }
 
+/* How long a reachability probe waits for its sends to fail. */
+#define PROBE_WAIT_S 0.1
+
+/* Writes into out (", "-separated) the peers this rank cannot reach, and
+ * returns how many.  When MPI reports an error in a collective the cause
+ * is nearly always a dead peer, but not which: MPICH 4.0 on ch4 has no
+ * failure query (its MPIX_Comm_failure_ack aborts the process).  A
+ * zero-byte send to a peer whose connection MPI found broken fails, at
+ * once or within PROBE_WAIT_S; one to a live peer completes (it is eager)
+ * and is dropped by the peer's alarm poll.  A peer that is alive but
+ * stuck is reachable: only the timeout can tell about it. */
+static int unreachable_peers(ddph_mpi *m, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (m->alarm == MPI_COMM_NULL)
+        return 0;
+    MPI_Request *reqs = malloc(sizeof *reqs * (size_t)m->world.size);
+    char *gone = calloc((size_t)m->world.size, 1);
+    if (!reqs || !gone) {
+        free(reqs);
+        free(gone);
+        return 0;
+    }
+    for (int r = 0; r < m->world.size; r++) {
+        reqs[r] = MPI_REQUEST_NULL;
+        if (r != m->world.rank &&
+            MPI_Isend(NULL, 0, MPI_BYTE, r, PING_TAG, m->alarm, &reqs[r]) !=
+                MPI_SUCCESS)
+            gone[r] = 1;
+    }
+    double until = ddph__now() + PROBE_WAIT_S;
+    for (int pending = 1; pending && ddph__now() < until;) {
+        pending = 0;
+        for (int r = 0; r < m->world.size; r++) {
+            if (reqs[r] == MPI_REQUEST_NULL)
+                continue;
+            int flag = 0;
+            if (MPI_Test(&reqs[r], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+                gone[r] = 1;
+                reqs[r] = MPI_REQUEST_NULL;
+            } else if (!flag) {
+                pending = 1;
+            }
+        }
+    }
+    int found = 0;
+    size_t used = 0;
+    for (int r = 0; r < m->world.size; r++) {
+        /* A send still pending is left to MPI, never waited for. */
+        if (reqs[r] != MPI_REQUEST_NULL)
+            MPI_Request_free(&reqs[r]);
+        if (!gone[r])
+            continue;
+        int w = snprintf(out + used, cap - used, "%s%d", found ? ", " : "",
+                         r);
+        if (w > 0 && (size_t)w < cap - used)
+            used += (size_t)w;
+        found++;
+    }
+    free(reqs);
+    free(gone);
+    return found;
+}
+
+/* MPI's error text on one line: its stack comes one frame per line with
+ * the frame names padded by dots. */
+static void one_line(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (*r == '\n') {
+            if (w > s && r[1])
+                *w++ = ' ';
+            continue;
+        }
+        if (r[0] == '.' && r[1] == '.') {
+            while (r[1] == '.')
+                r++;
+            continue;
+        }
+        *w++ = *r;
+    }
+    *w = '\0';
+}
+
+/* A failed MPI call: the job is broken.  The message names the peers
+ * that can no longer be reached, when there are any, since MPI's own
+ * text rarely does. */
 static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
                             const char *what)
 {
-    char msg[MPI_MAX_ERROR_STRING];
+    char msg[MPI_MAX_ERROR_STRING], gone[256];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    ddph_status st = ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %.*s", what,
-                                len, msg);
+    msg[len < 0 ? 0 : len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    one_line(msg);
+    int lost = unreachable_peers(m, gone, sizeof gone);
+    ddph_status st;
+    if (lost)
+        st = ddph__fail(err, DDPH_ERR_BACKEND,
+                        "%s failed: rank%s %s cannot be reached (dead or "
+                        "disconnected); MPI says: %s",
+                        what, lost > 1 ? "s" : "", gone, msg);
+    else
+        st = ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what, msg);
     set_fault(m, st, err->msg, 0);
     return st;
 }
@@ -265,11 +367,21 @@ static ddph_status wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
             return st;
         double now = ddph__now();
         if (now > deadline) {
-            st = ddph__fail(err, DDPH_ERR_TIMEOUT,
-                            "%s did not complete within timeout_s = %g s "
-                            "(a peer rank died, is stuck, or called a "
-                            "different collective)",
-                            what, m->timeout_s);
+            char gone[256];
+            int lost = unreachable_peers(m, gone, sizeof gone);
+            if (lost)
+                st = ddph__fail(err, DDPH_ERR_TIMEOUT,
+                                "%s did not complete within timeout_s = %g "
+                                "s: rank%s %s cannot be reached (dead or "
+                                "disconnected)",
+                                what, m->timeout_s, lost > 1 ? "s" : "",
+                                gone);
+            else
+                st = ddph__fail(err, DDPH_ERR_TIMEOUT,
+                                "%s did not complete within timeout_s = %g "
+                                "s (a peer rank died, is stuck, or called a "
+                                "different collective)",
+                                what, m->timeout_s);
             set_fault(m, st, err->msg, 0);
             return st;
         }

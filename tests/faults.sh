@@ -122,7 +122,7 @@ scenario() {
                 why="rank $r exited ${took} s after the fault (limit $limit s)"
                 break
             fi
-            grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\|rank [0-9]* closed the job\)" "$log" ||
+            grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\|rank [0-9]* closed the job\|ranks* [0-9, ]* cannot be reached\)" "$log" ||
                 why="rank $r names neither the timeout nor the failed rank"
             worst=$took
         done
