@@ -54,6 +54,9 @@
  *             of point-to-point messages: a 4.5M-element bucket and a
  *             small one, exact averages with fp16, bf16 and bf16
  *             gradients.  Run on 3 ranks too (uneven chunks)
+ * sums        half-ring, and the allreduce hook on f32 gradients: run by
+ *             tests/cluster/check.sh on 2 hosts x 2 ranks, where the
+ *             large sums go within each host first
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
 #include "build-config.h"
@@ -711,6 +714,16 @@ static void run_half_ring(void)
     half_ring_once("fp16", DDPH_F32);
     half_ring_once("bf16", DDPH_F32);
     half_ring_once("allreduce", DDPH_BF16);
+}
+
+/* sums: the same on f32 gradients through the allreduce hook as well.
+ * On tests/cluster's hosts (check.sh, 2 hosts x 2 ranks) the large
+ * bucket's sums go within each host first (runtime/backend_mpi.c), the
+ * small one's over the whole group. */
+static void run_sums(void)
+{
+    half_ring_once("allreduce", DDPH_F32);
+    run_half_ring();
 }
 
 static void run_powersgd(void)
@@ -1590,6 +1603,8 @@ int main(int argc, char **argv)
         run_half_buckets();
     else if (strcmp(s, "half-ring") == 0)
         run_half_ring();
+    else if (strcmp(s, "sums") == 0)
+        run_sums();
     else {
         fprintf(stderr, "unknown scenario '%s'\n", s);
         return 2;
