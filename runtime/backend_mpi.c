@@ -535,10 +535,8 @@ ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
         g->rank = m->world.rank;
         g->size = m->world.size;
         g->owned = 1;
-        pthread_mutex_lock(&m->fault_mu);
         g->next = m->groups; /* freed with the hooks' groups */
         m->groups = g;
-        pthread_mutex_unlock(&m->fault_mu);
         out[i] = g;
     }
     return DDPH_OK;
@@ -787,54 +785,41 @@ static ddph_status ring_step(ddph_mpi *m, struct ddph_group *g, char *buf,
     return DDPH_OK;
 }
 
-/* Reduce-scatter: at step s chunk r-s goes on, chunk r-s-1 comes in and
- * is added; rank r ends with chunk r+1 summed over every rank. */
-static ddph_status ring_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
-                                       void *buf, size_t count,
-                                       ddph_dtype dtype, double start,
-                                       ddph_err *err)
+static ddph_status ring_allreduce(ddph_mpi *m, struct ddph_group *g,
+                                  void *buf, size_t count, ddph_dtype dtype,
+                                  ddph_err *err)
 {
     int w = g->size, r = g->rank;
-    size_t es = ddph__dtype_size(dtype);
-    if (!ring_scratch(g, count, es))
+    double start = ddph__now();
+    if (!ring_scratch(g, count, ddph__dtype_size(dtype)))
         return ddph__fail(err, DDPH_ERR_NOMEM,
                           "allreduce: out of memory for the ring's buffer");
     ddph_status st = DDPH_OK;
+    /* Reduce-scatter: at step s chunk r-s goes on, chunk r-s-1 comes in
+     * and is added; rank r ends with chunk r+1 summed over every rank. */
     for (int s = 0; s < w - 1 && st == DDPH_OK; s++)
         st = ring_step(m, g, buf, count, dtype, (r - s + w) % w,
                        (r - s - 1 + w) % w, 1, start, err);
-    return st;
-}
-
-/* Allgather: the summed chunks go round. */
-static ddph_status ring_allgather(ddph_mpi *m, struct ddph_group *g,
-                                  void *buf, size_t count, ddph_dtype dtype,
-                                  double start, ddph_err *err)
-{
-    int w = g->size, r = g->rank;
-    ddph_status st = DDPH_OK;
+    /* Allgather: the summed chunks go round. */
     for (int s = 0; s < w - 1 && st == DDPH_OK; s++)
         st = ring_step(m, g, buf, count, dtype, (r + 1 - s + w) % w,
                        (r - s + w) % w, 0, start, err);
     return st;
 }
 
-/* A sum within the group as it is: the ring for large half-precision
- * sums, MPICH's allreduce otherwise. */
-static ddph_status flat_allreduce(ddph_mpi *m, struct ddph_group *g,
-                                  void *buf, size_t count, ddph_dtype dtype,
-                                  ddph_redop op, ddph_err *err)
+ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
+                                size_t count, ddph_dtype dtype, ddph_redop op,
+                                ddph_err *err)
 {
+    ddph_status broken = collective_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
+    if (!valid(dtype, op))
+        return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: bad dtype or op");
     size_t es = ddph__dtype_size(dtype);
     if ((dtype == DDPH_F16 || dtype == DDPH_BF16) && op == DDPH_SUM &&
-        g->size > 1 && count * es >= RING_MIN_BYTES) {
-        double start = ddph__now();
-        ddph_status st = ring_reduce_scatter(m, g, buf, count, dtype, start,
-                                             err);
-        return st != DDPH_OK ? st
-                             : ring_allgather(m, g, buf, count, dtype, start,
-                                              err);
-    }
+        g->size > 1 && count * es >= RING_MIN_BYTES)
+        return ring_allreduce(m, g, buf, count, dtype, err);
     char *p = buf;
     /* An empty allreduce still synchronises, as PyTorch's does. */
     do {
@@ -852,147 +837,6 @@ static ddph_status flat_allreduce(ddph_mpi *m, struct ddph_group *g,
         count -= n;
     } while (count > 0);
     return DDPH_OK;
-}
-
-/* ---- sums across hosts: within each host first ----------------------------
- * A group that spans several hosts with the same number (more than one) of
- * its ranks on each sums a large buffer in three stages: a ring
- * reduce-scatter among the ranks of each host (shared memory); the chunk
- * each rank then holds, summed with the same chunk on every other host
- * (one rank per host, so each byte crosses a host's link once each way);
- * a ring allgather within the host.  MPICH's allreduce over the whole
- * group sends each byte across twice each way, a flat ring 1.5 times
- * (docs/performance.md, "Sums across hosts"). */
-#define HOSTS_MIN_BYTES ((size_t)256 << 10) /* below: the flat sum */
-enum { LAYOUT_UNKNOWN, LAYOUT_FLAT, LAYOUT_HOSTS };
-
-static ddph_status barrier_timed(ddph_mpi *m, MPI_Comm comm, const char *what,
-                                 ddph_err *err)
-{
-    MPI_Request req;
-    int rc = MPI_Ibarrier(comm, &req);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(m, err, rc, "MPI_Ibarrier");
-    return wait_timed(m, &req, what, err);
-}
-
-static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
-                         ddph_err *err)
-{
-    struct ddph_group *g = calloc(1, sizeof *g);
-    if (!g) {
-        MPI_Comm_free(&comm);
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    }
-    g->comm = comm;
-    g->owned = 1;
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(comm, &g->rank);
-    MPI_Comm_size(comm, &g->size);
-    /* Lanes may find their layouts at the same time. */
-    pthread_mutex_lock(&m->fault_mu);
-    g->next = m->groups;
-    m->groups = g;
-    pthread_mutex_unlock(&m->fault_mu);
-    *out = g;
-    return DDPH_OK;
-}
-
-/* Finds how g lies on the hosts, once; collective over g (every rank of
- * g calls it at the same sum). */
-static ddph_status find_layout(ddph_mpi *m, struct ddph_group *g,
-                               ddph_err *err)
-{
-    g->layout = LAYOUT_FLAT; /* also after a failure: the job is over */
-    /* MPI_Comm_split_type blocks: first make sure every rank is there. */
-    ddph_status st = barrier_timed(m, g->comm, "allreduce (host layout)", err);
-    if (st != DDPH_OK)
-        return st;
-    MPI_Comm host, across;
-    int rc = MPI_Comm_split_type(g->comm, MPI_COMM_TYPE_SHARED, g->rank,
-                                 MPI_INFO_NULL, &host);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(m, err, rc, "MPI_Comm_split_type");
-    int local = 1, place = 0;
-    MPI_Comm_size(host, &local);
-    MPI_Comm_rank(host, &place);
-    int sizes[2] = {local, -local}; /* the most and the fewest per host */
-    MPI_Request req;
-    rc = MPI_Iallreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, g->comm,
-                        &req);
-    if (rc != MPI_SUCCESS) {
-        MPI_Comm_free(&host);
-        return mpi_fail(m, err, rc, "MPI_Iallreduce");
-    }
-    st = wait_timed(m, &req, "allreduce (host layout)", err);
-    if (st != DDPH_OK)
-        return st;
-    if (sizes[0] != -sizes[1] || local == 1 || local == g->size) {
-        MPI_Comm_free(&host);
-        return DDPH_OK;
-    }
-    /* Every rank has passed the allreduce: the split finds them all. */
-    rc = MPI_Comm_split(g->comm, place, g->rank, &across);
-    if (rc != MPI_SUCCESS) {
-        MPI_Comm_free(&host);
-        return mpi_fail(m, err, rc, "MPI_Comm_split");
-    }
-    st = adopt(m, host, &g->host, err);
-    if (st != DDPH_OK) {
-        MPI_Comm_free(&across);
-        return st;
-    }
-    st = adopt(m, across, &g->across, err);
-    if (st != DDPH_OK)
-        return st;
-    g->host->layout = g->across->layout = LAYOUT_FLAT;
-    g->layout = LAYOUT_HOSTS;
-    if (m->log)
-        ddph__log(m->log, DDPH_LOG_INFO,
-                  "a group of %d ranks spans %d hosts of %d: sums of %zu "
-                  "KiB and more go within each host first",
-                  g->size, g->size / local, local, HOSTS_MIN_BYTES >> 10);
-    return DDPH_OK;
-}
-
-static ddph_status hosts_allreduce(ddph_mpi *m, struct ddph_group *g,
-                                   void *buf, size_t count, ddph_dtype dtype,
-                                   ddph_err *err)
-{
-    struct ddph_group *h = g->host;
-    double start = ddph__now();
-    ddph_status st = ring_reduce_scatter(m, h, buf, count, dtype, start, err);
-    if (st != DDPH_OK)
-        return st;
-    size_t at, n, es = ddph__dtype_size(dtype);
-    ring_chunk(count, h->size, (h->rank + 1) % h->size, &at, &n);
-    st = flat_allreduce(m, g->across, (char *)buf + at * es, n, dtype,
-                        DDPH_SUM, err);
-    return st != DDPH_OK ? st
-                         : ring_allgather(m, h, buf, count, dtype, start, err);
-}
-
-ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
-                                size_t count, ddph_dtype dtype, ddph_redop op,
-                                ddph_err *err)
-{
-    ddph_status broken = collective_fault(m, err);
-    if (broken != DDPH_OK)
-        return broken;
-    if (!valid(dtype, op))
-        return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: bad dtype or op");
-    /* Every rank of g takes the same branches: same count, dtype and op. */
-    if (op == DDPH_SUM && g->size > 1 &&
-        count * ddph__dtype_size(dtype) >= HOSTS_MIN_BYTES) {
-        if (g->layout == LAYOUT_UNKNOWN) {
-            ddph_status st = find_layout(m, g, err);
-            if (st != DDPH_OK)
-                return st;
-        }
-        if (g->layout == LAYOUT_HOSTS)
-            return hosts_allreduce(m, g, buf, count, dtype, err);
-    }
-    return flat_allreduce(m, g, buf, count, dtype, op, err);
 }
 
 ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
@@ -1374,6 +1218,35 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
     free(displs);
     *out = all;
     *total = root ? sum : 0;
+    return DDPH_OK;
+}
+
+static ddph_status barrier_timed(ddph_mpi *m, MPI_Comm comm, const char *what,
+                                 ddph_err *err)
+{
+    MPI_Request req;
+    int rc = MPI_Ibarrier(comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(m, err, rc, "MPI_Ibarrier");
+    return wait_timed(m, &req, what, err);
+}
+
+static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
+                         ddph_err *err)
+{
+    struct ddph_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        MPI_Comm_free(&comm);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    g->comm = comm;
+    g->owned = 1;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &g->rank);
+    MPI_Comm_size(comm, &g->size);
+    g->next = m->groups;
+    m->groups = g;
+    *out = g;
     return DDPH_OK;
 }
 

@@ -24,7 +24,6 @@
 
 #include <ddphook/plugin.h>
 
-#include "log.h"
 #include "util.h"
 
 struct ddph_group {
@@ -33,13 +32,8 @@ struct ddph_group {
     int rank, size;
     int owned;               /* comm is freed with the group */
     struct ddph_group *next; /* groups made on behalf of hooks */
-    /* Large sums (backend_mpi.c): how the group lies on the hosts, found
-     * at its first one; the subgroups when it spans several hosts with
-     * several ranks each; the rings' receive buffer.  A group is used by
-     * one thread at a time. */
-    int layout;
-    struct ddph_group *host;   /* this rank's host's part of the group */
-    struct ddph_group *across; /* the ranks at this place on every host */
+    /* The half-precision ring's receive buffer: a group is used by one
+     * thread at a time. */
     char *scratch;
     size_t scratch_bytes;
 };
@@ -65,9 +59,7 @@ typedef struct ddph_mpi {
     double timeout_s;
     MPI_Datatype half_type;          /* f16 and bf16 */
     MPI_Op ops[DDPH_DTYPE_COUNT][3]; /* user ops for the half types */
-    struct ddph_group *groups;       /* every split, freed at finalize
-                                        (the list under fault_mu) */
-    const ddph_logger *log;          /* the context's, or NULL */
+    struct ddph_group *groups;       /* every split, freed at finalize */
 
     /* The fault state: set once, read by every thread. */
     atomic_int broken;

@@ -107,7 +107,6 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
     ctx->mpi_up = st == DDPH_OK;
     ctx->log.rank = ctx->mpi.world.rank;
-    ctx->mpi.log = &ctx->log;
     if (cfg_st == DDPH_OK && ini_path)
         cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
                                                &cfg_err);

@@ -55,8 +55,7 @@
  *             small one, exact averages with fp16, bf16 and bf16
  *             gradients.  Run on 3 ranks too (uneven chunks)
  * sums        half-ring, and the allreduce hook on f32 gradients: run by
- *             tests/cluster/check.sh on 2 hosts x 2 ranks, where the
- *             large sums go within each host first
+ *             tests/cluster/check.sh on 2 hosts x 2 ranks
  *
  * Prints "ok SCENARIO" on rank 0 and exits 0 on success. */
 #include "build-config.h"
@@ -716,10 +715,9 @@ static void run_half_ring(void)
     half_ring_once("allreduce", DDPH_BF16);
 }
 
-/* sums: the same on f32 gradients through the allreduce hook as well.
- * On tests/cluster's hosts (check.sh, 2 hosts x 2 ranks) the large
- * bucket's sums go within each host first (runtime/backend_mpi.c), the
- * small one's over the whole group. */
+/* sums: the same on f32 gradients through the allreduce hook as well;
+ * run by tests/cluster/check.sh on 2 hosts x 2 ranks, where the ring's
+ * and MPICH's messages cross a shaped TCP link. */
 static void run_sums(void)
 {
     half_ring_once("allreduce", DDPH_F32);
