@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,11 +329,19 @@ static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
 
 /* Polls reqs until all complete, the job breaks (a peer's notice, or
  * another thread's failure) or timeout_s passes after `start` (when the
- * collective began: a nonblocking one may be waited for later).  MPICH moves data only
- * inside MPI calls, so for the first SPIN_S seconds of a wait the loop tests without
- * pause, as MPICH's own blocking calls do; after that (a slow or dead peer)
- * it sleeps between tests so that a waiting rank does not burn a core. */
+ * collective began: a nonblocking one may be waited for later).  MPICH
+ * moves data only inside MPI calls, so for the first SPIN_S seconds of a
+ * wait the loop tests without pause, as MPICH's own blocking calls do;
+ * after that (a slow or dead peer) it sleeps between tests so that a
+ * waiting rank does not burn a core.  After YIELD_POLLS tests the spin
+ * yields the core after each one: this rank's trainer thread (copying the
+ * next bucket in, or a finished one back) or another rank of an
+ * oversubscribed host then runs while MPI waits on a peer.  GPT-2 with
+ * copies on 2 ranks and 2 cores: 188-215 -> 156-163 ms a step; 2 hosts x
+ * 2 ranks: 1.90 -> 1.58 s (docs/performance.md, "Yielding while
+ * waiting"). */
 #define SPIN_S 0.25
+#define YIELD_POLLS 256
 
 /* MPI_Testall, one request at a time (a completed one becomes
  * MPI_REQUEST_NULL, which tests as done). */
@@ -360,6 +369,8 @@ static ddph_status wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
             return mpi_fail(m, err, rc, what);
         if (done)
             return DDPH_OK;
+        if (polls >= YIELD_POLLS)
+            sched_yield();
         if (polls % 256 != 255)
             continue;
         ddph_status st = collective_fault(m, err);
