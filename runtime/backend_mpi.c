@@ -312,7 +312,9 @@ static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
     char msg[MPI_MAX_ERROR_STRING], gone[256];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    msg[len < 0 ? 0 : len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    if (len < 0 || len >= MPI_MAX_ERROR_STRING)
+        len = len < 0 ? 0 : MPI_MAX_ERROR_STRING - 1;
+    msg[len] = '\0';
     one_line(msg);
     int lost = unreachable_peers(m, gone, sizeof gone);
     ddph_status st;
