@@ -303,28 +303,60 @@ static void one_line(char *s)
     *w = '\0';
 }
 
+/* The peers unreachable_peers finds, as a clause for a message ("rank 3
+ * cannot be reached (dead or disconnected)"); empty when every peer
+ * answers. */
+static int lost_peers_clause(ddph_mpi *m, char *out, size_t cap)
+{
+    char gone[256];
+    int lost = unreachable_peers(m, gone, sizeof gone);
+    out[0] = '\0';
+    if (lost)
+        snprintf(out, cap, "rank%s %s cannot be reached (dead or "
+                           "disconnected)",
+                 lost > 1 ? "s" : "", gone);
+    return lost;
+}
+
 /* A failed MPI call: the job is broken.  The message names the peers
  * that can no longer be reached, when there are any, since MPI's own
  * text rarely does. */
 static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
                             const char *what)
 {
-    char msg[MPI_MAX_ERROR_STRING], gone[256];
+    char msg[MPI_MAX_ERROR_STRING], lost[320];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     if (len < 0 || len >= MPI_MAX_ERROR_STRING)
         len = len < 0 ? 0 : MPI_MAX_ERROR_STRING - 1;
     msg[len] = '\0';
     one_line(msg);
-    int lost = unreachable_peers(m, gone, sizeof gone);
-    ddph_status st;
-    if (lost)
-        st = ddph__fail(err, DDPH_ERR_BACKEND,
-                        "%s failed: rank%s %s cannot be reached (dead or "
-                        "disconnected); MPI says: %s",
-                        what, lost > 1 ? "s" : "", gone, msg);
-    else
-        st = ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what, msg);
+    ddph_status st =
+        lost_peers_clause(m, lost, sizeof lost)
+            ? ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s; MPI says: %s",
+                         what, lost, msg)
+            : ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what, msg);
+    set_fault(m, st, err->msg, 0);
+    return st;
+}
+
+/* A collective past its deadline (timeout_s after `since`, said in the
+ * message): the job is broken.  The message names the unreachable peers
+ * when the probe finds any; a stopped or stuck peer answers it. */
+static ddph_status timed_out(ddph_mpi *m, const char *what, const char *since,
+                             ddph_err *err)
+{
+    char lost[320];
+    ddph_status st =
+        lost_peers_clause(m, lost, sizeof lost)
+            ? ddph__fail(err, DDPH_ERR_TIMEOUT,
+                         "%s did not complete within timeout_s = %g s%s: %s",
+                         what, m->timeout_s, since, lost)
+            : ddph__fail(err, DDPH_ERR_TIMEOUT,
+                         "%s did not complete within timeout_s = %g s%s (a "
+                         "peer rank died, is stuck, or called a different "
+                         "collective)",
+                         what, m->timeout_s, since);
     set_fault(m, st, err->msg, 0);
     return st;
 }
@@ -379,25 +411,8 @@ static ddph_status wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
         if (st != DDPH_OK)
             return st;
         double now = ddph__now();
-        if (now > deadline) {
-            char gone[256];
-            int lost = unreachable_peers(m, gone, sizeof gone);
-            if (lost)
-                st = ddph__fail(err, DDPH_ERR_TIMEOUT,
-                                "%s did not complete within timeout_s = %g "
-                                "s: rank%s %s cannot be reached (dead or "
-                                "disconnected)",
-                                what, m->timeout_s, lost > 1 ? "s" : "",
-                                gone);
-            else
-                st = ddph__fail(err, DDPH_ERR_TIMEOUT,
-                                "%s did not complete within timeout_s = %g "
-                                "s (a peer rank died, is stuck, or called a "
-                                "different collective)",
-                                what, m->timeout_s);
-            set_fault(m, st, err->msg, 0);
-            return st;
-        }
+        if (now > deadline)
+            return timed_out(m, what, "", err);
         if (now - spin_from > SPIN_S) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
@@ -1090,23 +1105,17 @@ ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
 {
     *done = 0;
     int rc = test_all(op->nreqs, op->reqs, done);
-    if (rc != MPI_SUCCESS) {
-        memset(op, 0, sizeof *op);
-        return mpi_fail(m, err, rc, op->what ? op->what : "test");
-    }
-    if (*done)
+    const char *what = op->what ? op->what : "test";
+    ddph_status st = DDPH_OK;
+    if (rc != MPI_SUCCESS)
+        st = mpi_fail(m, err, rc, what);
+    else if (*done)
         return op_cancel(op, DDPH_OK);
-    ddph_status st = collective_fault(m, err);
-    if (st == DDPH_OK && ddph__now() > op->start + m->timeout_s) {
-        st = ddph__fail(err, DDPH_ERR_TIMEOUT,
-                        "%s did not complete within timeout_s = %g s of its "
-                        "start (a peer rank died, is stuck, or called a "
-                        "different collective)",
-                        op->what, m->timeout_s);
-        set_fault(m, st, err->msg, 0);
-    }
+    else if ((st = collective_fault(m, err)) == DDPH_OK &&
+             ddph__now() > op->start + m->timeout_s)
+        st = timed_out(m, what, " of its start", err);
     if (st != DDPH_OK)
-        memset(op, 0, sizeof *op);
+        memset(op, 0, sizeof *op); /* MPI may still use the arrays */
     return st;
 }
 

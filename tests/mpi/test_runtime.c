@@ -15,6 +15,8 @@
  * timeout     the last rank is stuck past timeout_s: the others report one
  *             timeout for the step naming bucket, hook and rank; the
  *             stuck rank hears of it at once when it wakes up
+ * timeout-polled  the same with a hook that polls its nonblocking
+ *             allreduce with test() (ABI minor 2)
  * misuse      grad_ready twice, outside a step, parameters never ready
  * powersgd    exact reconstruction of rank-1 gradients sharing a column
  *             space, error feedback, bytes on the wire = the compression
@@ -429,9 +431,10 @@ static void run_leaked_request(void)
  * the step however many buckets are in flight.  When the stuck rank wakes
  * up it hears of their failure at once, and every rank's ddph_close
  * returns the failure promptly. */
-static void run_timeout(void)
+static void run_timeout(const char *hook_dir, const char *hook,
+                        const char *want2, const char *scenario)
 {
-    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", "timeout_s = 1.5");
+    ddph_ctx *ctx = open_job(hook_dir, hook, "timeout_s = 1.5");
     int world = ddph_world_size(ctx);
     model_fixture fx;
     setup(ctx, &fx, 0);
@@ -449,8 +452,6 @@ static void run_timeout(void)
     CHECK(st == DDPH_ERR_TIMEOUT, "%s: %s", ddph_status_name(st),
           ddph_last_error(ctx));
     const char *want = "failed on model 'net' bucket 0 (rank ";
-    const char *want2 = "DDPH_ERR_TIMEOUT: allreduce did not complete within "
-                        "timeout_s = 1.5 s";
     CHECK(strstr(ddph_last_error(ctx), want) &&
               strstr(ddph_last_error(ctx), want2),
           "'%s' lacks '%s' or '%s'", ddph_last_error(ctx), want, want2);
@@ -469,7 +470,19 @@ static void run_timeout(void)
     CHECK(ddph_close(ctx) == DDPH_ERR_TIMEOUT, "close of a failed job");
     CHECK(MPI_Wtime() - c0 < 1.0, "close took %.1f s", MPI_Wtime() - c0);
     fixture_free(&fx);
-    end_failed_job("timeout");
+    end_failed_job(scenario);
+}
+
+/* The same with a hook that polls its nonblocking allreduce with test():
+ * test() ends it at timeout_s after its start, as a wait would. */
+static void run_timeout_polled(void)
+{
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/polls.so", env("DDPH_TEST_FAKE_DIR"));
+    run_timeout("/nowhere", hook,
+                "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                "timeout_s = 1.5 s of its start",
+                "timeout-polled");
 }
 
 static void run_misuse(void)
@@ -1574,7 +1587,12 @@ int main(int argc, char **argv)
     else if (strcmp(s, "leaked-request") == 0)
         run_leaked_request();
     else if (strcmp(s, "timeout") == 0)
-        run_timeout();
+        run_timeout(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                    "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                    "timeout_s = 1.5 s",
+                    s);
+    else if (strcmp(s, "timeout-polled") == 0)
+        run_timeout_polled();
     else if (strcmp(s, "misuse") == 0)
         run_misuse();
     else if (strcmp(s, "powersgd") == 0)
