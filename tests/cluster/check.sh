@@ -41,17 +41,40 @@ check() { # NAME COMMAND...
     fi
 }
 
+# test_runtime SCENARIO prints "ok SCENARIO" once every rank has passed
+# its checks and a barrier; MPICH 4.0's MPI_Finalize between these hosts
+# then, about once in 15-30 runs, ends a rank with status 1 and no
+# message (docs/reliability.md).  That exit is MPICH's, not a check:
+# such a run passes, and says so.
+check_scenario() { # NAME SCENARIO COMMAND...
+    name=$1 scenario=$2
+    shift 2
+    out=$("$@" </dev/null 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        pass=$((pass + 1))
+        echo "PASS: $name :: $(printf '%s\n' "$out" | tail -n 1)"
+    elif [ $rc -ne 124 ] && printf '%s\n' "$out" | grep -q "^ok $scenario\$"; then
+        pass=$((pass + 1))
+        echo "PASS: $name :: ok $scenario (then exit $rc in MPI_Finalize, after every check had passed)"
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $name (exit $rc)"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+
 printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.1\ntimeout_s = 30\n' \
     "$DDPH_TEST_PLUGIN_DIR" >"$OUT/minimal.ini"
 check "minimal trainer, 2 hosts x 2 ranks at 1gbit" \
     timeout 120 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
     "$B/examples/minimal_trainer" "$OUT/minimal.ini"
-check "post-local-SGD, default subgroups = the hosts (group_intra_node: 2 groups of 2)" \
-    env DDPH_TEST_LOCALSGD="$B/tests/gpu/.libs/post_localsgd.so" \
+check_scenario "post-local-SGD, default subgroups = the hosts (group_intra_node: 2 groups of 2)" \
+    local-sgd-intra-node env DDPH_TEST_LOCALSGD="$B/tests/gpu/.libs/post_localsgd.so" \
     timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
     "$B/tests/mpi/test_runtime" local-sgd-intra-node
-check "exact averages across hosts, 2 hosts x 2 ranks (f32, fp16 and bf16 rings, bf16 gradients)" \
-    timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+check_scenario "exact averages across hosts, 2 hosts x 2 ranks (f32, fp16 and bf16 rings, bf16 gradients)" \
+    sums timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
     "$B/tests/mpi/test_runtime" sums
 
 # A link cut: the last rank takes its host off the network mid-step.  One
