@@ -9,7 +9,8 @@
  *   fused   per bucket: the tensors sent straight from their own memory
  *           through an MPI derived datatype (no copy in), each rank's
  *           half summed and halved, the halves exchanged straight into
- *           the tensors (no copy back); 2 ranks only
+ *           the tensors (no copy back); 2 ranks only, its averages
+ *           checked once after the timing
  *
  *   ddphook bench shapes --model gpt2-124m > shapes.txt
  *   mpiexec -n 2 tests/tools/copy_bound shapes.txt [REPEATS]
@@ -45,14 +46,12 @@ static void die(const char *msg)
     MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
-/* Elements [from, to) of the bucket, where they live in its tensors, as
- * one datatype over absolute addresses (used with MPI_BOTTOM). */
-static MPI_Datatype span_type(const bucket *b, size_t from, size_t to)
+/* Elements [from, to) of the bucket where they live in its tensors: up
+ * to b->ntensors pieces (address, length); returns how many. */
+static int span_pieces(const bucket *b, size_t from, size_t to, float **ptr,
+                       size_t *len)
 {
-    int *len = malloc((size_t)b->ntensors * sizeof *len), k = 0;
-    MPI_Aint *disp = malloc((size_t)b->ntensors * sizeof *disp);
-    if (!len || !disp)
-        die("out of memory");
+    int k = 0;
     size_t at = 0;
     for (int i = 0; i < b->ntensors; i++) {
         size_t a = at, e = at + b->t[i].n;
@@ -60,13 +59,33 @@ static MPI_Datatype span_type(const bucket *b, size_t from, size_t to)
         size_t lo = a > from ? a : from, hi = e < to ? e : to;
         if (lo >= hi)
             continue;
-        MPI_Get_address(b->t[i].p + (lo - a), &disp[k]);
-        len[k++] = (int)(hi - lo);
+        ptr[k] = b->t[i].p + (lo - a);
+        len[k++] = hi - lo;
+    }
+    return k;
+}
+
+/* The same pieces as one datatype over absolute addresses (used with
+ * MPI_BOTTOM). */
+static MPI_Datatype span_type(const bucket *b, size_t from, size_t to)
+{
+    float **ptr = malloc((size_t)b->ntensors * sizeof *ptr);
+    size_t *len = malloc((size_t)b->ntensors * sizeof *len);
+    int *ilen = malloc((size_t)b->ntensors * sizeof *ilen);
+    MPI_Aint *disp = malloc((size_t)b->ntensors * sizeof *disp);
+    if (!ptr || !len || !ilen || !disp)
+        die("out of memory");
+    int k = span_pieces(b, from, to, ptr, len);
+    for (int i = 0; i < k; i++) {
+        MPI_Get_address(ptr[i], &disp[i]);
+        ilen[i] = (int)len[i];
     }
     MPI_Datatype type;
-    MPI_Type_create_hindexed(k, len, disp, MPI_FLOAT, &type);
+    MPI_Type_create_hindexed(k, ilen, disp, MPI_FLOAT, &type);
     MPI_Type_commit(&type);
+    free(ptr);
     free(len);
+    free(ilen);
     free(disp);
     return type;
 }
@@ -79,27 +98,21 @@ static void allreduce(float *p, size_t n)
 }
 
 /* Copies between the tensors and the bucket's elements [from, to):
- * in = 1 into out, else back from it; out holds exactly those elements. */
+ * in = 1 into out, else back from it; out holds exactly those elements.
+ * ptr and len: room for b->ntensors pieces. */
 static void copy_span(const bucket *b, size_t from, size_t to, float *out,
-                      int in)
+                      int in, float **ptr, size_t *len)
 {
-    size_t at = 0, pos = 0;
-    for (int i = 0; i < b->ntensors; i++) {
-        size_t a = at, e = at + b->t[i].n;
-        at = e;
-        size_t lo = a > from ? a : from, hi = e < to ? e : to;
-        if (lo >= hi)
-            continue;
-        float *g = b->t[i].p + (lo - a);
+    int k = span_pieces(b, from, to, ptr, len);
+    for (int i = 0, pos = 0; i < k; pos += (int)len[i], i++)
         if (in)
-            memcpy(out + pos, g, (hi - lo) * sizeof(float));
+            memcpy(out + pos, ptr[i], len[i] * sizeof(float));
         else
-            memcpy(g, out + pos, (hi - lo) * sizeof(float));
-        pos += hi - lo;
-    }
+            memcpy(ptr[i], out + pos, len[i] * sizeof(float));
 }
 
-static void fused(const bucket *b, int rank, float *scratch)
+static void fused(const bucket *b, int rank, float *scratch, float **ptr,
+                  size_t *len)
 {
     int peer = 1 - rank;
     size_t half = b->n / 2, from = rank ? half : 0, to = rank ? b->n : half;
@@ -109,22 +122,14 @@ static void fused(const bucket *b, int rank, float *scratch)
     MPI_Sendrecv(MPI_BOTTOM, 1, theirs, peer, 0, scratch, (int)(to - from),
                  MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     /* Own half: (own / 2) + (peer's / 2), read from the tensors. */
-    size_t at = 0, pos = 0;
-    for (int i = 0; i < b->ntensors; i++) {
-        size_t a = at, e = at + b->t[i].n;
-        at = e;
-        size_t lo = a > from ? a : from, hi = e < to ? e : to;
-        if (lo >= hi)
-            continue;
-        const float *g = b->t[i].p + (lo - a);
-        for (size_t k = 0; k < hi - lo; k++)
-            b->buf[pos + k] = g[k] * 0.5f + scratch[pos + k] * 0.5f;
-        pos += hi - lo;
-    }
+    int k = span_pieces(b, from, to, ptr, len);
+    for (int i = 0, pos = 0; i < k; pos += (int)len[i], i++)
+        for (size_t j = 0; j < len[i]; j++)
+            b->buf[pos + j] = ptr[i][j] * 0.5f + scratch[pos + j] * 0.5f;
     /* The averaged halves: the peer's straight into the tensors. */
     MPI_Sendrecv(b->buf, (int)(to - from), MPI_FLOAT, peer, 1, MPI_BOTTOM, 1,
                  theirs, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    copy_span(b, from, to, b->buf, 0);
+    copy_span(b, from, to, b->buf, 0, ptr, len);
 }
 
 static int cmp(const void *a, const void *b)
@@ -192,6 +197,8 @@ int main(int argc, char **argv)
         }
     }
     float *scratch = malloc(biggest * sizeof(float));
+    static float *ptr[MAX_TENSORS];
+    static size_t len[MAX_TENSORS];
     for (int b = 0; b < nb; b++) {
         buckets[b].buf = calloc(buckets[b].n, sizeof(float));
         if (!buckets[b].buf || !scratch)
@@ -211,16 +218,18 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         for (int b = 0; b < nb; b++) {
-            copy_span(&buckets[b], 0, buckets[b].n, buckets[b].buf, 1);
+            copy_span(&buckets[b], 0, buckets[b].n, buckets[b].buf, 1, ptr,
+                      len);
             allreduce(buckets[b].buf, buckets[b].n);
-            copy_span(&buckets[b], 0, buckets[b].n, buckets[b].buf, 0);
+            copy_span(&buckets[b], 0, buckets[b].n, buckets[b].buf, 0, ptr,
+                      len);
         }
         double serial = MPI_Wtime() - t0, fu = 0;
         if (world == 2) {
             MPI_Barrier(MPI_COMM_WORLD);
             t0 = MPI_Wtime();
             for (int b = 0; b < nb; b++)
-                fused(&buckets[b], rank, scratch);
+                fused(&buckets[b], rank, scratch, ptr, len);
             fu = MPI_Wtime() - t0;
         }
         if (r >= 0) {
@@ -228,6 +237,20 @@ int main(int argc, char **argv)
             t_serial[r] = serial;
             t_fused[r] = fu;
         }
+    }
+    /* The fused exchange must average: rank r's element j of a tensor
+     * is (j + r) % 7, so every average is exact in f32. */
+    if (world == 2) {
+        for (int i = 0; i < nt; i++)
+            for (size_t j = 0; j < tensors[i].n; j++)
+                tensors[i].p[j] = (float)((j + (size_t)rank) % 7);
+        for (int b = 0; b < nb; b++)
+            fused(&buckets[b], rank, scratch, ptr, len);
+        for (int i = 0; i < nt; i++)
+            for (size_t j = 0; j < tensors[i].n; j++)
+                if (tensors[i].p[j] !=
+                    (float)((j % 7) + ((j + 1) % 7)) * 0.5f)
+                    die("the fused exchange did not average");
     }
     qsort(t_raw, repeats, sizeof(double), cmp);
     qsort(t_serial, repeats, sizeof(double), cmp);
