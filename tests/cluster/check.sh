@@ -43,8 +43,8 @@ check() { # NAME COMMAND...
 
 # test_runtime SCENARIO prints "ok SCENARIO" once every rank has passed
 # its checks and a barrier; MPICH 4.0's MPI_Finalize between these hosts
-# then, about once in 15-30 runs, ends a rank with status 1 and no
-# message (docs/reliability.md).  That exit is MPICH's, not a check:
+# then sometimes ends a rank with status 1 and no message (1 run in
+# 12-16 in earlier sessions, none in 29 on 2026-12-04; docs/reliability.md).  That exit is MPICH's, not a check:
 # such a run passes, and says so.
 check_scenario() { # NAME SCENARIO COMMAND...
     name=$1 scenario=$2

@@ -5,7 +5,8 @@
  *   raw     MPI_Allreduce of each bucket in place (ddphook bench's
  *           baseline: the gradients already in one buffer)
  *   serial  per bucket, one thread: copy the tensors in, MPI_Allreduce,
- *           copy back (what the allreduce hook does, with no overlap)
+ *           copy back (the allreduce hook's work without its divide,
+ *           and with no overlap)
  *   fused   per bucket: the tensors sent straight from their own memory
  *           through an MPI derived datatype (no copy in), each rank's
  *           half summed and halved, the halves exchanged straight into
