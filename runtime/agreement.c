@@ -32,6 +32,7 @@ static char *describe(const ddph_ctx *ctx, const ddph_model *m,
     fprintf(f, "bucket_cap_mb %.17g\n", c->bucket_cap_mb);
     fprintf(f, "first_bucket_cap_mb %.17g\n", c->first_bucket_cap_mb);
     fprintf(f, "gradient_as_bucket_view %d\n", c->gradient_as_bucket_view);
+    fprintf(f, "shared_buckets %d\n", c->shared_buckets);
     fprintf(f, "check_finite %d\n", c->check_finite);
     fprintf(f, "lanes %d\n", m->nlanes);
     fprintf(f, "accumulate steps %d sync_each_batch %d\n", m->accumulate_steps,

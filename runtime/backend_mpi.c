@@ -2,6 +2,7 @@
 #include "build-config.h"
 
 #include "backend_mpi.h"
+#include "shared_buckets.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -532,6 +533,7 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     if (st != DDPH_OK)
         return st;
     m->world.owned = 1;
+    m->world.world_order = 1;
     st = dup_world(m, &m->alarm, "MPI_Comm_idup", err);
     if (st != DDPH_OK)
         return st;
@@ -562,6 +564,7 @@ ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
         }
         g->rank = m->world.rank;
         g->size = m->world.size;
+        g->world_order = 1;
         g->owned = 1;
         g->next = m->groups; /* freed with the hooks' groups */
         m->groups = g;
@@ -845,6 +848,13 @@ ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
     if (!valid(dtype, op))
         return ddph__fail(err, DDPH_ERR_INVALID, "allreduce: bad dtype or op");
     size_t es = ddph__dtype_size(dtype);
+    if (g->world_order && atomic_load(&m->segments)) {
+        int done = 0;
+        ddph_status st = ddph__shared_allreduce(m, g, buf, count, dtype, op,
+                                                &done, err);
+        if (st != DDPH_OK || done)
+            return st;
+    }
     if ((dtype == DDPH_F16 || dtype == DDPH_BF16) && op == DDPH_SUM &&
         g->size > 1 && count * es >= RING_MIN_BYTES)
         return ring_allreduce(m, g, buf, count, dtype, err);
@@ -869,7 +879,8 @@ ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
 
 ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
                                 const void *send, void *recv, size_t count,
-                                ddph_dtype dtype, ddph_err *err)
+                                ddph_dtype dtype, const char *what,
+                                ddph_err *err)
 {
     ddph_status broken = collective_fault(m, err);
     if (broken != DDPH_OK)
@@ -885,7 +896,7 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
                             (int)count, mpi_type(m, dtype), g->comm, &req);
     if (rc != MPI_SUCCESS)
         return mpi_fail(m, err, rc, "MPI_Iallgather");
-    return wait_timed(m, &req, "allgather", err);
+    return wait_timed(m, &req, what, err);
 }
 
 ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
@@ -1253,6 +1264,13 @@ static ddph_status barrier_timed(ddph_mpi *m, MPI_Comm comm, const char *what,
     return wait_timed(m, &req, what, err);
 }
 
+ddph_status ddph__mpi_barrier(ddph_mpi *m, struct ddph_group *g,
+                              const char *what, ddph_err *err)
+{
+    ddph_status broken = collective_fault(m, err);
+    return broken != DDPH_OK ? broken : barrier_timed(m, g->comm, what, err);
+}
+
 static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
                          ddph_err *err)
 {
@@ -1325,6 +1343,7 @@ ddph_status ddph__mpi_ranks_on_node(ddph_mpi *m, int *count, ddph_err *err)
         return st;
     MPI_Comm_size(comm, count);
     MPI_Comm_free(&comm);
+    m->node_size = *count;
     return DDPH_OK;
 }
 

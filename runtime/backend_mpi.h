@@ -26,11 +26,15 @@
 
 #include "util.h"
 
+struct ddph_shared_segment; /* shared_buckets.h */
+
 struct ddph_group {
     MPI_Comm comm;
     void *nccl; /* ncclComm_t of the same ranks (nccl backend), or NULL */
     int rank, size;
     int owned;               /* comm is freed with the group */
+    int world_order;         /* the world's ranks in its order (the world,
+                                a lane): shared buckets apply */
     struct ddph_group *next; /* groups made on behalf of hooks */
     /* The half-precision ring's receive buffer: a group is used by one
      * thread at a time. */
@@ -60,6 +64,12 @@ typedef struct ddph_mpi {
     MPI_Datatype half_type;          /* f16 and bf16 */
     MPI_Op ops[DDPH_DTYPE_COUNT][3]; /* user ops for the half types */
     struct ddph_group *groups;       /* every split, freed at finalize */
+    int node_size;                   /* ranks on this host (set by
+                                        ddph__mpi_ranks_on_node) */
+    /* Bucket memory shared by the ranks of a one-host job
+     * (shared_buckets.h): added by model finalize, read by the lanes. */
+    struct ddph_shared_segment *_Atomic segments;
+    int64_t segments_made;
 
     /* The fault state: set once, read by every thread. */
     atomic_int broken;
@@ -129,9 +139,14 @@ ddph_status ddph__mpi_agree(ddph_mpi *m, ddph_status local,
 ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, ddph_redop op,
                                 ddph_err *err);
+/* A barrier on g within timeout_s; `what` names it in a timeout. */
+ddph_status ddph__mpi_barrier(ddph_mpi *m, struct ddph_group *g,
+                              const char *what, ddph_err *err);
+/* `what` names the collective in a failure ("allgather" for a hook's). */
 ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
                                 const void *send, void *recv, size_t count,
-                                ddph_dtype dtype, ddph_err *err);
+                                ddph_dtype dtype, const char *what,
+                                ddph_err *err);
 ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, int root,
                                 ddph_err *err);

@@ -55,6 +55,9 @@ static const key_spec key_table[] = {
     {.section = "runtime", .key = "gradient_as_bucket_view", .type = K_BOOL,
      .offset = AT(gradient_as_bucket_view),
      .doc = "gradients live in the runtime's flat bucket storage"},
+    {.section = "runtime", .key = "shared_buckets", .type = K_BOOL,
+     .offset = AT(shared_buckets),
+     .doc = "one-host jobs: buckets in memory every rank maps"},
     {.section = "runtime", .key = "plugin_path", .type = K_STRING,
      .offset = AT(plugin_path), .doc = "':'-separated hook directories"},
     {.section = "runtime", .key = "timeout_s", .type = K_REAL,
@@ -647,6 +650,7 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
     cfg->timeout_s = DDPH__DEFAULT_TIMEOUT_S;
     cfg->accumulate_steps = 1;
     cfg->lanes = 1;
+    cfg->shared_buckets = 1;
     cfg->wrapper = DDPH_WRAP_NONE;
     cfg->path = ddph__strdup("(defaults)");
     cfg->plugin_path = ddph__strdup(DDPH_PLUGIN_DIR);

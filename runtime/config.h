@@ -60,6 +60,7 @@ typedef struct ddph_config {
     double bucket_cap_mb;
     double first_bucket_cap_mb;
     int gradient_as_bucket_view;
+    int shared_buckets; /* one-host jobs: buckets in shared memory */
     char *plugin_path; /* ':'-separated directories */
     double timeout_s;
     int allow_insecure_plugins;

@@ -75,6 +75,8 @@ struct ddph_model {
     int finalized;
     ddph_rt_bucket *buckets;
     int nbuckets;
+    struct ddph_shared_segment *shared; /* the buckets' memory, on one
+                                           host (else each has its own) */
     int next_launch;    /* lowest bucket not yet launched this step */
     ddph_hook *hook;
     /* The hook as each lane sees it (lane_hooks[0] = hook); only lane 0

@@ -9,6 +9,7 @@
 #include "buckets.h"
 #include "context.h"
 #include "device.h"
+#include "shared_buckets.h"
 
 ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
                               ddph_model **out)
@@ -236,6 +237,55 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
     return st;
 }
 
+/* A one-host job's host buckets move into memory every rank maps
+ * (shared_buckets.h), where an allreduce needs no messages.  Collective;
+ * when no segment can be made the buckets stay where they are. */
+static ddph_status share_buckets(ddph_model *m, ddph_err *err)
+{
+    ddph_ctx *ctx = m->ctx;
+    int wanted = ctx->cfg.shared_buckets &&
+                 ctx->cfg.backend == DDPH_BACKEND_MPI;
+    size_t total = 0;
+    for (int b = 0; b < m->nbuckets; b++) {
+        const ddph_rt_bucket *bk = &m->buckets[b];
+        wanted &= bk->device == DDPH_CPU;
+        total += (bk->numel * ddph__dtype_size(bk->store_dtype) + 63) / 64 * 64;
+    }
+    char why[256];
+    ddph_status st = ddph__shared_open(&ctx->mpi, total, wanted, &m->shared,
+                                       why, sizeof why, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!m->shared) {
+        ddph__log(&ctx->log, DDPH_LOG_DEBUG,
+                  "model '%s': buckets in private memory (%s)", m->name,
+                  ctx->cfg.shared_buckets ? why
+                                          : "[runtime] shared_buckets = false");
+        return DDPH_OK;
+    }
+    char *at = ddph__shared_part(m->shared);
+    for (int b = 0; b < m->nbuckets; b++) {
+        ddph_rt_bucket *bk = &m->buckets[b];
+        size_t es = ddph__dtype_size(bk->store_dtype);
+        memcpy(at, bk->storage, bk->numel * es);
+        ddph__dev_free(DDPH_CPU, bk->storage);
+        bk->storage = at;
+        /* gradient_as_bucket_view: the gradients move with their bucket
+         * (before ddph_model_grad_ptr may hand them out). */
+        for (int j = 0; j < bk->nparams && ctx->cfg.gradient_as_bucket_view;
+             j++) {
+            ddph_param *p = &m->params[bk->params[j]];
+            p->grad = at + p->offset * es;
+        }
+        at += (bk->numel * es + 63) / 64 * 64;
+    }
+    ddph__log(&ctx->log, DDPH_LOG_DEBUG,
+              "model '%s': %.1f MiB of buckets in memory shared by the %d "
+              "ranks of this host",
+              m->name, (double)total / (1 << 20), ctx->mpi.world.size);
+    return DDPH_OK;
+}
+
 /* The hook's on_layout (ABI minor 2): every bucket as on_bucket will see
  * it, without its memory. */
 static ddph_status hand_layout(ddph_model *m, ddph_err *err)
@@ -318,6 +368,11 @@ ddph_status ddph_model_finalize(ddph_model *m)
         return ddph__ctx_fail(ctx, st, &e);
     if (ag != DDPH_OK)
         return ddph__ctx_fail(ctx, ag, &agree_err);
+    /* After the agreement: every rank is here, with the same buckets. */
+    if ((st = share_buckets(m, &e)) != DDPH_OK) {
+        ddph__err_prefix(&e, "model '%s'", m->name);
+        return ddph__ctx_fail(ctx, st, &e);
+    }
     m->finalized = 1;
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %d parameters in %d buckets, hook '%s' from %s",
@@ -439,12 +494,14 @@ void ddph__model_free(ddph_model *m)
         ddph_rt_bucket *bk = &m->buckets[b];
         free(bk->params);
         free(bk->views);
-        ddph__dev_free(bk->device, bk->storage);
+        if (!m->shared)
+            ddph__dev_free(bk->device, bk->storage);
         ddph__dev_free(bk->device, bk->scratch);
         ddph__dev_event_destroy(bk->ready_event);
         free(bk->message);
     }
     free(m->buckets);
+    ddph__shared_close(&m->ctx->mpi, m->shared);
     ddph__dev_free(DDPH_CUDA, m->gpu_nonfinite);
     for (int i = 0; i < m->nparams; i++) {
         free(m->params[i].name);

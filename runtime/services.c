@@ -150,7 +150,8 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
 #ifdef HAVE_NCCL
         ON_GPU(h) ? ddph__nccl_allgather(NCCL(h), g, send, recv, count, dtype, &e) :
 #endif
-        ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype, &e);
+        ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype,
+                            "allgather", &e);
     return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
 }
 

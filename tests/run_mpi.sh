@@ -19,7 +19,7 @@ run() {
     # rank has passed its checks and a barrier ("ok S" printed); a rank
     # still inside MPI when a peer exits may then be ended by MPICH.
     case ${2:-} in
-    hook-error | leaked-request | timeout | timeout-polled | misuse)
+    hook-error | leaked-request | timeout | timeout-polled | timeout-shared | misuse)
         [ $rc -ne 124 ] && printf '%s\n' "$out" | grep -q "^ok $2\$" && rc=0 ;;
     esac
     if [ $rc -eq 0 ]; then
@@ -32,7 +32,7 @@ run() {
     fi
 }
 for n in 2 4; do
-    for s in average view overlap mismatch hook-error leaked-request timeout timeout-polled misuse fp16-overflow half-buckets half-ring powersgd powersgd-blocks sparse \
+    for s in average view overlap mismatch hook-error leaked-request timeout timeout-polled timeout-shared shared-buckets misuse fp16-overflow half-buckets half-ring powersgd powersgd-blocks sparse \
              accumulate two-models trace nonfinite lanes; do
         run "$n" "$B/tests/mpi/test_runtime" "$s"
     done
@@ -48,6 +48,7 @@ done
 # Dividing by 3 on the way into a bucket (not a power of two).
 run 3 "$B/tests/mpi/test_runtime" half-buckets
 run 3 "$B/tests/mpi/test_runtime" half-ring
+run 3 "$B/tests/mpi/test_runtime" shared-buckets
 # Lost and failing ranks: tests/faults.sh.
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

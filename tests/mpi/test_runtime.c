@@ -17,6 +17,12 @@
  *             stuck rank hears of it at once when it wakes up
  * timeout-polled  the same with a hook that polls its nonblocking
  *             allreduce with test() (ABI minor 2)
+ * shared-buckets  on one host the buckets live in one shared-memory
+ *             segment (its pages are /dev/shm/ddphook-*, unlinked at once)
+ *             and allreduce sums there: exact averages of f32 buckets of
+ *             uneven sizes, with copies and as a view, with and without
+ *             [runtime] shared_buckets; run on 3 ranks too
+ * timeout-shared  timeout, with bucket 0 summed in shared memory
  * misuse      grad_ready twice, outside a step, parameters never ready
  * powersgd    exact reconstruction of rank-1 gradients sharing a column
  *             space, error feedback, bytes on the wire = the compression
@@ -431,13 +437,16 @@ static void run_leaked_request(void)
  * the step however many buckets are in flight.  When the stuck rank wakes
  * up it hears of their failure at once, and every rank's ddph_close
  * returns the failure promptly. */
+/* extra: the job's [runtime] keys (timeout_s = 1.5 at least); bump: rows
+ * added to p2. */
 static void run_timeout(const char *hook_dir, const char *hook,
-                        const char *want2, const char *scenario)
+                        const char *extra, int bump, const char *want2,
+                        const char *scenario)
 {
-    ddph_ctx *ctx = open_job(hook_dir, hook, "timeout_s = 1.5");
+    ddph_ctx *ctx = open_job(hook_dir, hook, extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
-    setup(ctx, &fx, 0);
+    setup(ctx, &fx, bump);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);
     int nb = ddph_model_bucket_count(fx.m);
     CHECK(nb > 2, "%d buckets: several must be in flight", nb);
@@ -479,10 +488,122 @@ static void run_timeout_polled(void)
 {
     char hook[512];
     snprintf(hook, sizeof hook, "%s/polls.so", env("DDPH_TEST_FAKE_DIR"));
-    run_timeout("/nowhere", hook,
+    run_timeout("/nowhere", hook, "timeout_s = 1.5", 0,
                 "DDPH_ERR_TIMEOUT: allreduce did not complete within "
                 "timeout_s = 1.5 s of its start",
                 "timeout-polled");
+}
+
+static float ring_value(int rank, size_t k);
+
+/* Model "net" of n one-dimensional host parameters p0.. of numel[i]
+ * elements (zeroed, in grads[i]), finalized into nbuckets buckets. */
+static ddph_model *flat_model(ddph_ctx *ctx, int n, const size_t *numel,
+                              ddph_dtype dtype, void **grads, int nbuckets)
+{
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, "net", &m), ctx);
+    for (int i = 0; i < n; i++) {
+        grads[i] = calloc(numel[i], dtype == DDPH_F32 ? 4 : 2);
+        CHECK(grads[i] != NULL, "out of memory");
+        int64_t shape[1] = {(int64_t)numel[i]};
+        char name[8];
+        snprintf(name, sizeof name, "p%d", i);
+        CHECK_OK(ddph_model_add_param(m, name, grads[i], shape, 1, dtype,
+                                      DDPH_CPU, NULL),
+                 ctx);
+    }
+    CHECK_OK(ddph_model_finalize(m), ctx);
+    CHECK(ddph_model_bucket_count(m) == nbuckets, "%d buckets, want %d",
+          ddph_model_bucket_count(m), nbuckets);
+    return m;
+}
+
+/* The file a mapping of this process comes from, for the address p ("" if
+ * anonymous or not mapped). */
+static void mapping_of(const void *p, char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL, "/proc/self/maps");
+    char line[512];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) < 2 ||
+            (uintptr_t)p < lo || (uintptr_t)p >= hi)
+            continue;
+        snprintf(out, cap, "%s", line + at);
+        out[strcspn(out, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+/* One job: three f32 parameters (100000, 30001 and 7 elements: a 400 KB
+ * bucket, an uneven one of 120 KB and a small one that goes through MPI),
+ * two steps of exact averages (ring_value divides by 2, 3 and 4). */
+static void shared_buckets_once(int view, int shared)
+{
+    static const size_t numel[3] = {100000, 30001, 7};
+    char extra[160];
+    snprintf(extra, sizeof extra,
+             "bucket_cap_mb = 0.1\nfirst_bucket_cap_mb = 0.00001\n"
+             "gradient_as_bucket_view = %s\nshared_buckets = %s",
+             view ? "true" : "false", shared ? "true" : "false");
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
+    int world = ddph_world_size(ctx);
+    void *own[3];
+    float *g[3];
+    ddph_model *m = flat_model(ctx, 3, numel, DDPH_F32, own, 3);
+    /* The segment's name is gone once finalize returns. */
+    if (g_rank == 0 && shared) {
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "ls /dev/shm/ddphook-%ld-* >/dev/null 2>&1",
+                 (long)getpid());
+        CHECK(system(cmd) != 0, "a /dev/shm/ddphook-%ld-* file is left",
+              (long)getpid());
+    }
+    for (int i = 0; i < 3; i++) {
+        void *p;
+        CHECK_OK(ddph_model_grad_ptr(m, i, &p), ctx);
+        g[i] = p;
+        char file[256];
+        mapping_of(p, file, sizeof file);
+        int in_shm = strstr(file, "/dev/shm/ddphook-") != NULL;
+        CHECK(in_shm == (view && shared),
+              "p%d (view %d, shared_buckets %d) is in memory from '%s'", i,
+              view, shared, file);
+    }
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+        for (int i = 2; i >= 0; i--) {
+            for (size_t k = 0; k < numel[i]; k++)
+                g[i][k] = ring_value(g_rank, k + (size_t)(i + s));
+            CHECK_OK(ddph_grad_ready(m, i), ctx);
+        }
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        for (int i = 0; i < 3; i++)
+            for (size_t k = 0; k < numel[i]; k++) {
+                float want = 0;
+                for (int r = 0; r < world; r++)
+                    want += ring_value(r, k + (size_t)(i + s)) / (float)world;
+                CHECK(g[i][k] == want,
+                      "view %d shared %d step %d: p%d[%zu] = %g, want %g",
+                      view, shared, s, i, k, (double)g[i][k], (double)want);
+            }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    CHECK_OK(ddph_close(ctx), ctx);
+    for (int i = 0; i < 3; i++)
+        free(own[i]);
+}
+
+static void run_shared_buckets(void)
+{
+    for (int view = 0; view < 2; view++)
+        for (int shared = 1; shared >= 0; shared--)
+            shared_buckets_once(view, shared);
 }
 
 static void run_misuse(void)
@@ -672,22 +793,8 @@ static void half_ring_once(const char *hook, ddph_dtype dtype)
                            "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05");
     ddph_ctx *ctx = open_path(path);
     int world = ddph_world_size(ctx);
-    ddph_model *m;
-    CHECK_OK(ddph_model_create(ctx, "net", &m), ctx);
     void *g[2];
-    for (int i = 0; i < 2; i++) {
-        g[i] = calloc(numel[i], dtype == DDPH_F32 ? 4 : 2);
-        CHECK(g[i] != NULL, "out of memory");
-        int64_t shape[1] = {(int64_t)numel[i]};
-        char name[8];
-        snprintf(name, sizeof name, "p%d", i);
-        CHECK_OK(ddph_model_add_param(m, name, g[i], shape, 1, dtype,
-                                      DDPH_CPU, NULL),
-                 ctx);
-    }
-    CHECK_OK(ddph_model_finalize(m), ctx);
-    CHECK(ddph_model_bucket_count(m) == 2, "%d buckets",
-          ddph_model_bucket_count(m));
+    ddph_model *m = flat_model(ctx, 2, numel, dtype, g, 2);
     for (int s = 0; s < 2; s++) {
         CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
         for (int i = 1; i >= 0; i--) {
@@ -1588,11 +1695,24 @@ int main(int argc, char **argv)
         run_leaked_request();
     else if (strcmp(s, "timeout") == 0)
         run_timeout(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                    "timeout_s = 1.5", 0,
                     "DDPH_ERR_TIMEOUT: allreduce did not complete within "
                     "timeout_s = 1.5 s",
                     s);
     else if (strcmp(s, "timeout-polled") == 0)
         run_timeout_polled();
+    else if (strcmp(s, "shared-buckets") == 0)
+        run_shared_buckets();
+    else if (strcmp(s, "timeout-shared") == 0)
+        /* Bucket 0 (p5..p2, 267 KB) is summed in shared memory, p1 and p0
+         * go through MPI. */
+        run_timeout(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                    "timeout_s = 1.5\nfirst_bucket_cap_mb = 0.2\n"
+                    "bucket_cap_mb = 0.0001",
+                    2000,
+                    "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                    "timeout_s = 1.5 s",
+                    s);
     else if (strcmp(s, "misuse") == 0)
         run_misuse();
     else if (strcmp(s, "powersgd") == 0)

@@ -1,0 +1,270 @@
+/* shared_buckets.c: see shared_buckets.h. */
+#include "build-config.h"
+
+#include "shared_buckets.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpu_ops.h"
+
+/* Below this a buffer goes through MPI: the two collectives that order the
+ * phases cost about what MPICH's allreduce of a small buffer does. */
+#define SHARED_MIN_BYTES ((size_t)64 << 10)
+/* Slices are combined a block at a time, so that the block of part 0
+ * that accumulates is still in cache when it is copied to the others. */
+#define SLICE_BLOCK_BYTES ((size_t)16 << 10)
+
+static size_t page_round(size_t n)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + page - 1) / page * page;
+}
+
+/* What rank 0 tells the others: the segment's name, or why there is none. */
+typedef struct announce {
+    int32_t ok;
+    char text[200];
+} announce;
+
+/* Rank 0: a new segment of `total` bytes, its pages reserved now (on a
+ * full /dev/shm this fails here, not later with SIGBUS on first touch).
+ * Mode 0600 and O_EXCL: no other user can open it or have made it. */
+static int create_segment(announce *a, size_t total)
+{
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+        nonce = (uint64_t)getpid() * 2654435761u;
+    snprintf(a->text, sizeof a->text, "/ddphook-%ld-%016llx", (long)getpid(),
+             (unsigned long long)nonce);
+    int fd = shm_open(a->text, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        goto fail;
+    int rc = ftruncate(fd, (off_t)total) == 0 ? posix_fallocate(fd, 0, (off_t)total)
+                                               : errno;
+    if (rc == 0) {
+        a->ok = 1;
+        return fd;
+    }
+    errno = rc;
+    close(fd);
+    shm_unlink(a->text);
+fail:;
+    char name[sizeof a->text];
+    snprintf(name, sizeof name, "%s", a->text);
+    snprintf(a->text, sizeof a->text, "rank 0 could not make %s in /dev/shm "
+             "(%zu bytes): %s", name, total, strerror(errno));
+    return -1;
+}
+
+/* Maps the segment rank 0 made, after checking that it is the one it made
+ * (this user's, of the size asked). */
+static char *map_segment(int fd, size_t total, char *why, size_t cap)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() ||
+        (size_t)sb.st_size != total) {
+        snprintf(why, cap, "the shared segment is not this user's or not "
+                 "%zu bytes", total);
+        return NULL;
+    }
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(why, cap, "mmap of %zu bytes: %s", total, strerror(errno));
+        return NULL;
+    }
+    return p;
+}
+
+ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
+                              ddph_shared_segment **out, char *why,
+                              size_t why_cap, ddph_err *err)
+{
+    *out = NULL;
+    snprintf(why, why_cap, "no buckets in host memory");
+    size_t part = page_round(bytes);
+    int w = m->world.size;
+    /* Does every rank want a segment of the same size, on this host? */
+    int64_t v[3] = {wanted && bytes > 0 && m->node_size == w, (int64_t)part,
+                    -(int64_t)part};
+    ddph_status st = ddph__mpi_allreduce_i64(m, v, 3, DDPH_MIN, err);
+    if (st != DDPH_OK)
+        return st;
+    if (w < 2 || !v[0] || v[1] != -v[2]) {
+        snprintf(why, why_cap, "%s",
+                 w < 2 ? "one rank"
+                 : m->node_size != w ? "the ranks are on more than one host"
+                 : v[1] != -v[2] ? "the ranks' buckets differ in size"
+                                 : "not wanted on every rank, or no host buckets");
+        return DDPH_OK;
+    }
+    size_t total = part * (size_t)w;
+    announce a;
+    memset(&a, 0, sizeof a);
+    int fd = m->world.rank == 0 ? create_segment(&a, total) : -1;
+    if ((st = ddph__mpi_bcast_bytes(m, &a, sizeof a, 0, err)) != DDPH_OK) {
+        if (fd >= 0) {
+            close(fd);
+            shm_unlink(a.text);
+        }
+        return st;
+    }
+    a.text[sizeof a.text - 1] = '\0';
+    if (!a.ok) {
+        snprintf(why, why_cap, "%s", a.text);
+        return DDPH_OK;
+    }
+    char local[256] = "";
+    if (fd < 0 && (fd = shm_open(a.text, O_RDWR, 0)) < 0)
+        snprintf(local, sizeof local, "shm_open %s: %s", a.text,
+                 strerror(errno));
+    char *map = fd >= 0 ? map_segment(fd, total, local, sizeof local) : NULL;
+    if (fd >= 0)
+        close(fd);
+    /* Every rank has opened it (or failed to) once this agreement is over;
+     * its name goes at once, so nothing is left in /dev/shm whatever
+     * happens to the job later. */
+    ddph_err agreed;
+    ddph_status ag = ddph__mpi_agree(m, map ? DDPH_OK : DDPH_ERR_IO, local,
+                                     &agreed);
+    if (m->world.rank == 0)
+        shm_unlink(a.text);
+    if (ag != DDPH_OK) {
+        if (map)
+            munmap(map, total);
+        if ((st = ddph__mpi_fault(m, err)) != DDPH_OK)
+            return st;
+        snprintf(why, why_cap, "%s", agreed.msg);
+        return DDPH_OK;
+    }
+    ddph_shared_segment *s = calloc(1, sizeof *s);
+    if (!s) {
+        /* Every rank mapped it; one that cannot record it only keeps its
+         * buckets private, which the allgather of each allreduce sees. */
+        munmap(map, total);
+        snprintf(why, why_cap, "out of memory");
+        return DDPH_OK;
+    }
+    s->map = map;
+    s->part_bytes = part;
+    s->nranks = w;
+    s->rank = m->world.rank;
+    s->id = ++m->segments_made; /* the same on every rank: made in step */
+    s->next = atomic_load(&m->segments);
+    atomic_store(&m->segments, s);
+    *out = s;
+    return DDPH_OK;
+}
+
+void *ddph__shared_part(const ddph_shared_segment *s)
+{
+    return s->map + s->part_bytes * (size_t)s->rank;
+}
+
+void ddph__shared_close(ddph_mpi *m, ddph_shared_segment *s)
+{
+    if (!s)
+        return;
+    /* Called from ddph_close once no lane runs any more. */
+    ddph_shared_segment *head = atomic_load(&m->segments);
+    if (head == s)
+        atomic_store(&m->segments, s->next);
+    for (ddph_shared_segment *p = head; p; p = p->next)
+        if (p->next == s) {
+            p->next = s->next;
+            break;
+        }
+    munmap(s->map, s->part_bytes * (size_t)s->nranks);
+    free(s);
+}
+
+/* Where buf lies in this rank's part of a segment: its offset, or -1. */
+static int64_t offset_in(ddph_mpi *m, const void *buf, size_t bytes,
+                         ddph_shared_segment **seg)
+{
+    const char *p = buf;
+    for (ddph_shared_segment *s = atomic_load(&m->segments); s; s = s->next) {
+        const char *part = ddph__shared_part(s);
+        if (p >= part && p < part + s->part_bytes &&
+            bytes <= s->part_bytes - (size_t)(p - part)) {
+            *seg = s;
+            return (int64_t)(p - part);
+        }
+    }
+    return -1;
+}
+
+static void combine(void *a, const void *b, ddph_dtype dtype, ddph_redop op,
+                    size_t n)
+{
+    if (op == DDPH_SUM)
+        ddph__cpu_add(a, b, dtype, n);
+    else if (op == DDPH_MAX)
+        ddph__cpu_max(a, b, dtype, n);
+    else
+        ddph__cpu_min(a, b, dtype, n);
+}
+
+ddph_status ddph__shared_allreduce(ddph_mpi *m, struct ddph_group *g,
+                                   void *buf, size_t count, ddph_dtype dtype,
+                                   ddph_redop op, int *done, ddph_err *err)
+{
+    *done = 0;
+    size_t es = ddph__dtype_size(dtype);
+    int w = g->size;
+    /* count, dtype and op are the same on every rank, so this test is too. */
+    if (w < 2 || count * es < SHARED_MIN_BYTES || dtype > DDPH_BF16)
+        return DDPH_OK;
+    ddph_shared_segment *seg = NULL;
+    /* Heap, not stack: a collective abandoned on a timeout may still be
+     * written into by a late peer (the job is broken then). */
+    int64_t *where = malloc(sizeof *where * 2 * (size_t)(w + 1));
+    if (!where)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    int64_t *mine = where + 2 * w;
+    mine[1] = offset_in(m, buf, count * es, &seg);
+    mine[0] = seg ? seg->id : -1;
+    /* Every rank has written its part of buf before it sends this: the
+     * allgather is also the barrier before the sums. */
+    atomic_thread_fence(memory_order_seq_cst);
+    ddph_status st = ddph__mpi_allgather(m, g, mine, where, 2, DDPH_I64,
+                                         "allreduce", err);
+    if (st != DDPH_OK)
+        return st;
+    int same = where[0] >= 0;
+    for (int r = 1; r < w; r++)
+        same &= where[2 * r] == where[0] && where[2 * r + 1] == where[1];
+    size_t off = (size_t)where[1];
+    free(where);
+    if (!same || !seg || seg->nranks != w)
+        return DDPH_OK;
+    /* This rank's slice, over every rank's part, combined into part 0 in
+     * rank order and copied to the others: every rank ends up with the
+     * same bits. */
+    size_t at = count * (size_t)g->rank / (size_t)w;
+    size_t n = count * (size_t)(g->rank + 1) / (size_t)w - at;
+    size_t blk = SLICE_BLOCK_BYTES / es;
+    char *first = seg->map + off + at * es;
+    for (size_t i = 0; i < n; i += blk) {
+        size_t k = n - i < blk ? n - i : blk;
+        char *acc = first + i * es;
+        for (int r = 1; r < w; r++)
+            combine(acc, acc + (size_t)r * seg->part_bytes, dtype, op, k);
+        for (int r = 1; r < w; r++)
+            memcpy(acc + (size_t)r * seg->part_bytes, acc, k * es);
+    }
+    atomic_thread_fence(memory_order_seq_cst);
+    st = ddph__mpi_barrier(m, g, "allreduce", err);
+    atomic_thread_fence(memory_order_seq_cst);
+    *done = st == DDPH_OK;
+    return st;
+}
