@@ -46,8 +46,8 @@ static const char bench_usage[] =
     "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
     "           --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
-    "           [--view] [--lanes N] [--dtype T] [--plugin-path DIRS]\n"
-    "           [--csv FILE]\n"
+    "           [--view] [--lanes N] [--private-buckets] [--dtype T]\n"
+    "           [--plugin-path DIRS] [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "       ddphook bench shapes [--model NAME]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
@@ -68,7 +68,9 @@ static const char bench_usage[] =
     "             PowerSGD variants start compressing after 2\n"
     "             warm-up steps, with rank R (default 4).  --view uses\n"
     "             gradient_as_bucket_view (no copies in or out); --lanes N\n"
-    "             sets [runtime] lanes (default 1); --dtype T\n"
+    "             sets [runtime] lanes (default 1); --private-buckets\n"
+    "             sets [runtime] shared_buckets = false (on one host,\n"
+    "             allreduce then goes through MPI too); --dtype T\n"
     "             registers gradients of dtype T (f32, f16, bf16, f64;\n"
     "             default f32, or the trace's); --csv FILE writes the table.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
@@ -158,7 +160,7 @@ typedef struct hook_bench {
     const char *dtype_name; /* --dtype, or NULL */
     ddph_dtype dtype;
     size_t mib;
-    int repeats, rank, view, lanes;
+    int repeats, rank, view, lanes, private_buckets;
     double cap_mb;
 } hook_bench;
 
@@ -196,8 +198,10 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     char path[256], keys[256];
     snprintf(keys, sizeof keys,
              "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
-             "gradient_as_bucket_view = %s\nlanes = %d\n",
-             hb->cap_mb, hb->view ? "true" : "false", hb->lanes);
+             "gradient_as_bucket_view = %s\nlanes = %d\n"
+             "shared_buckets = %s\n",
+             hb->cap_mb, hb->view ? "true" : "false", hb->lanes,
+             hb->private_buckets ? "false" : "true");
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, hook,
                          hb->rank))
         return 0;
@@ -286,7 +290,7 @@ static size_t *bucket_bytes(const hook_bench *hb, const preset_param *pp,
     char path[256], keys[256];
     snprintf(keys, sizeof keys,
              "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
-             "gradient_as_bucket_view = true\n",
+             "gradient_as_bucket_view = true\nshared_buckets = false\n",
              hb->cap_mb);
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path,
                          "allreduce", hb->rank))
@@ -543,6 +547,7 @@ int cmd_bench(int argc, char **argv)
         {"rank", required_argument, NULL, 'R'},
         {"view", no_argument, NULL, 'v'},
         {"lanes", required_argument, NULL, 'L'},
+        {"private-buckets", no_argument, NULL, 'P'},
         {"csv", required_argument, NULL, 'c'},
         {"dtype", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
@@ -561,6 +566,7 @@ int cmd_bench(int argc, char **argv)
         case 'R': hb.rank = atoi(optarg); break;
         case 'v': hb.view = 1; break;
         case 'L': hb.lanes = atoi(optarg); break;
+        case 'P': hb.private_buckets = 1; break;
         case 'c': hb.csv = optarg; break;
         case 'd': hb.dtype_name = optarg; break;
         default:
