@@ -252,15 +252,24 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
         total += (bk->numel * ddph__dtype_size(bk->store_dtype) + 63) / 64 * 64;
     }
     char why[256];
+    int failed;
     ddph_status st = ddph__shared_open(&ctx->mpi, total, wanted, &m->shared,
-                                       why, sizeof why, err);
+                                       why, sizeof why, &failed, err);
     if (st != DDPH_OK)
         return st;
     if (!m->shared) {
-        ddph__log(&ctx->log, DDPH_LOG_DEBUG,
-                  "model '%s': buckets in private memory (%s)", m->name,
-                  ctx->cfg.shared_buckets ? why
-                                          : "[runtime] shared_buckets = false");
+        /* A full /dev/shm (a container's 64 MB) costs speed: say so once. */
+        if (failed && ctx->mpi.world.rank == 0)
+            ddph__log(&ctx->log, DDPH_LOG_WARN,
+                      "model '%s': buckets in private memory, so sums go "
+                      "through MPI (slower on one host): %s",
+                      m->name, why);
+        else
+            ddph__log(&ctx->log, DDPH_LOG_DEBUG,
+                      "model '%s': buckets in private memory (%s)", m->name,
+                      ctx->cfg.shared_buckets
+                          ? why
+                          : "[runtime] shared_buckets = false");
         return DDPH_OK;
     }
     char *at = ddph__shared_part(m->shared);
@@ -279,7 +288,7 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
         }
         at += (bk->numel * es + 63) / 64 * 64;
     }
-    ddph__log(&ctx->log, DDPH_LOG_DEBUG,
+    ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %.1f MiB of buckets in memory shared by the %d "
               "ranks of this host",
               m->name, (double)total / (1 << 20), ctx->mpi.world.size);

@@ -87,9 +87,10 @@ static char *map_segment(int fd, size_t total, char *why, size_t cap)
 
 ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
                               ddph_shared_segment **out, char *why,
-                              size_t why_cap, ddph_err *err)
+                              size_t why_cap, int *failed, ddph_err *err)
 {
     *out = NULL;
+    *failed = 0;
     snprintf(why, why_cap, "no buckets in host memory");
     size_t part = page_round(bytes);
     int w = m->world.size;
@@ -121,6 +122,7 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
     a.text[sizeof a.text - 1] = '\0';
     if (!a.ok) {
         snprintf(why, why_cap, "%s", a.text);
+        *failed = 1;
         return DDPH_OK;
     }
     char local[256] = "";
@@ -144,6 +146,7 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
         if ((st = ddph__mpi_fault(m, err)) != DDPH_OK)
             return st;
         snprintf(why, why_cap, "%s", agreed.msg);
+        *failed = 1;
         return DDPH_OK;
     }
     ddph_shared_segment *s = calloc(1, sizeof *s);
@@ -152,6 +155,7 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
          * buckets private, which the allgather of each allreduce sees. */
         munmap(map, total);
         snprintf(why, why_cap, "out of memory");
+        *failed = 1;
         return DDPH_OK;
     }
     s->map = map;

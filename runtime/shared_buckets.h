@@ -38,10 +38,12 @@ typedef struct ddph_shared_segment {
 /* Collective over the world.  Makes a segment with a part of `bytes` for
  * every rank when every rank wants one (`wanted`) with the same size and
  * every rank is on this host; *out is NULL otherwise (not an error: why,
- * in `why`, for the log).  Fails only when the job is broken. */
+ * in `why`, for the log; *failed when it was wanted and possible but could
+ * not be made, e.g. on a full /dev/shm).  Fails only when the job is
+ * broken. */
 ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
                               ddph_shared_segment **out, char *why,
-                              size_t why_cap, ddph_err *err);
+                              size_t why_cap, int *failed, ddph_err *err);
 /* This rank's part. */
 void *ddph__shared_part(const ddph_shared_segment *s);
 /* Unmaps the segment (never waits for a peer). */

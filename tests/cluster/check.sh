@@ -8,6 +8,8 @@
 #    follows its schedule;
 #  - large and small sums (MPICH's f32 allreduce, the half-precision
 #    ring) give exact averages across hosts;
+#  - buckets are never in shared memory across hosts, nor on one host
+#    whose /dev/shm is too small for them (and then the job still runs);
 #  - a host's link cut in the middle of a step (2 hosts x 1 rank): every
 #    rank reports it (the timeout or the failed rank) and exits 4 by
 #    itself within timeout_s + 5 s.
@@ -74,8 +76,18 @@ check --ok sums \
     "exact averages across hosts, 2 hosts x 2 ranks (f32, fp16 and bf16 rings, bf16 gradients)" \
     timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
     "$B/tests/mpi/test_runtime" sums
-
-# A link cut: the last rank takes its host off the network mid-step.  One
+check --ok private-buckets \
+    "no shared buckets across hosts, 2 hosts x 2 ranks (exact averages, gradients not in /dev/shm)" \
+    timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+    "$B/tests/mpi/test_runtime" private-buckets
+# One host whose /dev/shm (a tmpfs of 40 MB in a mount namespace of its
+# own) has room for MPICH's own files but not for the buckets' segment.
+check --ok private-buckets \
+    "a full /dev/shm, 2 ranks on one host: private buckets, exact averages, nothing left behind" \
+    timeout 180 unshare -m sh -c 'mount -t tmpfs -o size=40m tmpfs /dev/shm &&
+        "$0" -n 2 "$1" private-buckets && ! ls /dev/shm | grep -q ddphook' \
+    "$MPIEXEC" "$B/tests/mpi/test_runtime"
+  One
 # rank per host: with two, once the cut-off host's first rank exited, its
 # other rank was gone before it had reported in about 1 run of 4 on this
 # machine, most likely ended by hydra's proxy there (which cannot reach

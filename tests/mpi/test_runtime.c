@@ -22,6 +22,10 @@
  *             and allreduce sums there: exact averages of f32 buckets of
  *             uneven sizes, with copies and as a view, with and without
  *             [runtime] shared_buckets; run on 3 ranks too
+ * private-buckets  the same where no segment can be had, with a 32 MB
+ *             p0: the buckets stay private and the averages exact (run by
+ *             tests/cluster/check.sh on 2 hosts, and on one host with a
+ *             /dev/shm of 40 MB)
  * timeout-shared  timeout, with bucket 0 summed in shared memory
  * misuse      grad_ready twice, outside a step, parameters never ready
  * powersgd    exact reconstruction of rank-1 gradients sharing a column
@@ -540,12 +544,14 @@ static void mapping_of(const void *p, char *out, size_t cap)
     fclose(f);
 }
 
-/* One job: three f32 parameters (100000, 30001 and 7 elements: a 400 KB
- * bucket, an uneven one of 120 KB and a small one that goes through MPI),
- * two steps of exact averages (ring_value divides by 2, 3 and 4). */
-static void shared_buckets_once(int view, int shared)
+/* One job: three f32 parameters (p0 of `big` elements, 30001 and 7: an
+ * uneven bucket of 120 KB and a small one that goes through MPI), two
+ * steps of exact averages (ring_value divides by 2, 3 and 4).  With
+ * `expect` the buckets must be in shared memory when the job asks for it,
+ * else never. */
+static void shared_buckets_once(int view, int shared, int expect, size_t big)
 {
-    static const size_t numel[3] = {100000, 30001, 7};
+    const size_t numel[3] = {big, 30001, 7};
     char extra[160];
     snprintf(extra, sizeof extra,
              "bucket_cap_mb = 0.1\nfirst_bucket_cap_mb = 0.00001\n"
@@ -571,7 +577,7 @@ static void shared_buckets_once(int view, int shared)
         char file[256];
         mapping_of(p, file, sizeof file);
         int in_shm = strstr(file, "/dev/shm/ddphook-") != NULL;
-        CHECK(in_shm == (view && shared),
+        CHECK(in_shm == (view && shared && expect),
               "p%d (view %d, shared_buckets %d) is in memory from '%s'", i,
               view, shared, file);
     }
@@ -599,11 +605,12 @@ static void shared_buckets_once(int view, int shared)
         free(own[i]);
 }
 
-static void run_shared_buckets(void)
+/* expect: whether the buckets can be shared here; big: p0's elements. */
+static void run_shared_buckets(int expect, size_t big)
 {
     for (int view = 0; view < 2; view++)
         for (int shared = 1; shared >= 0; shared--)
-            shared_buckets_once(view, shared);
+            shared_buckets_once(view, shared, expect, big);
 }
 
 static void run_misuse(void)
@@ -1702,7 +1709,9 @@ int main(int argc, char **argv)
     else if (strcmp(s, "timeout-polled") == 0)
         run_timeout_polled();
     else if (strcmp(s, "shared-buckets") == 0)
-        run_shared_buckets();
+        run_shared_buckets(1, 100000);
+    else if (strcmp(s, "private-buckets") == 0)
+        run_shared_buckets(0, 8000000);
     else if (strcmp(s, "timeout-shared") == 0)
         /* Bucket 0 (p5..p2, 267 KB) is summed in shared memory, p1 and p0
          * go through MPI. */
