@@ -17,8 +17,9 @@
 
 #include "cpu_ops.h"
 
-/* Below this a buffer goes through MPI: the two collectives that order the
- * phases cost about what MPICH's allreduce of a small buffer does. */
+/* Below this a buffer goes through MPI: a small sum is all latency, and
+ * MPICH's one collective then costs less than the two that order the
+ * shared phases. */
 #define SHARED_MIN_BYTES ((size_t)64 << 10)
 /* Slices are combined a block at a time, so that the block of part 0
  * that accumulates is still in cache when it is copied to the others. */
@@ -44,25 +45,27 @@ static int create_segment(announce *a, size_t total)
     uint64_t nonce = 0;
     if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
         nonce = (uint64_t)getpid() * 2654435761u;
-    snprintf(a->text, sizeof a->text, "/ddphook-%ld-%016llx", (long)getpid(),
+    char name[64];
+    snprintf(name, sizeof name, "/ddphook-%ld-%016llx", (long)getpid(),
              (unsigned long long)nonce);
-    int fd = shm_open(a->text, O_RDWR | O_CREAT | O_EXCL, 0600);
+    int rc = 0, fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
-        goto fail;
-    int rc = ftruncate(fd, (off_t)total) == 0 ? posix_fallocate(fd, 0, (off_t)total)
-                                               : errno;
+        rc = errno;
+    else if (ftruncate(fd, (off_t)total) != 0)
+        rc = errno;
+    else
+        rc = posix_fallocate(fd, 0, (off_t)total);
     if (rc == 0) {
         a->ok = 1;
+        snprintf(a->text, sizeof a->text, "%s", name);
         return fd;
     }
-    errno = rc;
-    close(fd);
-    shm_unlink(a->text);
-fail:;
-    char name[sizeof a->text];
-    snprintf(name, sizeof name, "%s", a->text);
+    if (fd >= 0) {
+        close(fd);
+        shm_unlink(name);
+    }
     snprintf(a->text, sizeof a->text, "rank 0 could not make %s in /dev/shm "
-             "(%zu bytes): %s", name, total, strerror(errno));
+             "(%zu bytes): %s", name, total, strerror(rc));
     return -1;
 }
 
@@ -125,11 +128,16 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
         *failed = 1;
         return DDPH_OK;
     }
-    char local[256] = "";
-    if (fd < 0 && (fd = shm_open(a.text, O_RDWR, 0)) < 0)
+    /* Its record first, so that running out of memory is part of the
+     * agreement: a rank without the segment in its list would skip the
+     * allgather of every shared allreduce that the others make. */
+    char local[256] = "out of memory";
+    ddph_shared_segment *seg = calloc(1, sizeof *seg);
+    if (seg && fd < 0 && (fd = shm_open(a.text, O_RDWR, 0)) < 0)
         snprintf(local, sizeof local, "shm_open %s: %s", a.text,
                  strerror(errno));
-    char *map = fd >= 0 ? map_segment(fd, total, local, sizeof local) : NULL;
+    char *map = fd >= 0 && seg ? map_segment(fd, total, local, sizeof local)
+                               : NULL;
     if (fd >= 0)
         close(fd);
     /* Every rank has opened it (or failed to) once this agreement is over;
@@ -143,29 +151,21 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
     if (ag != DDPH_OK) {
         if (map)
             munmap(map, total);
+        free(seg);
         if ((st = ddph__mpi_fault(m, err)) != DDPH_OK)
             return st;
         snprintf(why, why_cap, "%s", agreed.msg);
         *failed = 1;
         return DDPH_OK;
     }
-    ddph_shared_segment *s = calloc(1, sizeof *s);
-    if (!s) {
-        /* Every rank mapped it; one that cannot record it only keeps its
-         * buckets private, which the allgather of each allreduce sees. */
-        munmap(map, total);
-        snprintf(why, why_cap, "out of memory");
-        *failed = 1;
-        return DDPH_OK;
-    }
-    s->map = map;
-    s->part_bytes = part;
-    s->nranks = w;
-    s->rank = m->world.rank;
-    s->id = ++m->segments_made; /* the same on every rank: made in step */
-    s->next = atomic_load(&m->segments);
-    atomic_store(&m->segments, s);
-    *out = s;
+    seg->map = map;
+    seg->part_bytes = part;
+    seg->nranks = w;
+    seg->rank = m->world.rank;
+    seg->id = ++m->segments_made; /* the same on every rank: made in step */
+    seg->next = atomic_load(&m->segments);
+    atomic_store(&m->segments, seg);
+    *out = seg;
     return DDPH_OK;
 }
 
@@ -249,7 +249,7 @@ ddph_status ddph__shared_allreduce(ddph_mpi *m, struct ddph_group *g,
         same &= where[2 * r] == where[0] && where[2 * r + 1] == where[1];
     size_t off = (size_t)where[1];
     free(where);
-    if (!same || !seg || seg->nranks != w)
+    if (!same || !seg) /* the same outcome on every rank */
         return DDPH_OK;
     /* This rank's slice, over every rank's part, combined into part 0 in
      * rank order and copied to the others: every rank ends up with the
