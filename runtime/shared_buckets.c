@@ -37,9 +37,8 @@ typedef struct announce {
     char text[200];
 } announce;
 
-/* Rank 0: a new segment of `total` bytes, its pages reserved now (on a
- * full /dev/shm this fails here, not later with SIGBUS on first touch).
- * Mode 0600 and O_EXCL: no other user can open it or have made it. */
+/* Rank 0: a new, empty segment of `total` bytes.  Mode 0600 and O_EXCL:
+ * no other user can open it or have made it. */
 static int create_segment(announce *a, size_t total)
 {
     uint64_t nonce = 0;
@@ -48,18 +47,13 @@ static int create_segment(announce *a, size_t total)
     char name[64];
     snprintf(name, sizeof name, "/ddphook-%ld-%016llx", (long)getpid(),
              (unsigned long long)nonce);
-    int rc = 0, fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-        rc = errno;
-    else if (ftruncate(fd, (off_t)total) != 0)
-        rc = errno;
-    else
-        rc = posix_fallocate(fd, 0, (off_t)total);
-    if (rc == 0) {
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0 && ftruncate(fd, (off_t)total) == 0) {
         a->ok = 1;
         snprintf(a->text, sizeof a->text, "%s", name);
         return fd;
     }
+    int rc = errno;
     if (fd >= 0) {
         close(fd);
         shm_unlink(name);
@@ -69,15 +63,25 @@ static int create_segment(announce *a, size_t total)
     return -1;
 }
 
-/* Maps the segment rank 0 made, after checking that it is the one it made
- * (this user's, of the size asked). */
-static char *map_segment(int fd, size_t total, char *why, size_t cap)
+/* Checks that the segment is the one rank 0 made (this user's, of the
+ * size asked), reserves this rank's part and maps the whole.  Each rank
+ * reserves its own part, so that its pages come from its own NUMA node
+ * (the one that writes them most), and a full /dev/shm fails here, not
+ * later with SIGBUS on a first touch. */
+static char *map_segment(int fd, size_t total, size_t part, int rank,
+                         char *why, size_t cap)
 {
     struct stat sb;
     if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() ||
         (size_t)sb.st_size != total) {
         snprintf(why, cap, "the shared segment is not this user's or not "
                  "%zu bytes", total);
+        return NULL;
+    }
+    int rc = posix_fallocate(fd, (off_t)(part * (size_t)rank), (off_t)part);
+    if (rc != 0) {
+        snprintf(why, cap, "could not reserve %zu bytes in /dev/shm: %s",
+                 part, strerror(rc));
         return NULL;
     }
     void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -136,7 +140,8 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
     if (seg && fd < 0 && (fd = shm_open(a.text, O_RDWR, 0)) < 0)
         snprintf(local, sizeof local, "shm_open %s: %s", a.text,
                  strerror(errno));
-    char *map = fd >= 0 && seg ? map_segment(fd, total, local, sizeof local)
+    char *map = fd >= 0 && seg ? map_segment(fd, total, part, m->world.rank,
+                                             local, sizeof local)
                                : NULL;
     if (fd >= 0)
         close(fd);
