@@ -242,8 +242,15 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
         MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    /* The GPU the runtime picks for this rank. */
-    int gpu = ddph__mpi_node_rank(MPI_COMM_WORLD) % count;
+    /* The GPU the runtime picks for this rank: its index on its host. */
+    MPI_Comm node;
+    int local = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                            MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+    }
+    int gpu = local % count;
     cudaSetDevice(gpu);
     size_t n = (mib * 1048576 / 4) / 1024 * 1024; /* whole 1024-row matrix */
     if (rank == 0) {

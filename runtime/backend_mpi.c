@@ -1335,27 +1335,14 @@ ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
     return st != DDPH_OK ? st : adopt(m, comm, out, err);
 }
 
-ddph_status ddph__mpi_ranks_on_node(ddph_mpi *m, int *count, ddph_err *err)
+ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err)
 {
     MPI_Comm comm;
     ddph_status st = split_node(m, &comm, err);
     if (st != DDPH_OK)
         return st;
-    MPI_Comm_size(comm, count);
+    MPI_Comm_rank(comm, &m->node_rank);
+    MPI_Comm_size(comm, &m->node_size);
     MPI_Comm_free(&comm);
-    m->node_size = *count;
     return DDPH_OK;
-}
-
-int ddph__mpi_node_rank(MPI_Comm comm)
-{
-    int rank = 0, local = 0;
-    MPI_Comm node;
-    MPI_Comm_rank(comm, &rank);
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
-                            &node) != MPI_SUCCESS)
-        return 0;
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    return local;
 }

@@ -64,8 +64,9 @@ typedef struct ddph_mpi {
     MPI_Datatype half_type;          /* f16 and bf16 */
     MPI_Op ops[DDPH_DTYPE_COUNT][3]; /* user ops for the half types */
     struct ddph_group *groups;       /* every split, freed at finalize */
-    int node_size;                   /* ranks on this host (set by
-                                        ddph__mpi_ranks_on_node) */
+    int node_rank, node_size; /* this rank's index among the ranks of
+                                 its host, and their number (set by
+                                 ddph__mpi_find_node) */
     /* Bucket memory shared by the ranks of a one-host job
      * (shared_buckets.h): added by model finalize, read by the lanes. */
     struct ddph_shared_segment *_Atomic segments;
@@ -220,13 +221,11 @@ ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
                                   struct ddph_group **out, ddph_err *err);
 ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
                             int key, struct ddph_group **out, ddph_err *err);
-/* This rank's index among the ranks of `comm` on its host (a shared-memory
- * split): the nccl backend's GPU, and `ddphook bench gpu`'s.  Collective. */
-int ddph__mpi_node_rank(MPI_Comm comm);
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
                                  ddph_err *err);
-/* How many ranks share this rank's host (collective, timed; nothing is
- * kept). */
-ddph_status ddph__mpi_ranks_on_node(ddph_mpi *m, int *count, ddph_err *err);
+/* Where this rank is among the ranks of its host (a shared-memory split
+ * of the world, timed): sets node_rank and node_size.  Collective; called
+ * once by ddph_open. */
+ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err);
 
 #endif

@@ -135,7 +135,7 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
                           e == cudaSuccess ? "0 devices"
                                            : cudaGetErrorString(e));
     /* The GPU: this rank's index among the ranks of its host. */
-    n->device = ddph__mpi_node_rank(mpi->world.comm) % count;
+    n->device = mpi->node_rank % count;
     if ((e = cudaSetDevice(n->device)) != cudaSuccess)
         return cuda_fail(err, e, "cudaSetDevice");
     cudaStream_t s;

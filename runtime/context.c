@@ -59,21 +59,16 @@ static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
     return st;
 }
 
-/* OpenBLAS threads from the ranks on this host (a shared-memory split,
- * collective), so that the ranks of a host do not oversubscribe its cores
- * with GEMM threads (cpu_ops.h). */
-static ddph_status size_blas(ddph_ctx *ctx, ddph_err *err)
+/* OpenBLAS threads from the ranks on this host, so that the ranks of a
+ * host do not oversubscribe its cores with GEMM threads (cpu_ops.h). */
+static void size_blas(ddph_ctx *ctx)
 {
-    int ranks;
-    ddph_status st = ddph__mpi_ranks_on_node(&ctx->mpi, &ranks, err);
-    if (st != DDPH_OK)
-        return st;
+    int ranks = ctx->mpi.node_size;
     int n = ddph__cpu_blas_threads(ranks);
     ddph__log(&ctx->log, DDPH_LOG_DEBUG,
               "OpenBLAS: %d thread%s per rank (%d rank%s on this host; "
               "OPENBLAS_NUM_THREADS overrides)",
               n, n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
-    return DDPH_OK;
 }
 
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
@@ -114,6 +109,9 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         st = ddph__mpi_agree(&ctx->mpi, cfg_st, cfg_err.msg, &e);
     else if (cfg_st != DDPH_OK)
         st = cfg_st, e = cfg_err;
+    /* The ranks of this host: the GPU, OpenBLAS's threads, shared buckets. */
+    if (st == DDPH_OK)
+        st = ddph__mpi_find_node(&ctx->mpi, &e);
 #ifdef HAVE_NCCL
     if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL) {
         st = ddph__nccl_init(&ctx->nccl, &ctx->mpi, &e);
@@ -128,7 +126,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     }
 #endif
     if (st == DDPH_OK)
-        st = size_blas(ctx, &e);
+        size_blas(ctx);
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = agree_lanes(ctx, &e);
