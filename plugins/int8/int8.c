@@ -24,6 +24,7 @@
 #include <ddphook/plugin.h>
 
 #include "../common/f32_work.h"
+#include "../common/hook_stats.h"
 
 typedef struct int8_bucket {
     size_t numel, chunk; /* chunk = ceil(numel / W) */
@@ -262,10 +263,7 @@ static size_t int8_stats(void *state, ddph_stat *out, size_t max)
         {"bytes_f32", t->bytes_f32},
         {"bytes_int8", t->bytes_int8},
     };
-    size_t n = sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n && i < max; i++)
-        out[i] = all[i];
-    return n;
+    return hook_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 
 /* The error buffers, bucket by bucket, so that a resumed job continues

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "psgd.h"
+#include "../common/hook_stats.h"
 
 #define STATE_MAGIC 0x44475350u /* "PSGD" */
 #define STATE_VERSION 1u
@@ -166,9 +167,6 @@ size_t psgd_stats(void *state, ddph_stat *out, size_t max)
         {"elements_after", st->after},
         {"iteration", (double)st->iter},
     };
-    size_t n = sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n && i < max; i++)
-        out[i] = all[i];
-    return n;
+    return hook_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 

@@ -23,6 +23,7 @@
 #include <ddphook/plugin.h>
 
 #include "../common/f32_work.h"
+#include "../common/hook_stats.h"
 
 typedef struct topk_bucket {
     size_t numel, k;
@@ -212,10 +213,7 @@ static size_t topk_stats(void *state, ddph_stat *out, size_t max)
         {"elements_before", t->total_elements},
         {"elements_sent", t->sent_elements},
     };
-    size_t n = sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n && i < max; i++)
-        out[i] = all[i];
-    return n;
+    return hook_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 
 /* The error buffers, bucket by bucket, so that a resumed job continues
