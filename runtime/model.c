@@ -237,6 +237,12 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
     return st;
 }
 
+/* A bucket's bytes in shared memory, where each starts 64-byte aligned. */
+static size_t padded(const ddph_rt_bucket *bk)
+{
+    return (bk->numel * ddph__dtype_size(bk->store_dtype) + 63) / 64 * 64;
+}
+
 /* A one-host job's host buckets move into memory every rank maps
  * (shared_buckets.h), where an allreduce needs no messages.  Collective;
  * when no segment can be made the buckets stay where they are. */
@@ -249,7 +255,7 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
     for (int b = 0; b < m->nbuckets; b++) {
         const ddph_rt_bucket *bk = &m->buckets[b];
         wanted &= bk->device == DDPH_CPU;
-        total += (bk->numel * ddph__dtype_size(bk->store_dtype) + 63) / 64 * 64;
+        total += padded(bk);
     }
     char why[256];
     int failed;
@@ -286,7 +292,7 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
             ddph_param *p = &m->params[bk->params[j]];
             p->grad = at + p->offset * es;
         }
-        at += (bk->numel * es + 63) / 64 * 64;
+        at += padded(bk);
     }
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %.1f MiB of buckets in memory shared by the %d "
