@@ -32,7 +32,7 @@ run() {
     fi
 }
 for n in 2 4; do
-    for s in average view overlap mismatch hook-error leaked-request timeout timeout-polled timeout-shared shared-buckets misuse fp16-overflow half-buckets half-ring powersgd powersgd-blocks sparse \
+    for s in average view overlap mismatch hook-error leaked-request timeout timeout-polled timeout-shared shared-buckets shifted-buffers misuse fp16-overflow half-buckets half-ring powersgd powersgd-blocks sparse \
              accumulate two-models trace nonfinite lanes; do
         run "$n" "$B/tests/mpi/test_runtime" "$s"
     done
@@ -49,6 +49,7 @@ done
 run 3 "$B/tests/mpi/test_runtime" half-buckets
 run 3 "$B/tests/mpi/test_runtime" half-ring
 run 3 "$B/tests/mpi/test_runtime" shared-buckets
+run 3 "$B/tests/mpi/test_runtime" shifted-buffers
 # Lost and failing ranks: tests/faults.sh.
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -53,6 +53,24 @@ fake_on_bucket(void *state, const ddph_bucket *b,
     return st ? st : s->iallreduce(s, s->world, b->buffer, b->numel, b->dtype,
                                    DDPH_SUM, &req);
 #endif
+#ifdef FAKE_SHIFTED
+    /* Quarters of an f32 bucket: Q1 summed at the same place on every rank
+     * (in shared memory on one host), then Q2 on even ranks and Q3 on odd
+     * ones: different places, which the host must not sum as one buffer.
+     * Q0 is only divided. */
+    if (b->dtype != DDPH_F32) {
+        s->set_error(s, "shifted: f32 buckets only");
+        return DDPH_ERR_INVALID;
+    }
+    float *f = b->buffer;
+    size_t q = b->numel / 4;
+    if (st == DDPH_OK)
+        st = s->allreduce(s, s->world, f + q, q, b->dtype, DDPH_SUM);
+    if (st == DDPH_OK)
+        st = s->allreduce(s, s->world, f + (size_t)(2 + s->rank % 2) * q, q,
+                          b->dtype, DDPH_SUM);
+    return st;
+#endif
 #ifdef FAKE_POLLS
     /* Polls its allreduce with test() instead of waiting for it: test()
      * must end the collective at timeout_s when a peer never joins. */

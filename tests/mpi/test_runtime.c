@@ -26,6 +26,9 @@
  *             p0: the buckets stay private and the averages exact (run by
  *             tests/cluster/check.sh on 2 hosts, and on one host with a
  *             /dev/shm of 40 MB)
+ * shifted-buffers  a hook that sums part of its bucket at the same place
+ *             on every rank, then at a place that depends on the rank:
+ *             MPI's results both times (the second not in shared memory)
  * timeout-shared  timeout, with bucket 0 summed in shared memory
  * misuse      grad_ready twice, outside a step, parameters never ready
  * powersgd    exact reconstruction of rank-1 gradients sharing a column
@@ -611,6 +614,46 @@ static void run_shared_buckets(int expect, size_t big)
     for (int view = 0; view < 2; view++)
         for (int shared = 1; shared >= 0; shared--)
             shared_buckets_once(view, shared, expect, big);
+}
+
+/* A hook (tests/fake_plugins/shifted) that sums a quarter of its bucket
+ * at the same place on every rank, then a quarter at a place that depends
+ * on the rank (Q2 on even ranks, Q3 on odd ones): each must get MPI's
+ * result, the second one summed over the other ranks' quarters. */
+static void run_shifted_buffers(void)
+{
+    enum { Q = 20000 };
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/shifted.so", env("DDPH_TEST_FAKE_DIR"));
+    ddph_ctx *ctx = open_job("/nowhere", hook,
+                             "bucket_cap_mb = 1\nfirst_bucket_cap_mb = 1");
+    int world = ddph_world_size(ctx);
+    const size_t numel[1] = {4 * Q};
+    void *grad;
+    ddph_model *m = flat_model(ctx, 1, numel, DDPH_F32, &grad, 1);
+    float *g = grad;
+    CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+    for (size_t k = 0; k < 4 * Q; k++)
+        g[k] = ring_value(g_rank, k);
+    CHECK_OK(ddph_grad_ready(m, 0), ctx);
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    size_t mine = (size_t)(2 + g_rank % 2) * Q;
+    for (size_t k = 0; k < 4 * Q; k++) {
+        float want = ring_value(g_rank, k) / (float)world;
+        size_t j = k % Q;
+        if (k / Q == 1 || (k >= mine && k < mine + Q)) {
+            want = 0;
+            for (int r = 0; r < world; r++) {
+                size_t at = k / Q == 1 ? k : (size_t)(2 + r % 2) * Q + j;
+                want += ring_value(r, at) / (float)world;
+            }
+        }
+        CHECK(g[k] == want, "quarter %zu element %zu: %g, want %g", k / Q, j,
+              (double)g[k], (double)want);
+    }
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    CHECK_OK(ddph_close(ctx), ctx);
+    free(grad);
 }
 
 static void run_misuse(void)
@@ -1710,6 +1753,8 @@ int main(int argc, char **argv)
         run_timeout_polled();
     else if (strcmp(s, "shared-buckets") == 0)
         run_shared_buckets(1, 100000);
+    else if (strcmp(s, "shifted-buffers") == 0)
+        run_shifted_buffers();
     else if (strcmp(s, "private-buckets") == 0)
         run_shared_buckets(0, 8000000);
     else if (strcmp(s, "timeout-shared") == 0)
