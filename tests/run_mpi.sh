@@ -48,6 +48,7 @@ done
 # Dividing by 3 on the way into a bucket (not a power of two).
 run 3 "$B/tests/mpi/test_runtime" half-buckets
 run 3 "$B/tests/mpi/test_runtime" half-ring
+# Shared sums in slices that do not split evenly.
 run 3 "$B/tests/mpi/test_runtime" shared-buckets
 run 3 "$B/tests/mpi/test_runtime" shifted-buffers
 # Lost and failing ranks: tests/faults.sh.

@@ -87,7 +87,8 @@ check --ok private-buckets \
     timeout 180 unshare -m sh -c 'mount -t tmpfs -o size=40m tmpfs /dev/shm &&
         "$0" -n 2 "$1" private-buckets && ! ls /dev/shm | grep -q ddphook' \
     "$MPIEXEC" "$B/tests/mpi/test_runtime"
-  One
+
+# A link cut: the last rank takes its host off the network mid-step.  One
 # rank per host: with two, once the cut-off host's first rank exited, its
 # other rank was gone before it had reported in about 1 run of 4 on this
 # machine, most likely ended by hydra's proxy there (which cannot reach

@@ -443,9 +443,8 @@ static void run_leaked_request(void)
  * others report within timeout_s, naming bucket, hook and rank, once for
  * the step however many buckets are in flight.  When the stuck rank wakes
  * up it hears of their failure at once, and every rank's ddph_close
- * returns the failure promptly. */
-/* extra: the job's [runtime] keys (timeout_s = 1.5 at least); bump: rows
- * added to p2. */
+ * returns the failure promptly.  extra: the job's [runtime] keys
+ * (timeout_s = 1.5 at least); bump: rows added to p2. */
 static void run_timeout(const char *hook_dir, const char *hook,
                         const char *extra, int bump, const char *want2,
                         const char *scenario)
