@@ -755,13 +755,6 @@ enum { RING_TAG = 19 };
 #define RING_BLOCK_BYTES ((size_t)4 << 20) /* per message */
 #define RING_MIN_BYTES ((size_t)32 << 10) /* below: MPICH's allreduce */
 
-/* Chunk c of a buffer of count elements split w ways. */
-static void ring_chunk(size_t count, int w, int c, size_t *at, size_t *n)
-{
-    *at = count * (size_t)c / (size_t)w;
-    *n = count * (size_t)(c + 1) / (size_t)w - *at;
-}
-
 /* The group's receive buffer for a ring of count elements: grown, never
  * shrunk, freed with the group.  After a failed wait a receive into it
  * may still be posted; the job is broken then and never calls here again. */
@@ -789,8 +782,8 @@ static ddph_status ring_step(ddph_mpi *m, struct ddph_group *g, char *buf,
 {
     size_t es = ddph__dtype_size(dtype), blk = RING_BLOCK_BYTES / es;
     size_t oat, on, iat, inn;
-    ring_chunk(count, g->size, out, &oat, &on);
-    ring_chunk(count, g->size, in, &iat, &inn);
+    ddph__chunk(count, g->size, out, &oat, &on);
+    ddph__chunk(count, g->size, in, &iat, &inn);
     char *tmp = g->scratch;
     int next = (g->rank + 1) % g->size;
     int prev = (g->rank + g->size - 1) % g->size;

@@ -187,11 +187,12 @@ void ddph__shared_close(ddph_mpi *m, ddph_shared_segment *s)
     ddph_shared_segment *head = atomic_load(&m->segments);
     if (head == s)
         atomic_store(&m->segments, s->next);
-    for (ddph_shared_segment *p = head; p; p = p->next)
-        if (p->next == s) {
-            p->next = s->next;
-            break;
-        }
+    else
+        for (ddph_shared_segment *p = head; p; p = p->next)
+            if (p->next == s) {
+                p->next = s->next;
+                break;
+            }
     munmap(s->map, s->part_bytes * (size_t)s->nranks);
     free(s);
 }
@@ -259,8 +260,8 @@ ddph_status ddph__shared_allreduce(ddph_mpi *m, struct ddph_group *g,
     /* This rank's slice, over every rank's part, combined into part 0 in
      * rank order and copied to the others: every rank ends up with the
      * same bits. */
-    size_t at = count * (size_t)g->rank / (size_t)w;
-    size_t n = count * (size_t)(g->rank + 1) / (size_t)w - at;
+    size_t at, n;
+    ddph__chunk(count, w, g->rank, &at, &n);
     size_t blk = SLICE_BLOCK_BYTES / es;
     char *first = seg->map + off + at * es;
     for (size_t i = 0; i < n; i += blk) {

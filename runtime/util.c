@@ -156,3 +156,9 @@ double ddph__now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n)
+{
+    *at = count * (size_t)c / (size_t)parts;
+    *n = count * (size_t)(c + 1) / (size_t)parts - *at;
+}

@@ -48,5 +48,8 @@ const char *ddph__real_str(double v, char buf[DDPH__REAL_STR_LEN]);
 char *ddph__strdup(const char *s);
 /* Monotonic seconds. */
 double ddph__now(void);
+/* Chunk c of `count` elements split `parts` ways as evenly as integers
+ * allow: elements [*at, *at + *n).  Every rank computes the same split. */
+void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n);
 
 #endif
