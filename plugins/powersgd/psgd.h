@@ -54,6 +54,8 @@ typedef struct psgd {
     size_t wire_cap;
     matrix *mats;
     size_t mats_cap;
+    float *qt; /* CPU: one matrix's Q transposed, r x m */
+    size_t qt_cap;
     float *host_q; /* host memory where random Qs are drawn */
     size_t host_q_cap;
 } psgd;

@@ -1,0 +1,24 @@
+/* psgd_cpu.h: PowerSGD's last pass fused into one sweep on the CPU.
+ *
+ * The result of a block of rows, out = P Q^T, written and subtracted from
+ * M in the same sweep: what OpenBLAS did as a GEMM (which zeroes its
+ * output and packs its operands first, 21% of the hook thread's time at
+ * rank 4 on GPT-2's shapes) and an axpy that read the result back. */
+#ifndef PSGD_CPU_H
+#define PSGD_CPU_H
+
+#include <stddef.h>
+
+/* The largest rank the fused sweep is used for; above it the products are
+ * GEMM-sized and OpenBLAS does them. */
+#define PSGD_CPU_MAX_RANK 16
+
+/* For each of h rows i and each column j < m:
+ *   out[i*m + j] = sum over k < r, in order, of p[i*r + k] * qt[k*m + j]
+ * and, when err is not NULL, err[i*m + j] -= out[i*m + j].
+ * qt is Q transposed (r x m).  The same sums in the same order on every
+ * path, so the result does not depend on the CPU's vector width. */
+void psgd_cpu_reconstruct(size_t h, size_t m, size_t r, const float *p,
+                          const float *qt, float *out, float *err);
+
+#endif
