@@ -11,6 +11,7 @@ Suite *buckets_suite(void);
 Suite *loader_suite(void);
 Suite *cpu_ops_suite(void);
 Suite *rng_suite(void);
+Suite *psgd_cpu_suite(void);
 
 /* Writes text to a fresh temporary file; returns its path (static buffer
  * per call site: copy it if two are needed at once). */

@@ -1070,12 +1070,14 @@ static void free_steps(float *out[][NP], int steps)
 /* powersgd-blocks: the CPU passes over a matrix go by blocks of rows of
  * about 256 KiB (plugins/powersgd/powersgd.c); a 500 x 321 matrix is
  * three blocks, the last one short, and batched PowerSGD's 401 x 401
- * square ends in a partly padded row.  Whatever P the hook finds, rank 1
- * makes its result the projection u u^T avg(M) of the averaged M = input
- * + error onto the direction u of its own first column, and the new error
- * of each rank M - result: the test keeps every rank's error itself and
- * checks each step's result against that, with and without error
- * feedback. */
+ * square ends in a partly padded row.  Whatever orthonormal P (n x r) the
+ * hook finds, its result P P^T avg(M) is the projection U U^T avg(M) of
+ * the averaged M = input + error onto the space U its own columns span,
+ * and the new error of each rank is M - result: the test keeps every
+ * rank's error itself and checks each step's result against that, with
+ * and without error feedback, at rank 1, at 4 (the CPU's fused sweep,
+ * plugins/powersgd/psgd_cpu.h) and at 20 (OpenBLAS above
+ * PSGD_CPU_MAX_RANK). */
 #define PB_N 500
 #define PB_M 321
 #define PB_BIAS 7
@@ -1092,7 +1094,40 @@ static double pb_noise(int rank, int step, size_t k)
     return (double)(x >> 11) / 9007199254740992.0 * 2 - 1;
 }
 
-static void powersgd_blocks(const char *hook, int ef)
+/* An orthonormal basis u (rows x rank, column-major) of the space the
+ * columns of the row-major result w (rows x cols, cols_seen of them in
+ * every row) span, by Gram-Schmidt in doubles; a column mostly inside the
+ * basis so far is skipped.  Returns the basis's size. */
+static size_t pb_basis(const float *w, size_t rows, size_t cols,
+                       size_t cols_seen, size_t rank, double *u)
+{
+    size_t got = 0;
+    for (size_t j = 0; j < cols_seen && got < rank; j++) {
+        double *v = u + got * rows, norm0 = 0, norm = 0;
+        for (size_t i = 0; i < rows; i++) {
+            v[i] = w[i * cols + j];
+            norm0 += v[i] * v[i];
+        }
+        for (int pass = 0; pass < 2; pass++) /* twice is enough */
+            for (size_t b = 0; b < got; b++) {
+                double dot = 0;
+                for (size_t i = 0; i < rows; i++)
+                    dot += u[b * rows + i] * v[i];
+                for (size_t i = 0; i < rows; i++)
+                    v[i] -= dot * u[b * rows + i];
+            }
+        for (size_t i = 0; i < rows; i++)
+            norm += v[i] * v[i];
+        if (norm <= 1e-6 * norm0 || norm == 0)
+            continue;
+        for (size_t i = 0; i < rows; i++)
+            v[i] /= sqrt(norm);
+        got++;
+    }
+    return got;
+}
+
+static void powersgd_blocks(const char *hook, int ef, size_t rank)
 {
     int batched = strcmp(hook, "batched_powersgd") == 0;
     size_t nw = (size_t)PB_N * PB_M, nb = batched ? 0 : PB_BIAS;
@@ -1104,9 +1139,9 @@ static void powersgd_blocks(const char *hook, int ef)
     char extra[256];
     snprintf(extra, sizeof extra,
              "bucket_cap_mb = 16\nfirst_bucket_cap_mb = 16\n[hook.%s]\n"
-             "matrix_approximation_rank = 1\nstart_powerSGD_iter = 2\n"
+             "matrix_approximation_rank = %zu\nstart_powerSGD_iter = 2\n"
              "use_error_feedback = %s\nwarm_start = %s\n[runtime]",
-             hook, ef ? "true" : "false", ef ? "true" : "false");
+             hook, rank, ef ? "true" : "false", ef ? "true" : "false");
     const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook, extra);
     ddph_ctx *ctx = open_path(path);
     int world = ddph_world_size(ctx);
@@ -1128,7 +1163,8 @@ static void powersgd_blocks(const char *hook, int ef)
     double *err = calloc((size_t)world * (full + PB_BIAS), sizeof *err);
     double *mat = calloc((size_t)world * (full + PB_BIAS), sizeof *mat);
     double *avg = calloc(full + PB_BIAS, sizeof *avg);
-    double *u = calloc(rows, sizeof *u), *proj = calloc(cols, sizeof *proj);
+    double *u = calloc(rows * rank, sizeof *u);
+    double *proj = calloc(cols * rank, sizeof *proj);
     CHECK(w && bias && err && mat && avg && u && proj, "out of memory");
     for (int s = 0; s < 6; s++) {
         CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
@@ -1164,28 +1200,27 @@ static void powersgd_blocks(const char *hook, int ef)
             CHECK_OK(ddph_step_end(ctx), ctx);
             continue;
         }
-        /* u: the result's first column, normalised (fully visible: the
-         * last row of the square has bucket elements). */
-        double norm = 0;
-        for (size_t i = 0; i < rows; i++) {
-            u[i] = w[i * cols];
-            norm += u[i] * u[i];
-        }
-        norm = sqrt(norm);
-        CHECK(norm > 0, "step %d: the result's first column is zero", s);
-        for (size_t i = 0; i < rows; i++)
-            u[i] /= norm;
-        for (size_t j = 0; j < cols; j++) {
-            proj[j] = 0;
-            for (size_t i = 0; i < rows; i++)
-                proj[j] += u[i] * avg[i * cols + j];
-        }
+        /* U from the result's columns that every row shows (the last row
+         * of the square has 100 bucket elements). */
+        size_t seen = batched ? nw - (rows - 1) * cols : cols;
+        size_t got = pb_basis(w, rows, cols, seen, rank, u);
+        CHECK(got == rank, "step %d: the result spans %zu dimensions, want "
+              "the rank %zu", s, got, rank);
+        for (size_t b = 0; b < rank; b++) /* proj = U^T avg(M) */
+            for (size_t j = 0; j < cols; j++) {
+                double dot = 0;
+                for (size_t i = 0; i < rows; i++)
+                    dot += u[b * rows + i] * avg[i * cols + j];
+                proj[b * cols + j] = dot;
+            }
         size_t bad = 0;
         double worst = 0;
         for (size_t i = 0; i < rows; i++)
             for (size_t j = 0; j < cols; j++) {
                 size_t k = i * cols + j;
-                double want = u[i] * proj[j];
+                double want = 0;
+                for (size_t b = 0; b < rank; b++)
+                    want += u[b * rows + i] * proj[b * cols + j];
                 if (k < nw) {
                     double d = fabs(w[k] - want);
                     worst = fmax(worst, d);
@@ -1195,10 +1230,10 @@ static void powersgd_blocks(const char *hook, int ef)
                     err[(size_t)r * (full + PB_BIAS) + k] =
                         mat[(size_t)r * (full + PB_BIAS) + k] - want;
             }
-        CHECK(bad == 0, "%s, error feedback %s, %d ranks, step %d: %zu of "
-              "%zu elements differ from the projection u u^T avg(M) by more "
-              "than %.3g (worst %.3g)", hook, ef ? "on" : "off", world, s,
-              bad, nw, 1e-4 * scale, worst);
+        CHECK(bad == 0, "%s rank %zu, error feedback %s, %d ranks, step "
+              "%d: %zu of %zu elements differ from the projection U U^T "
+              "avg(M) by more than %.3g (worst %.3g)", hook, rank,
+              ef ? "on" : "off", world, s, bad, nw, 1e-4 * scale, worst);
         for (size_t k = 0; k < nb; k++) { /* uncompressed: the average */
             CHECK(fabs(bias[k] - avg[full + k]) <= 1e-6, "step %d bias[%zu] "
                   "= %.9g, want %.9g", s, k, bias[k], avg[full + k]);
@@ -1221,10 +1256,13 @@ static void powersgd_blocks(const char *hook, int ef)
 
 static void run_powersgd_blocks(void)
 {
-    powersgd_blocks("powersgd", 1);
-    powersgd_blocks("powersgd", 0);
-    powersgd_blocks("batched_powersgd", 1);
-    powersgd_blocks("batched_powersgd", 0);
+    for (size_t i = 0; i < 3; i++) {
+        static const size_t ranks[3] = {1, 4, 20};
+        powersgd_blocks("powersgd", 1, ranks[i]);
+        powersgd_blocks("powersgd", 0, ranks[i]);
+        powersgd_blocks("batched_powersgd", 1, ranks[i]);
+        powersgd_blocks("batched_powersgd", 0, ranks[i]);
+    }
 }
 
 static void run_sparse(void)
