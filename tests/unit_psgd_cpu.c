@@ -21,7 +21,7 @@ static float value(size_t k, unsigned salt)
 START_TEST(reconstruct_matches_plain_loop)
 {
     static const size_t ms[] = {1, 7, 8, 9, 31, 321};
-    static const size_t rs[] = {1, 2, 4, 16};
+    static const size_t rs[] = {1, 2, 3, 4, 16};
     enum { H = 5 };
     for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
         for (size_t b = 0; b < sizeof rs / sizeof *rs; b++) {

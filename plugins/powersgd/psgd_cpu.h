@@ -9,9 +9,13 @@
 
 #include <stddef.h>
 
-/* The largest rank the fused sweep is used for; above it the products are
- * GEMM-sized and OpenBLAS does them. */
-#define PSGD_CPU_MAX_RANK 16
+/* The largest rank the sweep is used for.  Measured on GPT-2's 50257 x
+ * 768 embedding, one process: 17.5 / 18.9 ms against OpenBLAS's 23.0 /
+ * 23.8 ms at ranks 2 / 4, but 48 / 60 ms against 29 / 35 ms at 8 / 16,
+ * where the products, not the memory, take the time and OpenBLAS's
+ * register blocking wins.  (OpenBLAS ran these blocks on one thread
+ * also when allowed two.) */
+#define PSGD_CPU_MAX_RANK 4
 
 /* For each of h rows i and each column j < m:
  *   out[i*m + j] = sum over k < r, in order, of p[i*r + k] * qt[k*m + j]

@@ -1075,8 +1075,8 @@ static void free_steps(float *out[][NP], int steps)
  * the averaged M = input + error onto the space U its own columns span,
  * and the new error of each rank is M - result: the test keeps every
  * rank's error itself and checks each step's result against that, with
- * and without error feedback, at rank 1, at 4 (the CPU's fused sweep,
- * plugins/powersgd/psgd_cpu.h) and at 20 (OpenBLAS above
+ * and without error feedback, at ranks 1 and 4 (the CPU's fused sweep,
+ * plugins/powersgd/psgd_cpu.h) and 5 and 20 (OpenBLAS above
  * PSGD_CPU_MAX_RANK). */
 #define PB_N 500
 #define PB_M 321
@@ -1256,8 +1256,8 @@ static void powersgd_blocks(const char *hook, int ef, size_t rank)
 
 static void run_powersgd_blocks(void)
 {
-    for (size_t i = 0; i < 3; i++) {
-        static const size_t ranks[3] = {1, 4, 20};
+    for (size_t i = 0; i < 4; i++) {
+        static const size_t ranks[4] = {1, 4, 5, 20};
         powersgd_blocks("powersgd", 1, ranks[i]);
         powersgd_blocks("powersgd", 0, ranks[i]);
         powersgd_blocks("batched_powersgd", 1, ranks[i]);
