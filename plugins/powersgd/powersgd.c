@@ -597,7 +597,7 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
      * in (with the new error M - result) where the CPU sweep serves; the
      * others a block at a time, the new error and the bucket's part of
      * the result written from flat. */
-    size_t whole = fused(s, rank) ? len / side : 0;
+    size_t whole = side && fused(s, rank) ? len / side : 0; /* side 0: empty */
     if (whole && !r)
         r = reconstruct(st, s, whole, side, rank, pb->p, pb->q, in,
                         st->use_ef ? mm : NULL);
