@@ -1,9 +1,10 @@
 /* psgd_cpu.h: PowerSGD's last pass fused into one sweep on the CPU.
  *
- * The result of a block of rows, out = P Q^T, written and subtracted from
- * M in the same sweep: what OpenBLAS did as a GEMM (which zeroes its
- * output and packs its operands first, 21% of the hook thread's time at
- * rank 4 on GPT-2's shapes) and an axpy that read the result back. */
+ * The result out = P Q^T of a matrix, written and subtracted from M in
+ * the same sweep: what OpenBLAS did, 256 KiB of rows at a time, as a GEMM
+ * that zeroes its output and packs an operand first (the zeroing and
+ * packing alone were 21% of rank 0's samples in a profile of GPT-2's
+ * shapes at rank 4) and an axpy that read the result back. */
 #ifndef PSGD_CPU_H
 #define PSGD_CPU_H
 
