@@ -25,10 +25,11 @@ START_TEST(reconstruct_matches_plain_loop)
     enum { H = 5 };
     for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
         for (size_t b = 0; b < sizeof rs / sizeof *rs; b++) {
-            size_t m = ms[a], r = rs[b];
-            float *p = malloc(H * r * sizeof *p), *qt = malloc(r * m * 4);
-            float *out = malloc(H * m * 4), *err = malloc(H * m * 4);
-            float *want = malloc(H * m * 4), *want_err = malloc(H * m * 4);
+            size_t m = ms[a], r = rs[b], bytes = H * m * sizeof(float);
+            float *p = malloc(H * r * sizeof *p);
+            float *qt = malloc(r * m * sizeof *qt);
+            float *out = malloc(bytes), *err = malloc(bytes);
+            float *want = malloc(bytes), *want_err = malloc(bytes);
             ck_assert(p && qt && out && err && want && want_err);
             for (size_t k = 0; k < H * r; k++)
                 p[k] = value(k, 1);
@@ -45,13 +46,13 @@ START_TEST(reconstruct_matches_plain_loop)
                     want_err[i * m + j] -= x;
                 }
             psgd_cpu_reconstruct(H, m, r, p, qt, out, err);
-            ck_assert_msg(memcmp(out, want, H * m * 4) == 0,
+            ck_assert_msg(memcmp(out, want, bytes) == 0,
                           "result differs at m = %zu, r = %zu", m, r);
-            ck_assert_msg(memcmp(err, want_err, H * m * 4) == 0,
+            ck_assert_msg(memcmp(err, want_err, bytes) == 0,
                           "error differs at m = %zu, r = %zu", m, r);
-            memset(out, 0, H * m * 4);
+            memset(out, 0, bytes);
             psgd_cpu_reconstruct(H, m, r, p, qt, out, NULL);
-            ck_assert_msg(memcmp(out, want, H * m * 4) == 0,
+            ck_assert_msg(memcmp(out, want, bytes) == 0,
                           "result without error differs at m = %zu, r = %zu",
                           m, r);
             free(p);
