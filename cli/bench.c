@@ -37,6 +37,7 @@
 #include "config.h"
 #include "cpu_ops.h"
 #include "presets.h"
+#include "safe_file.h"
 #include "trace.h"
 #include "cpu_simd.h"
 #include "util.h"
@@ -453,6 +454,8 @@ static int bench_hooks(hook_bench *hb)
     double base_one = raw_allreduce(raw, &one, 1, 0, hb->repeats, t);
     double bytes = (double)bytes_total, bus = 2.0 * (world - 1) / world;
     FILE *csv = NULL;
+    char *csv_text = NULL; /* the table, written to --csv at the end */
+    size_t csv_len = 0;
     if (rank == 0) {
         printf("ddphook bench hooks: %s, %d parameters, %.4g MiB of %s "
                "gradients, %d ranks, bucket_cap_mb %g%s, median of %d steps\n",
@@ -467,8 +470,8 @@ static int bench_hooks(hook_bench *hb)
         printf("%-20s %14s %14s %12s %12s %14s %12s\n", "hook", "sent/step",
                "recv/step", "ms/step", "busbw GB/s", "x raw buckets",
                "x one call");
-        if (hb->csv && !(csv = fopen(hb->csv, "w")))
-            fprintf(stderr, "ddphook bench: cannot write %s\n", hb->csv);
+        if (hb->csv && !(csv = open_memstream(&csv_text, &csv_len)))
+            fprintf(stderr, "ddphook bench: out of memory for %s\n", hb->csv);
         if (csv)
             fprintf(csv, "hook,bytes_per_step,seconds_per_step,busbw_gbs,"
                          "ratio_to_raw_buckets,ratio_to_raw_one_call,"
@@ -495,8 +498,14 @@ static int bench_hooks(hook_bench *hb)
                         recv);
         }
     }
-    if (csv)
-        fclose(csv);
+    if (csv && fclose(csv) == 0) {
+        /* Like a checkpoint: a link planted at the path is replaced. */
+        ddph_err werr;
+        if (ddph__file_write_atomic(hb->csv, csv_text, csv_len, "csv",
+                                    &werr) != DDPH_OK)
+            fprintf(stderr, "ddphook bench: %s\n", werr.msg);
+    }
+    free(csv_text);
     free(list);
     free(pp);
     free(pristine);

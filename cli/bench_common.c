@@ -23,10 +23,18 @@ double bench_median(double *v, int n)
 int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
                     const char *plugin_path, const char *hook, int psgd_rank)
 {
-    snprintf(path, len, "/tmp/ddph-bench-%d-%d.ini", (int)getppid(), rank);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    /* A name made exclusively (mkstemps): a predictable name in /tmp
+     * would let another user plant a link or a job file of their own. */
+    (void)rank;
+    snprintf(path, len, "%s/ddph-bench-XXXXXX.ini",
+             getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = mkstemps(path, 4);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return 0;
+    }
     fprintf(f, "[runtime]\n%s", runtime_keys);
     if (plugin_path) {
         /* The job file resolves relative folders against its own folder

@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "cpu_ops.h"
+#include "safe_file.h"
 #include "trace.h"
 #include "util.h"
 
@@ -45,19 +46,20 @@ static const char replay_usage[] =
     "                 load that state first and replay from step S on: a\n"
     "                 resumed run gives the same outputs, bit for bit\n";
 
+/* Each output is written like a checkpoint: a link planted at its path
+ * is replaced, never followed. */
 static int write_out(const char *dir, int rank, int step, const float *v,
                      size_t n)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/rank%d.step%d.out.f32", dir, rank, step);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(v, sizeof *v, n, f) != n) {
-        fprintf(stderr, "ddphook replay: %s: %s\n", path, strerror(errno));
-        if (f)
-            fclose(f);
+    ddph_err e;
+    if (ddph__file_write_atomic(path, v, n * sizeof *v, "output", &e) !=
+        DDPH_OK) {
+        fprintf(stderr, "ddphook replay: %s\n", e.msg);
         return 0;
     }
-    return fclose(f) == 0;
+    return 1;
 }
 
 int cmd_replay(int argc, char **argv)

@@ -212,81 +212,248 @@ static int trusted_owner(uid_t uid)
     return uid == 0 || uid == geteuid();
 }
 
-/* The rule of ld.so's secure mode, sudo and sshd's StrictModes: resolve
- * the real path; the file must be a regular file owned by root or this
- * user and writable by no one else; so must every folder up to "/",
- * except that an ancestor (never the plugin's own folder) may be
- * world-writable if it is sticky, as /tmp is: there only an entry's owner
- * can replace it, and every entry on the path has a trusted owner. */
-static ddph_status check_secure(const char *path, ddph_err *err)
+/* The rule of ld.so's secure mode, sudo and sshd's StrictModes, applied
+ * to the file that is then loaded, not to a name looked up twice: the
+ * path is walked from "/" one component at a time, each opened with
+ * O_NOFOLLOW relative to the folder before it and checked as it is
+ * opened; links are read and followed here.  Every folder on the way must
+ * be owned by root or this user and writable by no one else, except that
+ * a folder other than the plugin's own may be world-writable if it is
+ * sticky, as /tmp is (there only an entry's owner can replace it); every
+ * link must be owned by root or this user (its owner chooses where it
+ * points); the file must be a regular file owned by root or this user and
+ * writable by no one else.  The descriptor returned is the file checked:
+ * check_elf reads it and dlopen loads it through /proc/self/fd. */
+#define MAX_LINKS 40
+
+typedef struct walk {
+    const char *given; /* the path as given, for messages */
+    char where[PATH_MAX]; /* the path walked so far, links resolved */
+    int check;            /* 0: allow_insecure_plugins */
+} walk;
+
+static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
+                             const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
+                             const char *fmt, ...)
 {
-    char *real = realpath(path, NULL);
-    if (!real)
-        return ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s", path,
-                          strerror(errno));
-    char shown[DDPH__ERR_LEN / 2];
-    if (strcmp(real, path) != 0)
-        snprintf(shown, sizeof shown, "%s (real path %s)", path, real);
+    char why[DDPH__ERR_LEN / 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return ddph__fail(err, st, "%s hook plugin %s%s%s%s: %s",
+                      st == DDPH_ERR_INSECURE ? "refusing" : "cannot load",
+                      w->given, strcmp(w->where, w->given) ? " (at " : "",
+                      strcmp(w->where, w->given) ? w->where : "",
+                      strcmp(w->where, w->given) ? ")" : "", why);
+}
+
+/* A folder on the way: own_folder is the one that holds the plugin. */
+static ddph_status check_folder(walk *w, const struct stat *sb, int own_folder,
+                                ddph_err *err)
+{
+    if (!w->check)
+        return DDPH_OK;
+    if (!trusted_owner(sb->st_uid))
+        return walk_fail(w, err, DDPH_ERR_INSECURE,
+                         "%s %s is owned by uid %u, neither root nor you, "
+                         "who could replace it (set [runtime] "
+                         "allow_insecure_plugins = true to load it anyway)",
+                         own_folder ? "its folder" : "the folder", w->where,
+                         (unsigned)sb->st_uid);
+    if ((sb->st_mode & (S_IWGRP | S_IWOTH)) &&
+        (own_folder || !(sb->st_mode & S_ISVTX)))
+        return walk_fail(w, err, DDPH_ERR_INSECURE,
+                         "%s %s is writable by %s, who could replace it%s "
+                         "(chmod go-w the folder, or set [runtime] "
+                         "allow_insecure_plugins = true)",
+                         own_folder ? "its folder" : "the folder", w->where,
+                         who_writes(sb->st_mode),
+                         sb->st_mode & S_ISVTX ? " (sticky, as /tmp, is not "
+                                                 "enough for the plugin's "
+                                                 "own folder)"
+                                               : "");
+    return DDPH_OK;
+}
+
+static void where_push(walk *w, const char *name)
+{
+    size_t n = strlen(w->where);
+    snprintf(w->where + n, sizeof w->where - n, "%s%s",
+             n && w->where[n - 1] == '/' ? "" : "/", name);
+}
+
+static void where_pop(walk *w)
+{
+    char *slash = strrchr(w->where, '/');
+    if (slash && slash != w->where)
+        *slash = '\0';
     else
-        snprintf(shown, sizeof shown, "%s", path);
-    const char *fix = "(chmod go-w it, or set [runtime] "
-                      "allow_insecure_plugins = true)";
+        strcpy(w->where, "/");
+}
+
+/* Opens `given` for reading as described above; *fd_out on success. */
+static ddph_status open_plugin(const char *given, int check, int *fd_out,
+                               ddph_err *err)
+{
+    walk w = {.given = given, .check = check};
+    snprintf(w.where, sizeof w.where, "/");
+    /* The components still to walk; a link's target is put in front. */
+    char todo[2 * PATH_MAX];
+    if (given[0] == '/')
+        snprintf(todo, sizeof todo, "%s", given);
+    else {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd))
+            return walk_fail(&w, err, DDPH_ERR_PLUGIN, "getcwd: %s",
+                             strerror(errno));
+        if ((size_t)snprintf(todo, sizeof todo, "%s/%s", cwd, given) >=
+            sizeof todo)
+            return walk_fail(&w, err, DDPH_ERR_PLUGIN, "path too long");
+    }
+    int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     struct stat sb;
-    ddph_status st = DDPH_OK;
-    if (stat(real, &sb) != 0)
-        st = ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s", shown,
-                        strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s is not a regular file", shown);
-    else if (!trusted_owner(sb.st_uid))
-        st = ddph__fail(err, DDPH_ERR_INSECURE,
-                        "refusing hook plugin %s: the file is owned by uid "
-                        "%u, neither root nor you (set [runtime] "
-                        "allow_insecure_plugins = true to load it anyway)",
-                        shown, (unsigned)sb.st_uid);
-    else if (sb.st_mode & (S_IWGRP | S_IWOTH))
-        st = ddph__fail(err, DDPH_ERR_INSECURE,
-                        "refusing hook plugin %s: the file is writable by %s "
-                        "%s",
-                        shown, who_writes(sb.st_mode), fix);
-    for (int own_folder = 1; st == DDPH_OK; own_folder = 0) {
-        char *slash = strrchr(real, '/');
-        if (!slash)
-            break;
-        if (slash == real)
-            slash[1] = '\0'; /* "/" */
-        else
-            *slash = '\0';
-        if (stat(real, &sb) != 0) {
-            st = ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s: %s",
-                            shown, real, strerror(errno));
+    if (dir < 0 || fstat(dir, &sb) != 0)
+        return walk_fail(&w, err, DDPH_ERR_PLUGIN, "/: %s", strerror(errno));
+    ddph_status st = check_folder(&w, &sb, 0, err);
+    int links = 0, fd = -1;
+    char *rest = todo;
+    while (st == DDPH_OK) {
+        while (*rest == '/')
+            rest++;
+        if (!*rest) {
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
+                           "is a folder, not a file");
             break;
         }
-        if (!trusted_owner(sb.st_uid))
-            st = ddph__fail(err, DDPH_ERR_INSECURE,
-                            "refusing hook plugin %s: its folder %s is owned "
-                            "by uid %u, neither root nor you, who could "
-                            "replace it (set [runtime] "
-                            "allow_insecure_plugins = true to load it anyway)",
-                            shown, real, (unsigned)sb.st_uid);
-        else if ((sb.st_mode & (S_IWGRP | S_IWOTH)) &&
-                 (own_folder || !(sb.st_mode & S_ISVTX)))
-            st = ddph__fail(err, DDPH_ERR_INSECURE,
-                            "refusing hook plugin %s: %s %s is writable by "
-                            "%s, who could replace it%s (chmod go-w the "
-                            "folder, or set [runtime] allow_insecure_plugins "
-                            "= true)",
-                            shown, own_folder ? "its folder" : "the folder",
-                            real, who_writes(sb.st_mode),
-                            sb.st_mode & S_ISVTX ? " (sticky, as /tmp, is "
-                                                   "not enough for the "
-                                                   "plugin's own folder)"
-                                                 : "");
-        if (strcmp(real, "/") == 0)
+        char name[NAME_MAX + 1];
+        size_t n = strcspn(rest, "/");
+        if (n > NAME_MAX) {
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
+                           strerror(ENAMETOOLONG));
             break;
+        }
+        memcpy(name, rest, n);
+        name[n] = '\0';
+        rest += n;
+        while (*rest == '/')
+            rest++;
+        int last = *rest == '\0';
+        if (strcmp(name, ".") == 0)
+            continue;
+        int next = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (strcmp(name, "..") == 0)
+            where_pop(&w);
+        else
+            where_push(&w, name);
+        if (next < 0 || fstat(next, &sb) != 0) {
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s", strerror(errno));
+            if (next >= 0)
+                close(next);
+            break;
+        }
+        if (S_ISLNK(sb.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t tn = readlinkat(next, "", target, sizeof target - 1);
+            close(next);
+            if (check && !trusted_owner(sb.st_uid)) {
+                st = walk_fail(&w, err, DDPH_ERR_INSECURE,
+                               "the link %s is owned by uid %u, neither root "
+                               "nor you, who could point it elsewhere (set "
+                               "[runtime] allow_insecure_plugins = true to "
+                               "load it anyway)",
+                               w.where, (unsigned)sb.st_uid);
+                break;
+            }
+            if (tn < 0 || ++links > MAX_LINKS) {
+                st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
+                               strerror(tn < 0 ? errno : ELOOP));
+                break;
+            }
+            target[tn] = '\0';
+            where_pop(&w);
+            char joined[2 * PATH_MAX];
+            if ((size_t)snprintf(joined, sizeof joined, "%s/%s", target,
+                                 rest) >= sizeof joined) {
+                st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "path too long");
+                break;
+            }
+            memcpy(todo, joined, strlen(joined) + 1);
+            rest = todo;
+            if (target[0] == '/') {
+                close(dir);
+                snprintf(w.where, sizeof w.where, "/");
+                dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (dir < 0 || fstat(dir, &sb) != 0) {
+                    st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "/: %s",
+                                   strerror(errno));
+                    break;
+                }
+                st = check_folder(&w, &sb, 0, err);
+            }
+            continue;
+        }
+        if (S_ISDIR(sb.st_mode)) {
+            close(dir);
+            dir = next;
+            if (last)
+                st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
+                               "is a folder, not a file");
+            else
+                st = check_folder(&w, &sb, 0, err);
+            continue;
+        }
+        close(next);
+        if (!last || !S_ISREG(sb.st_mode)) {
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
+                           last ? "not a regular file" : strerror(ENOTDIR));
+            break;
+        }
+        /* The plugin itself, and its own folder (no sticky exemption). */
+        struct stat folder;
+        if (check && !trusted_owner(sb.st_uid))
+            st = walk_fail(&w, err, DDPH_ERR_INSECURE,
+                           "the file is owned by uid %u, neither root nor "
+                           "you (set [runtime] allow_insecure_plugins = true "
+                           "to load it anyway)",
+                           (unsigned)sb.st_uid);
+        else if (check && (sb.st_mode & (S_IWGRP | S_IWOTH)))
+            st = walk_fail(&w, err, DDPH_ERR_INSECURE,
+                           "the file is writable by %s (chmod go-w it, or "
+                           "set [runtime] allow_insecure_plugins = true)",
+                           who_writes(sb.st_mode));
+        else if (fstat(dir, &folder) != 0)
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s", strerror(errno));
+        else {
+            char file_where[PATH_MAX];
+            snprintf(file_where, sizeof file_where, "%s", w.where);
+            where_pop(&w);
+            st = check_folder(&w, &folder, 1, err);
+            snprintf(w.where, sizeof w.where, "%s", file_where);
+        }
+        if (st != DDPH_OK)
+            break;
+        /* O_NONBLOCK: never wait on a FIFO swapped in by a trusted user;
+         * the same inode as the one checked, or it is refused. */
+        fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat opened;
+        if (fd < 0 || fstat(fd, &opened) != 0 || opened.st_dev != sb.st_dev ||
+            opened.st_ino != sb.st_ino) {
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
+                           fd < 0 ? strerror(errno)
+                                  : "the file changed while it was checked");
+            if (fd >= 0)
+                close(fd);
+            fd = -1;
+        }
+        break;
     }
-    free(real);
+    if (dir >= 0)
+        close(dir);
+    if (st == DDPH_OK)
+        *fd_out = fd;
     return st;
 }
 
@@ -306,15 +473,11 @@ static ddph_status check_secure(const char *path, ddph_err *err)
  * dynamic symbol table defines the entry symbol.  libelf reads the file
  * with read(), so a truncated file is an error here, not a SIGBUS inside
  * dlopen's mapping. */
-static ddph_status check_elf(const char *path, ddph_err *err)
+static ddph_status check_elf(int fd, const char *path, ddph_err *err)
 {
     if (elf_version(EV_CURRENT) == EV_NONE)
         return ddph__fail(err, DDPH_ERR_PLUGIN, "libelf: %s",
                           elf_errmsg(-1));
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return ddph__fail(err, DDPH_ERR_PLUGIN, "hook plugin %s: %s", path,
-                          strerror(errno));
     struct stat sb;
     ddph_status st = DDPH_OK;
     Elf *elf = NULL;
@@ -419,7 +582,6 @@ static ddph_status check_elf(const char *path, ddph_err *err)
 out:
     if (elf)
         elf_end(elf);
-    close(fd);
     return st;
 }
 
@@ -479,27 +641,39 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     ddph_status st = ddph__plugin_resolve(name_or_path, plugin_path, &path, err);
     if (st != DDPH_OK)
         return st;
-    if (!allow_insecure && (st = check_secure(path, err)) != DDPH_OK) {
+    int fd = -1;
+    if ((st = open_plugin(path, !allow_insecure, &fd, err)) != DDPH_OK) {
         free(path);
         return st;
     }
     ddph_plugin *p = calloc(1, sizeof *p);
     if (!p) {
+        close(fd);
         free(path);
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     p->path = path;
-    if ((st = check_elf(path, err)) != DDPH_OK)
-        goto fail;
-    dlerror();
-    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!p->dl) {
-        const char *why = dlerror();
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s: dlopen failed: %s", path,
-                        why ? why : "unknown error");
-        goto fail;
+    st = check_elf(fd, path, err);
+    if (st == DDPH_OK) {
+        /* The very file checked: its descriptor, not its name again. */
+        char by_fd[64];
+        snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
+        dlerror();
+        p->dl = dlopen(by_fd, RTLD_NOW | RTLD_LOCAL);
+        if (!p->dl) {
+            const char *why = dlerror();
+            st = ddph__fail(err, DDPH_ERR_PLUGIN,
+                            "hook plugin %s: dlopen failed: %s%s", path,
+                            why ? why : "unknown error",
+                            access("/proc/self/fd", X_OK) != 0
+                                ? " (plugins are loaded through /proc/self/fd:"
+                                  " is /proc mounted?)"
+                                : "");
+        }
     }
+    close(fd);
+    if (st != DDPH_OK)
+        goto fail;
     ddph_plugin_entry_v1 entry;
     void *sym = dlsym(p->dl, DDPH_PLUGIN_ENTRY_V1);
     if (!sym) { /* check_elf saw it: only a broken loader gets here */

@@ -3,6 +3,8 @@
 
 #include "state_file.h"
 
+#include "safe_file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -203,63 +205,6 @@ static ddph_status encode(ddph_ctx *ctx, uint64_t generation, buffer *b,
     return st;
 }
 
-/* Writes data to `final` through a temporary file made exclusively in the
- * same folder (mkstemp: O_CREAT|O_EXCL, so never through a planted link),
- * synced, then renamed over `final` (a link there is replaced, not
- * followed). */
-static ddph_status write_atomically(const char *final, const buffer *b,
-                                    ddph_err *err)
-{
-    size_t n = strlen(final);
-    char *tmp = malloc(n + 8);
-    if (!tmp)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    memcpy(tmp, final, n);
-    memcpy(tmp + n, ".XXXXXX", 8);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        ddph_status st = ddph__fail(err, DDPH_ERR_IO,
-                                    "%s: cannot create a temporary file "
-                                    "beside it: %s",
-                                    final, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    size_t done = 0;
-    int bad = 0;
-    while (done < b->len && !bad) {
-        ssize_t w = write(fd, b->data + done, b->len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        bad = w <= 0;
-        done += w > 0 ? (size_t)w : 0;
-    }
-    bad = bad || fsync(fd) != 0;
-    int saved = errno;
-    bad = close(fd) != 0 || bad;
-    if (!bad && rename(tmp, final) != 0) {
-        bad = 1;
-        saved = errno;
-    }
-    ddph_status st = DDPH_OK;
-    if (bad) {
-        st = ddph__fail(err, DDPH_ERR_IO, "%s: cannot write: %s", final,
-                        strerror(saved));
-        unlink(tmp);
-    } else {
-        /* The rename itself must survive a crash. */
-        char *dir = ddph__strdup(final);
-        int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
-    free(tmp);
-    return st;
-}
-
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
     err->msg[0] = '\0';
@@ -282,44 +227,32 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
     if (st == DDPH_OK && !final)
         st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     if (st == DDPH_OK)
-        st = write_atomically(final, &b, err);
+        st = ddph__file_write_atomic(final, b.data, b.len, "state file", err);
     free(final);
     free(b.data);
     return agree(ctx, st, err);
 }
 
-/* Reads a whole state file: a regular file (never a FIFO or device, which
- * could block or never end), opened without following a final link. */
-static ddph_status read_file(const char *file, buffer *b, ddph_err *err)
+/* The largest file this job's layout allows: the header, each model's
+ * names and bucket list, and a payload of at most STATE_BYTES_PER_ELEMENT
+ * per gradient element plus STATE_BYTES_PER_BUCKET per bucket and
+ * STATE_BYTES_PER_MODEL.  A larger file is refused before it is read. */
+#define STATE_BYTES_PER_ELEMENT 64u  /* 16 four-byte values */
+#define STATE_BYTES_PER_BUCKET 65536u
+#define STATE_BYTES_PER_MODEL ((size_t)1 << 20)
+static size_t largest_state_file(const ddph_ctx *ctx)
 {
-    int fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return ddph__fail(err, DDPH_ERR_IO, "%s: %s", file,
-                          errno == ELOOP ? "is a symbolic link (refused)"
-                                         : strerror(errno));
-    struct stat sb;
-    ddph_status st = DDPH_OK;
-    if (fstat(fd, &sb) != 0)
-        st = ddph__fail(err, DDPH_ERR_IO, "%s: %s", file, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = ddph__fail(err, DDPH_ERR_IO, "%s: not a regular file", file);
-    else if ((uint64_t)sb.st_size > STATE_MAX_BYTES)
-        st = ddph__fail(err, DDPH_ERR_IO, "%s: %lld bytes is too large for a "
-                        "state file", file, (long long)sb.st_size);
-    else if (!(b->data = malloc((size_t)sb.st_size + 1)))
-        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    while (st == DDPH_OK && b->len < (size_t)sb.st_size) {
-        ssize_t r = read(fd, b->data + b->len, (size_t)sb.st_size - b->len);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            st = ddph__fail(err, DDPH_ERR_IO, "%s: %s", file,
-                            r < 0 ? strerror(errno) : "changed while read");
-        else
-            b->len += (size_t)r;
+    size_t total = 64;
+    for (int i = 0; i < ctx->nmodels; i++) {
+        const ddph_model *m = ctx->models[i];
+        const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
+        total += 64 + strlen(m->name) + strlen(api->name) +
+                 strlen(api->version) + STATE_BYTES_PER_MODEL;
+        for (int k = 0; k < m->nbuckets; k++)
+            total += 8 + STATE_BYTES_PER_BUCKET +
+                     STATE_BYTES_PER_ELEMENT * m->buckets[k].numel;
     }
-    close(fd);
-    return st;
+    return total < STATE_MAX_BYTES ? total : STATE_MAX_BYTES;
 }
 
 /* Checks everything in this rank's file against this job, without
@@ -413,7 +346,10 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
     buffer b = {0};
     uint64_t generation = 0;
     if (st == DDPH_OK)
-        st = read_file(file, &b, err);
+        st = ddph__file_read_regular(file, largest_state_file(ctx),
+                                     "a state file of this job's models "
+                                     "can hold",
+                                     &b.data, &b.len, err);
     if (st == DDPH_OK)
         st = validate(ctx, file, &b, &generation, err);
     st = agree(ctx, st, err);
@@ -428,6 +364,17 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
                             "rank); refusing to mix them",
                             path);
     }
+    /* All or nothing on every rank: each hook's state as it is now is
+     * kept (its own save) until every rank has loaded every model; if any
+     * rank failed, every rank puts its kept states back. */
+    buffer *kept = calloc((size_t)ctx->nmodels + 1, sizeof *kept);
+    uint64_t *kept_iteration = calloc((size_t)ctx->nmodels + 1,
+                                      sizeof *kept_iteration);
+    if (st == DDPH_OK && (!kept || !kept_iteration))
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "state_load: out of memory");
+    int touched = 0; /* models whose hooks load() was called */
+    for (int i = 0; kept_iteration && i < ctx->nmodels; i++)
+        kept_iteration[i] = ctx->models[i]->iteration;
     for (int i = 0; i < ctx->nmodels && st == DDPH_OK; i++) {
         ddph_model *m = ctx->models[i];
         const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
@@ -445,6 +392,20 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         b.pos += (size_t)len;
         if (api->load) {
             m->hook->message[0] = '\0';
+            st = api->save(m->hook->state, &m->hook->services, buf_write,
+                           &kept[i]);
+            if (st != DDPH_OK) {
+                st = ddph__fail(err, st,
+                                "state_load: hook '%s' could not keep model "
+                                "'%s''s current state (nothing was loaded): "
+                                "%s",
+                                api->name, m->name,
+                                m->hook->message[0] ? m->hook->message
+                                                    : ddph_strerror(st));
+                break;
+            }
+            touched = i + 1;
+            m->hook->message[0] = '\0';
             st = api->load(m->hook->state, &m->hook->services, buf_read,
                            &payload);
             if (st != DDPH_OK)
@@ -453,11 +414,43 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
                                 file, api->name, m->name,
                                 m->hook->message[0] ? m->hook->message
                                                     : ddph_strerror(st));
+            /* What save wrote, load reads: bytes left over mean the
+             * counts inside the payload do not describe it. */
+            else if (payload.pos != payload.len)
+                st = ddph__fail(err, DDPH_ERR_IO,
+                                "%s: hook '%s' read %zu of the %zu bytes of "
+                                "model '%s''s saved state (corrupt or forged "
+                                "counts)",
+                                file, api->name, payload.pos, payload.len,
+                                m->name);
         }
         if (st == DDPH_OK)
             m->iteration = iteration;
     }
+    st = agree(ctx, st, err);
+    for (int i = 0; st != DDPH_OK && kept_iteration && i < ctx->nmodels; i++)
+        ctx->models[i]->iteration = kept_iteration[i];
+    for (int i = 0; st != DDPH_OK && i < touched; i++) {
+        ddph_model *m = ctx->models[i];
+        const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
+        if (!api->load)
+            continue;
+        kept[i].pos = 0;
+        m->hook->message[0] = '\0';
+        if (api->load(m->hook->state, &m->hook->services, buf_read,
+                      &kept[i]) != DDPH_OK)
+            ddph__err_prefix(err,
+                             "model '%s': hook '%s' could not put its state "
+                             "back after the failed load (%s); do not "
+                             "continue this job",
+                             m->name, api->name,
+                             m->hook->message[0] ? m->hook->message : "?");
+    }
+    for (int i = 0; kept && i < ctx->nmodels; i++)
+        free(kept[i].data);
+    free(kept);
+    free(kept_iteration);
     free(b.data);
     free(file);
-    return agree(ctx, st, err);
+    return st;
 }

@@ -3,6 +3,8 @@
 
 #include "timeline.h"
 
+#include "safe_file.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -133,19 +135,26 @@ ddph_status ddph__timeline_write(ddph_timeline *tl, ddph_mpi *mpi,
     free(mine);
     if (st != DDPH_OK || mpi->world.rank != 0)
         return st;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        free(all);
-        return ddph__fail(err, DDPH_ERR_IO, "trace %s: %s", path,
-                          strerror(errno));
-    }
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+    /* Written like a checkpoint (exclusive temporary, renamed over the
+     * path): a link planted at the path is replaced, never followed. */
+    static const char head[] = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    static const char tail[] = "\n]}\n";
     /* Drop the last ",\n" so the array is valid JSON. */
-    if (total >= 2)
-        fwrite(all, 1, total - 2, f);
-    fputs("\n]}\n", f);
+    size_t body = total >= 2 ? total - 2 : 0;
+    char *text = malloc(sizeof head + body + sizeof tail);
+    if (!text) {
+        free(all);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "trace: out of memory");
+    }
+    size_t n = sizeof head - 1;
+    memcpy(text, head, n);
+    if (body)
+        memcpy(text + n, all, body);
+    n += body;
+    memcpy(text + n, tail, sizeof tail - 1);
+    n += sizeof tail - 1;
     free(all);
-    if (fclose(f) != 0)
-        return ddph__fail(err, DDPH_ERR_IO, "trace %s: write failed", path);
-    return DDPH_OK;
+    st = ddph__file_write_atomic(path, text, n, "trace", err);
+    free(text);
+    return st;
 }

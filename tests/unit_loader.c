@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -327,7 +329,7 @@ START_TEST(plugin_location_matrix)
     static const struct {
         const char *file, *needle;
     } refused[] = {
-        {"safe/link.so", "(real path "},
+        {"safe/link.so", "(at "},
         {"open/sub/fake.so", "/open is writable by other users"},
         {"safe/group.so", "the file is writable by its group"},
         {"sticky/fake.so", "sticky, as /tmp, is not enough"},
@@ -356,6 +358,92 @@ START_TEST(plugin_location_matrix)
     /* The safe one loads; its folder /tmp/ddph-unit-X sits in sticky /tmp. */
     snprintf(path, sizeof path, "%s/safe/fake.so", dir);
     ck_assert_int_eq(ddph__plugin_load(path, NULL, 0, &p, &e), DDPH_OK);
+    ddph__plugin_unload(p);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* The swap race: another user's folder holds a link that flips, as fast
+ * as it can, between a good plugin and their own (whose constructor marks
+ * the environment).  Two hundred loads through that link, and through a
+ * link in a safe folder that points into theirs, are all refused and the
+ * attacker's code never runs.  As root the folder belongs to uid 65534;
+ * otherwise it is writable by every user, which is refused the same way. */
+START_TEST(swapped_link_never_loads_another_users_plugin)
+{
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[2400], link[700], tmp[700], good[700], evil[700], via[700];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mkdir safe attacker && cp '%s' safe/good.so && "
+             "cp '%s' attacker/evil.so && chmod 0777 attacker && "
+             "ln -s ../attacker/allreduce.so safe/via.so",
+             dir, fake("with_options"), fake("attacker"));
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(link, sizeof link, "%s/attacker/allreduce.so", dir);
+    snprintf(tmp, sizeof tmp, "%s/attacker/next.so", dir);
+    snprintf(good, sizeof good, "%s/safe/good.so", dir);
+    snprintf(evil, sizeof evil, "%s/attacker/evil.so", dir);
+    snprintf(via, sizeof via, "%s/safe/via.so", dir);
+    ck_assert_int_eq(symlink(good, link), 0);
+    if (geteuid() == 0) {
+        snprintf(cmd, sizeof cmd, "chown -hR 65534:65534 '%s/attacker' && "
+                 "chmod 0755 '%s/attacker'", dir, dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    unsetenv("DDPH_FAKE_ATTACKER_RAN");
+    pid_t swapper = fork();
+    ck_assert_int_ge(swapper, 0);
+    if (swapper == 0) {
+        for (unsigned i = 0;; i++) {
+            unlink(tmp);
+            if (symlink(i % 2 ? good : evil, tmp) == 0)
+                rename(tmp, link);
+        }
+    }
+    int refused = 0;
+    for (int i = 0; i < 200; i++) {
+        ddph_plugin *p = NULL;
+        ddph_err e;
+        const char *path = i % 2 ? via : link;
+        ddph_status st = ddph__plugin_load(path, NULL, 0, &p, &e);
+        if (st == DDPH_OK)
+            ddph__plugin_unload(p);
+        refused += st == DDPH_ERR_INSECURE &&
+                   strstr(e.msg, "/attacker") != NULL;
+    }
+    kill(swapper, SIGKILL);
+    waitpid(swapper, NULL, 0);
+    ck_assert_ptr_null(getenv("DDPH_FAKE_ATTACKER_RAN"));
+    ck_assert_int_eq(refused, 200);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* A link in a safe folder belongs to whoever made it, and its owner
+ * chooses where it points: one owned by another user is refused. */
+START_TEST(link_owned_by_another_user_is_refused)
+{
+    if (geteuid() != 0)
+        return; /* only root can make a link owned by another user */
+    char dir[] = "/tmp/ddph-unit-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[1600], path[700];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && cp '%s' good.so && ln -s good.so link.so && "
+             "chown -h 65534:65534 link.so",
+             dir, fake("with_options"));
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/link.so", dir);
+    ddph_plugin *p = NULL;
+    ddph_err e;
+    ck_assert_int_eq(ddph__plugin_load(path, NULL, 0, &p, &e),
+                     DDPH_ERR_INSECURE);
+    ck_assert_msg(strstr(e.msg, "link.so is owned by uid 65534"), "%s", e.msg);
+    /* allow_insecure_plugins loads it */
+    ck_assert_int_eq(ddph__plugin_load(path, NULL, 1, &p, &e), DDPH_OK);
     ddph__plugin_unload(p);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -446,6 +534,8 @@ Suite *loader_suite(void)
     tcase_add_test(tc, name_must_match);
     tcase_add_test(tc, world_writable_is_refused);
     tcase_add_test(tc, plugin_location_matrix);
+    tcase_add_test(tc, swapped_link_never_loads_another_users_plugin);
+    tcase_add_test(tc, link_owned_by_another_user_is_refused);
     tcase_add_test(tc, options_validated_against_schema);
     suite_add_tcase(s, tc);
     return s;

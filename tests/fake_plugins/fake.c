@@ -176,6 +176,15 @@ DDPH_PLUGIN_EXPORT const void *not_a_hook(void)
     return &fake_plugin;
 }
 #else
+#ifdef FAKE_ATTACKER
+#include <stdlib.h>
+/* Another user's plugin swapped in behind a link: the unit test's race
+ * loop checks that this never runs. */
+__attribute__((constructor)) static void fake_attacker(void)
+{
+    setenv("DDPH_FAKE_ATTACKER_RAN", "1", 1);
+}
+#endif
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
 {
     (void)host_minor;
