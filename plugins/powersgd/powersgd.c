@@ -398,7 +398,9 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     float *mm = in; /* M: the input plus the error feedback */
     int fresh = 0;
     ddph_status r = DDPH_OK;
-    if (st->use_ef && !(r = error_memory(s, pb, b->numel, &fresh)))
+    if (st->use_ef && pb->error)
+        r = psgd_fits(s, pb, b->index, "error feedback", pb->nerror, b->numel);
+    if (!r && st->use_ef && !(r = error_memory(s, pb, b->numel, &fresh)))
         mm = pb->error;
     if (r)
         return r;
@@ -449,6 +451,11 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
                 nq += st->mats[j].m * st->mats[j].r;
             }
     }
+    if (pb->p && !(r = psgd_fits(s, pb, b->index, "P memory", pb->np, np)))
+        r = psgd_fits(s, pb, b->index, "Q memory", pb->nq, nq);
+    if (r)
+        return r;
+    pb->loaded = 0;
     int randomize = !st->warm_start || !pb->p || pb->np != np || pb->nq != nq;
     if (randomize && !(r = new_pq(s, pb, np, nq)))
         r = random_q(st, s, b->index, pb->q, nq);
@@ -552,14 +559,22 @@ static ddph_status compress(psgd *st, const ddph_bucket *b,
     float *mm = st->flat;
     int fresh = 0;
     ddph_status r = DDPH_OK;
-    if (st->use_ef && !(r = error_memory(s, pb, sq, &fresh)))
+    if (st->use_ef && pb->error)
+        r = psgd_fits(s, pb, b->index, "error feedback", pb->nerror, sq);
+    if (!r && st->use_ef && !(r = error_memory(s, pb, sq, &fresh)))
         mm = pb->error;
     if (r)
         return r;
     st->before += (double)len;
     st->after += (double)(2 * side * rank);
     size_t n = side * rank;
-    int randomize = !st->warm_start || !pb->p || pb->np != n;
+    if (pb->p && !(r = psgd_fits(s, pb, b->index, "P memory", pb->np, n)))
+        r = psgd_fits(s, pb, b->index, "Q memory", pb->nq, n);
+    if (r)
+        return r;
+    pb->loaded = 0;
+    /* Both sizes, whatever a loaded state held. */
+    int randomize = !st->warm_start || !pb->p || pb->np != n || pb->nq != n;
     if (randomize && !(r = new_pq(s, pb, n, n)))
         r = random_q(st, s, b->index, pb->q, n);
     /* Orthogonalised with eps = 0 whatever the option says, as upstream. */

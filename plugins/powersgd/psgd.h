@@ -23,6 +23,7 @@ typedef struct psgd_bucket {
     size_t nerror;
     float *p, *q; /* NULL when there is no memory to warm-start from */
     size_t np, nq;
+    int loaded; /* from a checkpoint, sizes not yet checked (psgd_fits) */
 } psgd_bucket;
 
 /* One compressed tensor of a bucket. */
@@ -62,6 +63,11 @@ typedef struct psgd {
 
 /* The memory of bucket `index`, grown on first sight (NULL: no memory). */
 psgd_bucket *psgd_bucket_memory(const ddph_services *s, psgd *st, int index);
+
+/* A checkpoint's memory must fit the bucket it is used for: have floats
+ * where the bucket needs want (DDPH_ERR_STATE, with a message, if not). */
+ddph_status psgd_fits(const ddph_services *s, const psgd_bucket *pb,
+                      int index, const char *what, size_t have, size_t want);
 
 ddph_status psgd_save(void *state, const ddph_services *s, ddph_write_fn write,
                       void *sink);

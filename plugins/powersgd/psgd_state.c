@@ -67,6 +67,18 @@ ddph_status psgd_save(void *state, const ddph_services *s,
     return r;
 }
 
+ddph_status psgd_fits(const ddph_services *s, const psgd_bucket *pb,
+                      int index, const char *what, size_t have, size_t want)
+{
+    if (!pb->loaded || have == want)
+        return DDPH_OK;
+    s->set_error(s, "bucket %d: the loaded state's %s holds %zu floats; this "
+                    "bucket needs %zu (a state saved with other options, or "
+                    "a forged file)",
+                 index, what, have, want);
+    return DDPH_ERR_STATE;
+}
+
 /* Reads n floats into new device memory (NULL and *r set on failure). */
 static float *get_floats(const ddph_services *s, ddph_read_fn read,
                          void *source, uint64_t n, ddph_status *r)
@@ -127,6 +139,7 @@ ddph_status psgd_load(void *state, const ddph_services *s,
             return DDPH_ERR_NOMEM;
         uint64_t ne = 0, np = 0, nq = 0;
         GET(ne);
+        pb->loaded = 1;
         s->free(s, pb->error);
         pb->error = NULL;
         if (!r && ne != UINT64_MAX) {
