@@ -198,13 +198,6 @@ ddph_status ddph_close(ddph_ctx *ctx)
         ddph__config_free(&ctx->cfg);
         return st;
     }
-    const char **created = calloc((size_t)ctx->nmodels + 1, sizeof *created);
-    for (int i = 0; created && i < ctx->nmodels; i++)
-        created[i] = ctx->models[i]->name;
-    if (created)
-        ddph__job_check_models(&ctx->cfg, created, (size_t)ctx->nmodels,
-                               warn_rank0, ctx);
-    free(created);
     for (int i = 0; i < ctx->nmodels; i++) {
         ddph_model *m = ctx->models[i];
         if (m->window > 0)
@@ -290,6 +283,35 @@ static int decide_sync(const ddph_ctx *ctx, ddph_model *const *models, int n,
     return 0;
 }
 
+/* Models given together share one decision, so the smallest
+ * accumulate_steps among them decides for all: said once per job, at the
+ * first step that mixes them. */
+static void warn_shared_schedule(ddph_ctx *ctx, ddph_model *const *models,
+                                 int n)
+{
+    if (ctx->warned_mixed_windows)
+        return;
+    for (int i = 1; i < n; i++) {
+        const ddph_model *a = models[0], *b = models[i];
+        if (a->accumulate_steps == b->accumulate_steps)
+            continue;
+        const ddph_model *lo = a->accumulate_steps < b->accumulate_steps ? a : b;
+        ctx->warned_mixed_windows = 1;
+        if (ctx->mpi.world.rank != 0)
+            return;
+        ddph__log(&ctx->log, DDPH_LOG_WARN,
+                  "step_begin: models '%s' (accumulate_steps %d) and '%s' "
+                  "(accumulate_steps %d) are given together, so they share "
+                  "one decision: both synchronise every %d backward "
+                  "pass%s while stepped together (the smallest "
+                  "accumulate_steps decides; step them in separate "
+                  "ddph_step_begin calls to keep each one's own)",
+                  a->name, a->accumulate_steps, b->name, b->accumulate_steps,
+                  lo->accumulate_steps, lo->accumulate_steps == 1 ? "" : "es");
+        return;
+    }
+}
+
 ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
                                   int n, unsigned flags)
 {
@@ -326,6 +348,24 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
                                        "step_begin: model '%s' given twice",
                                        models[i]->name);
     }
+    /* The first step: every [model.X] section names a model by now. */
+    if (ctx->step_count == 0) {
+        const char **created = calloc((size_t)ctx->nmodels + 1,
+                                      sizeof *created);
+        if (!created)
+            return DDPH_ERR_NOMEM;
+        for (int i = 0; i < ctx->nmodels; i++)
+            created[i] = ctx->models[i]->name;
+        ddph_err e;
+        ddph_status cst = ddph__job_check_models(&ctx->cfg, created,
+                                                 (size_t)ctx->nmodels, &e);
+        free(created);
+        if (cst != DDPH_OK) {
+            ddph__err_prefix(&e, "step_begin");
+            return ddph__ctx_fail(ctx, cst, &e);
+        }
+    }
+    warn_shared_schedule(ctx, models, n);
     ddph_model **list = realloc(ctx->step_models, (size_t)n * sizeof *list);
     if (!list)
         return DDPH_ERR_NOMEM;

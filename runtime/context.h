@@ -141,6 +141,7 @@ struct ddph_ctx {
     int nstep_models;
     int in_step;
     int waited;  /* step_wait returned for this step */
+    int warned_mixed_windows; /* warn_shared_schedule said it once */
     int syncs;   /* this step synchronises */
 
     /* Communication lanes and their queues (guarded by mu). */

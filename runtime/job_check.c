@@ -98,9 +98,9 @@ ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
     return st;
 }
 
-void ddph__job_check_models(const ddph_config *cfg,
-                            const char *const *created, size_t n,
-                            ddph_warn_fn warn, void *user)
+ddph_status ddph__job_check_models(const ddph_config *cfg,
+                                   const char *const *created, size_t n,
+                                   ddph_err *err)
 {
     for (size_t i = 0; i < cfg->nmodels; i++) {
         const ddph_model_section *ms = &cfg->models[i];
@@ -113,11 +113,11 @@ void ddph__job_check_models(const ddph_config *cfg,
         char hint[160] = "";
         if (near)
             snprintf(hint, sizeof hint, "; did you mean [model.%s]?", near);
-        char msg[DDPH__ERR_LEN];
-        snprintf(msg, sizeof msg,
-                 "%s:%d: [model.%s]: the trainer created no model '%s', so "
-                 "this section was never applied%s",
-                 cfg->path, ms->line, ms->model, ms->model, hint);
-        warn(user, msg);
+        return ddph__fail(err, DDPH_ERR_CONFIG,
+                          "%s:%d: [model.%s]: the trainer created no model "
+                          "'%s' before its first step, so this section would "
+                          "never apply%s",
+                          cfg->path, ms->line, ms->model, ms->model, hint);
     }
+    return DDPH_OK;
 }

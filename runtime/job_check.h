@@ -9,8 +9,10 @@
  *   nearest hook name;
  * - [hook.NAME] for a hook that exists but that neither [hook] name nor
  *   any [model.X] hook selects: a warning when the job opens;
- * - [model.NAME] for a model the trainer never created: a warning when
- *   the job closes. */
+ * - [model.NAME] for a model the trainer has not created by its first
+ *   ddph_step_begin: that call fails (on every rank, since every rank
+ *   reads the same file and creates the same models), naming file:line
+ *   and the nearest model name. */
 #ifndef DDPH_JOB_CHECK_H
 #define DDPH_JOB_CHECK_H
 
@@ -27,10 +29,10 @@ ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
                                           ddph_warn_fn warn, void *user,
                                           ddph_err *err);
 
-/* Warns about each [model.NAME] section whose model is not among the n
- * names the trainer created. */
-void ddph__job_check_models(const ddph_config *cfg,
-                            const char *const *created, size_t n,
-                            ddph_warn_fn warn, void *user);
+/* DDPH_ERR_CONFIG for the first [model.NAME] section whose model is not
+ * among the n names the trainer created. */
+ddph_status ddph__job_check_models(const ddph_config *cfg,
+                                   const char *const *created, size_t n,
+                                   ddph_err *err);
 
 #endif

@@ -22,17 +22,19 @@ run() {
         mkdir -p "$OUT/$1-$cap"
         # A step that fails on a loaded forgery ends that job (exit 3):
         # the next process goes on from the forgery after it.
-        from=0 runs=0 rc=3
+        from=0 runs=0 rc=3 total=0
         while [ "$rc" -eq 3 ] && [ "$runs" -lt 400 ]; do
             out=$(timeout 600 "$B/tests/tools/state_forge" "$job" "$OUT/$1-$cap" "$from" </dev/null 2>&1)
             rc=$?
             runs=$((runs + 1))
+            n=$(printf '%s\n' "$out" | sed -n 's/^\([0-9]*\) forged, .*/\1/p' | tail -1)
+            total=$((total + ${n:-0}))
             from=$(printf '%s\n' "$out" | sed -n 's/.*RESUME \([0-9]*\)$/\1/p' | tail -1)
             [ -n "$from" ] || from=0
         done
         if [ "$rc" -eq 0 ]; then
             pass=$((pass + 1))
-            echo "PASS: $1, bucket_cap_mb $cap: no crash in $runs process(es) ($((runs - 1)) ended by a step failing with a message); last: $(printf '%s\n' "$out" | tail -1)"
+            echo "PASS: $1, bucket_cap_mb $cap: $total forged states, no crash ($((runs - 1)) loaded ones failed a step with a message, each ending its process)"
         else
             fail=$((fail + 1))
             echo "FAIL: $1, bucket_cap_mb $cap (exit $rc)"

@@ -79,7 +79,11 @@ ddph_status psgd_fits(const ddph_services *s, const psgd_bucket *pb,
     return DDPH_ERR_STATE;
 }
 
-/* Reads n floats into new device memory (NULL and *r set on failure). */
+/* Reads n floats into new device memory (NULL and *r set on failure).
+ * The host copy grows a MiB at a time as the data arrives, and device
+ * memory is taken only once all of it has: a forged count larger than
+ * the payload fails after reading what is there, not after allocating
+ * (and clearing) what the count claims. */
 static float *get_floats(const ddph_services *s, ddph_read_fn read,
                          void *source, uint64_t n, ddph_status *r)
 {
@@ -87,13 +91,25 @@ static float *get_floats(const ddph_services *s, ddph_read_fn read,
         *r = *r ? *r : DDPH_ERR_IO;
         return NULL;
     }
-    size_t bytes = (size_t)(n ? n : 1) * sizeof(float);
-    float *h = malloc(bytes);
-    float *v = h ? s->alloc(s, bytes) : NULL;
-    if (!v)
+    size_t bytes = (size_t)n * sizeof(float), got = 0;
+    unsigned char *h = NULL;
+    while (!*r && got < bytes) {
+        size_t chunk = bytes - got < ((size_t)1 << 20) ? bytes - got
+                                                       : (size_t)1 << 20;
+        unsigned char *grown = realloc(h, got + chunk);
+        if (!grown) {
+            *r = DDPH_ERR_NOMEM;
+            break;
+        }
+        h = grown;
+        if ((*r = read(source, h + got, chunk)) == DDPH_OK)
+            got += chunk;
+    }
+    float *v = NULL;
+    if (!*r && !(v = s->alloc(s, bytes ? bytes : sizeof(float))))
         *r = DDPH_ERR_NOMEM;
-    else if (n && (*r = read(source, h, (size_t)n * sizeof *h)) == DDPH_OK)
-        *r = s->copy(s, v, h, (size_t)n * sizeof *h, DDPH_COPY_FROM_HOST);
+    if (!*r && bytes)
+        *r = s->copy(s, v, h, bytes, DDPH_COPY_FROM_HOST);
     free(h);
     if (*r) {
         s->free(s, v);

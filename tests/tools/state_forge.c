@@ -7,8 +7,9 @@
  * every forged copy of the hook's payload is loaded and, when the load
  * succeeds, two more steps run on it.  Forgeries, each with the payload
  * length and the crc32 made valid again:
- *   - each 4-byte word of the payload (the first 64, then every 127th)
- *     set to 0, 1, its value +-1, 0x4b800000, 0x80000000 and 0xcb800000
+ *   - each 4-byte word of the payload (the first 64, each one whose
+ *     value could be a count, i.e. 1 to the payload's length / 4, and
+ *     every 127th) set to 0, 1, its value +-1, 0x4b800000, 0x80000000 and 0xcb800000
  *     (huge or negative counts that are modest floats); for small counts
  *     the same with the payload's tail cut or grown by the change times 4
  *     bytes, so that a count and the data after it agree (bucket 0's Q
@@ -218,8 +219,13 @@ int main(int argc, char **argv)
         memset(work, 0, 16);
         attempt(16);
     }
-    for (size_t w = 0; w + 4 <= payload_len; w += w < 256 ? 4 : 508) {
+    for (size_t w = 0; w + 4 <= payload_len; w += 4) {
         uint32_t v = (uint32_t)get_le(orig + payload_at + w, 4);
+        /* The first 64 words, every word that could be a count (floats
+         * and generator state almost never are), and every 127th. */
+        int count_like = v >= 1 && v <= payload_len / 4;
+        if (w >= 256 && !count_like && w % 508 != 0)
+            continue;
         /* Huge or negative counts that are modest floats too (2^24, -0,
          * -2^24): a NaN or FLT_MAX would only stop int8's step (it cannot
          * quantize them), which ends the process. */
