@@ -13,8 +13,11 @@
 
 #include "commands.h"
 #include "config.h"
+#include "backend_mpi.h"
+#include "hook.h"
 #include "job_check.h"
 #include "loader.h"
+#include "log.h"
 #ifdef HAVE_NCCL
 #include "backend_nccl.h"
 #endif
@@ -24,8 +27,9 @@ static const char main_usage[] =
     "usage: ddphook COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
-    "  check JOB.ini          validate a job without running it and print the\n"
-    "                         resolved configuration and the hooks it loads\n"
+    "  check [--verbose] JOB.ini\n"
+    "                         validate a job without running it: every key,\n"
+    "                         hook and hook option; ends with a verdict line\n"
     "  plugins [--job JOB.ini | --plugin-path DIRS]\n"
     "                         list the hooks found along the plugin path\n"
     "  describe NAME [--job JOB.ini | --plugin-path DIRS]\n"
@@ -101,35 +105,72 @@ static void print_options_table(const ddph_option_spec *spec, FILE *out)
     }
 }
 
-static int check_hook(const ddph_config *cfg, const char *name, int line,
-                      const char *who)
+/* ddphook check's tally: errors go to stderr as they are found. */
+typedef struct check_run {
+    const ddph_config *cfg;
+    int errors;
+    int verbose;
+    ddph_mpi *mpi; /* one-rank MPI for the hooks' create(); NULL if down */
+    ddph_logger log;
+} check_run;
+
+/* At most this many refused keys are listed per hook section. */
+#define CHECK_MAX_LISTED 50
+
+static void check_error(void *user, const char *msg)
 {
+    check_run *run = user;
+    if (++run->errors <= CHECK_MAX_LISTED)
+        fprintf(stderr, "ddphook check: %s\n", msg);
+}
+
+/* One chosen hook: it loads, every key of its section is valid, and its
+ * own create() accepts the options (the code a job runs at
+ * ddph_model_finalize), as a one-rank job.  With --verbose its resolved
+ * options are printed. */
+static void check_hook(check_run *run, const char *name, int line,
+                       ddph_wrapper wrapper, const char *who)
+{
+    const ddph_config *cfg = run->cfg;
     ddph_plugin *p;
-    ddph_options *o;
     ddph_err e;
     ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
                                        cfg->allow_insecure_plugins, &p, &e);
-    if (st != DDPH_OK && line > 0)
-        ddph__err_prefix(&e, "%s:%d", cfg->path, line);
-    if (st == DDPH_OK) {
-        st = ddph__options_build(p->api.name, p->api.options,
-                                 ddph__config_hook_section(cfg, p->api.name),
-                                 cfg->path, &o, &e);
-        if (st != DDPH_OK)
-            ddph__plugin_unload(p);
-    }
     if (st != DDPH_OK) {
-        fprintf(stderr, "ddphook check: %s\n", e.msg);
-        return 0;
+        if (line > 0)
+            ddph__err_prefix(&e, "%s:%d", cfg->path, line);
+        check_error(run, e.msg);
+        return;
     }
-    printf("\n; %s: hook '%s' %s from %s (ABI %u.%u, struct_size %u)\n", who,
-           p->api.name, p->api.version, p->path, p->api.abi_major,
-           p->api.abi_minor, p->plugin_size);
-    printf("[hook.%s]\n", p->api.name);
-    ddph__options_print(o, stdout, "");
-    ddph__options_free(o);
+    int before = run->errors;
+    const ddph_hook_section *hs = ddph__config_hook_section(cfg, p->api.name);
+    ddph__options_each_error(p->api.name, p->api.options, hs, cfg->path,
+                             check_error, run);
+    if (run->errors - before > CHECK_MAX_LISTED)
+        fprintf(stderr, "ddphook check: ... and %d more refused keys in "
+                        "[hook.%s]\n",
+                run->errors - before - CHECK_MAX_LISTED, p->api.name);
+    if (run->errors == before && run->mpi) {
+        ddph_hook *h = NULL;
+        if (ddph__hook_create(cfg, name, line, wrapper, who, run->mpi, NULL,
+                              &run->log, &h, &e) != DDPH_OK)
+            check_error(run, e.msg);
+        ddph__hook_destroy(h);
+    }
+    if (run->verbose && run->errors == before) {
+        ddph_options *o;
+        if (ddph__options_build(p->api.name, p->api.options, hs, cfg->path,
+                                &o, &e) == DDPH_OK) {
+            printf("\n; %s: hook '%s' %s from %s (ABI %u.%u, struct_size "
+                   "%u)\n",
+                   who, p->api.name, p->api.version, p->path,
+                   p->api.abi_major, p->api.abi_minor, p->plugin_size);
+            printf("[hook.%s]\n", p->api.name);
+            ddph__options_print(o, stdout, "");
+            ddph__options_free(o);
+        }
+    }
     ddph__plugin_unload(p);
-    return 1;
 }
 
 static void warn_stderr(void *user, const char *msg)
@@ -158,40 +199,85 @@ static int check_backend(const ddph_config *cfg)
     return 0;
 }
 
+static const char check_usage[] =
+    "usage: ddphook check [--verbose] JOB.ini\n"
+    "\n"
+    "Validates a job file without training: every key, every hook it\n"
+    "loads, every option of every hook (each refused key with its file:line,\n"
+    "in line order), and each hook's own create() on these options, as a\n"
+    "one-rank job.  Errors come first, on stderr; the last line is the\n"
+    "verdict.  Exit status 0 when the job would start, 1 when not.\n"
+    "\n"
+    "  --verbose   also print the resolved configuration (defaults filled\n"
+    "              in) and each hook's resolved options\n";
+
 int cmd_check(int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-') {
-        fputs("usage: ddphook check JOB.ini\n\nValidates a job file (every "
-              "key, every hook and its options)\nwithout running anything, "
-              "and prints the resolved configuration.\n",
-              argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
-        return argc == 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    int verbose = 0;
+    const char *job = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(check_usage, stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
+            verbose = 1;
+        else if (argv[i][0] != '-' && !job)
+            job = argv[i];
+        else {
+            fputs(check_usage, stderr);
+            return 2;
+        }
+    }
+    if (!job) {
+        fputs(check_usage, stderr);
+        return 2;
     }
     ddph_config cfg;
     ddph_err e;
-    if (ddph__config_load(argv[1], &cfg, &e) != DDPH_OK) {
+    if (ddph__config_load(job, &cfg, &e) != DDPH_OK) {
         fprintf(stderr, "ddphook check: %s\n", e.msg);
+        printf("%s: 1 error: the job would not start\n", job);
         return 1;
     }
-    ddph__config_print(&cfg, stdout);
-    int ok = check_backend(&cfg);
-    if (ddph__job_check_hook_sections(&cfg, warn_stderr, NULL, &e) !=
-        DDPH_OK) {
-        fprintf(stderr, "ddphook check: %s\n", e.msg);
-        ok = 0;
-    }
-    ok &= check_hook(&cfg, cfg.hook_name, cfg.hook_line, "[hook] name");
+    check_run run = {.cfg = &cfg, .verbose = verbose};
+    ddph__logger_init(&run.log);
+    if (!check_backend(&cfg))
+        run.errors++;
+    if (ddph__job_check_hook_sections(&cfg, warn_stderr, NULL, &e) != DDPH_OK)
+        check_error(&run, e.msg);
+    /* The hooks' create() runs against a one-rank job, as the job's own
+     * would against its world. */
+    static ddph_mpi mpi;
+    if (ddph__mpi_init(&mpi, NULL, NULL, cfg.timeout_s, &e) == DDPH_OK)
+        run.mpi = &mpi;
+    else
+        fprintf(stderr, "ddphook check: warning: the hooks' own option "
+                        "checks (create) were not run: %s\n",
+                e.msg);
+    if (verbose)
+        ddph__config_print(&cfg, stdout);
+    check_hook(&run, cfg.hook_name, cfg.hook_line, cfg.wrapper, "[hook] name");
     for (size_t i = 0; i < cfg.nmodels; i++) {
         if (!cfg.models[i].hook)
             continue;
         char who[256];
         snprintf(who, sizeof who, "[model.%s] hook", cfg.models[i].model);
-        ok &= check_hook(&cfg, cfg.models[i].hook, cfg.models[i].hook_line, who);
+        check_hook(&run, cfg.models[i].hook, cfg.models[i].hook_line,
+                   cfg.models[i].wrapper_set ? cfg.models[i].wrapper
+                                             : cfg.wrapper,
+                   who);
     }
-    if (ok)
-        printf("\n; %s: OK\n", cfg.path);
+    if (run.mpi)
+        ddph__mpi_finalize(run.mpi, &e);
+    if (run.errors)
+        printf("%s%s: %d error%s: the job would not start\n",
+               verbose ? "\n; " : "", cfg.path, run.errors,
+               run.errors == 1 ? "" : "s");
+    else
+        printf("%s%s: OK\n", verbose ? "\n; " : "", cfg.path);
     ddph__config_free(&cfg);
-    return ok ? 0 : 1;
+    return run.errors ? 1 : 0;
 }
 
 static const char plugins_usage[] =

@@ -46,9 +46,19 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
     h->message[0] = '\0';
     st = api->create(&h->services, h->options, &h->state);
     if (st != DDPH_OK) {
+        /* Where the job file set what create refused: the option its
+         * message names, else the hook's section, else the line that
+         * chose the hook. */
+        const ddph_hook_section *hs = ddph__config_hook_section(cfg, api->name);
+        int at = ddph__options_line_named(h->options, h->message);
+        if (!at)
+            at = hs ? hs->line : line;
+        char where[DDPH__ERR_LEN / 2] = "";
+        if (at > 0)
+            snprintf(where, sizeof where, "%s:%d: ", cfg->path, at);
         st = ddph__fail(err, st < 0 ? st : DDPH_ERR_HOOK,
-                        "hook '%s' (%s): create failed: %s", api->name,
-                        h->plugin->path,
+                        "%shook '%s' (%s): create failed: %s", where,
+                        api->name, h->plugin->path,
                         h->message[0] ? h->message : ddph_strerror(st));
         h->state = NULL;
         goto fail;

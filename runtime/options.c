@@ -181,6 +181,59 @@ ddph_status ddph__options_build(const char *plugin,
     return DDPH_OK;
 }
 
+size_t ddph__options_each_error(const char *plugin,
+                                const ddph_option_spec *spec,
+                                const ddph_hook_section *section,
+                                const char *file,
+                                void (*report)(void *user, const char *msg),
+                                void *user)
+{
+    ddph_err e;
+    ddph_options *o;
+    size_t bad = 0;
+    if (ddph__options_check_schema(plugin, spec, &e) != DDPH_OK) {
+        report(user, e.msg);
+        return 1;
+    }
+    if (!section) {
+        if (ddph__options_build(plugin, spec, NULL, file, &o, &e) != DDPH_OK)
+            return report(user, e.msg), 1;
+        ddph__options_free(o);
+        return 0;
+    }
+    /* One key at a time: a refused key does not hide the next. */
+    for (size_t k = 0; k < section->nkv; k++) {
+        ddph_hook_section one = *section;
+        one.kv = &section->kv[k];
+        one.nkv = 1;
+        if (ddph__options_build(plugin, spec, &one, file, &o, &e) != DDPH_OK) {
+            report(user, e.msg);
+            bad++;
+        } else
+            ddph__options_free(o);
+    }
+    return bad;
+}
+
+int ddph__options_line_named(const ddph_options *o, const char *text)
+{
+    for (size_t i = 0; o && i < o->n; i++) {
+        const char *name = o->spec[i].name;
+        size_t len = strlen(name);
+        if (!o->values[i].line)
+            continue;
+        /* The name as a word, not inside a longer one. */
+        for (const char *at = strstr(text, name); at; at = strstr(at + 1, name)) {
+            char before = at == text ? ' ' : at[-1], after = at[len];
+            int inside = (before == '_' || (before >= 'a' && before <= 'z')) ||
+                         (after == '_' || (after >= 'a' && after <= 'z'));
+            if (!inside)
+                return o->values[i].line;
+        }
+    }
+    return 0;
+}
+
 void ddph__options_free(ddph_options *o)
 {
     if (!o)

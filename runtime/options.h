@@ -39,6 +39,18 @@ ddph_status ddph__options_build(const char *plugin,
                                 const char *file, ddph_options **out,
                                 ddph_err *err);
 void ddph__options_free(ddph_options *o);
+/* Every key of `section` that ddph__options_build would refuse, each
+ * message given to report in the file's line order; returns how many. */
+size_t ddph__options_each_error(const char *plugin,
+                                const ddph_option_spec *spec,
+                                const ddph_hook_section *section,
+                                const char *file,
+                                void (*report)(void *user, const char *msg),
+                                void *user);
+/* The job-file line of the option set in the file whose name `text`
+ * mentions (a hook's create() message names the option it refuses), or
+ * 0 when none is. */
+int ddph__options_line_named(const ddph_options *o, const char *text);
 /* "k=v" lines, one per option, in schema order. */
 void ddph__options_print(const ddph_options *o, FILE *out,
                          const char *prefix);

@@ -68,6 +68,23 @@ if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
         "$B/ddphook" check "$OUT/nccl.ini"
 fi
 expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"
+# Every refused hook option, in line order, then the verdict as the last
+# line; and what only the hook's own create() refuses, with file:line.
+printf '[runtime]\nplugin_path = %s\n[hook]\nname = powersgd\n[hook.powersgd]\nmin_compression_rate = x\nmatrix_aproximation_rank = 3\nstart_powerSGD_iter = 1\n' "$P" > "$OUT/opts.ini"
+if out=$("$B/ddphook" check "$OUT/opts.ini" 2>&1 </dev/null); then
+    fail=$((fail + 1)); echo "FAIL: check of two bad options: accepted"
+elif [ "$(printf '%s\n' "$out" | grep -c "^ddphook check: $OUT/opts.ini:[0-9]*:")" -eq 2 ] &&
+     printf '%s\n' "$out" | sed -n 1p | grep -q "opts.ini:6: \[hook.powersgd\] min_compression_rate (real): 'x' is not a number" &&
+     printf '%s\n' "$out" | sed -n 2p | grep -q "opts.ini:7: hook 'powersgd' has no option 'matrix_aproximation_rank'; did you mean 'matrix_approximation_rank'?" &&
+     printf '%s\n' "$out" | tail -1 | grep -q "^$OUT/opts.ini: 2 errors: the job would not start\$"; then
+    pass=$((pass + 1)); echo "PASS: check lists every bad option in line order, then the verdict"
+else
+    fail=$((fail + 1)); echo "FAIL: check of two bad options:"; printf '%s\n' "$out" | sed 's/^/    /'
+fi
+printf '[runtime]\nplugin_path = %s\n[hook]\nname = powersgd\n[hook.powersgd]\nmatrix_approximation_rank = 2\nstart_powerSGD_iter = 1\n' "$P" > "$OUT/create.ini"
+expect "check runs the hook's own create() (start_powerSGD_iter = 1)" \
+    "^ddphook check: $OUT/create.ini:7: hook 'powersgd' (.*): create failed: start_powerSGD_iter = 1: it must be > 1" \
+    "$B/ddphook" check "$OUT/create.ini"
 
 if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     job="$OUT/job.ini"
@@ -102,6 +119,17 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/nothing" --out "$OUT/o4"
     expect "world size mismatch" "the trace was captured on 2 ranks; this run has 1" \
         "$MPIEXEC" -n 1 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/o5"
+    # A [model.X] section that names no model: the first step fails on
+    # every rank, with file:line and the nearest model name.
+    printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[model.modle]\nhook = fp16\n' "$DDPH_TEST_PLUGIN_DIR" > "$OUT/typo.ini"
+    out=$(timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$OUT/typo.ini" --trace "$OUT/t" --out "$OUT/o9" </dev/null 2>&1)
+    rc=$?
+    want="step_begin: $OUT/typo.ini:4: \[model.modle\]: the trainer created no model 'modle' before its first step, so this section would never apply; did you mean \[model.model\]?"
+    if [ "$rc" -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c "rank [01].*$want")" -ge 2 ]; then
+        pass=$((pass + 1)); echo "PASS: a [model.X] typo fails the first step on every rank"
+    else
+        fail=$((fail + 1)); echo "FAIL: a [model.X] typo (exit $rc):"; printf '%s\n' "$out" | sed 's/^/    /'
+    fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
