@@ -173,6 +173,20 @@ ddph_status ddph_close(ddph_ctx *ctx)
             ddph__log(&ctx->log, DDPH_LOG_INFO, "timeline written to %s",
                       ctx->cfg.trace);
     }
+    if (ctx->timeline.enabled && ctx->mpi_up && broken) {
+        /* When it is needed most: each rank's own events, alone. */
+        ddph_err fault, e;
+        ddph__mpi_fault(mpi, &fault);
+        if (ddph__timeline_write_failed(&ctx->timeline, mpi->world.rank,
+                                        ctx->cfg.trace, fault.msg, &e) !=
+            DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
+        else
+            ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                      "the job failed: this rank's timeline written to "
+                      "%s.rank%d",
+                      ctx->cfg.trace, mpi->world.rank);
+    }
     ddph__timeline_free(&ctx->timeline);
     /* Every rank meets here within timeout_s, or the job has failed (a
      * peer died after its last step): decided before anything is freed. */

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <link.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -653,11 +654,12 @@ ddph_status ddph__plugin_load(const char *name_or_path,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     p->path = path;
+    p->fd = -1;
     st = check_elf(fd, path, err);
+    /* The very file checked: its descriptor, not its name again. */
+    char by_fd[64];
+    snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
     if (st == DDPH_OK) {
-        /* The very file checked: its descriptor, not its name again. */
-        char by_fd[64];
-        snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
         dlerror();
         p->dl = dlopen(by_fd, RTLD_NOW | RTLD_LOCAL);
         if (!p->dl) {
@@ -671,7 +673,19 @@ ddph_status ddph__plugin_load(const char *name_or_path,
                                 : "");
         }
     }
-    close(fd);
+    /* ld.so knows a loaded object by the name it was opened with.  While
+     * an object is named /proc/self/fd/N, descriptor N stays open (so no
+     * other file can be opened as N and be taken for it); when the same
+     * file was already loaded under another name, ld.so returned that
+     * object and this descriptor is not needed. */
+    struct link_map *lm = NULL;
+    if (st == DDPH_OK && dlinfo(p->dl, RTLD_DI_LINKMAP, &lm) == 0 && lm &&
+        lm->l_name && strcmp(lm->l_name, by_fd) == 0) {
+        p->fd = fd;
+        fd = -1;
+    }
+    if (fd >= 0)
+        close(fd);
     if (st != DDPH_OK)
         goto fail;
     ddph_plugin_entry_v1 entry;
@@ -723,6 +737,19 @@ void ddph__plugin_unload(ddph_plugin *p)
         return;
     if (p->dl)
         dlclose(p->dl);
+    if (p->fd >= 0) {
+        /* Still loaded (another instance holds it, or it cannot be
+         * unloaded): its name stays /proc/self/fd/N, so N stays open for
+         * the life of the process (one descriptor, never reused for
+         * another plugin). */
+        char by_fd[64];
+        snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", p->fd);
+        void *still = dlopen(by_fd, RTLD_LAZY | RTLD_NOLOAD);
+        if (still)
+            dlclose(still);
+        else
+            close(p->fd);
+    }
     free(p->path);
     free(p);
 }

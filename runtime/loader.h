@@ -21,6 +21,7 @@
 typedef struct ddph_plugin {
     void *dl;
     char *path;           /* the file loaded */
+    int fd;               /* the descriptor it is named after, or -1 */
     ddph_plugin_api_v1 api;   /* host-sized copy */
     uint32_t plugin_size; /* the plugin's struct_size */
 } ddph_plugin;

@@ -158,3 +158,57 @@ ddph_status ddph__timeline_write(ddph_timeline *tl, ddph_mpi *mpi,
     free(text);
     return st;
 }
+
+/* s as the body of a JSON string (quotes, backslashes and control
+ * characters escaped), cut to fit out. */
+static void json_escape(const char *s, char *out, size_t size)
+{
+    size_t n = 0;
+    for (; *s && n + 7 < size; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            n += (size_t)snprintf(out + n, size - n, "\\%c", c);
+        else if (c < 0x20)
+            n += (size_t)snprintf(out + n, size - n, "\\u%04x", c);
+        else
+            out[n++] = (char)c;
+    }
+    out[n] = '\0';
+}
+
+ddph_status ddph__timeline_write_failed(ddph_timeline *tl, int rank,
+                                        const char *path, const char *why,
+                                        ddph_err *err)
+{
+    size_t len = 0;
+    char *mine = serialize(tl, rank, 0, &len);
+    char *text = NULL, *file = NULL;
+    size_t tlen = 0;
+    FILE *f = mine ? open_memstream(&text, &tlen) : NULL;
+    if (!f) {
+        free(mine);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "trace: out of memory");
+    }
+    char reason[DDPH__ERR_LEN * 2];
+    json_escape(why, reason, sizeof reason);
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"ended\":"
+               "\"in failure\",\"rank\":%d,\"origin_unix_s\":%.6f,"
+               "\"error\":\"%s\"},\"traceEvents\":[\n",
+            rank, tl->origin, reason);
+    fwrite(mine, 1, len, f);
+    fprintf(f, "{\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":%d,"
+               "\"ts\":%.3f,\"name\":\"job failed\",\"args\":{\"error\":"
+               "\"%s\"}}\n]}\n",
+            rank, DDPH_TRACK_COMPUTE, ddph__timeline_now(tl) * 1e6, reason);
+    free(mine);
+    ddph_status st = DDPH_OK;
+    if (fclose(f) != 0 || !(file = malloc(strlen(path) + 32)))
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "trace: out of memory");
+    else {
+        snprintf(file, strlen(path) + 32, "%s.rank%d", path, rank);
+        st = ddph__file_write_atomic(file, text, tlen, "trace", err);
+    }
+    free(file);
+    free(text);
+    return st;
+}

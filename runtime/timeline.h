@@ -5,6 +5,8 @@
  * (communication track), and each step's wait.  At ddph_close rank 0
  * gathers every rank's events and writes one JSON file in the Trace Event
  * Format: one process per rank, two threads (compute, communication).
+ * When the job fails, each rank writes its own events instead, to
+ * FILE.json.rank<R>.
  * Open it in https://ui.perfetto.dev or chrome://tracing.  Recording is a
  * mutex and an array append; with no trace configured it costs a branch. */
 #ifndef DDPH_TIMELINE_H
@@ -44,5 +46,11 @@ struct ddph_mpi;
 /* Collective: gathers to rank 0, which writes path. */
 ddph_status ddph__timeline_write(ddph_timeline *tl, struct ddph_mpi *mpi,
                                  const char *path, ddph_err *err);
+/* A failed job cannot gather: each rank writes what it recorded to
+ * PATH.rank<R>, alone, marked as ending in failure (otherData.ended =
+ * "in failure", the error, and a global "job failed" instant event). */
+ddph_status ddph__timeline_write_failed(ddph_timeline *tl, int rank,
+                                        const char *path, const char *why,
+                                        ddph_err *err);
 
 #endif

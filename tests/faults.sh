@@ -35,7 +35,8 @@ shared_buckets = false"
 # (runtime/shared_buckets.c): a peer lost between its two collectives.
 job "$OUT/shared.ini" fp16 "bucket_cap_mb = 1"
 job "$OUT/powersgd.ini" powersgd "check_finite = true"
-job "$OUT/hook.ini" "$DDPH_TEST_FAKE_DIR/failing_last_rank.so"
+job "$OUT/hook.ini" "$DDPH_TEST_FAKE_DIR/failing_last_rank.so" \
+    "trace = $OUT/hook-trace.json"
 
 pass=0
 fail=0
@@ -189,7 +190,22 @@ scenario 4 kill during-save "$A"
 scenario 2 exit mid-step "$A"
 scenario 2 stop before-close "$A"
 scenario 4 hook mid-step "$OUT/hook.ini"
+rm -f "$OUT"/hook-trace.json*
 scenario 2 hook mid-step "$OUT/hook.ini"
+# A failed job still leaves its timeline: each rank's own, marked.
+traces_ok=1
+for r in 0 1; do
+    t="$OUT/hook-trace.json.rank$r"
+    grep -q '"ended":"in failure"' "$t" 2>/dev/null &&
+        grep -q '"name":"job failed"' "$t" &&
+        grep -q 'fake failure of the last rank' "$t" &&
+        grep -q '"name":"step_wait"\|"name":"hook ' "$t" || traces_ok=0
+done
+if [ "$traces_ok" -eq 1 ] && [ ! -e "$OUT/hook-trace.json" ]; then
+    pass=$((pass + 1)); echo "PASS: a failed job writes each rank's timeline, marked as ending in failure"
+else
+    fail=$((fail + 1)); echo "FAIL: timeline of a failed job:"; ls -l "$OUT"/hook-trace.json* 2>&1 | sed 's/^/    /'
+fi
 scenario 4 nan mid-step "$OUT/powersgd.ini"
 scenario 4 kill mid-step "$OUT/fp16.ini"
 scenario 4 stop mid-step "$OUT/fp16.ini"

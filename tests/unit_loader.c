@@ -422,6 +422,32 @@ START_TEST(swapped_link_never_loads_another_users_plugin)
 }
 END_TEST
 
+/* Plugins are loaded through /proc/self/fd/N: two loaded at once, one
+ * unloaded and another loaded in its place, and the same file twice, each
+ * handle is the file asked for. */
+START_TEST(loaded_through_descriptors_stay_distinct)
+{
+    ddph_plugin *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    ddph_err e;
+    const char *dir = unit_env("DDPH_TEST_PLUGIN_DIR");
+    ck_assert_int_eq(ddph__plugin_load("powersgd", dir, 1, &a, &e), DDPH_OK);
+    ck_assert_int_eq(ddph__plugin_load("fp16", dir, 1, &b, &e), DDPH_OK);
+    ck_assert_str_eq(a->api.name, "powersgd");
+    ck_assert_str_eq(b->api.name, "fp16");
+    ddph__plugin_unload(a);
+    ck_assert_int_eq(ddph__plugin_load("bf16", dir, 1, &c, &e), DDPH_OK);
+    ck_assert_str_eq(c->api.name, "bf16");
+    ck_assert_int_eq(ddph__plugin_load("fp16", dir, 1, &d, &e), DDPH_OK);
+    ck_assert_str_eq(d->api.name, "fp16");
+    ddph__plugin_unload(b);
+    ddph__plugin_unload(c);
+    ck_assert_int_eq(ddph__plugin_load("allreduce", dir, 1, &a, &e), DDPH_OK);
+    ck_assert_str_eq(a->api.name, "allreduce");
+    ddph__plugin_unload(a);
+    ddph__plugin_unload(d);
+}
+END_TEST
+
 /* A link in a safe folder belongs to whoever made it, and its owner
  * chooses where it points: one owned by another user is refused. */
 START_TEST(link_owned_by_another_user_is_refused)
@@ -536,6 +562,7 @@ Suite *loader_suite(void)
     tcase_add_test(tc, plugin_location_matrix);
     tcase_add_test(tc, swapped_link_never_loads_another_users_plugin);
     tcase_add_test(tc, link_owned_by_another_user_is_refused);
+    tcase_add_test(tc, loaded_through_descriptors_stay_distinct);
     tcase_add_test(tc, options_validated_against_schema);
     suite_add_tcase(s, tc);
     return s;
