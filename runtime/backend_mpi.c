@@ -510,6 +510,7 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     m->timeout_s = timeout_s;
     m->world.comm = MPI_COMM_NULL;
     m->alarm = MPI_COMM_NULL;
+    m->trainer.comm = MPI_COMM_NULL;
     int inited = 0, rc;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -537,6 +538,12 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     st = dup_world(m, &m->alarm, "MPI_Comm_idup", err);
     if (st != DDPH_OK)
         return st;
+    st = dup_world(m, &m->trainer.comm, "MPI_Comm_idup", err);
+    if (st != DDPH_OK)
+        return st;
+    m->trainer.rank = m->world.rank;
+    m->trainer.size = m->world.size;
+    m->trainer.owned = 1;
     MPI_Type_contiguous(2, MPI_BYTE, &m->half_type);
     MPI_Type_commit(&m->half_type);
     MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min},
@@ -637,6 +644,11 @@ void ddph__mpi_finalize_watched(double limit_s)
 ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)
 {
     m->left = 1;
+    /* The peers wait for this rank's closing notice as it waits for
+     * theirs: sent here if the caller did not (ddph_close sends it
+     * earlier, before stopping the communication thread). */
+    if (!atomic_load(&m->closing))
+        ddph__mpi_closing(m);
     ddph_status st = ddph__mpi_fault(m, err);
     if (st != DDPH_OK || m->alarm == MPI_COMM_NULL)
         return st;
@@ -698,6 +710,9 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
     free(m->world.scratch);
     if (m->world.owned)
         MPI_Comm_free(&m->world.comm);
+    free(m->trainer.scratch);
+    if (m->trainer.owned)
+        MPI_Comm_free(&m->trainer.comm);
     if (m->alarm != MPI_COMM_NULL)
         MPI_Comm_free(&m->alarm);
     for (int t = DDPH_F16; t <= DDPH_BF16; t++)

@@ -57,6 +57,9 @@ typedef struct ddph_mpi {
     struct ddph_group world;
     MPI_Comm alarm;      /* notices, and the barrier of ddph_close: never
                             a collective a peer could match with a step's */
+    struct ddph_group trainer; /* the trainer's own collectives (ddph_barrier,
+                                  replica checks), likewise never matched
+                                  with a step's */
     int initialized_mpi; /* ddph_open called MPI_Init_thread */
     int left;            /* ddph__mpi_leave was called */
     int thread_level;

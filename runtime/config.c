@@ -71,6 +71,12 @@ static const key_spec key_table[] = {
     {.section = "runtime", .key = "check_finite", .type = K_BOOL,
      .offset = AT(check_finite),
      .doc = "report the first NaN/Inf gradient (bucket, parameter)"},
+    {.section = "runtime", .key = "broadcast_parameters", .type = K_BOOL,
+     .offset = AT(broadcast_parameters),
+     .doc = "rank 0's parameter values to every rank at finalize"},
+    {.section = "runtime", .key = "check_replicas_every", .type = K_INT,
+     .offset = AT(check_replicas_every), .min = 0, .max = INT_MAX,
+     .doc = "compare the ranks' parameters every N synchronised steps"},
     {.section = "runtime", .key = "lanes", .type = K_INT,
      .offset = AT(lanes), .min = 1, .max = DDPH__MAX_LANES,
      .doc = "buckets in flight at once, for hooks that allow it"},
@@ -651,6 +657,7 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
     cfg->accumulate_steps = 1;
     cfg->lanes = 1;
     cfg->shared_buckets = 1;
+    cfg->broadcast_parameters = 1;
     cfg->wrapper = DDPH_WRAP_NONE;
     cfg->path = ddph__strdup("(defaults)");
     cfg->plugin_path = ddph__strdup(DDPH_PLUGIN_DIR);

@@ -67,6 +67,8 @@ typedef struct ddph_config {
     char *trace; /* Chrome/Perfetto timeline file, or NULL */
     int check_finite;
     int lanes; /* communication threads, each with its own communicator */
+    int broadcast_parameters; /* rank 0's parameter values at finalize */
+    int check_replicas_every; /* synchronised steps; 0 = never */
 
     /* [accumulate] */
     int accumulate_steps;

@@ -11,6 +11,7 @@
 #include "cpu_ops.h"
 #include "device.h"
 #include "job_check.h"
+#include "replicas.h"
 #include "state_file.h"
 
 /* Warnings about the job file come from rank 0 only: every rank reads the
@@ -507,6 +508,18 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
         if (st == DDPH_OK && ctx->step_end_event)
             st = ddph__dev_stream_after(ctx->compute_stream, ctx->comm_stream,
                                         ctx->step_end_event, &e);
+    }
+    /* After the optimizer, every N-th synchronised step: the replicas are
+     * compared (replicas.h).  Every rank takes part, even one whose hook
+     * failed above, so that no peer waits for it. */
+    int every = ctx->cfg.check_replicas_every;
+    for (int i = 0; every > 0 && ctx->syncs && i < ctx->nstep_models; i++) {
+        ddph_model *m = ctx->step_models[i];
+        if (m->iteration % (uint64_t)every != 0)
+            continue;
+        ddph_err later;
+        ddph_status cs = ddph__replicas_check(m, st ? &later : &e);
+        st = st ? st : cs;
     }
     ctx->in_step = 0;
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);

@@ -9,6 +9,7 @@
 #include "buckets.h"
 #include "context.h"
 #include "device.h"
+#include "replicas.h"
 #include "shared_buckets.h"
 
 ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
@@ -388,6 +389,10 @@ ddph_status ddph_model_finalize(ddph_model *m)
         ddph__err_prefix(&e, "model '%s'", m->name);
         return ddph__ctx_fail(ctx, st, &e);
     }
+    /* Replicas start equal: rank 0's parameter values (replicas.h). */
+    if (ctx->cfg.broadcast_parameters &&
+        (st = ddph__replicas_broadcast(m, &e)) != DDPH_OK)
+        return ddph__ctx_fail(ctx, st, &e);
     m->finalized = 1;
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %d parameters in %d buckets, hook '%s' from %s",

@@ -88,6 +88,41 @@ for r in 2 3; do cp "$OUT/other.rank1" "$OUT/other.rank$r"; done
 refused "a 2-rank checkpoint on 4 ranks" \
     "other.rank0 was saved by rank 0 of 2 ranks; this is rank 0 of 4" \
     4 "$OUT/trace4" "$OUT/other"
+# A 4 GiB sparse file in place of rank 0's: refused before it is read,
+# on both ranks, at once.
+cp "$OUT/other.rank1" "$OUT/huge.rank1"
+truncate -s 4G "$OUT/huge.rank0"
+t0=$(date +%s)
+refused "a 4 GiB state file" \
+    "huge.rank0: 4294967296 bytes is more than [0-9]*, the most a state file of this job's models can hold" \
+    2 "$OUT/trace2" "$OUT/huge"
+t1=$(date +%s)
+if [ $((t1 - t0)) -le 10 ]; then
+    pass=$((pass + 1)); echo "PASS: the 4 GiB file refused in $((t1 - t0)) s"
+else
+    fail=$((fail + 1)); echo "FAIL: the 4 GiB file took $((t1 - t0)) s to refuse"
+fi
+rm -f "$OUT/huge.rank0"
+# Outputs never follow a link planted at their path: replay's outputs and
+# the timeline replace the links; the files they pointed to are intact.
+mkdir -p "$OUT/planted"
+echo precious > "$OUT/victim-out"
+echo precious > "$OUT/victim-trace"
+ln -s "$OUT/victim-out" "$OUT/planted/rank0.step0.out.f32"
+ln -s "$OUT/victim-trace" "$OUT/planted.json"
+printf '[runtime]\nplugin_path = %s\ntimeout_s = 60\ntrace = %s\n' \
+    "$DDPH_TEST_PLUGIN_DIR" "$OUT/planted.json" > "$OUT/planted.ini"
+timeout 120 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$OUT/planted.ini" \
+    --trace "$OUT/trace2" --out "$OUT/planted" </dev/null >/dev/null 2>&1
+if [ "$(cat "$OUT/victim-out")" = precious ] && [ "$(cat "$OUT/victim-trace")" = precious ] &&
+   [ -f "$OUT/planted/rank0.step0.out.f32" ] && [ ! -L "$OUT/planted/rank0.step0.out.f32" ] &&
+   [ -f "$OUT/planted.json" ] && [ ! -L "$OUT/planted.json" ] &&
+   grep -q traceEvents "$OUT/planted.json"; then
+    pass=$((pass + 1)); echo "PASS: replay --out and [runtime] trace replace planted links"
+else
+    fail=$((fail + 1)); echo "FAIL: an output followed a planted link"
+    ls -l "$OUT/planted.json" "$OUT/planted/rank0.step0.out.f32" | sed 's/^/    /'
+fi
 # The tamper matrix (one process, MPI singleton).
 mkdir -p "$OUT/tamper"
 printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.002\nfirst_bucket_cap_mb = 0.002\ntimeout_s = 60\n[hook]\nname = powersgd\n[hook.powersgd]\nmatrix_approximation_rank = 2\nstart_powerSGD_iter = 2\n' \

@@ -44,6 +44,7 @@ for n in 2 4; do
     job2="$B/tests/out/two_models.ini"
     { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"; cat "$DDPH_TEST_SRCDIR/examples/configs/two_models.ini"; } > "$job2"
     run "$n" "$B/examples/two_models" "$job2"
+    run "$n" "$B/tests/mpi/replicas_trainer" "$DDPH_TEST_PLUGIN_DIR"
 done
 # Dividing by 3 on the way into a bucket (not a power of two).
 run 3 "$B/tests/mpi/test_runtime" half-buckets

@@ -21,7 +21,9 @@
  * say) ends the job, as any hook failure does: the tool then prints
  * "RESUME N" and exits 3, and the script runs it again from forgery N.
  * A forgery may load (a changed float is still a state) or be refused;
- * the process must not crash, and under ASan (make check-sanitizers) must
+ * a refused one must leave the state as it was (saved again, it is the
+ * intact file after the header: loading is all or nothing); the process
+ * must not crash, and under ASan (make check-sanitizers) must
  * not touch memory it does not own.  After each, the intact state must
  * load again.
  *
@@ -41,7 +43,7 @@
 
 static ddph_ctx *ctx;
 static ddph_model *model;
-static char path[600], file[640];
+static char path[600], file[640], after[600], after_file[640];
 static unsigned char *orig, *work;
 static size_t orig_len, payload_at, payload_len, len_at;
 static int forged, refused, loaded, start_at, index_now;
@@ -92,6 +94,32 @@ static size_t skip_str(size_t at)
     return at + 4 + (size_t)get_le(orig + at, 4);
 }
 
+/* A refused load leaves the job as it was (all or nothing): saved again,
+ * everything after the header (which holds a new random generation) is
+ * the intact file's, byte for byte. */
+static void expect_untouched(void)
+{
+    if (ddph_state_save(ctx, after) != DDPH_OK) {
+        fprintf(stderr, "FAIL: save after a refused load: %s\n",
+                ddph_last_error(ctx));
+        exit(1);
+    }
+    FILE *f = fopen(after_file, "rb");
+    unsigned char *d = malloc(orig_len + 1);
+    size_t n = f ? fread(d, 1, orig_len + 1, f) : 0;
+    if (f)
+        fclose(f);
+    size_t header = 8 + 4 + 4 + 4 + 8 + 4;
+    if (n != orig_len || memcmp(d + header, orig + header,
+                                orig_len - header - 4) != 0) {
+        fprintf(stderr, "FAIL: a refused load changed the hook's state or "
+                        "iteration (forgery %d)\n",
+                index_now - 1);
+        exit(1);
+    }
+    free(d);
+}
+
 /* The file with the payload replaced by work[0..n), length and crc32
  * made valid again; then a load, and two steps if it loads. */
 static void attempt(size_t n)
@@ -120,6 +148,7 @@ static void attempt(size_t n)
             fprintf(stderr, "FAIL: refused without a message\n");
             exit(1);
         }
+        expect_untouched();
     } else {
         loaded++;
         for (int s = 0; s < 2; s++)
@@ -171,6 +200,8 @@ int main(int argc, char **argv)
         return 2;
     snprintf(path, sizeof path, "%s/forged", argv[2]);
     snprintf(file, sizeof file, "%s.rank0", path);
+    snprintf(after, sizeof after, "%s/after", argv[2]);
+    snprintf(after_file, sizeof after_file, "%s.rank0", after);
     if (ddph_model_create(ctx, "net", &model) != DDPH_OK)
         die("model_create");
     for (int i = 0; i < NT; i++) {

@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define DDPH_VERSION_MAJOR 0
-#define DDPH_VERSION_MINOR 1
+#define DDPH_VERSION_MINOR 2
 #define DDPH_VERSION_PATCH 0
 
 typedef struct ddph_ctx ddph_ctx;     /* a job: one per process */
@@ -103,9 +103,16 @@ ddph_status ddph_model_add_param(ddph_model *model, const char *name,
                                  ddph_dtype dtype, ddph_device device,
                                  int *index_out);
 
-/* Gives the runtime the parameter (weight) memory of parameter `index`, for
- * hooks that average parameters after the optimizer (on_step_end).  The
- * caller keeps ownership.  Optional. */
+/* Gives the runtime the parameter (weight) memory of parameter `index`
+ * (prod(shape) elements of the gradient's dtype, on the same device).  The
+ * caller keeps ownership.  Recommended for every parameter: with it,
+ * ddph_model_finalize copies rank 0's values to every rank (as PyTorch DDP
+ * does at construction; [runtime] broadcast_parameters), [runtime]
+ * check_replicas_every = N compares the ranks' values every N synchronised
+ * steps, and hooks that average parameters after the optimizer
+ * (on_step_end) can see them.  Call it before ddph_model_finalize, with the
+ * same parameters on every rank.  In GPU memory the values are handed to
+ * hooks but neither broadcast nor compared. */
 ddph_status ddph_model_set_param_data(ddph_model *model, int index,
                                       void *data);
 
@@ -205,6 +212,24 @@ ddph_status ddph_step_wait(ddph_ctx *ctx);
 /* Ends the step after the optimizer: runs the hooks' on_step_end (parameter
  * averaging) for synchronised steps. */
 ddph_status ddph_step_end(ddph_ctx *ctx);
+
+/* ---- everyday cross-rank calls for the trainer ---------------------------
+ * So that a trainer need not call MPI itself: every rank calls them, in
+ * the same order, between steps (inside a step they are refused with
+ * DDPH_ERR_STATE).  They run on a communicator of their own, never matched
+ * with a step's collectives, and end within timeout_s like every other
+ * collective, with the same messages; on a failed job they fail at once. */
+
+/* Waits until every rank has called it. */
+ddph_status ddph_barrier(ddph_ctx *ctx);
+/* values[0..n) combined over the ranks, in place: DDPH_SUM, DDPH_MAX or
+ * DDPH_MIN (every rank gets the same bits). */
+ddph_status ddph_allreduce_f64(ddph_ctx *ctx, double *values, int n,
+                               ddph_redop op);
+/* values[0..n) averaged over the ranks, in place (the loss, an accuracy). */
+ddph_status ddph_average_f64(ddph_ctx *ctx, double *values, int n);
+/* `bytes` bytes of host memory from rank `root` to every rank. */
+ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root);
 
 /* ---- hook state --------------------------------------------------------- */
 
