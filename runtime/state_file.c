@@ -5,11 +5,7 @@
 
 #include "safe_file.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -9,9 +9,13 @@
  * Both calls are collective and refused inside a step or an accumulation
  * window; every rank succeeds or every rank fails with the failing rank's
  * message.  Saving writes a temporary file made exclusively beside the
- * target, syncs it and renames it; loading refuses anything that is not a
- * regular file, a checksum, world size, rank, layout or generation that
- * does not match, and trailing bytes. */
+ * target, syncs it and renames it (safe_file.h); loading refuses anything
+ * that is not a regular file, a file larger than the job's layout allows
+ * (before reading it), a checksum, world size, rank, layout or generation
+ * that does not match, trailing bytes, and a hook payload that the hook's
+ * load() does not read to its end.  Loading is all or nothing on every
+ * rank: each hook's state is kept (its own save) until every rank has
+ * loaded every model, and put back everywhere if any rank failed. */
 #ifndef DDPH_STATE_FILE_H
 #define DDPH_STATE_FILE_H
 

@@ -179,6 +179,17 @@ ddph_status psgd_load(void *state, const ddph_services *s,
             }
         }
     }
+    /* The state is the file's: memories of buckets past its last go (a
+     * load that replaces a longer state, as the host's rollback does). */
+    for (int i = nb; !r && i < st->nbuckets; i++) {
+        psgd_bucket *pb = &st->buckets[i];
+        s->free(s, pb->error);
+        s->free(s, pb->p);
+        s->free(s, pb->q);
+        memset(pb, 0, sizeof *pb);
+    }
+    if (!r && nb < st->nbuckets)
+        st->nbuckets = nb;
     /* A failed device copy has set its own message. */
     if (r == DDPH_ERR_NOMEM)
         s->set_error(s, "out of memory loading " HOOK_NAME " state");
