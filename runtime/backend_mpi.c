@@ -408,6 +408,7 @@ static ddph_status wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
             sched_yield();
         if (polls % 256 != 255)
             continue;
+        ddph__activity_touch(); /* a bounded wait, not a stuck hook */
         ddph_status st = collective_fault(m, err);
         if (st != DDPH_OK)
             return st;
@@ -1123,6 +1124,7 @@ ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
                               ddph_err *err)
 {
     *done = 0;
+    ddph__activity_touch(); /* polled by a hook: bounded by its deadline */
     int rc = test_all(op->nreqs, op->reqs, done);
     const char *what = op->what ? op->what : "test";
     ddph_status st = DDPH_OK;

@@ -63,6 +63,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
 {
     double deadline = ddph__now() + n->timeout_s;
     for (unsigned polls = 0;; polls++) {
+        ddph__activity_touch(); /* a bounded wait, not a stuck hook */
         cudaError_t e = cudaStreamQuery(STREAM(n));
         if (e == cudaSuccess)
             return DDPH_OK;

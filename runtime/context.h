@@ -7,6 +7,7 @@
 #define DDPH_CONTEXT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <ddphook/ddphook.h>
 #include <ddphook/plugin.h>
@@ -114,6 +115,13 @@ typedef struct ddph_lane {
     pthread_cond_t work; /* guarded by ctx->mu */
     ddph_job *queue;
     size_t qcap, qhead, qtail;
+    /* The hook call in progress (guarded by ctx->mu), for the watchdog
+     * of ddph__reducer_wait: a hook that never returns is reported. */
+    ddph_job running;
+    int in_hook;
+    double hook_since; /* ddph__now() when it was called */
+    _Atomic long long active_us; /* the lane's activity clock (util.h) */
+    int abandoned;     /* declared stuck: never joined, never freed */
 } ddph_lane;
 
 struct ddph_ctx {

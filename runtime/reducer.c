@@ -10,8 +10,10 @@
  * divide or casts run while another's collective is on the wire). */
 #include "build-config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "context.h"
 #include "cpu_ops.h"
@@ -82,6 +84,7 @@ static void *lane_thread(void *arg)
     ddph_lane *lane = arg;
     ddph_ctx *ctx = lane->ctx;
     ddph_err e;
+    ddph__activity_bind(&lane->active_us);
     /* The hooks' kernels and collectives run on this rank's GPU. */
     if (ctx->comm_stream && ddph__dev_bind(ctx->cuda_device, &e) != DDPH_OK)
         ddph__log(&ctx->log, DDPH_LOG_ERROR,
@@ -95,9 +98,14 @@ static void *lane_thread(void *arg)
             break; /* stop requested and nothing left */
         ddph_job job = lane->queue[lane->qhead++ % lane->qcap];
         job.model->buckets[job.bucket].hook_calls++;
+        lane->running = job;
+        lane->in_hook = 1;
+        lane->hook_since = ddph__now();
+        atomic_store(&lane->active_us, (long long)(lane->hook_since * 1e6));
         pthread_mutex_unlock(&ctx->mu);
         run_bucket(lane, job.model, job.bucket);
         pthread_mutex_lock(&ctx->mu);
+        lane->in_hook = 0;
     }
     pthread_mutex_unlock(&ctx->mu);
     return NULL;
@@ -139,6 +147,12 @@ void ddph__reducer_stop(ddph_ctx *ctx)
     pthread_mutex_unlock(&ctx->mu);
     for (int i = 0; i < ctx->nlanes; i++) {
         ddph_lane *lane = &ctx->lanes[i];
+        if (lane->abandoned) {
+            /* Still inside a hook that never returned: ddph_close must
+             * not block on it, and it may yet touch its queue. */
+            pthread_detach(lane->thread);
+            continue;
+        }
         if (lane->started)
             pthread_join(lane->thread, NULL);
         lane->started = 0;
@@ -352,6 +366,48 @@ static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
     }
 }
 
+/* How often a waiting trainer looks at the hooks in progress. */
+#define WATCH_TICK_NS 50000000L
+
+/* With ctx->mu held, while waiting for a bucket: a hook that has not
+ * returned, nor waited on a collective (whose own deadline bounds it),
+ * for timeout_s (less a margin, so that this rank's report reaches its
+ * peers before their own collectives time out) is declared stuck: the job fails, the peers are told which rank and hook, and the
+ * lane is abandoned (ddph_close does not wait for it).  A job broken
+ * meanwhile (a peer's report, a timeout) ends the wait too. */
+static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
+{
+    double limit = ctx->cfg.timeout_s, margin = 0.1 * limit;
+    if (margin > 1.0)
+        margin = 1.0;
+    double now = ddph__now();
+    for (int i = 0; i < ctx->nlanes; i++) {
+        ddph_lane *lane = &ctx->lanes[i];
+        double active = (double)atomic_load(&lane->active_us) * 1e-6;
+        if (!lane->in_hook || now - active < limit - margin)
+            continue;
+        ddph_model *m = lane->running.model;
+        lane->abandoned = 1;
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "hook '%s' has not returned from model '%s' bucket %d "
+                 "(rank %d) after %.1f s, %.1f s of it outside any "
+                 "collective (timeout_s = %g): it is stuck; this rank "
+                 "abandons it",
+                 m->hook->plugin->api.name, m->name, lane->running.bucket,
+                 ctx->mpi.world.rank, now - lane->hook_since, now - active,
+                 limit);
+        ddph__mpi_fail_job(&ctx->mpi, DDPH_ERR_TIMEOUT, msg);
+        return ddph__fail(err, DDPH_ERR_TIMEOUT, "%s", msg);
+    }
+    if (atomic_load(&ctx->mpi.broken)) {
+        for (int i = 0; i < ctx->nlanes; i++)
+            ctx->lanes[i].abandoned |= ctx->lanes[i].in_hook;
+        return ddph__mpi_fault(&ctx->mpi, err);
+    }
+    return DDPH_OK;
+}
+
 ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
 {
     ddph_status st = DDPH_OK;
@@ -379,9 +435,22 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
         for (int b = 0; b < m->next_launch; b++) {
             ddph_rt_bucket *bk = &m->buckets[b];
             pthread_mutex_lock(&ctx->mu);
-            while (bk->state != DDPH_BUCKET_DONE)
-                pthread_cond_wait(&ctx->done, &ctx->mu);
+            ddph_status stuck = DDPH_OK;
+            while (bk->state != DDPH_BUCKET_DONE && stuck == DDPH_OK) {
+                struct timespec tick;
+                clock_gettime(CLOCK_REALTIME, &tick);
+                tick.tv_nsec += WATCH_TICK_NS;
+                if (tick.tv_nsec >= 1000000000L) {
+                    tick.tv_sec++;
+                    tick.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&ctx->done, &ctx->mu, &tick);
+                if (bk->state != DDPH_BUCKET_DONE)
+                    stuck = watch_hooks(ctx, err);
+            }
             pthread_mutex_unlock(&ctx->mu);
+            if (stuck != DDPH_OK)
+                return stuck;
             if (early && bk->status == DDPH_OK &&
                 !atomic_load(&ctx->mpi.broken))
                 copy_back(m, bk);

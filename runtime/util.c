@@ -3,6 +3,8 @@
 
 #include "util.h"
 
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +157,19 @@ double ddph__now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static _Thread_local _Atomic long long *activity_clock;
+
+void ddph__activity_bind(_Atomic long long *clock_us)
+{
+    activity_clock = clock_us;
+}
+
+void ddph__activity_touch(void)
+{
+    if (activity_clock)
+        atomic_store(activity_clock, (long long)(ddph__now() * 1e6));
 }
 
 void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n)

@@ -48,6 +48,14 @@ const char *ddph__real_str(double v, char buf[DDPH__REAL_STR_LEN]);
 char *ddph__strdup(const char *s);
 /* Monotonic seconds. */
 double ddph__now(void);
+
+/* A thread's activity clock: a communication lane binds one (in
+ * microseconds of ddph__now) for its hook calls, and every bounded wait
+ * of the backends touches it while it waits, so that reducer.c's
+ * watchdog can tell a hook that waits on a collective (which ends within
+ * timeout_s by itself) from one stuck in its own code. */
+void ddph__activity_bind(_Atomic long long *clock_us);
+void ddph__activity_touch(void);
 /* Chunk c of `count` elements split `parts` ways as evenly as integers
  * allow: elements [*at, *at + *n).  Every rank computes the same split. */
 void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n);

@@ -35,6 +35,7 @@ shared_buckets = false"
 # (runtime/shared_buckets.c): a peer lost between its two collectives.
 job "$OUT/shared.ini" fp16 "bucket_cap_mb = 1"
 job "$OUT/powersgd.ini" powersgd "check_finite = true"
+job "$OUT/hang.ini" "$DDPH_TEST_FAKE_DIR/hangs_last_rank.so"
 job "$OUT/hook.ini" "$DDPH_TEST_FAKE_DIR/failing_last_rank.so" \
     "trace = $OUT/hook-trace.json"
 
@@ -63,7 +64,7 @@ scenario() {
     # so it is off for them (and on for SIGKILL: see kill below).  Jobs
     # that end well keep it: MPICH 4.0's finalize can deadlock without it.
     tls=""
-    case $what in exit | stop | close | hook) tls=UCX_TLS=^cma ;; esac
+    case $what in exit | stop | close | hook | hang) tls=UCX_TLS=^cma ;; esac
     # shellcheck disable=SC2086 # $tls is one assignment or nothing
     env $tls "$MPIEXEC" -disable-auto-cleanup -n "$n" \
         "$B/tests/mpi/fault_trainer" "$ini" "$what" "$point" "$dir" \
@@ -133,8 +134,10 @@ scenario() {
         done
         summary="every survivor exited 4 by itself, the last ${worst:-?} s after the fault"
         ;;
-    hook | nan)
+    hook | nan | hang)
         want="rank $victim failed: hook 'fake' failed on model 'net' bucket 1 (rank $victim): DDPH_ERR_HOOK: fake failure of the last rank"
+        [ "$what" = hang ] &&
+            want="rank $victim failed: hook 'fake' has not returned from model 'net' bucket 1 (rank $victim) after [0-9.]* s, [0-9.]* s of it outside any collective (timeout_s = $TIMEOUT_S): it is stuck"
         [ "$what" = nan ] &&
             want="rank $victim failed: model 'net' bucket [0-9]* (rank $victim): gradient of 'w2' is not finite at element 7"
         first="" last=""
@@ -207,6 +210,8 @@ else
     fail=$((fail + 1)); echo "FAIL: timeline of a failed job:"; ls -l "$OUT"/hook-trace.json* 2>&1 | sed 's/^/    /'
 fi
 scenario 4 nan mid-step "$OUT/powersgd.ini"
+scenario 2 hang mid-step "$OUT/hang.ini"
+scenario 4 hang mid-step "$OUT/hang.ini"
 scenario 4 kill mid-step "$OUT/fp16.ini"
 scenario 4 stop mid-step "$OUT/fp16.ini"
 scenario 3 exit mid-step "$OUT/fp16.ini"

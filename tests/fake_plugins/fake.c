@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <ddphook/plugin.h>
+#include <unistd.h>
 
 static ddph_status fake_create(const ddph_services *s, const ddph_options *o,
                                void **state)
@@ -43,6 +44,13 @@ fake_on_bucket(void *state, const ddph_bucket *b,
                      b->index);
         return DDPH_ERR_HOOK;
     }
+#endif
+#ifdef FAKE_HANGS_LAST_RANK
+    /* Only the last rank never returns (bucket 1, iteration 1 on), before
+     * its collective: the watchdog of ddph_step_wait must report it. */
+    if (s->rank == s->world_size - 1 && b->index == 1 && b->iteration >= 1)
+        for (;;)
+            pause();
 #endif
     ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
                                (double)s->world_size);

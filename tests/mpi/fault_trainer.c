@@ -9,6 +9,8 @@
  *   stop  SIGSTOP to itself  hook  its hook fails alone (the job's hook must
  *                                  be tests/fake_plugins/failing_last_rank)
  *   nan   a NaN in its gradients (the job sets check_finite = true)
+ *   hang  its hook never returns (the job's hook must be
+ *         tests/fake_plugins/hangs_last_rank)
  *   close it calls ddph_close early and exits 0 (a trainer that gives up)
  *   cut   its host's link goes down (under tests/cluster/cluster.sh: it
  *         runs `sh $DDPH_CLUSTER_SCRIPT --cut`) and it carries on
@@ -67,7 +69,7 @@ static void fault(const char *what, const char *where, const char *point)
     if (!g_victim || strcmp(where, point) != 0)
         return;
     if (strcmp(what, "hook") == 0 || strcmp(what, "nan") == 0 ||
-        strcmp(what, "none") == 0)
+        strcmp(what, "hang") == 0 || strcmp(what, "none") == 0)
         return;
     write_file("fault", "%.6f\n", wall());
     fprintf(stderr, "rank %d: fault '%s' at %s on purpose\n", g_rank, what,
