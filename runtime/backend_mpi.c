@@ -490,6 +490,61 @@ static int valid(ddph_dtype t, ddph_redop op)
 
 /* A duplicate of MPI_COMM_WORLD, within timeout_s (MPI_Comm_dup would
  * block forever on a rank whose peer never came). */
+/* A call into MPI that cannot be bounded from outside (MPI_Init_thread,
+ * MPI_Finalize): a thread ends the process if it has not returned within
+ * limit_s, saying why. */
+typedef struct mpi_watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    double limit_s;
+    const char *what; /* the call, for the message */
+    const char *why;  /* what it usually means */
+    int exit_status;
+} mpi_watch;
+
+static void *watch_call(void *arg)
+{
+    mpi_watch *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)w->limit_s + 1;
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    while (!w->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    int expired = !w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (expired) {
+        fprintf(stderr, "ddphook: %s did not return within %g s (%s); "
+                        "exiting with status %d\n",
+                w->what, w->limit_s, w->why, w->exit_status);
+        fflush(NULL);
+        _exit(w->exit_status);
+    }
+    return NULL;
+}
+
+static int watch_start(mpi_watch *w, pthread_t *t)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    return pthread_create(t, NULL, watch_call, w) == 0;
+}
+
+static void watch_stop(mpi_watch *w, pthread_t t, int watching)
+{
+    if (watching) {
+        pthread_mutex_lock(&w->mu);
+        w->done = 1;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(t, NULL);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
 static ddph_status dup_world(ddph_mpi *m, MPI_Comm *out, const char *what,
                              ddph_err *err)
 {
@@ -515,7 +570,18 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     int inited = 0, rc;
     MPI_Initialized(&inited);
     if (!inited) {
+        /* MPI's start-up waits for every rank (a PMI fence): a rank that
+         * is stopped or lost before it gets there would hold the others
+         * for ever.  Nothing can interrupt it, so the process ends. */
+        mpi_watch w = {.limit_s = timeout_s,
+                       .what = "MPI_Init_thread (in ddph_open)",
+                       .why = "a peer rank stopped, died or cannot be "
+                              "reached during start-up; timeout_s bounds it",
+                       .exit_status = 1};
+        pthread_t t;
+        int watching = watch_start(&w, &t);
         rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &m->thread_level);
+        watch_stop(&w, t, watching);
         if (rc != MPI_SUCCESS)
             return mpi_fail(m, err, rc, "MPI_Init_thread");
         m->initialized_mpi = 1;
@@ -592,54 +658,17 @@ ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
  * after FINALIZE_GRACE_S, saying so. */
 #define FINALIZE_GRACE_S 10.0
 
-typedef struct finalize_watch {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    double limit_s;
-} finalize_watch;
-
-static void *watch_finalize(void *arg)
-{
-    finalize_watch *w = arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)w->limit_s + 1;
-    pthread_mutex_lock(&w->mu);
-    int rc = 0;
-    while (!w->done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
-    int expired = !w->done;
-    pthread_mutex_unlock(&w->mu);
-    if (expired) {
-        fprintf(stderr,
-                "ddphook: MPI_Finalize did not return within %g s after "
-                "every rank had ended the job (MPICH's finalize deadlock, "
-                "or a peer that died since); exiting with status 0\n",
-                w->limit_s);
-        fflush(NULL);
-        _exit(0);
-    }
-    return NULL;
-}
-
 void ddph__mpi_finalize_watched(double limit_s)
 {
-    finalize_watch w = {.limit_s = limit_s};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
+    mpi_watch w = {.limit_s = limit_s,
+                   .what = "MPI_Finalize",
+                   .why = "MPICH's finalize deadlock after every rank had "
+                          "ended the job, or a peer that died since",
+                   .exit_status = 0};
     pthread_t t;
-    int watching = pthread_create(&t, NULL, watch_finalize, &w) == 0;
+    int watching = watch_start(&w, &t);
     MPI_Finalize();
-    if (watching) {
-        pthread_mutex_lock(&w.mu);
-        w.done = 1;
-        pthread_cond_signal(&w.cv);
-        pthread_mutex_unlock(&w.mu);
-        pthread_join(t, NULL);
-    }
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
+    watch_stop(&w, t, watching);
 }
 
 ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)

@@ -210,6 +210,30 @@ else
     fail=$((fail + 1)); echo "FAIL: timeline of a failed job:"; ls -l "$OUT"/hook-trace.json* 2>&1 | sed 's/^/    /'
 fi
 scenario 4 nan mid-step "$OUT/powersgd.ini"
+# A rank stopped before MPI's start-up: the others are in MPI_Init_thread,
+# which nothing can interrupt; its watchdog ends them after timeout_s.
+dir="$OUT/2-stop-before-open"
+mkdir -p "$dir"
+t0=$(now)
+timeout 60 "$MPIEXEC" -disable-auto-cleanup -n 2 "$B/tests/mpi/fault_trainer" \
+    "$A" stop before-open "$dir" </dev/null >"$dir/log" 2>&1 &
+mp=$!
+for i in $(seq 1 100); do
+    sleep 0.2
+    grep -q "MPI_Init_thread (in ddph_open) did not return within $TIMEOUT_S s" "$dir/log" && break
+done
+t1=$(now)
+vpid=$(cat "$dir/pid.1" 2>/dev/null) && kill -KILL "$vpid" 2>/dev/null
+pkill -KILL -P "$mp" 2>/dev/null
+kill -KILL "$mp" 2>/dev/null
+wait "$mp" 2>/dev/null
+took=$(elapsed "$t0" "$t1")
+if grep -q "MPI_Init_thread (in ddph_open) did not return within $TIMEOUT_S s (a peer rank stopped" "$dir/log" &&
+   awk -v x="$took" -v l=$LIMIT 'BEGIN { exit !(x <= l) }'; then
+    pass=$((pass + 1)); echo "PASS: -n 2 stop before-open :: rank 0 gave up MPI's start-up after ${took} s, saying why"
+else
+    fail=$((fail + 1)); echo "FAIL: -n 2 stop before-open (${took} s)"; sed 's/^/    /' "$dir/log"
+fi
 scenario 2 hang mid-step "$OUT/hang.ini"
 scenario 4 hang mid-step "$OUT/hang.ini"
 scenario 4 kill mid-step "$OUT/fp16.ini"

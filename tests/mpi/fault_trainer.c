@@ -15,7 +15,8 @@
  *   cut   its host's link goes down (under tests/cluster/cluster.sh: it
  *         runs `sh $DDPH_CLUSTER_SCRIPT --cut`) and it carries on
  *   none  nothing: the job must succeed
- * POINT is when: mid-step (half its gradients marked ready),
+ * POINT is when: before-open (before ddph_open: MPI's start-up waits for
+ * it), mid-step (half its gradients marked ready),
  * mid-accumulation (inside a DDPH_STEP_NO_SYNC step), during-save (instead
  * of its share of ddph_state_save), before-close (after the last step).
  *
@@ -139,6 +140,18 @@ int main(int argc, char **argv)
     }
     const char *what = argv[2], *point = argv[3];
     g_dir = argv[4];
+    /* before-open: the victim stops before MPI's start-up (hydra's
+     * PMI_RANK and PMI_SIZE say which rank this is before MPI can). */
+    const char *pmi_rank = getenv("PMI_RANK"), *pmi_size = getenv("PMI_SIZE");
+    if (strcmp(point, "before-open") == 0 && pmi_rank && pmi_size &&
+        atoi(pmi_rank) == atoi(pmi_size) - 1) {
+        g_rank = atoi(pmi_rank);
+        char pidname[32];
+        snprintf(pidname, sizeof pidname, "pid.%d", g_rank);
+        write_file(pidname, "%.0f\n", (double)getpid());
+        g_victim = 1;
+        fault(what, "before-open", point);
+    }
     ddph_ctx *ctx;
     if (ddph_open(argv[1], &argc, &argv, &ctx) != DDPH_OK)
         return 1;
