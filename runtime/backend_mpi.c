@@ -31,7 +31,107 @@ static size_t piece(size_t count, size_t es)
 
 /* ---- faults --------------------------------------------------------------- */
 
-enum { NOTICE_TAG = 17, CLOSE_TAG = 18, PING_TAG = 20 };
+enum { NOTICE_TAG = 17, CLOSE_TAG = 18, DEPART_TAG = 19, PING_TAG = 20 };
+
+/* A departure notice (backend_mpi.h), kept until its sends are done. */
+typedef struct ddph_departure {
+    struct {
+        int64_t syncs, calls;
+        int32_t kind;
+        char what[48];
+    } notice;
+    MPI_Request *reqs;
+    int nreqs;
+    struct ddph_departure *next;
+} ddph_departure;
+
+/* Frees the notices whose sends are done (all of them with force: at
+ * finalize, when nothing will be sent any more). */
+static void departures_collect(ddph_mpi *m, int force)
+{
+    for (ddph_departure **at = &m->departures, *d; (d = *at) != NULL;) {
+        int done = 1;
+        for (int k = 0; !force && k < d->nreqs; k++) {
+            int sent = 1;
+            if (d->reqs[k] != MPI_REQUEST_NULL)
+                MPI_Test(&d->reqs[k], &sent, MPI_STATUS_IGNORE);
+            done &= sent;
+        }
+        if (!done) {
+            at = &d->next;
+            continue;
+        }
+        *at = d->next;
+        free(d->reqs);
+        free(d);
+    }
+}
+
+void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what)
+{
+    if (kind == DDPH__DEPART_TRAINER_CALL)
+        atomic_fetch_add(&m->trainer_calls, 1);
+    if (m->alarm == MPI_COMM_NULL || atomic_load(&m->broken) ||
+        m->world.size < 2)
+        return;
+    departures_collect(m, 0);
+    ddph_departure *d = calloc(1, sizeof *d);
+    if (!d || !(d->reqs = calloc((size_t)m->world.size, sizeof *d->reqs))) {
+        free(d);
+        return; /* only a quicker report is lost */
+    }
+    d->notice.syncs = (int64_t)atomic_load(&m->syncs_done);
+    d->notice.calls = (int64_t)atomic_load(&m->trainer_calls);
+    d->notice.kind = kind;
+    snprintf(d->notice.what, sizeof d->notice.what, "%s", what);
+    for (int r = 0; r < m->world.size; r++)
+        if (r != m->world.rank &&
+            MPI_Isend(&d->notice, (int)sizeof d->notice, MPI_BYTE, r,
+                      DEPART_TAG, m->alarm, &d->reqs[d->nreqs]) == MPI_SUCCESS)
+            d->nreqs++;
+    d->next = m->departures;
+    m->departures = d;
+}
+
+/* A peer that left the steps after its syncs-th synchronised step, while
+ * this rank waits on a collective of a later one that the peer will not
+ * join: its data ended, or it waits in a trainer call this rank has not
+ * made. */
+static void check_peer_departed(ddph_mpi *m)
+{
+    if (!atomic_load(&m->departed) || atomic_load(&m->broken) ||
+        !atomic_load(&m->in_sync_step))
+        return;
+    pthread_mutex_lock(&m->departed_mu);
+    int rank = m->departed_rank, kind = m->departed_kind;
+    int64_t syncs = m->departed_syncs, calls = m->departed_calls;
+    char what[48];
+    snprintf(what, sizeof what, "%s", m->departed_what);
+    pthread_mutex_unlock(&m->departed_mu);
+    int64_t mine = (int64_t)atomic_load(&m->syncs_done);
+    if (mine < syncs ||
+        (kind == DDPH__DEPART_TRAINER_CALL &&
+         (int64_t)atomic_load(&m->trainer_calls) >= calls))
+        return;
+    char text[512];
+    if (kind == DDPH__DEPART_DATA_END)
+        snprintf(text, sizeof text,
+                 "rank %d ended its data (DDPH_STEP_LAST) after %lld "
+                 "synchronised step%s, while this rank waits on a collective "
+                 "of its step %lld (uneven inputs: every rank must run the "
+                 "same number of synchronising steps)",
+                 rank, (long long)syncs, syncs == 1 ? "" : "s",
+                 (long long)mine + 1);
+    else
+        snprintf(text, sizeof text,
+                 "rank %d called %s after %lld synchronised step%s, while this "
+                 "rank waits on a collective of its step %lld (uneven inputs: "
+                 "that rank ran out of steps early, or the ranks call the "
+                 "trainer collectives at different points)",
+                 rank, what, (long long)syncs, syncs == 1 ? "" : "s",
+                 (long long)mine + 1);
+    ddph__mpi_fail_job(m, DDPH_ERR_STATE, text);
+}
 
 /* Records the first fault; later ones keep it.  notified: the peers know
  * already (the fault is a peer's notice). */
@@ -133,41 +233,60 @@ static void check_peer_closed(ddph_mpi *m)
  * peer is still heard within about 50 ms. */
 #define ALARM_POLL_US 50000
 
-/* Receives one pending notice, if any.  Matched probes, because two
- * threads (the trainer's and the communication thread) may poll. */
-static void poll_alarm(ddph_mpi *m)
+/* Receives one pending alarm message; 1 when one was taken and more may
+ * follow, 0 when there is none or the job is now broken.  Matched probes,
+ * because two threads (the trainer's and the communication thread) may
+ * poll. */
+static int take_alarm(ddph_mpi *m)
 {
-    if (m->alarm == MPI_COMM_NULL || atomic_load(&m->broken))
-        return;
-    long long now = (long long)(ddph__now() * 1e6),
-              last = atomic_load(&m->alarm_polled_us);
-    if (now - last < ALARM_POLL_US ||
-        !atomic_compare_exchange_strong(&m->alarm_polled_us, &last, now))
-        return;
     int flag = 0;
     MPI_Message msg;
     MPI_Status status;
     if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->alarm, &flag, &msg,
                     &status) != MPI_SUCCESS ||
         !flag)
-        return;
+        return 0;
     if (status.MPI_TAG == PING_TAG) {
         /* A failing peer's reachability probe: nothing to act on. */
         MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-        return;
+        return 1;
+    }
+    if (status.MPI_TAG == DEPART_TAG) {
+        ddph_departure d;
+        memset(&d.notice, 0, sizeof d.notice);
+        int n = 0;
+        MPI_Get_count(&status, MPI_BYTE, &n);
+        if (n != (int)sizeof d.notice ||
+            MPI_Mrecv(&d.notice, n, MPI_BYTE, &msg, MPI_STATUS_IGNORE) !=
+                MPI_SUCCESS) {
+            if (n != (int)sizeof d.notice) /* not ours: take it anyway */
+                MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            return 1;
+        }
+        d.notice.what[sizeof d.notice.what - 1] = '\0';
+        pthread_mutex_lock(&m->departed_mu);
+        m->departed_rank = status.MPI_SOURCE;
+        m->departed_kind = d.notice.kind;
+        m->departed_syncs = d.notice.syncs;
+        m->departed_calls = d.notice.calls;
+        snprintf(m->departed_what, sizeof m->departed_what, "%s",
+                 d.notice.what);
+        pthread_mutex_unlock(&m->departed_mu);
+        atomic_store(&m->departed, 1);
+        return 1;
     }
     if (status.MPI_TAG == CLOSE_TAG) {
         int64_t after = 0;
         if (MPI_Mrecv(&after, 1, MPI_INT64_T, &msg, MPI_STATUS_IGNORE) !=
             MPI_SUCCESS)
-            return;
+            return 1;
         atomic_fetch_add(&m->closes_received, 1);
         if (!atomic_load(&m->peer_closed)) {
             m->closed_rank = status.MPI_SOURCE;
             m->closed_after = after;
             atomic_store(&m->peer_closed, 1);
         }
-        return;
+        return 1;
     }
     struct {
         int32_t status;
@@ -191,6 +310,22 @@ static void poll_alarm(ddph_mpi *m)
     snprintf(text, sizeof text, "rank %d failed: %s", status.MPI_SOURCE,
              notice.msg);
     set_fault(m, st, text, 1);
+    return 0;
+}
+
+static void poll_alarm(ddph_mpi *m)
+{
+    if (m->alarm == MPI_COMM_NULL || atomic_load(&m->broken))
+        return;
+    long long now = (long long)(ddph__now() * 1e6),
+              last = atomic_load(&m->alarm_polled_us);
+    if (now - last < ALARM_POLL_US ||
+        !atomic_compare_exchange_strong(&m->alarm_polled_us, &last, now))
+        return;
+    /* Every pending message: departure notices may come at each of a
+     * peer's trainer calls. */
+    while (take_alarm(m) && !atomic_load(&m->broken))
+        ;
 }
 
 /* The job's failure, if it is broken: its status, its message in err. */
@@ -216,6 +351,7 @@ static ddph_status collective_fault(ddph_mpi *m, ddph_err *err)
 {
     poll_alarm(m);
     check_peer_closed(m);
+    check_peer_departed(m);
     return recorded_fault(m, err);
 }
 
@@ -563,6 +699,7 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->fault_mu, NULL);
+    pthread_mutex_init(&m->departed_mu, NULL);
     m->timeout_s = timeout_s;
     m->world.comm = MPI_COMM_NULL;
     m->alarm = MPI_COMM_NULL;
@@ -756,6 +893,8 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
                                        ? m->timeout_s
                                        : FINALIZE_GRACE_S);
 out:
+    departures_collect(m, 1);
+    pthread_mutex_destroy(&m->departed_mu);
     pthread_mutex_destroy(&m->fault_mu);
     memset(m, 0, sizeof *m);
     return st;

@@ -98,6 +98,20 @@ typedef struct ddph_mpi {
     int64_t closed_after;     /* after how many synchronised steps */
     int64_t close_notice;     /* what this rank sent (outlives the sends) */
     atomic_int closes_received; /* closing notices received so far */
+
+    /* Leaving the steps without closing: a rank whose data ended
+     * (DDPH_STEP_LAST) or that calls a trainer collective (ddph_barrier,
+     * ...) tells its peers after how many synchronised steps, and how many
+     * trainer calls it has made; a peer waiting on a step's collective
+     * past that point, that has not made as many trainer calls, fails at
+     * once instead of after timeout_s (uneven inputs). */
+    atomic_llong trainer_calls;   /* this rank's, so far */
+    struct ddph_departure *departures; /* notices sent, until delivered */
+    pthread_mutex_t departed_mu;  /* guards the fields below */
+    atomic_int departed;          /* a peer's notice arrived: */
+    int departed_rank, departed_kind;
+    int64_t departed_syncs, departed_calls;
+    char departed_what[48];
     atomic_llong alarm_polled_us; /* when the alarms were last probed */
 } ddph_mpi;
 
@@ -108,6 +122,11 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 /* ddph_close begins: the peers learn that this rank will join no
  * collective of a synchronised step after its syncs_done-th. */
 void ddph__mpi_closing(ddph_mpi *m);
+/* What a departure notice says this rank is doing. */
+enum { DDPH__DEPART_DATA_END = 1, DDPH__DEPART_TRAINER_CALL = 2 };
+/* This rank leaves the steps for now: its data ended (no more steps
+ * follow), or it calls the trainer collective `what` (counted). */
+void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what);
 /* The last collective of a job: every rank meets in a barrier (on the
  * alarm communicator) within timeout_s, or the job is broken (and the
  * peers told). */

@@ -289,7 +289,8 @@ static int decide_sync(const ddph_ctx *ctx, ddph_model *const *models, int n,
 {
     if (flags & DDPH_STEP_NO_SYNC)
         return 0;
-    if (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA) ||
+    if (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA |
+                 DDPH_STEP_LAST) ||
         ctx->cfg.sync_each_batch)
         return 1;
     for (int i = 0; i < n; i++)
@@ -344,10 +345,16 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
         return ddph__ctx_fail(ctx, broken, &fault);
     }
     if ((flags & DDPH_STEP_NO_SYNC) &&
-        (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA)))
+        (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA |
+                  DDPH_STEP_LAST)))
         return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
                                "step_begin: DDPH_STEP_NO_SYNC contradicts "
-                               "FORCE_SYNC / END_OF_DATA");
+                               "FORCE_SYNC / END_OF_DATA / LAST");
+    if (ctx->data_ended)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_begin after this rank's step flagged "
+                               "DDPH_STEP_LAST (its peers were told that no "
+                               "step follows)");
     for (int i = 0; i < n; i++) {
         if (!models[i] || models[i]->ctx != ctx)
             return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
@@ -388,6 +395,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     ctx->step_models = list;
     ctx->nstep_models = n;
     ctx->syncs = decide_sync(ctx, models, n, flags);
+    ctx->last_step = (flags & DDPH_STEP_LAST) != 0;
     atomic_store(&ctx->mpi.in_sync_step, ctx->syncs);
     ctx->in_step = 1;
     ctx->step_start = ddph__timeline_now(&ctx->timeline);
@@ -457,6 +465,10 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
     }
     atomic_fetch_add(&ctx->mpi.syncs_done, 1);
     atomic_store(&ctx->mpi.in_sync_step, 0);
+    if (ctx->last_step && st == DDPH_OK) {
+        ctx->data_ended = 1;
+        ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_DATA_END, "its last step");
+    }
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }
 

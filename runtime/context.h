@@ -150,6 +150,8 @@ struct ddph_ctx {
     int in_step;
     int waited;  /* step_wait returned for this step */
     int warned_mixed_windows; /* warn_shared_schedule said it once */
+    int last_step;  /* this step was flagged DDPH_STEP_LAST */
+    int data_ended; /* ...and has synchronised: no step may follow */
     int syncs;   /* this step synchronises */
 
     /* Communication lanes and their queues (guarded by mu). */

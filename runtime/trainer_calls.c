@@ -10,7 +10,9 @@
 #include "backend_mpi.h"
 #include "context.h"
 
-/* Refused inside a step; a failed job fails at once (in the helpers). */
+/* Refused inside a step; a failed job fails at once (in the helpers).
+ * The peers hear of the call: one still in a step this rank has left
+ * reports it at once (backend_mpi.h, departures). */
 static ddph_status usable(ddph_ctx *ctx, const char *what)
 {
     if (ctx->in_step)
@@ -18,6 +20,7 @@ static ddph_status usable(ddph_ctx *ctx, const char *what)
                                "%s between ddph_step_begin and ddph_step_end "
                                "(call it between steps, on every rank)",
                                what);
+    ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_TRAINER_CALL, what);
     return DDPH_OK;
 }
 
@@ -34,13 +37,13 @@ ddph_status ddph_barrier(ddph_ctx *ctx)
     return st;
 }
 
-ddph_status ddph_allreduce_f64(ddph_ctx *ctx, double *values, int n,
-                               ddph_redop op)
+static ddph_status reduce_f64(ddph_ctx *ctx, double *values, int n,
+                              ddph_redop op, const char *what)
 {
     if (!ctx || (n > 0 && !values) || n < 0 ||
         (op != DDPH_SUM && op != DDPH_MAX && op != DDPH_MIN))
         return DDPH_ERR_INVALID;
-    ddph_status st = usable(ctx, "ddph_allreduce_f64");
+    ddph_status st = usable(ctx, what);
     ddph_err e;
     if (st == DDPH_OK &&
         (st = ddph__mpi_allreduce(&ctx->mpi, &ctx->mpi.trainer, values,
@@ -49,9 +52,15 @@ ddph_status ddph_allreduce_f64(ddph_ctx *ctx, double *values, int n,
     return st;
 }
 
+ddph_status ddph_allreduce_f64(ddph_ctx *ctx, double *values, int n,
+                               ddph_redop op)
+{
+    return reduce_f64(ctx, values, n, op, "ddph_allreduce_f64");
+}
+
 ddph_status ddph_average_f64(ddph_ctx *ctx, double *values, int n)
 {
-    ddph_status st = ddph_allreduce_f64(ctx, values, n, DDPH_SUM);
+    ddph_status st = reduce_f64(ctx, values, n, DDPH_SUM, "ddph_average_f64");
     for (int i = 0; st == DDPH_OK && i < n; i++)
         values[i] /= (double)ctx->mpi.world.size;
     return st;

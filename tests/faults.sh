@@ -64,7 +64,7 @@ scenario() {
     # so it is off for them (and on for SIGKILL: see kill below).  Jobs
     # that end well keep it: MPICH 4.0's finalize can deadlock without it.
     tls=""
-    case $what in exit | stop | close | hook | hang) tls=UCX_TLS=^cma ;; esac
+    case $what in exit | stop | close | hook | hang | last | average) tls=UCX_TLS=^cma ;; esac
     # shellcheck disable=SC2086 # $tls is one assignment or nothing
     env $tls "$MPIEXEC" -disable-auto-cleanup -n "$n" \
         "$B/tests/mpi/fault_trainer" "$ini" "$what" "$point" "$dir" \
@@ -158,6 +158,31 @@ scenario() {
             why="reports spread over $spread s"
         summary="every rank reported rank $victim's failure within $spread s of each other"
         ;;
+    last | average)
+        # Uneven inputs: the survivors, still stepping, hear at once that
+        # the victim left its steps, and say which rank and when.
+        want="rank $victim ended its data (DDPH_STEP_LAST) after [0-9]* synchronised steps, while this rank waits on a collective of its step [0-9]*"
+        [ "$what" = average ] &&
+            want="rank $victim called ddph_average_f64 after [0-9]* synchronised steps, while this rank waits on a collective of its step [0-9]*"
+        [ -n "$stamp" ] || why="the victim never reached its fault"
+        for r in $(seq 0 $((victim - 1))); do
+            [ -n "$why" ] && break
+            t=$(exit_time "$log" "$r")
+            if [ -z "$t" ]; then
+                why="rank $r did not report and exit 4"
+                break
+            fi
+            took=$(elapsed "$stamp" "$t")
+            if awk -v x="$took" 'BEGIN { exit !(x > 2) }'; then
+                why="rank $r exited ${took} s after the fault (limit 2 s)"
+                break
+            fi
+            grep -q "^SURVIVOR rank $r: .*$want" "$log" ||
+                why="rank $r's report lacks '$want'"
+            worst=$took
+        done
+        summary="every other rank named rank $victim and exited 4, the last ${worst:-?} s after its last step"
+        ;;
     none)
         grep -q '^ok$' "$log" || why="the healthy job did not finish"
         summary="the healthy job finished"
@@ -234,6 +259,10 @@ if grep -q "MPI_Init_thread (in ddph_open) did not return within $TIMEOUT_S s (a
 else
     fail=$((fail + 1)); echo "FAIL: -n 2 stop before-open (${took} s)"; sed 's/^/    /' "$dir/log"
 fi
+scenario 2 last short "$A"
+scenario 4 last short "$A"
+scenario 2 average short "$A"
+scenario 4 average short "$A"
 scenario 2 hang mid-step "$OUT/hang.ini"
 scenario 4 hang mid-step "$OUT/hang.ini"
 scenario 4 kill mid-step "$OUT/fp16.ini"

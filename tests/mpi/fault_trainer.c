@@ -11,6 +11,10 @@
  *   nan   a NaN in its gradients (the job sets check_finite = true)
  *   hang  its hook never returns (the job's hook must be
  *         tests/fake_plugins/hangs_last_rank)
+ *   last  (POINT short) every rank flags its final step DDPH_STEP_LAST; the
+ *         victim has one step fewer, then evaluates for 20 s before closing
+ *   average (POINT short) the victim has one step fewer, then averages its
+ *         loss (ddph_average_f64) while the others are still stepping
  *   close it calls ddph_close early and exits 0 (a trainer that gives up)
  *   cut   its host's link goes down (under tests/cluster/cluster.sh: it
  *         runs `sh $DDPH_CLUSTER_SCRIPT --cut`) and it carries on
@@ -18,7 +22,8 @@
  * POINT is when: before-open (before ddph_open: MPI's start-up waits for
  * it), mid-step (half its gradients marked ready),
  * mid-accumulation (inside a DDPH_STEP_NO_SYNC step), during-save (instead
- * of its share of ddph_state_save), before-close (after the last step).
+ * of its share of ddph_state_save), before-close (after the last step),
+ * short (after its last step, one before the others' last).
  *
  * Every rank writes STAMP_DIR/pid.RANK; the victim writes STAMP_DIR/fault
  * (CLOCK_REALTIME seconds) just before its fault.  A survivor that sees
@@ -76,6 +81,8 @@ static void fault(const char *what, const char *where, const char *point)
     fprintf(stderr, "rank %d: fault '%s' at %s on purpose\n", g_rank, what,
             point);
     fflush(stderr);
+    if (strcmp(what, "last") == 0 || strcmp(what, "average") == 0)
+        return; /* main goes on */
     if (strcmp(what, "close") == 0) {
         ddph_close(g_ctx);
         _exit(0);
@@ -177,7 +184,9 @@ int main(int argc, char **argv)
     if (st != DDPH_OK)
         return survive(ctx, st, "setup");
 
-    for (int s = 0; s < STEPS; s++) {
+    int short_run = strcmp(point, "short") == 0;
+    int steps = short_run && g_victim ? STEPS - 1 : STEPS;
+    for (int s = 0; s < steps; s++) {
         for (int i = 0; i < NPARAMS; i++)
             for (int j = 0; j < NUMEL; j++)
                 grads[i][j] = (float)(g_rank + i + j % 5);
@@ -185,6 +194,8 @@ int main(int argc, char **argv)
             grads[2][7] = NAN;
         /* Steps 1 and 2 accumulate; 3 synchronises them. */
         unsigned flags = s == 1 || s == 2 ? DDPH_STEP_NO_SYNC : 0;
+        if (s == steps - 1 && strcmp(what, "last") == 0)
+            flags |= DDPH_STEP_LAST;
         if ((st = ddph_step_begin_flags(ctx, &m, 1, flags)) != DDPH_OK)
             return survive(ctx, st, "step_begin");
         for (int i = NPARAMS - 1; i >= 0; i--) {
@@ -205,6 +216,16 @@ int main(int argc, char **argv)
             snprintf(path, sizeof path, "%s/ckpt", g_dir);
             if ((st = ddph_state_save(ctx, path)) != DDPH_OK)
                 return survive(ctx, st, "state_save");
+        }
+    }
+    if (short_run && g_victim) {
+        fault(what, "short", point);
+        if (strcmp(what, "average") == 0) {
+            double loss = 1.0;
+            if ((st = ddph_average_f64(ctx, &loss, 1)) != DDPH_OK)
+                return survive(ctx, st, "ddph_average_f64");
+        } else {
+            sleep(20); /* a long evaluation before closing */
         }
     }
     fault(what, "before-close", point);

@@ -11,6 +11,8 @@
  * - the last rank then nudges one weight of parameter 'b': the next check
  *   fails ddph_step_end on every rank with DDPH_ERR_MISMATCH naming
  *   parameter 1 ('b') and that rank;
+ * - the last step is flagged DDPH_STEP_LAST (a healthy job: nobody
+ *   fails), and a step after it is refused;
  * - the scalar calls give hand-computed results, and are refused inside a
  *   step.
  * Prints "ok replicas" on rank 0 when every check passed; exits 1 on the
@@ -84,7 +86,10 @@ int main(int argc, char **argv)
     for (int step = 0; step < 6; step++) {
         if (step == 4 && rank == world - 1)
             b[3] += 1e-3f; /* this replica drifts */
-        CHECK(ddph_step_begin(ctx, &m, 1) == DDPH_OK, "step_begin");
+        /* The last step says so: the peers hear that no step follows. */
+        CHECK(ddph_step_begin_flags(ctx, &m, 1,
+                                    step == 5 ? DDPH_STEP_LAST : 0) == DDPH_OK,
+              "step_begin");
         if (step == 0) {
             CHECK(ddph_barrier(ctx) == DDPH_ERR_STATE &&
                       strstr(ddph_last_error(ctx), "between ddph_step_begin"),
@@ -117,6 +122,9 @@ int main(int argc, char **argv)
         }
     }
 
+    CHECK(ddph_step_begin(ctx, &m, 1) == DDPH_ERR_STATE &&
+              strstr(ddph_last_error(ctx), "DDPH_STEP_LAST"),
+          "a step after DDPH_STEP_LAST: %s", ddph_last_error(ctx));
     double v[2] = {(double)rank, -(double)rank};
     CHECK(ddph_average_f64(ctx, v, 2) == DDPH_OK, "average");
     CHECK(v[0] == (world - 1) / 2.0 && v[1] == -(world - 1) / 2.0,

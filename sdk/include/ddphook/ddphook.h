@@ -185,6 +185,11 @@ enum {
     DDPH_STEP_NO_SYNC = 1 << 0,     /* accumulate locally, like no_sync() */
     DDPH_STEP_FORCE_SYNC = 1 << 1,  /* sync now (trigger_sync_in_backward) */
     DDPH_STEP_END_OF_DATA = 1 << 2, /* last batch: sync the partial window */
+    DDPH_STEP_LAST = 1 << 3,        /* this rank's last step of the job:
+                                       END_OF_DATA, and the peers are told
+                                       that no step follows (a peer still
+                                       stepping fails at once, naming this
+                                       rank: uneven inputs) */
 };
 
 /* Starts a backward pass for models[0..n-1] (each finalized).  The models
