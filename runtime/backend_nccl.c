@@ -69,6 +69,10 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
             return DDPH_OK;
         if (e != cudaErrorNotReady)
             return cuda_fail(err, e, what);
+        /* "Not ready" is left as the thread's last error: cleared, or the
+         * next launch wrapper (which returns cudaGetLastError) would
+         * report it as its own failure (PyTorch clears it the same way). */
+        (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
         if (g && g->nccl &&
             ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) == ncclSuccess &&
@@ -295,7 +299,10 @@ ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
 
 int ddph__nccl_idle(ddph_nccl *n)
 {
-    return cudaStreamQuery(STREAM(n)) == cudaSuccess;
+    cudaError_t e = cudaStreamQuery(STREAM(n));
+    if (e == cudaErrorNotReady)
+        (void)cudaGetLastError(); /* not a failure: see wait_stream */
+    return e == cudaSuccess;
 }
 
 ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
@@ -367,15 +374,29 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
                              int color, int key, struct ddph_group **out,
                              ddph_err *err)
 {
-    struct ddph_group *mg;
+    struct ddph_group *mg = NULL;
     ddph_status st = ddph__mpi_split(n->mpi, parent, color, key, &mg, err);
-    if (st != DDPH_OK)
+    /* A negative colour leaves this rank without a group, but
+     * ncclCommSplit is collective over the parent: it must still be
+     * joined (with NCCL_SPLIT_NOCOLOR), or the other ranks wait in it for
+     * ever.  Any other failure happened on every rank alike. */
+    if (st != DDPH_OK && color >= 0)
         return st;
-    if ((st = need_comm(parent, err)) != DDPH_OK)
-        return st;
+    ddph_err nerr;
+    ddph_status nst = need_comm(parent, &nerr);
     ncclComm_t c = NULL;
-    ncclResult_t r = ncclCommSplit((ncclComm_t)parent->nccl, color, key, &c,
-                                   NULL);
+    ncclResult_t r = ncclSuccess;
+    if (nst == DDPH_OK)
+        r = ncclCommSplit((ncclComm_t)parent->nccl,
+                          color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &c,
+                          NULL);
+    if (color < 0) {
+        if (c)
+            ncclCommDestroy(c);
+        return st; /* the MPI side's "no group" error */
+    }
+    if (nst != DDPH_OK)
+        return ddph__fail(err, nst, "%s", nerr.msg);
     if (r != ncclSuccess)
         return nccl_fail(err, r, "ncclCommSplit");
     struct ddph_group *g = calloc(1, sizeof *g);

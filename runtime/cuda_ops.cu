@@ -237,9 +237,12 @@ __global__ void quantize_kernel(const float *x, size_t n, float inv,
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
+        /* NaN is 0, as on the CPU: tested before the clamp, because
+         * fmaxf(NaN, -127) is -127. */
         float v = rintf(__fmul_rn(x[i], inv));
-        v = fminf(fmaxf(v, -127.0f), 127.0f);
-        q[i] = isnan(v) ? 0 : static_cast<signed char>(v);
+        q[i] = isnan(v) ? 0
+                        : static_cast<signed char>(
+                              fminf(fmaxf(v, -127.0f), 127.0f));
     }
 }
 
