@@ -5,7 +5,10 @@
 
 #include "services.h"
 
+#include <pthread.h>
+
 #include <float.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,12 +298,55 @@ static void request_end(ddph_request *r)
 #define BY_BACKEND(h, nccl_call, mpi_call) (mpi_call)
 #endif
 
+/* A nonblocking collective may complete after on_bucket has returned
+ * (the host waits for what the hook left outstanding), so its buffers must
+ * not be in the hook's stack frame: MPI would write into memory that the
+ * thread has reused.  The calling thread's stack is known, so such a
+ * buffer is refused when the request starts. */
+static ddph_status not_on_stack(ddph_hook *h, const char *what,
+                                const void *send, const void *recv)
+{
+    static _Thread_local const char *lo, *hi;
+    static _Thread_local int known;
+    if (!known) {
+        pthread_attr_t attr;
+        void *addr = NULL;
+        size_t size = 0;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+                lo = addr;
+                hi = lo + size;
+            }
+            pthread_attr_destroy(&attr);
+        }
+        known = 1;
+    }
+    const void *bufs[2] = {send, recv};
+    for (int i = 0; i < 2; i++) {
+        const char *p = bufs[i];
+        if (!p || !lo || p < lo || p >= hi)
+            continue;
+        snprintf(h->message, sizeof h->message,
+                 "%s: the %s buffer %p is on the calling thread's stack: a "
+                 "nonblocking collective may complete after on_bucket "
+                 "returns, into a frame that is gone; use the bucket, memory "
+                 "from s->alloc, or the heap",
+                 what, i == 0 ? "send" : "receive", (const void *)p);
+        return DDPH_ERR_STATE;
+    }
+    return DDPH_OK;
+}
+
 static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
                                   void *buf, size_t count, ddph_dtype dtype,
                                   ddph_redop op, ddph_request **req)
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "iallreduce", buf, NULL);
+    if (refused != DDPH_OK)
+        return refused;
     ddph_request *r = request_new(h, "iallreduce", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
@@ -318,6 +364,10 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "iallgather", send, recv);
+    if (refused != DDPH_OK)
+        return refused;
     ddph_request *r = request_new(h, "iallgather", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
@@ -336,6 +386,10 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "iallgatherv", send, recv);
+    if (refused != DDPH_OK)
+        return refused;
     ddph_request *r = request_new(h, "iallgatherv", g, 0, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
@@ -353,6 +407,10 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "ialltoall", send, recv);
+    if (refused != DDPH_OK)
+        return refused;
     ddph_request *r = request_new(h, "ialltoall", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;

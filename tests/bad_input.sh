@@ -119,6 +119,14 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/nothing" --out "$OUT/o4"
     expect "world size mismatch" "the trace was captured on 2 ranks; this run has 1" \
         "$MPIEXEC" -n 1 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/o5"
+    # A nonblocking collective on a buffer in the hook's own stack frame,
+    # never waited for, is refused when it starts (it used to smash the
+    # stack once the host waited for it).
+    printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[hook]\nname = %s\n' \
+        "$DDPH_TEST_PLUGIN_DIR" "$DDPH_TEST_FAKE_DIR/stack_request.so" > "$OUT/stack.ini"
+    expect "a nonblocking collective on the hook's stack" \
+        "iallreduce: the send buffer 0x[0-9a-f]* is on the calling thread's stack" \
+        timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$OUT/stack.ini" --trace "$OUT/t" --out "$OUT/o10"
     # A [model.X] section that names no model: the first step fails on
     # every rank, with file:line and the nearest model name.
     printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[model.modle]\nhook = fp16\n' "$DDPH_TEST_PLUGIN_DIR" > "$OUT/typo.ini"

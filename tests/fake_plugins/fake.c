@@ -45,6 +45,20 @@ fake_on_bucket(void *state, const ddph_bucket *b,
         return DDPH_ERR_HOOK;
     }
 #endif
+#ifdef FAKE_STACK_REQUEST
+    /* A nonblocking allreduce of a 256 KiB array in this frame, never
+     * waited for: the host must refuse it when it starts (the frame is
+     * gone by the time the host would wait for it). */
+    {
+        float local[65536];
+        memset(local, 0, sizeof local);
+        ddph_request *req = NULL;
+        ddph_status refused = s->iallreduce(s, s->world, local, 65536,
+                                            DDPH_F32, DDPH_SUM, &req);
+        if (refused != DDPH_OK)
+            return refused;
+    }
+#endif
 #ifdef FAKE_HANGS_LAST_RANK
     /* Only the last rank never returns (bucket 1, iteration 1 on), before
      * its collective: the watchdog of ddph_step_wait must report it. */
