@@ -105,6 +105,9 @@ if command -v valgrind >/dev/null 2>&1; then
         --valgrind --suppressions "$S/sdk/valgrind.supp"
     conform 1 "$P/int8.so" --rtol 5e-2 --steps 3 \
         --valgrind --suppressions "$S/sdk/valgrind.supp"
+    # On 2 ranks too: the tester's own MPI state must be left clean.
+    conform 2 "$P/allreduce.so" --steps 3 --valgrind \
+        --suppressions "$S/sdk/valgrind.supp"
 else
     echo "note: valgrind not found: leak checks not run"
 fi
