@@ -31,25 +31,47 @@ static size_t page_round(size_t n)
     return (n + page - 1) / page * page;
 }
 
-/* What rank 0 tells the others: the segment's name, or why there is none. */
+/* What rank 0 tells the others: where to open the segment, or why there
+ * is none. */
 typedef struct announce {
     int32_t ok;
+    int32_t named; /* a /dev/shm name, to unlink once all have it open */
     char text[200];
 } announce;
 
-/* Rank 0: a new, empty segment of `total` bytes.  Mode 0600 and O_EXCL:
- * no other user can open it or have made it. */
+/* Rank 0: a new, empty segment of `total` bytes that never has a name: a
+ * file made with O_TMPFILE in /dev/shm's file system (so /dev/shm's size
+ * still bounds it), which the other ranks open through
+ * /proc/<pid>/fd/<fd> while rank 0 holds it open.  Nothing is left in
+ * /dev/shm whenever a rank is killed.  Where O_TMPFILE is not supported,
+ * a named segment made with O_EXCL and mode 0600, unlinked as soon as
+ * every rank has it open. */
 static int create_segment(announce *a, size_t total)
 {
+    int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t)total) == 0) {
+            a->ok = 1;
+            snprintf(a->text, sizeof a->text, "/proc/%ld/fd/%d",
+                     (long)getpid(), fd);
+            return fd;
+        }
+        int rc = errno;
+        close(fd);
+        snprintf(a->text, sizeof a->text, "rank 0 could not size an unnamed "
+                 "segment of %zu bytes in /dev/shm: %s", total, strerror(rc));
+        return -1;
+    }
     uint64_t nonce = 0;
     if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
         nonce = (uint64_t)getpid() * 2654435761u;
     char name[64];
     snprintf(name, sizeof name, "/ddphook-%ld-%016llx", (long)getpid(),
              (unsigned long long)nonce);
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd >= 0 && ftruncate(fd, (off_t)total) == 0) {
         a->ok = 1;
+        a->named = 1;
         snprintf(a->text, sizeof a->text, "%s", name);
         return fd;
     }
@@ -122,7 +144,8 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
     if ((st = ddph__mpi_bcast_bytes(m, &a, sizeof a, 0, err)) != DDPH_OK) {
         if (fd >= 0) {
             close(fd);
-            shm_unlink(a.text);
+            if (a.named)
+                shm_unlink(a.text);
         }
         return st;
     }
@@ -137,22 +160,32 @@ ddph_status ddph__shared_open(ddph_mpi *m, size_t bytes, int wanted,
      * allgather of every shared allreduce that the others make. */
     char local[256] = "out of memory";
     ddph_shared_segment *seg = calloc(1, sizeof *seg);
-    if (seg && fd < 0 && (fd = shm_open(a.text, O_RDWR, 0)) < 0)
-        snprintf(local, sizeof local, "shm_open %s: %s", a.text,
-                 strerror(errno));
+    int mine = fd >= 0; /* rank 0's own descriptor */
+    if (seg && fd < 0) {
+        fd = a.named ? shm_open(a.text, O_RDWR, 0)
+                     : open(a.text, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            snprintf(local, sizeof local, "%s %s: %s",
+                     a.named ? "shm_open" : "open", a.text, strerror(errno));
+    }
     char *map = fd >= 0 && seg ? map_segment(fd, total, part, m->world.rank,
                                              local, sizeof local)
                                : NULL;
-    if (fd >= 0)
+    /* Rank 0's descriptor is how the others reach an unnamed segment: it
+     * stays open until they all have it. */
+    if (fd >= 0 && !mine)
         close(fd);
     /* Every rank has opened it (or failed to) once this agreement is over;
-     * its name goes at once, so nothing is left in /dev/shm whatever
+     * a name goes at once, so nothing is left in /dev/shm whatever
      * happens to the job later. */
     ddph_err agreed;
     ddph_status ag = ddph__mpi_agree(m, map ? DDPH_OK : DDPH_ERR_IO, local,
                                      &agreed);
-    if (m->world.rank == 0)
-        shm_unlink(a.text);
+    if (mine) {
+        close(fd);
+        if (a.named)
+            shm_unlink(a.text);
+    }
     if (ag != DDPH_OK) {
         if (map)
             munmap(map, total);

@@ -1,8 +1,8 @@
 /* shared_buckets.h: bucket memory that every rank of a one-host job maps.
  *
  * When every rank runs on one host (the usual single-machine job), a
- * model's host buckets live in one POSIX shared-memory segment that each
- * rank maps whole: rank r's buckets are part r.  An allreduce of a buffer
+ * model's host buckets live in one shared-memory segment (in /dev/shm's
+ * file system, never named there) that each rank maps whole: rank r's buckets are part r.  An allreduce of a buffer
  * in that memory then needs no message at all: each rank adds up its
  * 1/W slice of the buffer over every rank's part and writes the result
  * into every part, between two small collectives that order the phases
@@ -14,7 +14,8 @@
  * Both collectives are timed like every other (timeout_s, failure
  * notices), and a peer that dies leaves its part mapped here, so nothing
  * can hang or fault.  Nothing about the segment is collective after it is
- * made: it is unlinked at once, and unmapping it never waits for a peer. */
+ * made: it has no name to remove, and unmapping it never waits for a
+ * peer. */
 #ifndef DDPH_SHARED_BUCKETS_H
 #define DDPH_SHARED_BUCKETS_H
 

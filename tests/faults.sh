@@ -271,5 +271,25 @@ scenario 3 exit mid-step "$OUT/fp16.ini"
 scenario 4 kill mid-step "$OUT/shared.ini"
 scenario 4 stop mid-step "$OUT/shared.ini"
 scenario 3 exit mid-step "$OUT/shared.ini"
+# Killed at random moments while the shared segments are made and used:
+# nothing is ever left in /dev/shm (the segment never has a name).
+before=$(ls /dev/shm | grep -c '^ddphook' || true)
+for i in $(seq 1 10); do
+    delay=$(awk -v i="$i" 'BEGIN { srand(i * 7919); printf "%.2f", 0.05 + rand() * 0.6 }')
+    DDPH_TEST_PLUGIN_DIR="$DDPH_TEST_PLUGIN_DIR" "$MPIEXEC" -n 2 \
+        "$B/tests/mpi/test_runtime" shared-buckets </dev/null >/dev/null 2>&1 &
+    mp=$!
+    sleep "$delay"
+    pkill -KILL -P "$mp" 2>/dev/null
+    pkill -KILL -f "tests/mpi/.libs/test_runtime shared-buckets" 2>/dev/null
+    kill -KILL "$mp" 2>/dev/null
+    wait "$mp" 2>/dev/null
+done
+after=$(ls /dev/shm | grep -c '^ddphook' || true)
+if [ "$after" -le "$before" ]; then
+    pass=$((pass + 1)); echo "PASS: 10 jobs killed at random moments while making shared buckets: nothing left in /dev/shm"
+else
+    fail=$((fail + 1)); echo "FAIL: killed jobs left files in /dev/shm:"; ls -l /dev/shm | grep ddphook | sed 's/^/    /'
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
