@@ -702,8 +702,10 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     pthread_mutex_init(&m->departed_mu, NULL);
     m->timeout_s = timeout_s;
     m->world.comm = MPI_COMM_NULL;
+    m->world.fingerprints = MPI_COMM_NULL;
     m->alarm = MPI_COMM_NULL;
     m->trainer.comm = MPI_COMM_NULL;
+    m->trainer.fingerprints = MPI_COMM_NULL;
     int inited = 0, rc;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -739,6 +741,9 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
         return st;
     m->world.owned = 1;
     m->world.world_order = 1;
+    st = dup_world(m, &m->world.fingerprints, "MPI_Comm_idup", err);
+    if (st != DDPH_OK)
+        return st;
     st = dup_world(m, &m->alarm, "MPI_Comm_idup", err);
     if (st != DDPH_OK)
         return st;
@@ -768,8 +773,13 @@ ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
         if (!g)
             return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
         g->comm = MPI_COMM_NULL;
+        g->fingerprints = MPI_COMM_NULL;
         ddph_status st = dup_world(m, &g->comm, "MPI_Comm_idup (lanes)", err);
+        if (st == DDPH_OK)
+            st = dup_world(m, &g->fingerprints, "MPI_Comm_idup (lanes)", err);
         if (st != DDPH_OK) {
+            if (g->comm != MPI_COMM_NULL)
+                MPI_Comm_free(&g->comm);
             free(g);
             return st;
         }
@@ -871,12 +881,16 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
         next = g->next;
         if (g->owned)
             MPI_Comm_free(&g->comm);
+        if (g->owned && g->fingerprints != MPI_COMM_NULL)
+            MPI_Comm_free(&g->fingerprints);
         free(g->scratch);
         free(g);
     }
     free(m->world.scratch);
     if (m->world.owned)
         MPI_Comm_free(&m->world.comm);
+    if (m->world.fingerprints != MPI_COMM_NULL)
+        MPI_Comm_free(&m->world.fingerprints);
     free(m->trainer.scratch);
     if (m->trainer.owned)
         MPI_Comm_free(&m->trainer.comm);
@@ -1333,6 +1347,105 @@ ddph_status ddph__mpi_alltoall(ddph_mpi *m, struct ddph_group *g,
  * A collective abandoned on a timeout cannot be cancelled, and a late peer
  * would still write into its buffer: they run on a heap copy instead,
  * which is left allocated when the wait fails. */
+/* ---- collective fingerprints -------------------------------------------- */
+
+/* The collectives a hook can issue, by the names the services use. */
+static const char *const fp_kinds[] = {
+    "allreduce",  "allgather",  "broadcast",   "reduce_scatter", "allgatherv",
+    "alltoall",   "iallreduce", "iallgather",  "iallgatherv",    "ialltoall",
+};
+/* sequence, kind, dtype, count, op, root, iteration, bucket */
+enum { FP_FIELDS = 8 };
+
+static const char *fp_op_name(int64_t op)
+{
+    return op == DDPH_SUM ? ", sum" : op == DDPH_MAX ? ", max"
+           : op == DDPH_MIN ? ", min" : "";
+}
+
+/* "allreduce(f32, 4096, sum)" for one rank's record. */
+static void fp_describe(const int64_t *r, char *out, size_t cap)
+{
+    size_t nk = sizeof fp_kinds / sizeof *fp_kinds;
+    const char *kind = r[1] >= 0 && (size_t)r[1] < nk ? fp_kinds[r[1]] : "?";
+    char root[32] = "";
+    if (r[5] >= 0)
+        snprintf(root, sizeof root, ", root %lld", (long long)r[5]);
+    char where[64];
+    if (r[7] >= 0)
+        snprintf(where, sizeof where, "iteration %lld, bucket %lld",
+                 (long long)r[6], (long long)r[7]);
+    else
+        snprintf(where, sizeof where, "step %lld, after the optimizer",
+                 (long long)r[6]);
+    snprintf(out, cap, "%s(%s, %lld%s%s) as its collective #%lld (%s)", kind,
+             r[2] >= 0 && r[2] < DDPH_DTYPE_COUNT
+                 ? ddph__dtype_name((ddph_dtype)r[2])
+                 : "?",
+             (long long)r[3], fp_op_name(r[4]), root, (long long)r[0] + 1,
+             where);
+}
+
+ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
+                                  const char *what, ddph_dtype dtype,
+                                  size_t count, int op, int root,
+                                  const char *model, int64_t iteration,
+                                  int64_t bucket, ddph_err *err)
+{
+    if (!m->check_collectives || g->fingerprints == MPI_COMM_NULL ||
+        g->size < 2)
+        return DDPH_OK;
+    ddph_status broken = collective_fault(m, err);
+    if (broken != DDPH_OK)
+        return broken;
+    int64_t kind = -1;
+    for (size_t k = 0; k < sizeof fp_kinds / sizeof *fp_kinds; k++)
+        if (strcmp(fp_kinds[k], what) == 0)
+            kind = (int64_t)k;
+    int64_t mine[FP_FIELDS] = {g->sequence++, kind,  (int64_t)dtype,
+                               (int64_t)count, op,    root,
+                               iteration,      bucket};
+    int64_t *all = malloc((size_t)g->size * sizeof mine);
+    if (!all)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    MPI_Request req;
+    int rc = MPI_Iallgather(mine, FP_FIELDS, MPI_INT64_T, all, FP_FIELDS,
+                            MPI_INT64_T, g->fingerprints, &req);
+    ddph_status st = rc == MPI_SUCCESS
+                         ? wait_timed(m, &req, "the fingerprint exchange "
+                                               "before a hook's collective",
+                                      err)
+                         : mpi_fail(m, err, rc, "MPI_Iallgather");
+    /* The first rank whose record differs from rank 0's, and rank 0's. */
+    int odd = -1;
+    for (int r = 1; st == DDPH_OK && r < g->size && odd < 0; r++)
+        if (memcmp(all + (size_t)r * FP_FIELDS, all, sizeof mine) != 0)
+            odd = r;
+    if (st == DDPH_OK && odd >= 0) {
+        char same[128] = "", first[224], other[224];
+        size_t used = 0;
+        for (int r = 0; r < g->size; r++)
+            if (memcmp(all + (size_t)r * FP_FIELDS, all, sizeof mine) == 0 &&
+                used + 12 < sizeof same)
+                used += (size_t)snprintf(same + used, sizeof same - used,
+                                         "%s%d", used ? ", " : "", r);
+        fp_describe(all, first, sizeof first);
+        fp_describe(all + (size_t)odd * FP_FIELDS, other, sizeof other);
+        char msg[DDPH__NOTICE_LEN];
+        snprintf(msg, sizeof msg,
+                 "the ranks' collectives differ (model '%s', group of %d "
+                 "ranks): rank %d called %s where rank%s %s called %s (a "
+                 "hook issued an extra, a missing or a different collective "
+                 "on some rank)",
+                 model ? model : "?", g->size, odd, other,
+                 strchr(same, ',') ? "s" : "", same, first);
+        st = ddph__fail(err, DDPH_ERR_MISMATCH, "%s", msg);
+        ddph__mpi_fail_job(m, st, msg);
+    }
+    free(all);
+    return st;
+}
+
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
                                   ddph_err *err)
 {
@@ -1460,6 +1573,12 @@ static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
     g->comm = comm;
     g->owned = 1;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    /* Its twin for fingerprints: every rank of comm is here (the split
+     * that made comm has just returned on all of them). */
+    if (MPI_Comm_dup(comm, &g->fingerprints) != MPI_SUCCESS)
+        g->fingerprints = MPI_COMM_NULL;
+    else
+        MPI_Comm_set_errhandler(g->fingerprints, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &g->rank);
     MPI_Comm_size(comm, &g->size);
     g->next = m->groups;

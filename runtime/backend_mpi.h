@@ -30,6 +30,9 @@ struct ddph_shared_segment; /* shared_buckets.h */
 
 struct ddph_group {
     MPI_Comm comm;
+    MPI_Comm fingerprints; /* comm's twin for the collectives' fingerprints
+                              (MPI_COMM_NULL: not checked) */
+    int64_t sequence;      /* collectives issued on comm by hooks so far */
     void *nccl; /* ncclComm_t of the same ranks (nccl backend), or NULL */
     int rank, size;
     int owned;               /* comm is freed with the group */
@@ -106,6 +109,7 @@ typedef struct ddph_mpi {
      * past that point, that has not made as many trainer calls, fails at
      * once instead of after timeout_s (uneven inputs). */
     atomic_llong trainer_calls;   /* this rank's, so far */
+    int check_collectives;        /* [runtime] check_collectives */
     struct ddph_departure *departures; /* notices sent, until delivered */
     pthread_mutex_t departed_mu;  /* guards the fields below */
     atomic_int departed;          /* a peer's notice arrived: */
@@ -224,6 +228,19 @@ ddph_status ddph__mpi_op_wait(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
 /* *done = 1 when op completed (and is ended); an error ends it too. */
 ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
                               ddph_err *err);
+
+/* Before a hook's collective `what` on g (with check_collectives): every
+ * rank of g gives its fingerprint (the collective's number on g, kind,
+ * dtype, count, op, root, and the iteration and bucket the hook is
+ * reducing) and all are compared before any data moves.  A
+ * rank that calls an extra, a missing or a different collective fails the
+ * job on every rank, with DDPH_ERR_MISMATCH naming the ranks and what each
+ * called; `model` names the hook's model in the message. */
+ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
+                                  const char *what, ddph_dtype dtype,
+                                  size_t count, int op, int root,
+                                  const char *model, int64_t iteration,
+                                  int64_t bucket, ddph_err *err);
 
 /* Raw bytes, for the runtime's own agreement checks. */
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,

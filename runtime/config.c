@@ -71,6 +71,9 @@ static const key_spec key_table[] = {
     {.section = "runtime", .key = "check_finite", .type = K_BOOL,
      .offset = AT(check_finite),
      .doc = "report the first NaN/Inf gradient (bucket, parameter)"},
+    {.section = "runtime", .key = "check_collectives", .type = K_BOOL,
+     .offset = AT(check_collectives),
+     .doc = "compare every hook collective across ranks before it runs"},
     {.section = "runtime", .key = "broadcast_parameters", .type = K_BOOL,
      .offset = AT(broadcast_parameters),
      .doc = "rank 0's parameter values to every rank at finalize"},
@@ -658,6 +661,7 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
     cfg->lanes = 1;
     cfg->shared_buckets = 1;
     cfg->broadcast_parameters = 1;
+    cfg->check_collectives = 1;
     cfg->wrapper = DDPH_WRAP_NONE;
     cfg->path = ddph__strdup("(defaults)");
     cfg->plugin_path = ddph__strdup(DDPH_PLUGIN_DIR);

@@ -68,6 +68,7 @@ typedef struct ddph_config {
     int check_finite;
     int lanes; /* communication threads, each with its own communicator */
     int broadcast_parameters; /* rank 0's parameter values at finalize */
+    int check_collectives;    /* fingerprints of the hooks' collectives */
     int check_replicas_every; /* synchronised steps; 0 = never */
 
     /* [accumulate] */

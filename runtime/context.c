@@ -102,6 +102,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                            : DDPH__DEFAULT_TIMEOUT_S;
     ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
     ctx->mpi_up = st == DDPH_OK;
+    ctx->mpi.check_collectives =
+        cfg_st == DDPH_OK && ctx->cfg.check_collectives;
     ctx->log.rank = ctx->mpi.world.rank;
     if (cfg_st == DDPH_OK && ini_path)
         cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,

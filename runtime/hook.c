@@ -192,6 +192,8 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
         b->buffer = scratch;
         b->dtype = wire;
     }
+    h->call_bucket = b->index;
+    h->call_iteration = (int64_t)b->iteration;
     st = settle(h, "on_bucket", api->on_bucket(h->state, b, s));
     if (st == DDPH_OK && wire != grad_dtype) {
         st = s->cast(s, scratch, wire, grads, grad_dtype, b->numel, 1.0);
@@ -214,6 +216,8 @@ ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
     if (!api->on_step_end)
         return DDPH_OK;
     h->message[0] = '\0';
+    h->call_bucket = -1;
+    h->call_iteration = (int64_t)info->step;
     ddph_status st =
         settle(h, "on_step_end", api->on_step_end(h->state, info, &h->services));
     if (st != DDPH_OK)

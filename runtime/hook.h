@@ -34,6 +34,9 @@ typedef struct ddph_hook {
     uint64_t call_bytes;   /* bytes this rank contributed to collectives */
     uint64_t call_recv_bytes; /* bytes it got from its peers */
     struct ddph_request *outstanding; /* nonblocking requests not ended */
+    /* What the hook is working on, for the collectives' fingerprints:
+     * the bucket's index (-1 in on_step_end) and the iteration or step. */
+    int64_t call_bucket, call_iteration;
     char message[DDPH__ERR_LEN]; /* from set_error or a failed service */
 } ddph_hook;
 

@@ -125,12 +125,31 @@ static void count_alltoall(ddph_hook *h, const ddph_group *g, size_t count,
     h->call_recv_bytes += others;
 }
 
+/* Every collective a hook issues on the MPI path is first compared across
+ * the group's ranks ([runtime] check_collectives, backend_mpi.h): an extra,
+ * a missing or a different collective fails the job on every rank before
+ * any data moves.  op and root are -1 where they do not apply. */
+static ddph_status checked(ddph_hook *h, ddph_group *g, const char *what,
+                           ddph_dtype dtype, size_t count, int op, int root,
+                           ddph_err *e)
+{
+    if (ON_GPU(h))
+        return DDPH_OK;
+    return ddph__mpi_fingerprint(h->mpi, g, what, dtype, count, op, root,
+                                 h->model, h->call_iteration, h->call_bucket,
+                                 e);
+}
+
 static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
                                  void *buf, size_t count, ddph_dtype dtype,
                                  ddph_redop op)
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status fp =
+        checked(h, g, "allreduce", dtype, count, (int)op, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     double t0 = span_start(h);
     count_allreduce(h, count, dtype);
     ddph_status st =
@@ -147,6 +166,9 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status fp = checked(h, g, "allgather", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     double t0 = span_start(h);
     count_allgather(h, g, count, dtype);
     ddph_status st =
@@ -164,6 +186,9 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status fp = checked(h, g, "broadcast", dtype, count, -1, root, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     double t0 = span_start(h);
     if (g->rank == root)
         h->call_bytes += count * ddph__dtype_size(dtype);
@@ -184,6 +209,10 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status fp =
+        checked(h, g, "reduce_scatter", dtype, count, (int)op, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     double t0 = span_start(h);
     h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
     h->call_recv_bytes += count * ddph__dtype_size(dtype);
@@ -204,6 +233,12 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    size_t all = 0;
+    for (int r = 0; r < g->size; r++)
+        all += counts[r];
+    ddph_status fp = checked(h, g, "allgatherv", dtype, all, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     double t0 = span_start(h);
     size_t total = count_allgatherv(h, g, counts, dtype);
     ddph_status st =
@@ -220,6 +255,9 @@ static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status fp = checked(h, g, "alltoall", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     double t0 = span_start(h);
     count_alltoall(h, g, count, dtype);
     ddph_status st =
@@ -347,6 +385,10 @@ static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
     ddph_status refused = not_on_stack(h, "iallreduce", buf, NULL);
     if (refused != DDPH_OK)
         return refused;
+    ddph_status fp =
+        checked(h, g, "iallreduce", dtype, count, (int)op, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     ddph_request *r = request_new(h, "iallreduce", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
@@ -368,6 +410,9 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
     ddph_status refused = not_on_stack(h, "iallgather", send, recv);
     if (refused != DDPH_OK)
         return refused;
+    ddph_status fp = checked(h, g, "iallgather", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     ddph_request *r = request_new(h, "iallgather", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
@@ -390,6 +435,12 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
     ddph_status refused = not_on_stack(h, "iallgatherv", send, recv);
     if (refused != DDPH_OK)
         return refused;
+    size_t all = 0;
+    for (int r = 0; r < g->size; r++)
+        all += counts[r];
+    ddph_status fp = checked(h, g, "iallgatherv", dtype, all, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     ddph_request *r = request_new(h, "iallgatherv", g, 0, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;
@@ -411,6 +462,9 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
     ddph_status refused = not_on_stack(h, "ialltoall", send, recv);
     if (refused != DDPH_OK)
         return refused;
+    ddph_status fp = checked(h, g, "ialltoall", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
     ddph_request *r = request_new(h, "ialltoall", g, count, dtype);
     if (!r)
         return DDPH_ERR_NOMEM;

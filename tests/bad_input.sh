@@ -127,6 +127,29 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     expect "a nonblocking collective on the hook's stack" \
         "iallreduce: the send buffer 0x[0-9a-f]* is on the calling thread's stack" \
         timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$OUT/stack.ini" --trace "$OUT/t" --out "$OUT/o10"
+    # Collective fingerprints: the last rank sums its bucket once more than
+    # the others, or one element fewer; every rank reports it, naming the
+    # rank and both collectives, and no step returns OK.  On 2 and 4 ranks,
+    # with buckets large enough for the shared-memory sums.
+    "$B/tests/tools/make_trace" "$OUT/t4" 4 3 1 w=256,300 b=300
+    "$B/tests/tools/make_trace" "$OUT/t2" 2 3 1 w=256,300 b=300
+    for w in 2 4; do
+        for fake in extra_last_rank count_last_rank; do
+            printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[hook]\nname = %s\n' \
+                "$DDPH_TEST_PLUGIN_DIR" "$DDPH_TEST_FAKE_DIR/$fake.so" > "$OUT/$fake.ini"
+            out=$(timeout 60 "$MPIEXEC" -n "$w" "$B/ddphook" replay --job "$OUT/$fake.ini" \
+                --trace "$OUT/t$w" --out "$OUT/o-$fake-$w" </dev/null 2>&1)
+            rc=$?
+            last=$((w - 1))
+            want="the ranks' collectives differ (model 'model', group of $w ranks): rank $last called allreduce(f32, [0-9]*, sum) as its collective #[0-9]* ([a-z0-9, ]*) where ranks* [0-9, ]* called allreduce(f32, [0-9]*, sum)"
+            n=$(printf '%s\n' "$out" | grep -c "ddphook\[rank [0-9]*\]: error: .*$want")
+            if [ "$rc" -ne 0 ] && [ "$n" -ge "$w" ]; then
+                pass=$((pass + 1)); echo "PASS: $fake on $w ranks: every rank names rank $last and both collectives"
+            else
+                fail=$((fail + 1)); echo "FAIL: $fake on $w ranks (exit $rc, $n reports)"; printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+            fi
+        done
+    done
     # A [model.X] section that names no model: the first step fails on
     # every rank, with file:line and the nearest model name.
     printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[model.modle]\nhook = fp16\n' "$DDPH_TEST_PLUGIN_DIR" > "$OUT/typo.ini"

@@ -45,6 +45,22 @@ fake_on_bucket(void *state, const ddph_bucket *b,
         return DDPH_ERR_HOOK;
     }
 #endif
+#ifdef FAKE_EXTRA_LAST_RANK
+    /* The last rank sums its whole bucket once more than its peers (from
+     * iteration 1): every rank must hear of it before data moves. */
+    if (s->rank == s->world_size - 1 && b->iteration >= 1) {
+        ddph_status extra = s->allreduce(s, s->world, b->buffer, b->numel,
+                                         b->dtype, DDPH_SUM);
+        if (extra != DDPH_OK)
+            return extra;
+    }
+#endif
+#ifdef FAKE_COUNT_LAST_RANK
+    /* The last rank sums one element fewer than its peers (iteration 1). */
+    if (s->rank == s->world_size - 1 && b->iteration >= 1 && b->numel > 1)
+        return s->allreduce(s, s->world, b->buffer, b->numel - 1, b->dtype,
+                            DDPH_SUM);
+#endif
 #ifdef FAKE_STACK_REQUEST
     /* A nonblocking allreduce of a 256 KiB array in this frame, never
      * waited for: the host must refuse it when it starts (the frame is
