@@ -74,6 +74,8 @@ static const char bench_usage[] =
     "             allreduce then goes through MPI too); --dtype T\n"
     "             registers gradients of dtype T (f32, f16, bf16, f64;\n"
     "             default f32, or the trace's); --csv FILE writes the table.\n"
+    "             A hook named NAME/unchecked runs NAME with [runtime]\n"
+    "             check_collectives = false: what the fingerprints cost.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
     "             powersgd,batched_powersgd by default\n"
     "  shapes     the model preset's parameters, one a line in registration\n"
@@ -196,14 +198,23 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
                           size_t total, int rank, double *median_s,
                           double *wire_per_step, double *recv_per_step)
 {
-    char path[256], keys[256];
+    char path[256], keys[320];
+    /* "NAME/unchecked": the hook without collective fingerprints
+     * ([runtime] check_collectives = false), to see what they cost. */
+    char name[512];
+    snprintf(name, sizeof name, "%s", hook);
+    size_t nl = strlen(name), sl = strlen("/unchecked");
+    int unchecked = nl > sl && strcmp(name + nl - sl, "/unchecked") == 0;
+    if (unchecked)
+        name[nl - sl] = '\0';
     snprintf(keys, sizeof keys,
              "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
              "gradient_as_bucket_view = %s\nlanes = %d\n"
-             "shared_buckets = %s\n",
+             "shared_buckets = %s\ncheck_collectives = %s\n",
              hb->cap_mb, hb->view ? "true" : "false", hb->lanes,
-             hb->private_buckets ? "false" : "true");
-    if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, hook,
+             hb->private_buckets ? "false" : "true",
+             unchecked ? "false" : "true");
+    if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, name,
                          hb->rank))
         return 0;
     ddph_ctx *ctx;
