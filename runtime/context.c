@@ -461,7 +461,9 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, ctx->step_start,
                           "step %llu (synchronised)",
                           (unsigned long long)ctx->step_count - 1);
-    for (int i = 0; i < ctx->nstep_models; i++) {
+    /* An abandoned lane (a stuck hook) may still hold the models: the job
+     * is over, and they are left as they are. */
+    for (int i = 0; i < ctx->nstep_models && !ctx->lanes_abandoned; i++) {
         ctx->step_models[i]->window = 0;
         ctx->step_models[i]->iteration++;
     }

@@ -373,8 +373,8 @@ static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
  * returned, nor waited on a collective (whose own deadline bounds it),
  * for timeout_s (less a margin, so that this rank's report reaches its
  * peers before their own collectives time out) is declared stuck: the job fails, the peers are told which rank and hook, and the
- * lane is abandoned (ddph_close does not wait for it).  A job broken
- * meanwhile (a peer's report, a timeout) ends the wait too. */
+ * lane is abandoned (ddph_close does not wait for it).  On a job broken
+ * meanwhile, hooks waiting on collectives return at once by themselves. */
 static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
 {
     double limit = ctx->cfg.timeout_s, margin = 0.1 * limit;
@@ -388,6 +388,7 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
             continue;
         ddph_model *m = lane->running.model;
         lane->abandoned = 1;
+        ctx->lanes_abandoned = 1;
         char msg[512];
         snprintf(msg, sizeof msg,
                  "hook '%s' has not returned from model '%s' bucket %d "
@@ -399,11 +400,6 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
                  limit);
         ddph__mpi_fail_job(&ctx->mpi, DDPH_ERR_TIMEOUT, msg);
         return ddph__fail(err, DDPH_ERR_TIMEOUT, "%s", msg);
-    }
-    if (atomic_load(&ctx->mpi.broken)) {
-        for (int i = 0; i < ctx->nlanes; i++)
-            ctx->lanes[i].abandoned |= ctx->lanes[i].in_hook;
-        return ddph__mpi_fault(&ctx->mpi, err);
     }
     return DDPH_OK;
 }
