@@ -190,7 +190,10 @@ ddph_status ddph_close(ddph_ctx *ctx)
                       "%s.rank%d",
                       ctx->cfg.trace, mpi->world.rank);
     }
-    ddph__timeline_free(&ctx->timeline);
+    /* A lane stuck in a hook (abandoned) may still use what it was
+     * given: the timeline and the configuration stay. */
+    if (!ctx->lanes_abandoned)
+        ddph__timeline_free(&ctx->timeline);
     /* Every rank meets here within timeout_s, or the job has failed (a
      * peer died after its last step): decided before anything is freed. */
     if (ctx->mpi_up && !broken) {
@@ -212,7 +215,8 @@ ddph_status ddph_close(ddph_ctx *ctx)
                   "ddph_close: the job failed, so MPI is left unfinalized "
                   "(exit non-zero): %s",
                   e.msg);
-        ddph__config_free(&ctx->cfg);
+        if (!ctx->lanes_abandoned)
+            ddph__config_free(&ctx->cfg);
         return st;
     }
     for (int i = 0; i < ctx->nmodels; i++) {
