@@ -1411,11 +1411,10 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
     MPI_Request req;
     int rc = MPI_Iallgather(mine, FP_FIELDS, MPI_INT64_T, all, FP_FIELDS,
                             MPI_INT64_T, g->fingerprints, &req);
-    ddph_status st = rc == MPI_SUCCESS
-                         ? wait_timed(m, &req, "the fingerprint exchange "
-                                               "before a hook's collective",
-                                      err)
-                         : mpi_fail(m, err, rc, "MPI_Iallgather");
+    /* A peer that never gets here is reported as the collective that did
+     * not complete, as without the check. */
+    ddph_status st = rc == MPI_SUCCESS ? wait_timed(m, &req, what, err)
+                                       : mpi_fail(m, err, rc, "MPI_Iallgather");
     /* The first rank whose record differs from rank 0's, and rank 0's. */
     int odd = -1;
     for (int r = 1; st == DDPH_OK && r < g->size && odd < 0; r++)
