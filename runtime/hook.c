@@ -194,7 +194,10 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
     }
     h->call_bucket = b->index;
     h->call_iteration = (int64_t)b->iteration;
+    volatile char frame_mark = 0;
+    h->frame_top = (const char *)&frame_mark;
     st = settle(h, "on_bucket", api->on_bucket(h->state, b, s));
+    h->frame_top = NULL;
     if (st == DDPH_OK && wire != grad_dtype) {
         st = s->cast(s, scratch, wire, grads, grad_dtype, b->numel, 1.0);
         if (st != DDPH_OK)
@@ -218,8 +221,11 @@ ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
     h->message[0] = '\0';
     h->call_bucket = -1;
     h->call_iteration = (int64_t)info->step;
+    volatile char frame_mark = 0;
+    h->frame_top = (const char *)&frame_mark;
     ddph_status st =
         settle(h, "on_step_end", api->on_step_end(h->state, info, &h->services));
+    h->frame_top = NULL;
     if (st != DDPH_OK)
         return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
                           "hook '%s' on_step_end failed on model '%s' (rank "

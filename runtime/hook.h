@@ -37,6 +37,10 @@ typedef struct ddph_hook {
     /* What the hook is working on, for the collectives' fingerprints:
      * the bucket's index (-1 in on_step_end) and the iteration or step. */
     int64_t call_bucket, call_iteration;
+    /* The host's stack just above the hook's frames during a call (NULL
+     * outside): buffers between it and the stack pointer are the hook's
+     * own locals (services.c refuses them for nonblocking collectives). */
+    const char *frame_top;
     char message[DDPH__ERR_LEN]; /* from set_error or a failed service */
 } ddph_hook;
 

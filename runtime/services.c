@@ -5,7 +5,6 @@
 
 #include "services.h"
 
-#include <pthread.h>
 
 #include <float.h>
 #include <stdio.h>
@@ -338,34 +337,26 @@ static void request_end(ddph_request *r)
 
 /* A nonblocking collective may complete after on_bucket has returned
  * (the host waits for what the hook left outstanding), so its buffers must
- * not be in the hook's stack frame: MPI would write into memory that the
- * thread has reused.  The calling thread's stack is known, so such a
- * buffer is refused when the request starts. */
+ * not be the hook's own locals: by then MPI would write into stack memory
+ * the thread has reused.  The hook's frames lie between this function's
+ * frame and the mark the host left just above the call (stacks grow down
+ * on every machine this builds for); such a buffer is refused when the
+ * request starts.  The caller's memory further up the stack outlives the
+ * call and is allowed. */
 static ddph_status not_on_stack(ddph_hook *h, const char *what,
                                 const void *send, const void *recv)
 {
-    static _Thread_local const char *lo, *hi;
-    static _Thread_local int known;
-    if (!known) {
-        pthread_attr_t attr;
-        void *addr = NULL;
-        size_t size = 0;
-        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-            if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-                lo = addr;
-                hi = lo + size;
-            }
-            pthread_attr_destroy(&attr);
-        }
-        known = 1;
-    }
+    volatile char here = 0;
+    const char *lo = (const char *)&here, *hi = h->frame_top;
+    if (!hi || hi <= lo)
+        return DDPH_OK;
     const void *bufs[2] = {send, recv};
     for (int i = 0; i < 2; i++) {
         const char *p = bufs[i];
-        if (!p || !lo || p < lo || p >= hi)
+        if (!p || p < lo || p >= hi)
             continue;
         snprintf(h->message, sizeof h->message,
-                 "%s: the %s buffer %p is on the calling thread's stack: a "
+                 "%s: the %s buffer %p is in the hook's own stack frame: a "
                  "nonblocking collective may complete after on_bucket "
                  "returns, into a frame that is gone; use the bucket, memory "
                  "from s->alloc, or the heap",

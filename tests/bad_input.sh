@@ -125,7 +125,7 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[hook]\nname = %s\n' \
         "$DDPH_TEST_PLUGIN_DIR" "$DDPH_TEST_FAKE_DIR/stack_request.so" > "$OUT/stack.ini"
     expect "a nonblocking collective on the hook's stack" \
-        "iallreduce: the send buffer 0x[0-9a-f]* is on the calling thread's stack" \
+        "iallreduce: the send buffer 0x[0-9a-f]* is in the hook's own stack frame" \
         timeout 60 "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$OUT/stack.ini" --trace "$OUT/t" --out "$OUT/o10"
     # Collective fingerprints: the last rank sums its bucket once more than
     # the others, or one element fewer; every rank reports it, naming the
