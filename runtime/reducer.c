@@ -372,8 +372,9 @@ static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
 /* With ctx->mu held, while waiting for a bucket: a hook that has not
  * returned, nor waited on a collective (whose own deadline bounds it),
  * for timeout_s (less a margin, so that this rank's report reaches its
- * peers before their own collectives time out) is declared stuck: the job fails, the peers are told which rank and hook, and the
- * lane is abandoned (ddph_close does not wait for it).  On a job broken
+ * peers before their own collectives time out) is declared stuck: the
+ * job fails, the peers are told which rank and hook, and the lane is
+ * abandoned (ddph_close does not wait for it).  On a job broken
  * meanwhile, hooks waiting on collectives return at once by themselves. */
 static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
 {

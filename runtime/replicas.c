@@ -74,9 +74,9 @@ ddph_status ddph__replicas_check(ddph_model *m, ddph_err *err)
                                               "out of memory");
     for (int i = 0; i < n && st == DDPH_OK; i++) {
         const ddph_param *p = &m->params[i];
+        size_t bytes = p->numel * ddph__dtype_size(p->dtype);
         if (takes_part(p))
-            mine[i] = (int32_t)checksum(p->data, p->numel *
-                                                     ddph__dtype_size(p->dtype));
+            mine[i] = (int32_t)checksum(p->data, bytes);
     }
     if (st == DDPH_OK)
         st = ddph__mpi_allgather(mpi, &mpi->trainer, mine, all, (size_t)n + 1,
