@@ -1402,12 +1402,17 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
     for (size_t k = 0; k < sizeof fp_kinds / sizeof *fp_kinds; k++)
         if (strcmp(fp_kinds[k], what) == 0)
             kind = (int64_t)k;
-    int64_t mine[FP_FIELDS] = {g->sequence++, kind,  (int64_t)dtype,
-                               (int64_t)count, op,    root,
-                               iteration,      bucket};
-    int64_t *all = malloc((size_t)g->size * sizeof mine);
-    if (!all)
+    /* This rank's record and everyone's, in one block: on a failed wait
+     * the exchange is abandoned, and a late peer may still write into it,
+     * so then it is left allocated (as every abandoned collective's). */
+    int64_t *mine = malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *mine);
+    if (!mine)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    int64_t *all = mine + FP_FIELDS;
+    const int64_t record[FP_FIELDS] = {g->sequence++, kind,  (int64_t)dtype,
+                                       (int64_t)count, op,    root,
+                                       iteration,      bucket};
+    memcpy(mine, record, sizeof record);
     MPI_Request req;
     int rc = MPI_Iallgather(mine, FP_FIELDS, MPI_INT64_T, all, FP_FIELDS,
                             MPI_INT64_T, g->fingerprints, &req);
@@ -1416,15 +1421,17 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
     ddph_status st = rc == MPI_SUCCESS ? wait_timed(m, &req, what, err)
                                        : mpi_fail(m, err, rc, "MPI_Iallgather");
     /* The first rank whose record differs from rank 0's, and rank 0's. */
+    if (st != DDPH_OK)
+        return st; /* `mine` stays: the exchange may still complete */
     int odd = -1;
-    for (int r = 1; st == DDPH_OK && r < g->size && odd < 0; r++)
-        if (memcmp(all + (size_t)r * FP_FIELDS, all, sizeof mine) != 0)
+    for (int r = 1; r < g->size && odd < 0; r++)
+        if (memcmp(all + (size_t)r * FP_FIELDS, all, sizeof record) != 0)
             odd = r;
-    if (st == DDPH_OK && odd >= 0) {
+    if (odd >= 0) {
         char same[128] = "", first[224], other[224];
         size_t used = 0;
         for (int r = 0; r < g->size; r++)
-            if (memcmp(all + (size_t)r * FP_FIELDS, all, sizeof mine) == 0 &&
+            if (memcmp(all + (size_t)r * FP_FIELDS, all, sizeof record) == 0 &&
                 used + 12 < sizeof same)
                 used += (size_t)snprintf(same + used, sizeof same - used,
                                          "%s%d", used ? ", " : "", r);
@@ -1441,7 +1448,7 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
         st = ddph__fail(err, DDPH_ERR_MISMATCH, "%s", msg);
         ddph__mpi_fail_job(m, st, msg);
     }
-    free(all);
+    free(mine);
     return st;
 }
 

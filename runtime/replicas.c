@@ -27,8 +27,9 @@ ddph_status ddph__replicas_broadcast(ddph_model *m, ddph_err *err)
             parts += (int64_t)(i + 1) * 2654435761LL % 1000003;
     mix[0] = parts;
     mix[1] = -parts;
-    ddph_status st = ddph__mpi_allreduce(mpi, &mpi->trainer, mix, 2, DDPH_I64,
-                                         DDPH_MAX, err);
+    /* (Through a copy: an abandoned collective must not write into this
+     * frame later.) */
+    ddph_status st = ddph__mpi_allreduce_i64(mpi, mix, 2, DDPH_MAX, err);
     if (st != DDPH_OK)
         return st;
     if (mix[0] != -mix[1])
@@ -78,9 +79,11 @@ ddph_status ddph__replicas_check(ddph_model *m, ddph_err *err)
         if (takes_part(p))
             mine[i] = (int32_t)checksum(p->data, bytes);
     }
-    if (st == DDPH_OK)
-        st = ddph__mpi_allgather(mpi, &mpi->trainer, mine, all, (size_t)n + 1,
-                                 DDPH_I32, "replica check", err);
+    if (st == DDPH_OK &&
+        (st = ddph__mpi_allgather(mpi, &mpi->trainer, mine, all,
+                                  (size_t)n + 1, DDPH_I32, "replica check",
+                                  err)) != DDPH_OK)
+        return st; /* abandoned: a late peer may still write into them */
     for (int i = 0; i < n && st == DDPH_OK; i++) {
         char ranks[256] = "";
         size_t used = 0;
