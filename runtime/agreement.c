@@ -34,6 +34,10 @@ static char *describe(const ddph_ctx *ctx, const ddph_model *m,
     fprintf(f, "gradient_as_bucket_view %d\n", c->gradient_as_bucket_view);
     fprintf(f, "shared_buckets %d\n", c->shared_buckets);
     fprintf(f, "check_finite %d\n", c->check_finite);
+    /* Each of these decides whether a rank takes part in a collective. */
+    fprintf(f, "check_collectives %d\n", c->check_collectives);
+    fprintf(f, "broadcast_parameters %d\n", c->broadcast_parameters);
+    fprintf(f, "check_replicas_every %d\n", c->check_replicas_every);
     fprintf(f, "lanes %d\n", m->nlanes);
     fprintf(f, "accumulate steps %d sync_each_batch %d\n", m->accumulate_steps,
             c->sync_each_batch);

@@ -104,13 +104,20 @@ static void count_allgather(ddph_hook *h, const ddph_group *g, size_t count,
     h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
 }
 
+/* The elements an allgatherv gathers in all. */
+static size_t counts_total(const ddph_group *g, const size_t *counts)
+{
+    size_t total = 0;
+    for (int r = 0; r < g->size; r++)
+        total += counts[r];
+    return total;
+}
+
 /* Returns the elements gathered in all. */
 static size_t count_allgatherv(ddph_hook *h, const ddph_group *g,
                                const size_t *counts, ddph_dtype dtype)
 {
-    size_t es = ddph__dtype_size(dtype), total = 0;
-    for (int r = 0; r < g->size; r++)
-        total += counts[r];
+    size_t es = ddph__dtype_size(dtype), total = counts_total(g, counts);
     h->call_bytes += counts[g->rank] * es;
     h->call_recv_bytes += (total - counts[g->rank]) * es;
     return total;
@@ -232,10 +239,8 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    size_t all = 0;
-    for (int r = 0; r < g->size; r++)
-        all += counts[r];
-    ddph_status fp = checked(h, g, "allgatherv", dtype, all, -1, -1, &e);
+    ddph_status fp = checked(h, g, "allgatherv", dtype, counts_total(g, counts),
+                             -1, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     double t0 = span_start(h);
@@ -426,10 +431,8 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
     ddph_status refused = not_on_stack(h, "iallgatherv", send, recv);
     if (refused != DDPH_OK)
         return refused;
-    size_t all = 0;
-    for (int r = 0; r < g->size; r++)
-        all += counts[r];
-    ddph_status fp = checked(h, g, "iallgatherv", dtype, all, -1, -1, &e);
+    ddph_status fp = checked(h, g, "iallgatherv", dtype, counts_total(g, counts),
+                             -1, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     ddph_request *r = request_new(h, "iallgatherv", g, 0, dtype);

@@ -150,6 +150,14 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
             fi
         done
     done
+    # Ranks whose jobs differ in a key that decides whether they take part
+    # in a collective are refused at finalize, on every rank.
+    printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\ncheck_collectives = false\n' \
+        "$DDPH_TEST_PLUGIN_DIR" > "$OUT/unchecked.ini"
+    expect "check_collectives differing between ranks" \
+        "rank 0 has 'check_collectives 1' where rank 1 has 'check_collectives 0'" \
+        timeout 60 "$MPIEXEC" -n 1 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/o11" \
+        : -n 1 "$B/ddphook" replay --job "$OUT/unchecked.ini" --trace "$OUT/t" --out "$OUT/o11"
     # A [model.X] section that names no model: the first step fails on
     # every rank, with file:line and the nearest model name.
     printf '[runtime]\nplugin_path = %s\ntimeout_s = 30\n[model.modle]\nhook = fp16\n' "$DDPH_TEST_PLUGIN_DIR" > "$OUT/typo.ini"
