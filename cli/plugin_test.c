@@ -26,6 +26,9 @@
 #include "loader.h"
 #include "options.h"
 
+/* The error an exact hook's f32 average may have (the sum's rounding). */
+#define EXACT_RTOL 1e-5
+
 static const char usage[] =
     "usage: [mpiexec -n W] ddphook-plugin-test PLUGIN.so [--option KEY=VALUE]...\n"
     "                      [--rtol R] [--steps N] [--valgrind]\n"
@@ -42,7 +45,8 @@ static const char usage[] =
     "\n"
     "  --option K=V   a [hook.NAME] option for the runs (repeatable)\n"
     "  --rtol R       allowed error relative to the largest |average|\n"
-    "                 (default 1e-5; a compressing hook needs more)\n"
+    "                 (default: the tolerance the hook declares in its\n"
+    "                 table, or 1e-5 for a hook that declares none)\n"
     "  --steps N      steps per run (default 6)\n"
     "  --valgrind     re-run this test under valgrind --leak-check=full and\n"
     "                 fail on any leak or error (MPICH's own start-up\n"
@@ -54,7 +58,8 @@ typedef struct tester {
     const char *plugin;
     char name[128];
     char options[4096]; /* INI lines */
-    double rtol;
+    double rtol;           /* < 0 until known: --rtol, or the hook's */
+    const char *rtol_from; /* where it came from, for the table */
     int steps;
     int rank, world;
     int failed;
@@ -269,6 +274,11 @@ static int check_load(tester *t)
     row(t, 1, 0, "option schema", "%d option%s: unique names, docs, defaults "
                                   "within ranges",
         nopt, nopt == 1 ? "" : "s");
+    /* Without --rtol, the numerical checks allow what the hook declares. */
+    if (t->rtol < 0) {
+        t->rtol_from = p->api.tolerance > 0 ? "declared by the hook" : "exact";
+        t->rtol = p->api.tolerance > 0 ? p->api.tolerance : EXACT_RTOL;
+    }
     ddph__plugin_unload(p);
     return 1;
 }
@@ -325,8 +335,9 @@ static void check_numerics(tester *t, const shape_set *set, const char *wrapper,
                                             ? "bit-identical on all ranks"
                                             : "ranks hold different results");
     snprintf(check, sizeof check, "%s: close to average", label);
-    row(t, worst <= rtol, 0, check, "max error %.3g of max |average| (rtol %g)",
-        worst, rtol);
+    row(t, worst <= rtol, 0, check,
+        "max error %.3g of max |average| (rtol %g, %s)", worst, rtol,
+        rtol == t->rtol ? t->rtol_from : "half precision");
 }
 
 static void check_save_load(tester *t)
@@ -666,7 +677,7 @@ static int rerun_under_valgrind(int argc, char **argv, const char *supp)
 
 int main(int argc, char **argv)
 {
-    tester t = {.rtol = 1e-5, .steps = 6};
+    tester t = {.rtol = -1, .rtol_from = "--rtol", .steps = 6};
     static const struct option opts[] = {
         {"option", required_argument, NULL, 'o'},
         {"rtol", required_argument, NULL, 'r'},
@@ -690,7 +701,14 @@ int main(int argc, char **argv)
             snprintf(t.options + used, sizeof t.options - used, "%.*s = %s\n",
                      (int)(eq - optarg), optarg, eq + 1);
         } else if (c == 'r') {
-            t.rtol = atof(optarg);
+            char *end;
+            t.rtol = strtod(optarg, &end);
+            if (end == optarg || *end || !(t.rtol >= 0)) {
+                fprintf(stderr, "ddphook-plugin-test: --rtol %s: a number "
+                                "of 0 or more\n",
+                        optarg);
+                return 2;
+            }
         } else if (c == 's') {
             t.steps = atoi(optarg);
         } else if (c == 'v') {

@@ -38,6 +38,8 @@ static char *describe(const ddph_ctx *ctx, const ddph_model *m,
     fprintf(f, "check_collectives %d\n", c->check_collectives);
     fprintf(f, "broadcast_parameters %d\n", c->broadcast_parameters);
     fprintf(f, "check_replicas_every %d\n", c->check_replicas_every);
+    fprintf(f, "join %d divide_by_initial_world_size %d\n", c->join,
+            c->divide_by_initial_world_size);
     fprintf(f, "lanes %d\n", m->nlanes);
     fprintf(f, "accumulate steps %d sync_each_batch %d\n", m->accumulate_steps,
             c->sync_each_batch);

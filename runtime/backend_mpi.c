@@ -31,7 +31,13 @@ static size_t piece(size_t count, size_t es)
 
 /* ---- faults --------------------------------------------------------------- */
 
-enum { NOTICE_TAG = 17, CLOSE_TAG = 18, DEPART_TAG = 19, PING_TAG = 20 };
+enum {
+    NOTICE_TAG = 17,
+    CLOSE_TAG = 18,
+    DEPART_TAG = 19,
+    PING_TAG = 20,  /* 0 bytes: ignored; 1 byte: answer with ANSWER_TAG */
+    ANSWER_TAG = 21
+};
 
 /* A departure notice (backend_mpi.h), kept until its sends are done. */
 typedef struct ddph_departure {
@@ -246,9 +252,22 @@ static int take_alarm(ddph_mpi *m)
                     &status) != MPI_SUCCESS ||
         !flag)
         return 0;
-    if (status.MPI_TAG == PING_TAG) {
-        /* A failing peer's reachability probe: nothing to act on. */
-        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    if (m->heard_us && status.MPI_SOURCE >= 0 &&
+        status.MPI_SOURCE < m->world.size)
+        atomic_store(&m->heard_us[status.MPI_SOURCE],
+                     (long long)(ddph__now() * 1e6));
+    if (status.MPI_TAG == PING_TAG || status.MPI_TAG == ANSWER_TAG) {
+        /* A failing peer's probe: a reachability probe (no byte) needs
+         * nothing; a roll call (one byte) an answer, never waited for. */
+        char ask = 0;
+        int n = 0;
+        MPI_Get_count(&status, MPI_BYTE, &n);
+        MPI_Mrecv(&ask, n == 1 ? 1 : 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        MPI_Request req;
+        if (status.MPI_TAG == PING_TAG && n == 1 &&
+            MPI_Isend(NULL, 0, MPI_BYTE, status.MPI_SOURCE, ANSWER_TAG,
+                      m->alarm, &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
         return 1;
     }
     if (status.MPI_TAG == DEPART_TAG) {
@@ -455,6 +474,53 @@ static int lost_peers_clause(ddph_mpi *m, char *out, size_t cap)
     return lost;
 }
 
+/* How long a roll call waits for answers.  A peer that waits on a
+ * collective probes its alarms every ALARM_POLL_US, so a live one answers
+ * well within this; one cut off, stopped or busy outside ddphook does not. */
+#define ROLL_CALL_S 1.0
+
+/* Asks every peer to answer, and writes into out (", "-separated) those
+ * not heard from within ROLL_CALL_S; returns how many.  The peers behind
+ * a cut link, whose sends neither fail nor complete (TCP keeps trying),
+ * are told from live ones only this way. */
+static int silent_peers(ddph_mpi *m, char *out, size_t cap)
+{
+    static const char ask = 1;
+    out[0] = '\0';
+    if (m->alarm == MPI_COMM_NULL || !m->heard_us)
+        return 0;
+    long long since = (long long)(ddph__now() * 1e6);
+    for (int r = 0; r < m->world.size; r++) {
+        MPI_Request req;
+        if (r != m->world.rank &&
+            MPI_Isend(&ask, 1, MPI_BYTE, r, PING_TAG, m->alarm, &req) ==
+                MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+    double until = ddph__now() + ROLL_CALL_S;
+    int silent = m->world.size - 1;
+    while (silent > 0 && ddph__now() < until) {
+        while (take_alarm(m))
+            ;
+        silent = 0;
+        for (int r = 0; r < m->world.size; r++)
+            silent += r != m->world.rank && atomic_load(&m->heard_us[r]) < since;
+        struct timespec ts = {0, 1000000};
+        if (silent)
+            nanosleep(&ts, NULL);
+    }
+    size_t used = 0;
+    for (int r = 0, found = 0; r < m->world.size && silent; r++) {
+        if (r == m->world.rank || atomic_load(&m->heard_us[r]) >= since)
+            continue;
+        int w = snprintf(out + used, cap - used, "%s%d", found++ ? ", " : "",
+                         r);
+        if (w > 0 && (size_t)w < cap - used)
+            used += (size_t)w;
+    }
+    return silent;
+}
+
 /* A failed MPI call: the job is broken.  The message names the peers
  * that can no longer be reached, when there are any, since MPI's own
  * text rarely does. */
@@ -483,12 +549,20 @@ static ddph_status mpi_fail(ddph_mpi *m, ddph_err *err, int rc,
 static ddph_status timed_out(ddph_mpi *m, const char *what, const char *since,
                              ddph_err *err)
 {
-    char lost[320];
+    char lost[320], silent[256];
+    int quiet = 0;
     ddph_status st =
         lost_peers_clause(m, lost, sizeof lost)
             ? ddph__fail(err, DDPH_ERR_TIMEOUT,
                          "%s did not complete within timeout_s = %g s%s: %s",
                          what, m->timeout_s, since, lost)
+        : (quiet = silent_peers(m, silent, sizeof silent)) > 0
+            ? ddph__fail(err, DDPH_ERR_TIMEOUT,
+                         "%s did not complete within timeout_s = %g s%s: "
+                         "rank%s %s did not answer within %g s (cut off, "
+                         "stopped, or busy outside ddphook)",
+                         what, m->timeout_s, since, quiet > 1 ? "s" : "",
+                         silent, ROLL_CALL_S)
             : ddph__fail(err, DDPH_ERR_TIMEOUT,
                          "%s did not complete within timeout_s = %g s%s (a "
                          "peer rank died, is stuck, or called a different "
@@ -753,6 +827,9 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     m->trainer.rank = m->world.rank;
     m->trainer.size = m->world.size;
     m->trainer.owned = 1;
+    m->heard_us = calloc((size_t)m->world.size, sizeof *m->heard_us);
+    if (!m->heard_us)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     MPI_Type_contiguous(2, MPI_BYTE, &m->half_type);
     MPI_Type_commit(&m->half_type);
     MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min},
@@ -892,6 +969,8 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
     if (m->world.fingerprints != MPI_COMM_NULL)
         MPI_Comm_free(&m->world.fingerprints);
     free(m->trainer.scratch);
+    free((void *)m->heard_us);
+    m->heard_us = NULL;
     if (m->trainer.owned)
         MPI_Comm_free(&m->trainer.comm);
     if (m->alarm != MPI_COMM_NULL)
@@ -1628,6 +1707,31 @@ static ddph_status split_node(ddph_mpi *m, MPI_Comm *comm, ddph_err *err)
                                  m->world.rank, MPI_INFO_NULL, comm);
     return rc == MPI_SUCCESS ? DDPH_OK
                              : mpi_fail(m, err, rc, "MPI_Comm_split_type");
+}
+
+int ddph__ucx_tls_tcp_only(const char *ucx_tls)
+{
+    /* "^a,b" lists what is left out: shared memory stays in unless the
+     * list leaves out all of it (sm, shm or mm). */
+    static const char *const shared[] = {"sm",   "shm",   "mm",  "posix",
+                                         "sysv", "xpmem", "cma", "knem",
+                                         "all"};
+    if (!ucx_tls || !*ucx_tls)
+        return 0;
+    int excluding = ucx_tls[0] == '^';
+    const char *p = ucx_tls + excluding;
+    int tcp = excluding, memory = excluding;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 3 && strncmp(p, "tcp", 3) == 0)
+            tcp = !excluding;
+        for (size_t k = 0; k < sizeof shared / sizeof *shared; k++)
+            if (strlen(shared[k]) == n && strncmp(p, shared[k], n) == 0 &&
+                (!excluding || k < 3))
+                memory = !excluding;
+        p += n + (p[n] == ',');
+    }
+    return tcp && !memory;
 }
 
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,

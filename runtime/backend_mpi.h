@@ -117,6 +117,10 @@ typedef struct ddph_mpi {
     int64_t departed_syncs, departed_calls;
     char departed_what[48];
     atomic_llong alarm_polled_us; /* when the alarms were last probed */
+    /* When each peer was last heard on the alarm communicator (any
+     * message, microseconds of ddph__now): a rank whose collective timed
+     * out asks every peer to answer, and names those that stay silent. */
+    atomic_llong *heard_us;
 } ddph_mpi;
 
 /* Initialises MPI if needed (MPI_THREAD_MULTIPLE), dups the world twice
@@ -266,5 +270,11 @@ ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
  * of the world, timed): sets node_rank and node_size.  Collective; called
  * once by ddph_open. */
 ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err);
+
+/* Whether UCX_TLS (NULL: not set) lets UCX join ranks of one host by TCP
+ * only: a list that names tcp and no shared-memory transport.  MPICH 4.0
+ * then leaves those endpoints (which it never sends on) half connected
+ * until MPI_Finalize, where closing them can deadlock; ddph_open warns. */
+int ddph__ucx_tls_tcp_only(const char *ucx_tls);
 
 #endif

@@ -80,6 +80,14 @@ static const key_spec key_table[] = {
     {.section = "runtime", .key = "check_replicas_every", .type = K_INT,
      .offset = AT(check_replicas_every), .min = 0, .max = INT_MAX,
      .doc = "compare the ranks' parameters every N synchronised steps"},
+    {.section = "runtime", .key = "join", .type = K_BOOL,
+     .offset = AT(join),
+     .doc = "uneven inputs: ranks out of data (ddph_join) shadow the "
+            "others' steps with zero gradients"},
+    {.section = "runtime", .key = "divide_by_initial_world_size",
+     .type = K_BOOL, .offset = AT(divide_by_initial_world_size),
+     .doc = "under join: averages over the initial world size (else over "
+            "the ranks still training)"},
     {.section = "runtime", .key = "lanes", .type = K_INT,
      .offset = AT(lanes), .min = 1, .max = DDPH__MAX_LANES,
      .doc = "buckets in flight at once, for hooks that allow it"},
@@ -662,6 +670,7 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
     cfg->shared_buckets = 1;
     cfg->broadcast_parameters = 1;
     cfg->check_collectives = 1;
+    cfg->divide_by_initial_world_size = 1;
     cfg->wrapper = DDPH_WRAP_NONE;
     cfg->path = ddph__strdup("(defaults)");
     cfg->plugin_path = ddph__strdup(DDPH_PLUGIN_DIR);

@@ -70,6 +70,9 @@ typedef struct ddph_config {
     int broadcast_parameters; /* rank 0's parameter values at finalize */
     int check_collectives;    /* fingerprints of the hooks' collectives */
     int check_replicas_every; /* synchronised steps; 0 = never */
+    int join;                 /* ranks out of data shadow the others */
+    int divide_by_initial_world_size; /* under join: W, or the ranks
+                                         still training */
 
     /* [accumulate] */
     int accumulate_steps;

@@ -11,6 +11,7 @@
 #include "cpu_ops.h"
 #include "device.h"
 #include "job_check.h"
+#include "join.h"
 #include "replicas.h"
 #include "state_file.h"
 
@@ -72,6 +73,23 @@ static void size_blas(ddph_ctx *ctx)
               n, n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
 }
 
+/* UCX_TLS=tcp,self with several ranks on a host: MPICH 4.0's
+ * MPI_Finalize may then never end (docs/usage.md, "Between hosts").
+ * ddph_close bounds it; a user who sees the warning can avoid it. */
+static void warn_tcp_only(ddph_ctx *ctx)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (ctx->mpi.node_size > 1 && ctx->mpi.node_rank == 0 &&
+        ddph__ucx_tls_tcp_only(tls))
+        ddph__log(&ctx->log, DDPH_LOG_WARN,
+                  "UCX_TLS=%s joins the %d ranks of this host by TCP "
+                  "endpoints that MPICH never sends on and may not finish "
+                  "closing in MPI_Finalize (it can hang; ddph_close ends "
+                  "the process 10 s after the job ended): add sm, as in "
+                  "UCX_TLS=%s,sm",
+                  tls, ctx->mpi.node_size, tls);
+}
+
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                       ddph_ctx **out)
 {
@@ -105,6 +123,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ctx->mpi.check_collectives =
         cfg_st == DDPH_OK && ctx->cfg.check_collectives;
     ctx->log.rank = ctx->mpi.world.rank;
+    ctx->join_active = ctx->mpi.world.size;
+    ctx->join_scale = 1.0;
     if (cfg_st == DDPH_OK && ini_path)
         cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
                                                &cfg_err);
@@ -128,8 +148,10 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                              ctx->cfg.path);
     }
 #endif
-    if (st == DDPH_OK)
+    if (st == DDPH_OK) {
         size_blas(ctx);
+        warn_tcp_only(ctx);
+    }
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = agree_lanes(ctx, &e);
@@ -401,6 +423,14 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     ctx->step_models = list;
     ctx->nstep_models = n;
     ctx->syncs = decide_sync(ctx, models, n, flags);
+    /* Under join, each synchronising step counts the ranks still
+     * training (a joined rank has just done so in ddph_join). */
+    if (ctx->cfg.join && ctx->syncs && !ctx->joined) {
+        ddph_err je;
+        ddph_status js = ddph__join_roll_call(ctx, 1, models, n, &je);
+        if (js != DDPH_OK)
+            return ddph__ctx_fail(ctx, js, &je);
+    }
     ctx->last_step = (flags & DDPH_STEP_LAST) != 0;
     atomic_store(&ctx->mpi.in_sync_step, ctx->syncs);
     ctx->in_step = 1;
@@ -532,7 +562,11 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
     /* After the optimizer, every N-th synchronised step: the replicas are
      * compared (replicas.h).  Every rank takes part, even one whose hook
      * failed above, so that no peer waits for it. */
+    /* (Not while a rank has joined: its parameters stay where its data
+     * ended until ddph_join makes the replicas equal again.) */
     int every = ctx->cfg.check_replicas_every;
+    if (ctx->join_active < ctx->mpi.world.size)
+        every = 0;
     for (int i = 0; every > 0 && ctx->syncs && i < ctx->nstep_models; i++) {
         ddph_model *m = ctx->step_models[i];
         if (m->iteration % (uint64_t)every != 0)

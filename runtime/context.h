@@ -155,6 +155,14 @@ struct ddph_ctx {
     int data_ended; /* ...and has synchronised: no step may follow */
     int syncs;   /* this step synchronises */
 
+    /* [runtime] join (join.h). */
+    int joined;          /* in ddph_join, shadowing the others' steps */
+    int join_active;     /* ranks still training, from the last roll call */
+    double join_scale;   /* applied to each bucket after its hook: W /
+                            join_active, or 1 */
+    int64_t join_trained; /* synchronised steps this rank trained before
+                             ddph_join */
+
     /* Communication lanes and their queues (guarded by mu). */
     ddph_lane lanes[DDPH__MAX_LANES];
     int nlanes;

@@ -607,6 +607,13 @@ static ddph_status check_table(const ddph_plugin *p, ddph_err *err)
                           "on_bucket)",
                           p->path, p->plugin_size,
                           (size_t)DDPH__PLUGIN_V1_MIN_SIZE);
+    if (p->plugin_size >= offsetof(ddph_plugin_api_v1, tolerance) +
+                              sizeof a->tolerance &&
+        !(a->tolerance >= 0 && a->tolerance <= 1e6))
+        return ddph__fail(err, DDPH_ERR_PLUGIN,
+                          "hook plugin %s declares tolerance %g: it must be "
+                          "a number from 0 to 1e6",
+                          p->path, a->tolerance);
     static const struct {
         const char *name;
         size_t offset;

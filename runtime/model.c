@@ -391,7 +391,7 @@ ddph_status ddph_model_finalize(ddph_model *m)
     }
     /* Replicas start equal: rank 0's parameter values (replicas.h). */
     if (ctx->cfg.broadcast_parameters &&
-        (st = ddph__replicas_broadcast(m, &e)) != DDPH_OK)
+        (st = ddph__replicas_broadcast(m, 0, &e)) != DDPH_OK)
         return ddph__ctx_fail(ctx, st, &e);
     m->finalized = 1;
     ddph__log(&ctx->log, DDPH_LOG_INFO,

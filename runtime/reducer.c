@@ -51,6 +51,13 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     if (st == DDPH_OK)
         st = ddph__hook_on_bucket(hook, &view, b->scratch, &sent, &received,
                                   &e);
+    /* Under join with divide_by_initial_world_size = false: the hook
+     * averaged over the initial world size, the ranks still training are
+     * fewer (join.h). */
+    if (st == DDPH_OK && ctx->join_scale != 1.0)
+        st = hook->services.divide(&hook->services, b->storage,
+                                   b->store_dtype, b->numel,
+                                   1.0 / ctx->join_scale);
     ddph__timeline_record(&ctx->timeline, hook->track, t0,
                           "hook %s: %s bucket %d", hook->plugin->api.name,
                           m->name, index);

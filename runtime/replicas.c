@@ -16,7 +16,7 @@ static int takes_part(const ddph_param *p)
     return p->data && p->device == DDPH_CPU;
 }
 
-ddph_status ddph__replicas_broadcast(ddph_model *m, ddph_err *err)
+ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err)
 {
     ddph_mpi *mpi = &m->ctx->mpi;
     /* The same parameters on every rank, or the broadcasts below would
@@ -43,11 +43,11 @@ ddph_status ddph__replicas_broadcast(ddph_model *m, ddph_err *err)
         if (takes_part(p))
             st = ddph__mpi_broadcast(mpi, &mpi->trainer, p->data,
                                      p->numel * ddph__dtype_size(p->dtype),
-                                     DDPH_U8, 0, err);
+                                     DDPH_U8, root, err);
     }
     if (st != DDPH_OK)
-        ddph__err_prefix(err, "model '%s': broadcasting rank 0's parameters",
-                         m->name);
+        ddph__err_prefix(err, "model '%s': broadcasting rank %d's parameters",
+                         m->name, root);
     return st;
 }
 

@@ -18,8 +18,9 @@
 #include "context.h"
 
 /* Collective: checks that every rank gave the same parameters' memory,
- * then broadcasts their values from rank 0. */
-ddph_status ddph__replicas_broadcast(ddph_model *m, ddph_err *err);
+ * then broadcasts their values from rank `root` (0 at finalize; the last
+ * rank to join after ddph_join, join.h). */
+ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err);
 
 /* Collective: DDPH_ERR_MISMATCH when some parameter differs between
  * ranks, naming it and the ranks. */

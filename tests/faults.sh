@@ -130,6 +130,11 @@ scenario() {
             fi
             grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\|rank [0-9]* closed the job\|ranks* [0-9, ]* cannot be reached\)" "$log" ||
                 why="rank $r names neither the timeout nor the failed rank"
+            # A stopped rank answers no roll call: every survivor names it
+            # (from its own roll call, or in the notice of the first).
+            [ "$what" = stop ] && [ -z "$why" ] &&
+                ! grep -q "rank $r.*ranks* \([0-9]*, \)*$victim\(, [0-9]*\)* did not answer" "$log" &&
+                why="rank $r does not name the stopped rank $victim"
             worst=$took
         done
         summary="every survivor exited 4 by itself, the last ${worst:-?} s after the fault"

@@ -45,6 +45,13 @@ for n in 2 4; do
     { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"; cat "$DDPH_TEST_SRCDIR/examples/configs/two_models.ini"; } > "$job2"
     run "$n" "$B/examples/two_models" "$job2"
     run "$n" "$B/tests/mpi/replicas_trainer" "$DDPH_TEST_PLUGIN_DIR"
+    # Uneven inputs under join: rank r has 3 + r batches.  Averages over
+    # the world, over the ranks still training, with accumulation, and
+    # through a compressing hook.
+    run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 1 1
+    run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 1
+    run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 2
+    run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" fp16 1 2
 done
 # Dividing by 3 on the way into a bucket (not a power of two).
 run 3 "$B/tests/mpi/test_runtime" half-buckets

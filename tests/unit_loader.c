@@ -186,6 +186,8 @@ START_TEST(abi_errors)
                       "has characters other than");
     expect_load_error(fake("null_member"), NULL, DDPH_ERR_PLUGIN,
                       "required member 'on_bucket' is NULL");
+    expect_load_error(fake("bad_tolerance"), NULL, DDPH_ERR_PLUGIN,
+                      "declares tolerance -1: it must be a number from 0");
     expect_load_error(fake("declines"), NULL, DDPH_ERR_ABI,
                       "returned NULL (the plugin declined");
     expect_load_error(fake("bad_schema"), NULL, DDPH_ERR_PLUGIN,

@@ -23,6 +23,8 @@ static const ddph_plugin_api_v1 bf16_plugin = {
     /* Host buckets come cast (and divided) already: no f32 copy of the
      * gradients, no pass of its own over them. */
     .flags = DDPH_PLUGIN_BUCKETS_BF16 | DDPH_PLUGIN_DIVIDES_FIRST,
+    /* bf16 keeps 8 significant bits (2^-8 = 3.9e-3 a value). */
+    .tolerance = 2e-2,
 };
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)

@@ -300,6 +300,9 @@ static const ddph_plugin_api_v1 int8_plugin = {
     .load = int8_load,
     .stats = int8_stats,
     .on_layout = int8_on_layout,
+    /* 127 levels of the bucket's largest |value|: half a level is 0.4%
+     * of it, and each rank's rounding adds to the sum. */
+    .tolerance = 5e-2,
 };
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)

@@ -11,7 +11,7 @@
 #  - buckets are never in shared memory across hosts, nor on one host
 #    whose /dev/shm is too small for them (and then the job still runs);
 #  - a host's link cut in the middle of a step (2 hosts x 1 rank): every
-#    rank reports it (the timeout or the failed rank) and exits 4 by
+#    rank reports it, naming the rank behind the cut, and exits 4 by
 #    itself within timeout_s + 5 s.
 # Exits 77 (skip) where namespaces cannot be made (not root).
 set -u
@@ -137,8 +137,10 @@ for r in 0 1; do
         why="rank $r exited $took s after the cut (limit $LIMIT s)"
         break
     fi
-    grep -q "rank $r.*\(timeout_s = $TIMEOUT_S\|rank [0-9]* failed\|failed:\)" "$dir/report.$r" ||
-        why="rank $r names neither the timeout nor the failed rank"
+    # Each side of the cut names the rank on the other.
+    other=$((1 - r))
+    grep -q "rank $r.*timeout_s = $TIMEOUT_S.*\(rank $other did not answer\|rank $other cannot be reached\)" "$dir/report.$r" ||
+        why="rank $r does not name rank $other, behind the cut, as silent or unreachable"
     worst=$(awk -v a="$worst" -v b="$took" 'BEGIN { print (b > a ? b : a) }')
 done
 if [ -z "$why" ]; then

@@ -5,8 +5,16 @@
 # tc's token bucket filter, both ways.  PROGRAM runs under hydra's mpiexec
 # across the hosts: mpiexec runs in the first host, hydra's ssh launcher is
 # pointed at a script that starts each proxy with `ip netns exec`, and
-# traffic between hosts goes over TCP on the shaped link (UCX_TLS=tcp),
-# while ranks of one host talk through MPICH's shared memory.
+# traffic between hosts goes over TCP on the shaped link, while ranks of
+# one host talk through shared memory (MPICH's, and UCX's for the
+# endpoints UCX makes between them anyway): UCX_TLS=tcp,self,sm.  UCX
+# takes two processes with the same boot id for one machine and would
+# join them by shared memory, past the link; each simulated host
+# therefore sees a boot id of its own (a file bind-mounted over
+# /proc/sys/kernel/random/boot_id in its processes' mount namespace).
+# With tcp,self alone, the ranks of one host are joined by TCP endpoints
+# that MPICH never sends on, and MPICH 4.0's MPI_Finalize can hang
+# closing them (docs/usage.md).  DDPH_CLUSTER_UCX_TLS replaces the list.
 #
 #   sh tests/cluster/cluster.sh --hosts H --ranks-per-host R --rate RATE \
 #       [--latency MS] -- PROGRAM ARGS...
@@ -69,7 +77,9 @@ ip netns add "$probe" 2>/dev/null ||
 ip netns del "$probe"
 
 created=""
+boot_ids=$(mktemp -d) || exit 1
 cleanup() {
+    rm -rf "$boot_ids"
     for ns in $created; do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
         ip netns del "$ns" 2>/dev/null
@@ -114,6 +124,7 @@ hostlist=""
 for h in $(seq 0 $((hosts - 1))); do
     ns="$prefix-h$h"
     ip netns add "$ns" && created="$created $ns"
+    cat /proc/sys/kernel/random/uuid > "$boot_ids/$ns"
     port="v$h-$$"
     ip link add "$port" type veth peer name eth0 netns "$ns"
     ip link set "$port" netns "$sw"
@@ -132,13 +143,15 @@ echo "cluster.sh: $hosts hosts x $rph ranks, links shaped to $rate${latency:+, +
 
 # Ranks on one host share memory; between hosts, TCP over eth0.
 export DDPH_CLUSTER_MAP="$map" DDPH_CLUSTER_PREFIX="$prefix" DDPH_CLUSTER_SCRIPT="$me"
-export UCX_TLS=tcp,self UCX_NET_DEVICES=eth0
+export DDPH_CLUSTER_BOOT_IDS="$boot_ids"
+export UCX_TLS="${DDPH_CLUSTER_UCX_TLS:-tcp,self,sm}" UCX_NET_DEVICES=eth0
 set +e
 # In the background, so that a signal to this script runs its trap at once
 # (sh runs traps only between foreground commands, and mpiexec waits for
 # every host, even one whose link is down).
 # shellcheck disable=SC2086 # MPIEXEC_FLAGS is a list of flags
-ip netns exec "$first" "${MPIEXEC:-mpiexec}" ${MPIEXEC_FLAGS:-} -launcher ssh -launcher-exec "$(dirname "$me")/launch.sh" \
+ip netns exec "$first" sh "$(dirname "$me")/launch.sh" --as "$first" \
+    "${MPIEXEC:-mpiexec}" ${MPIEXEC_FLAGS:-} -launcher ssh -launcher-exec "$(dirname "$me")/launch.sh" \
     -localhost 10.231.0.1 -hosts "$hostlist" -n $((hosts * rph)) \
     "$@" &
 child=$!

@@ -183,6 +183,10 @@ __attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
     .flags = DDPH_PLUGIN_CONCURRENT_BUCKETS,
     .on_layout = (ddph_status(*)(void *, const ddph_layout *,
                                  const ddph_services *))1,
+    .tolerance = -5, /* minor 3, past struct_size too: read as 0 */
+#endif
+#ifdef FAKE_BAD_TOLERANCE
+    .tolerance = -1,
 #endif
 };
 

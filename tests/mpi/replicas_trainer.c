@@ -25,17 +25,8 @@
 
 #include <ddphook/ddphook.h>
 
-static int rank = -1;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);   \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
 
 enum { NW = 96, NB = 8 };
 
@@ -57,7 +48,8 @@ int main(int argc, char **argv)
     ddph_status st = ddph_open(job, &argc, &argv, &ctx);
     unlink(job);
     CHECK(st == DDPH_OK, "ddph_open: %s", ddph_status_name(st));
-    rank = ddph_rank(ctx);
+    int rank = ddph_rank(ctx);
+    check_rank = rank;
     int world = ddph_world_size(ctx);
 
     static float w[NW], b[NB], gw[NW], gb[NB];

@@ -88,20 +88,10 @@
 
 #include <ddphook/ddphook.h>
 
+#include "check.h"
+
 #include "../bf16_host.h"
 
-static int g_rank = -1;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank,    \
-                    __FILE__, __LINE__, #cond);                              \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
 
 #define CHECK_OK(call, ctx)                                                  \
     CHECK((call) == DDPH_OK, "%s", ddph_last_error(ctx))
@@ -235,7 +225,7 @@ static void run_average(int view, int lanes)
         CHECK(ddph_step_syncs(ctx), "step %d should sync", s);
         for (int i = NP - 1; i >= 0; i--) {
             for (size_t k = 0; k < fx.numel[i]; k++)
-                g[i][k] = value(g_rank, s, i, k);
+                g[i][k] = value(check_rank, s, i, k);
             CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
         }
         CHECK_OK(ddph_step_wait(ctx), ctx);
@@ -290,7 +280,7 @@ static void run_lanes(void)
     fixture_free(&a);
     fixture_free(&h);
     char mine[32];
-    snprintf(mine, sizeof mine, "lanes = %d", g_rank == 0 ? 2 : 1);
+    snprintf(mine, sizeof mine, "lanes = %d", check_rank == 0 ? 2 : 1);
     ddph_ctx *bad;
     ddph_status st = ddph_open(job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
                                    mine),
@@ -342,7 +332,7 @@ static void run_mismatch(void)
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
     int world = ddph_world_size(ctx);
     model_fixture fx;
-    setup(ctx, &fx, g_rank == world - 1 ? 1 : 0); /* the last rank differs */
+    setup(ctx, &fx, check_rank == world - 1 ? 1 : 0); /* the last rank differs */
     ddph_status st = ddph_model_finalize(fx.m);
     CHECK(st == DDPH_ERR_MISMATCH, "finalize returned %s",
           ddph_status_name(st));
@@ -364,7 +354,7 @@ static void run_mismatch(void)
 static void end_failed_job(const char *scenario)
 {
     MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank == 0)
+    if (check_rank == 0)
         printf("ok %s\n", scenario);
     fflush(stdout);
     fflush(stderr);
@@ -457,7 +447,7 @@ static void run_timeout(const char *hook_dir, const char *hook,
     int nb = ddph_model_bucket_count(fx.m);
     CHECK(nb > 2, "%d buckets: several must be in flight", nb);
     CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
-    int stuck = g_rank == world - 1;
+    int stuck = check_rank == world - 1;
     if (stuck)
         sleep(4); /* well past timeout_s */
     double t0 = MPI_Wtime();
@@ -569,7 +559,7 @@ static void shared_buckets_once(int view, int shared, int expect, size_t big)
     ddph_model *m = flat_model(ctx, 3, numel, DDPH_F32, own, 3);
     /* No name is left in /dev/shm once finalize returns (an unnamed
      * segment never has one). */
-    if (g_rank == 0 && shared) {
+    if (check_rank == 0 && shared) {
         char cmd[96];
         snprintf(cmd, sizeof cmd, "ls /dev/shm/ddphook-%ld-* >/dev/null 2>&1",
                  (long)getpid());
@@ -593,7 +583,7 @@ static void shared_buckets_once(int view, int shared, int expect, size_t big)
         CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
         for (int i = 2; i >= 0; i--) {
             for (size_t k = 0; k < numel[i]; k++)
-                g[i][k] = ring_value(g_rank, k + (size_t)(i + s));
+                g[i][k] = ring_value(check_rank, k + (size_t)(i + s));
             CHECK_OK(ddph_grad_ready(m, i), ctx);
         }
         CHECK_OK(ddph_step_wait(ctx), ctx);
@@ -639,12 +629,12 @@ static void run_shifted_buffers(void)
     float *g = grad;
     CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
     for (size_t k = 0; k < 4 * Q; k++)
-        g[k] = ring_value(g_rank, k);
+        g[k] = ring_value(check_rank, k);
     CHECK_OK(ddph_grad_ready(m, 0), ctx);
     CHECK_OK(ddph_step_wait(ctx), ctx);
-    size_t mine = (size_t)(2 + g_rank % 2) * Q;
+    size_t mine = (size_t)(2 + check_rank % 2) * Q;
     for (size_t k = 0; k < 4 * Q; k++) {
-        float want = ring_value(g_rank, k) / (float)world;
+        float want = ring_value(check_rank, k) / (float)world;
         size_t j = k % Q;
         if (k / Q == 1 || (k >= mine && k < mine + Q)) {
             want = 0;
@@ -854,7 +844,7 @@ static void half_ring_once(const char *hook, ddph_dtype dtype)
         CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
         for (int i = 1; i >= 0; i--) {
             for (size_t k = 0; k < numel[i]; k++) {
-                float v = ring_value(g_rank, k + (size_t)i);
+                float v = ring_value(check_rank, k + (size_t)i);
                 if (dtype == DDPH_F32)
                     ((float *)g[i])[k] = v;
                 else
@@ -942,8 +932,8 @@ static void run_powersgd(void)
         for (int i = 3; i >= 0; i--) {
             for (size_t k = 0; k < numel[i]; k++) {
                 size_t cols = (size_t)sh[i][1], r = k / cols, c = k % cols;
-                g[i][k] = i % 2 ? (float)((g_rank + 1) * (int)(k % 3))
-                                : (float)(g_rank + 1) * (float)(r % 5 + 1) *
+                g[i][k] = i % 2 ? (float)((check_rank + 1) * (int)(k % 3))
+                                : (float)(check_rank + 1) * (float)(r % 5 + 1) *
                                       (float)((c % 4) + 1) * 0.125f;
             }
             CHECK_OK(ddph_grad_ready(m, i), ctx);
@@ -1017,7 +1007,7 @@ static void sparse_run(const char *hook, const char *options, grad_fn fn,
         CHECK_OK(ddph_step_begin(ctx, &fx->m, 1), ctx);
         for (int i = NP - 1; i >= 0; i--) {
             for (size_t k = 0; k < fx->numel[i]; k++)
-                fx->grads[i][k] = fn(g_rank, st, i, k);
+                fx->grads[i][k] = fn(check_rank, st, i, k);
             CHECK_OK(ddph_grad_ready(fx->m, i), ctx);
         }
         CHECK_OK(ddph_step_wait(ctx), ctx);
@@ -1175,9 +1165,9 @@ static void powersgd_blocks(const char *hook, int ef, size_t rank)
     for (int s = 0; s < 6; s++) {
         CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
         for (size_t k = 0; k < nw; k++)
-            w[k] = (float)pb_noise(g_rank, s, k);
+            w[k] = (float)pb_noise(check_rank, s, k);
         for (size_t k = 0; k < nb; k++)
-            bias[k] = (float)pb_noise(g_rank, s, nw + k);
+            bias[k] = (float)pb_noise(check_rank, s, nw + k);
         for (int i = nb ? 1 : 0; i >= 0; i--)
             CHECK_OK(ddph_grad_ready(m, i), ctx);
         CHECK_OK(ddph_step_wait(ctx), ctx);
@@ -1388,15 +1378,15 @@ static void local_sgd_run(const char *options, int steps, int (*expect)(int))
     CHECK_OK(ddph_model_set_param_data(m, 0, p0), ctx);
     CHECK_OK(ddph_model_set_param_data(m, 1, p1), ctx);
     CHECK_OK(ddph_model_finalize(m), ctx);
-    int all[4] = {0, 1, 2, 3}, pair[2] = {g_rank & ~1, g_rank | 1};
+    int all[4] = {0, 1, 2, 3}, pair[2] = {check_rank & ~1, check_rank | 1};
     int other[2] = {0, 2};
     for (int t = 0; t < steps; t++) {
         CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
         for (int k = 0; k < N1; k++)
-            g1[k] = (float)((g_rank + 1) * (k % 3 + 1) * (t + 1));
+            g1[k] = (float)((check_rank + 1) * (k % 3 + 1) * (t + 1));
         CHECK_OK(ddph_grad_ready(m, 1), ctx);
         for (int k = 0; k < N0; k++)
-            g0[k] = (float)((g_rank * 7 + k) % 11) * 0.5f - (float)t;
+            g0[k] = (float)((check_rank * 7 + k) % 11) * 0.5f - (float)t;
         CHECK_OK(ddph_grad_ready(m, 0), ctx);
         CHECK_OK(ddph_step_wait(ctx), ctx);
         for (int k = 0; k < N0; k++) /* the optimizer: plain SGD */
@@ -1464,9 +1454,9 @@ static void local_sgd_dtypes(void)
     CHECK_OK(ddph_model_set_param_data(m, 2, d), ctx);
     CHECK_OK(ddph_model_finalize(m), ctx);
     for (int k = 0; k < N; k++) {
-        w[k] = (float)g_rank + 0.25f * (float)k;
-        h[k] = bf16_from_float((float)g_rank - 0.25f * (float)k);
-        d[k] = 1.0 + k + g_rank * 1e-9;
+        w[k] = (float)check_rank + 0.25f * (float)k;
+        h[k] = bf16_from_float((float)check_rank - 0.25f * (float)k);
+        d[k] = 1.0 + k + check_rank * 1e-9;
     }
     CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
     for (int i = 2; i >= 0; i--)
@@ -1526,7 +1516,7 @@ static void accumulate_run(const char *extra, int micro, const unsigned *flags,
               extra, s, ddph_step_syncs(ctx), want_sync[s]);
         for (int i = NP - 1; i >= 0; i--) {
             for (size_t k = 0; k < fx.numel[i]; k++)
-                fx.grads[i][k] += value(g_rank, s, i, k);
+                fx.grads[i][k] += value(check_rank, s, i, k);
             CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
         }
         CHECK_OK(ddph_step_wait(ctx), ctx);
@@ -1689,7 +1679,7 @@ static void run_trace(void)
         CHECK_OK(ddph_step_end(ctx), ctx);
     }
     ddph_close(ctx);
-    if (g_rank == 0) {
+    if (check_rank == 0) {
         FILE *f = fopen(path, "r");
         CHECK(f != NULL, "%s was not written", path);
         static char text[1 << 20];
@@ -1723,7 +1713,7 @@ static void nonfinite_run(int check)
     for (int i = NP - 1; i >= 0; i--) {
         for (size_t k = 0; k < fx.numel[i]; k++)
             fx.grads[i][k] = 1.0f;
-        if (g_rank == 0 && i == 2)
+        if (check_rank == 0 && i == 2)
             fx.grads[i][7] = 0.0f / 0.0f;
         CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
     }
@@ -1735,7 +1725,7 @@ static void nonfinite_run(int check)
                                            "gradient of 'p2' is not finite at "
                                            "element 7"),
               "%s", ddph_last_error(ctx));
-        CHECK(g_rank == 0 ||
+        CHECK(check_rank == 0 ||
                   strncmp(ddph_last_error(ctx), "rank 0 failed: ", 15) == 0,
               "%s", ddph_last_error(ctx));
     } else {
@@ -1770,7 +1760,7 @@ int main(int argc, char **argv)
     }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_rank(MPI_COMM_WORLD, &check_rank);
     const char *s = argv[1];
     if (strcmp(s, "average") == 0)
         run_average(0, 1);
@@ -1844,10 +1834,10 @@ int main(int argc, char **argv)
     }
     char path[256];
     snprintf(path, sizeof path, "/tmp/ddph-test-%d-%d.ini", (int)getppid(),
-             g_rank);
+             check_rank);
     unlink(path);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank == 0)
+    if (check_rank == 0)
         printf("ok %s\n", s);
     fflush(stdout);
     /* Every rank has passed its checks: MPICH 4.0's finalize may deadlock

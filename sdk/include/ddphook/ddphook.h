@@ -218,6 +218,21 @@ ddph_status ddph_step_wait(ddph_ctx *ctx);
  * averaging) for synchronised steps. */
 ddph_status ddph_step_end(ddph_ctx *ctx);
 
+/* Uneven inputs, as PyTorch's Join: with [runtime] join = true, a rank
+ * whose data has ended calls ddph_join (between steps) instead of another
+ * step.  Until every rank has called it, it takes part in each
+ * synchronising step of the others with zero gradients (every model of
+ * the job, through its hook, then on_step_end; its gradient memory is
+ * overwritten).  Averages are over the initial world size, or over the
+ * ranks still training with divide_by_initial_world_size = false.  When
+ * every rank has joined, the parameters given with
+ * ddph_model_set_param_data are broadcast from the last rank to join, and
+ * ddph_join returns on every rank; training may then go on (a new epoch)
+ * on every rank.  Under join, each synchronising step must cover all of
+ * the job's models, and the trainer collectives below must wait until
+ * ddph_join has returned everywhere. */
+ddph_status ddph_join(ddph_ctx *ctx);
+
 /* ---- everyday cross-rank calls for the trainer ---------------------------
  * So that a trainer need not call MPI itself: every rank calls them, in
  * the same order, between steps (inside a step they are refused with

@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define DDPH_PLUGIN_ABI_MAJOR 1
-#define DDPH_PLUGIN_ABI_MINOR 2
+#define DDPH_PLUGIN_ABI_MINOR 3
 
 /* Name of the entry symbol for ABI major 1. */
 #define DDPH_PLUGIN_ENTRY_V1 "ddph_plugin_v1"
@@ -413,6 +413,13 @@ typedef struct ddph_plugin_api_v1 {
      * the same layout).  A failure fails ddph_model_finalize. */
     ddph_status (*on_layout)(void *state, const ddph_layout *layout,
                              const ddph_services *s);
+
+    /* ---- ABI minor 3 ---------------------------------------------------- */
+    /* How far one step's result may be from the exact average of the
+     * ranks' buckets, relative to the largest |average| (e.g. 2e-3 for a
+     * hook that sends f16): what ddphook-plugin-test checks when it is not
+     * given --rtol.  0 (or an older table): exact up to f32 rounding. */
+    double tolerance;
 } ddph_plugin_api_v1;
 
 /* flags: on_bucket may run for different buckets of one model at the same

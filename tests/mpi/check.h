@@ -1,0 +1,23 @@
+/* check.h: CHECK(cond, fmt, ...) for the multi-rank test programs: when
+ * cond is false it prints "rank R: file:line: check failed: cond: message"
+ * and exits 1.  The program sets check_rank once it knows its rank. */
+#ifndef DDPH_TESTS_MPI_CHECK_H
+#define DDPH_TESTS_MPI_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int check_rank = -1;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ",            \
+                    check_rank, __FILE__, __LINE__, #cond);                  \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#endif
