@@ -233,18 +233,25 @@ ddph_status ddph__mpi_op_wait(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
 ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
                               ddph_err *err);
 
-/* Before a hook's collective `what` on g (with check_collectives): every
+/* With a hook's collective `what` on g (with check_collectives): every
  * rank of g gives its fingerprint (the collective's number on g, kind,
  * dtype, count, op, root, and the iteration and bucket the hook is
- * reducing) and all are compared before any data moves.  A
- * rank that calls an extra, a missing or a different collective fails the
- * job on every rank, with DDPH_ERR_MISMATCH naming the ranks and what each
- * called; `model` names the hook's model in the message. */
+ * reducing) on g's twin communicator, and all are compared.  The exchange
+ * runs while the collective does: it is checked when the calling thread's
+ * next hook collective starts, while the thread waits on a collective,
+ * and at ddph__mpi_fingerprint_settle (after each hook call), so a
+ * mismatched step never completes.  A rank that calls an extra, a missing
+ * or a different collective fails the job on every rank, with
+ * DDPH_ERR_MISMATCH naming the ranks and what each called; `model` names
+ * the hook's model in the message. */
 ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
                                   const char *what, ddph_dtype dtype,
                                   size_t count, int op, int root,
                                   const char *model, int64_t iteration,
                                   int64_t bucket, ddph_err *err);
+/* Waits for the calling thread's fingerprint exchange still in flight, if
+ * any, and compares it (within timeout_s). */
+ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err);
 
 /* Raw bytes, for the runtime's own agreement checks. */
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
@@ -270,11 +277,5 @@ ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
  * of the world, timed): sets node_rank and node_size.  Collective; called
  * once by ddph_open. */
 ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err);
-
-/* Whether UCX_TLS (NULL: not set) lets UCX join ranks of one host by TCP
- * only: a list that names tcp and no shared-memory transport.  MPICH 4.0
- * then leaves those endpoints (which it never sends on) half connected
- * until MPI_Finalize, where closing them can deadlock; ddph_open warns. */
-int ddph__ucx_tls_tcp_only(const char *ucx_tls);
 
 #endif

@@ -73,23 +73,6 @@ static void size_blas(ddph_ctx *ctx)
               n, n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
 }
 
-/* UCX_TLS=tcp,self with several ranks on a host: MPICH 4.0's
- * MPI_Finalize may then never end (docs/usage.md, "Between hosts").
- * ddph_close bounds it; a user who sees the warning can avoid it. */
-static void warn_tcp_only(ddph_ctx *ctx)
-{
-    const char *tls = getenv("UCX_TLS");
-    if (ctx->mpi.node_size > 1 && ctx->mpi.node_rank == 0 &&
-        ddph__ucx_tls_tcp_only(tls))
-        ddph__log(&ctx->log, DDPH_LOG_WARN,
-                  "UCX_TLS=%s joins the %d ranks of this host by TCP "
-                  "endpoints that MPICH never sends on and may not finish "
-                  "closing in MPI_Finalize (it can hang; ddph_close ends "
-                  "the process 10 s after the job ended): add sm, as in "
-                  "UCX_TLS=%s,sm",
-                  tls, ctx->mpi.node_size, tls);
-}
-
 ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                       ddph_ctx **out)
 {
@@ -148,10 +131,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                              ctx->cfg.path);
     }
 #endif
-    if (st == DDPH_OK) {
+    if (st == DDPH_OK)
         size_blas(ctx);
-        warn_tcp_only(ctx);
-    }
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = agree_lanes(ctx, &e);

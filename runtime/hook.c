@@ -160,6 +160,14 @@ int ddph__hook_divides_first(const ddph_hook *h, ddph_dtype store_dtype)
 static ddph_status settle(ddph_hook *h, const char *call, ddph_status st)
 {
     int left = ddph__services_settle(h);
+    /* The fingerprint of the call's last collective (backend_mpi.h): a
+     * call whose collectives did not match its peers' fails. */
+    ddph_err e;
+    ddph_status fs = ddph__mpi_fingerprint_settle(h->mpi, &e);
+    if (fs != DDPH_OK && st == DDPH_OK) {
+        snprintf(h->message, sizeof h->message, "%s", e.msg);
+        return fs;
+    }
     if (left && st == DDPH_OK) {
         snprintf(h->message, sizeof h->message,
                  "%s returned with %d nonblocking request%s it never waited "

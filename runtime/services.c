@@ -131,10 +131,11 @@ static void count_alltoall(ddph_hook *h, const ddph_group *g, size_t count,
     h->call_recv_bytes += others;
 }
 
-/* Every collective a hook issues on the MPI path is first compared across
- * the group's ranks ([runtime] check_collectives, backend_mpi.h): an extra,
- * a missing or a different collective fails the job on every rank before
- * any data moves.  op and root are -1 where they do not apply. */
+/* Every collective a hook issues on the MPI path is compared across the
+ * group's ranks ([runtime] check_collectives, backend_mpi.h), the exchange
+ * running while the collective does: an extra, a missing or a different
+ * collective fails the job on every rank, and the hook call with it.  op
+ * and root are -1 where they do not apply. */
 static ddph_status checked(ddph_hook *h, ddph_group *g, const char *what,
                            ddph_dtype dtype, size_t count, int op, int root,
                            ddph_err *e)

@@ -12,7 +12,6 @@ Suite *loader_suite(void);
 Suite *cpu_ops_suite(void);
 Suite *rng_suite(void);
 Suite *psgd_cpu_suite(void);
-Suite *backend_mpi_suite(void);
 
 /* Writes text to a fresh temporary file; returns its path (static buffer
  * per call site: copy it if two are needed at once). */

@@ -12,9 +12,9 @@
 # join them by shared memory, past the link; each simulated host
 # therefore sees a boot id of its own (a file bind-mounted over
 # /proc/sys/kernel/random/boot_id in its processes' mount namespace).
-# With tcp,self alone, the ranks of one host are joined by TCP endpoints
-# that MPICH never sends on, and MPICH 4.0's MPI_Finalize can hang
-# closing them (docs/usage.md).  DDPH_CLUSTER_UCX_TLS replaces the list.
+# DDPH_CLUSTER_UCX_TLS replaces the transport list.  MPICH 4.0's
+# MPI_Finalize over TCP hangs now and then (docs/usage.md);
+# tests/cluster/soak.sh counts it.
 #
 #   sh tests/cluster/cluster.sh --hosts H --ranks-per-host R --rate RATE \
 #       [--latency MS] -- PROGRAM ARGS...

@@ -12,7 +12,7 @@
 #
 # RATE as in cluster.sh (default 1gbit); S seconds per run (default 30);
 # --layouts the ranks per host to run (default "1 2").
-# DDPH_CLUSTER_UCX_TLS=tcp,self reproduces the hang the rig avoids.
+# DDPH_CLUSTER_UCX_TLS sets the transports (cluster.sh).
 # Exits 0 when no run hung or failed, 1 otherwise, 77 without root.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)

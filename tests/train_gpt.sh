@@ -1,0 +1,84 @@
+#!/bin/sh
+# train_gpt.sh: the GPT example in its tiny configuration (--tiny: 1 layer,
+# width 16, a few steps) on 2 ranks:
+#  - it trains with every shipped hook's job file (examples/configs/gpt_*)
+#    and prints the bigram baseline, finite losses and a sample;
+#  - a run saved after 2 steps and resumed to 4 ends with the same weights,
+#    bit for bit, as a run of 4 steps (allreduce; PowerSGD and top-k, whose
+#    error memories go through the hook's state), and different weights
+#    from allreduce's where the hook compresses;
+#  - the CSV has the documented header and a row per validation.
+# Skips (77) without the fortunes text (apt-get install fortunes).
+set -u
+if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
+    echo "SKIP: mpiexec not found (apt-get install mpich)"
+    exit 77
+fi
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+S=${DDPH_TEST_SRCDIR:?run through make check}
+DATA=/usr/share/games/fortunes
+if [ ! -d "$DATA" ]; then
+    echo "SKIP: $DATA not found (apt-get install fortunes)"
+    exit 77
+fi
+OUT="$B/tests/out/train_gpt"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+GPT="$B/examples/train_gpt/train_gpt"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS: $*"; }
+ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+# A job file from examples/configs with this build's plugins.
+job() {
+    { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"
+      cat "$S/examples/configs/gpt_$1.ini"; } > "$OUT/$1.ini"
+    echo "$OUT/$1.ini"
+}
+for hook in allreduce fp16 bf16 powersgd batched_powersgd topk int8; do
+    out=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$(job "$hook")" --tiny \
+        --steps 6 </dev/null 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q "^bigram baseline: validation loss [0-9.]*$" &&
+        printf '%s\n' "$out" | grep -q "^step     6 .* val [0-9]\.[0-9]*" &&
+        printf '%s\n' "$out" | grep -q "^sample:$"; then
+        ok "gpt_$hook.ini, tiny, 2 ranks :: $(printf '%s\n' "$out" | grep '^step     6')"
+    else
+        ko "gpt_$hook.ini, tiny, 2 ranks (exit $rc)"
+        printf '%s\n' "$out" | tail -n 15 | sed 's/^/    /'
+    fi
+done
+# Save and resume: the weights' crc32 of 2 + 2 steps equals that of 4.
+# PowerSGD compresses from step 2 here, and top-k from the start: their
+# error memories go through the hook's state.
+job powersgd >/dev/null
+sed -i 's/^start_powerSGD_iter = .*/start_powerSGD_iter = 2/' "$OUT/powersgd.ini"
+job topk >/dev/null
+for hook in allreduce powersgd topk; do
+    ini="$OUT/$hook.ini"
+    whole=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$ini" --tiny --steps 4 \
+        --sample 0 </dev/null 2>&1 | sed -n 's/^weights crc32 //p')
+    timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$ini" --tiny --steps 4 \
+        --stop-at 2 --sample 0 --save "$OUT/ck-$hook" </dev/null >"$OUT/save-$hook.log" 2>&1
+    resumed=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$ini" --tiny --steps 4 \
+        --sample 0 --resume "$OUT/ck-$hook" </dev/null 2>&1 | sed -n 's/^weights crc32 //p')
+    [ "$hook" = allreduce ] && plain=$whole
+    if [ -n "$whole" ] && [ "$whole" = "$resumed" ] &&
+        { [ "$hook" = allreduce ] || [ "$whole" != "$plain" ]; }; then
+        ok "$hook: 2 steps, saved, resumed to 4 = 4 steps, bit for bit :: crc32 $whole"
+    else
+        ko "$hook: resumed weights '$resumed' differ from a straight run's '$whole'"
+        sed 's/^/    /' "$OUT/save-$hook.log"
+    fi
+done
+# The CSV.
+timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$OUT/allreduce.ini" --tiny \
+    --csv "$OUT/run.csv" --sample 0 </dev/null >/dev/null 2>&1
+if [ "$(head -n 1 "$OUT/run.csv" 2>/dev/null)" = "step,seconds,train_loss,val_loss,bytes_sent,lr" ] &&
+    [ "$(wc -l < "$OUT/run.csv")" -eq 3 ]; then
+    ok "--csv: the header and a row per validation"
+else
+    ko "--csv: $(cat "$OUT/run.csv" 2>/dev/null)"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
