@@ -31,7 +31,12 @@ ddph_status ddph__join_roll_call(ddph_ctx *ctx, int training,
      * W * sum(d^2) = (sum d)^2 (no spread).  d < 2^20 keeps it exact. */
     int64_t d = models_digest(ctx, models, n);
     int64_t v[3] = {training ? 1 : 0, d, d * d};
+    /* The roll call is a step's first collective: a peer that leaves the
+     * steps meanwhile (a trainer collective, DDPH_STEP_LAST) is reported
+     * at once, as in any step (backend_mpi.h). */
+    int was = atomic_exchange(&ctx->mpi.in_sync_step, 1);
     ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 3, DDPH_SUM, err);
+    atomic_store(&ctx->mpi.in_sync_step, was);
     if (st != DDPH_OK) {
         ddph__err_prefix(err, "join: counting the ranks still training");
         return st;
@@ -124,6 +129,12 @@ ddph_status ddph_join(ddph_ctx *ctx)
         return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
                                "ddph_join inside a step (end it with "
                                "ddph_step_wait and ddph_step_end first)");
+    if (ctx->data_ended)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "ddph_join after a step flagged "
+                               "DDPH_STEP_LAST (its peers were told that no "
+                               "step follows; under join, end with "
+                               "ddph_join alone)");
     for (int i = 0; i < ctx->nmodels; i++)
         if (!ctx->models[i]->finalized)
             return ddph__ctx_failf(ctx, DDPH_ERR_STATE,

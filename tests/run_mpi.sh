@@ -52,6 +52,8 @@ for n in 2 4; do
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 1
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 2
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" fp16 1 2
+    # A trainer collective while a rank has joined: reported at once.
+    run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 1 1 average
 done
 # Dividing by 3 on the way into a bucket (not a power of two).
 run 3 "$B/tests/mpi/test_runtime" half-buckets

@@ -1,7 +1,7 @@
 /* join_trainer.c: uneven inputs evened out ([runtime] join = true), checked
  * against averages computed by hand, on any number of ranks.
  *
- *   join_trainer PLUGIN_DIR HOOK DIVIDE_BY_INITIAL(0|1) ACCUMULATE
+ *   join_trainer PLUGIN_DIR HOOK DIVIDE_BY_INITIAL(0|1) ACCUMULATE [average]
  *
  * Rank r has 3 + r batches; each synchronises after ACCUMULATE backward
  * passes (the last window synchronises whatever it holds,
@@ -13,7 +13,11 @@
  * with ddph_model_set_param_data; after ddph_join every rank must hold
  * the parameters of the last rank to join (computed by hand too).  Then
  * one more step on every rank (a new epoch) averages over all of them.
- * Also: ddph_join inside a step is refused.
+ * Also: ddph_join inside a step is refused.  With `average`, the last rank
+ * calls ddph_average_f64 after its 4th batch, while rank 0 has joined: both
+ * must fail at once, naming that rank and the call (a joined rank never
+ * takes part in a trainer collective); each rank then exits 0 (MPI left
+ * unfinalized, as after any failed job), rank 0 printing "ok join-average".
  * Prints "ok join" on rank 0 when every check passed; exits 1 on the
  * first failed check. */
 #define _GNU_SOURCE
@@ -62,12 +66,13 @@ static int windows(int r, int acc, int *start)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
+    if (argc != 5 && argc != 6) {
         fprintf(stderr, "usage: join_trainer PLUGIN_DIR HOOK "
-                        "DIVIDE_BY_INITIAL(0|1) ACCUMULATE\n");
+                        "DIVIDE_BY_INITIAL(0|1) ACCUMULATE [average]\n");
         return 2;
     }
     int divide_initial = atoi(argv[3]), acc = atoi(argv[4]);
+    int misuse = argc == 6 && strcmp(argv[5], "average") == 0;
     char job[] = "/tmp/ddph-join-XXXXXX.ini";
     int fd = mkstemps(job, 4);
     CHECK(fd >= 0, "mkstemps");
@@ -118,12 +123,16 @@ int main(int argc, char **argv)
     memset(gw, 0, sizeof gw);
     memset(gb, 0, sizeof gb);
     int sync = 0;
-    for (int t = 0; t < batches(rank); t++) {
+    int failed = 0; /* with `average`: a step call failed (reported) */
+    for (int t = 0; t < batches(rank) && !failed; t++) {
         int last = t == batches(rank) - 1;
-        CHECK(ddph_step_begin_flags(ctx, &m, 1,
-                                    last ? DDPH_STEP_END_OF_DATA : 0) ==
-                  DDPH_OK,
-              "step_begin: %s", ddph_last_error(ctx));
+        st = ddph_step_begin_flags(ctx, &m, 1,
+                                   last ? DDPH_STEP_END_OF_DATA : 0);
+        if (misuse && st != DDPH_OK) {
+            failed = 1;
+            break;
+        }
+        CHECK(st == DDPH_OK, "step_begin: %s", ddph_last_error(ctx));
         if (t == 0)
             CHECK(ddph_join(ctx) == DDPH_ERR_STATE &&
                       strstr(ddph_last_error(ctx), "inside a step"),
@@ -134,8 +143,12 @@ int main(int argc, char **argv)
         for (int k = 0; k < NW; k++)
             gw[k] += (float)grad(rank, 0, k, t);
         CHECK(ddph_grad_ready(m, 0) == DDPH_OK, "grad_ready w");
-        CHECK(ddph_step_wait(ctx) == DDPH_OK, "step_wait: %s",
-              ddph_last_error(ctx));
+        st = ddph_step_wait(ctx);
+        if (misuse && st != DDPH_OK) {
+            failed = 1;
+            break;
+        }
+        CHECK(st == DDPH_OK, "step_wait: %s", ddph_last_error(ctx));
         int synced = ddph_step_syncs(ctx);
         CHECK(ddph_step_end(ctx) == DDPH_OK, "step_end: %s",
               ddph_last_error(ctx));
@@ -166,6 +179,29 @@ int main(int argc, char **argv)
             }
         }
         sync++;
+        if (misuse && rank == world - 1 && t == 3) {
+            double v[1] = {1};
+            CHECK(ddph_average_f64(ctx, v, 1) == DDPH_ERR_STATE,
+                  "a trainer collective while rank 0 has joined: %s",
+                  ddph_last_error(ctx));
+            failed = 1;
+        }
+    }
+    if (misuse) {
+        /* Ranks out of data join, and hear of it there. */
+        if (!failed)
+            CHECK(ddph_join(ctx) == DDPH_ERR_STATE, "join: %s",
+                  ddph_last_error(ctx));
+        char want[96];
+        snprintf(want, sizeof want, "rank %d called ddph_average_f64 after",
+                 world - 1);
+        CHECK(strstr(ddph_last_error(ctx), want), "'%s' does not say '%s'",
+              ddph_last_error(ctx), want);
+        ddph_close(ctx);
+        if (rank == 0)
+            printf("ok join-average\n");
+        fflush(NULL);
+        _exit(0);
     }
     /* The last rank to join trains every window there is: its parameters
      * are the ones every rank keeps. */
