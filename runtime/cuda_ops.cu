@@ -1,6 +1,7 @@
 // cuda_ops.cu: see cuda_ops.h.  Element-wise grid-stride kernels; every
 // conversion to a half type rounds to nearest even (__float2half_rn,
-// __float2bfloat16_rn), as the CPU path and PyTorch do.
+// __float2bfloat16_rn), as the CPU path and PyTorch do, and gives a NaN
+// the CPU path's bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,11 +32,22 @@ __device__ void store(void *p, int t, size_t i, double v)
     switch (t) {
     case F32: static_cast<float *>(p)[i] = static_cast<float>(v); break;
     case F64: static_cast<double *>(p)[i] = v; break;
-    case F16: static_cast<__half *>(p)[i] = __float2half_rn(static_cast<float>(v)); break;
-    default:
-        static_cast<__nv_bfloat16 *>(p)[i] =
-            __float2bfloat16_rn(static_cast<float>(v));
+    case F16: {
+        // A NaN becomes the CPU path's (and c10::Half's) quiet NaN with its
+        // sign, 0x7E00, not CUDA's 0x7FFF.
+        float f = static_cast<float>(v);
+        static_cast<__half *>(p)[i] =
+            isnan(f) ? __ushort_as_half(signbit(f) ? 0xFE00 : 0x7E00)
+                     : __float2half_rn(f);
         break;
+    }
+    default: {
+        // ...and c10::BFloat16's 0x7FC0.
+        float f = static_cast<float>(v);
+        static_cast<__nv_bfloat16 *>(p)[i] =
+            isnan(f) ? __ushort_as_bfloat16(0x7FC0) : __float2bfloat16_rn(f);
+        break;
+    }
     }
 }
 

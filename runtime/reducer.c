@@ -263,18 +263,21 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
         if (st != DDPH_OK)
             return st;
     }
+    if (m->gpu_nonfinite && p->device == DDPH_CUDA) {
+        /* Looked at in ddph__reducer_wait: reading it here would stall.
+         * Enqueued before the bucket's ready event, so that the hook's
+         * stream (which waits for that event) cannot change the gradient
+         * (a view into the bucket) while the search reads it. */
+        ddph_status st = ddph__dev_nonfinite_find(p->grad, p->dtype, p->numel,
+                                                  &m->gpu_nonfinite[index],
+                                                  ctx->compute_stream, err);
+        if (st != DDPH_OK)
+            return st;
+    }
     /* The last gradient of a GPU bucket: mark the point its hook waits for. */
     if (b->ready_event && b->pending == 1) {
         ddph_status st = ddph__dev_event_record(b->ready_event,
                                                 ctx->compute_stream, err);
-        if (st != DDPH_OK)
-            return st;
-    }
-    if (m->gpu_nonfinite && p->device == DDPH_CUDA) {
-        /* Looked at in ddph__reducer_wait: reading it here would stall. */
-        ddph_status st = ddph__dev_nonfinite_find(p->grad, p->dtype, p->numel,
-                                                  &m->gpu_nonfinite[index],
-                                                  ctx->compute_stream, err);
         if (st != DDPH_OK)
             return st;
     }

@@ -32,7 +32,7 @@
 static const char usage[] =
     "usage: mpiexec -n W train_gpt [--config JOB.ini] [--steps N] [--seed S]\n"
     "           [--csv FILE] [--save PATH] [--resume PATH] [--stop-at N]\n"
-    "           [--tiny]\n"
+    "           [--save-init PATH] [--tiny]\n"
     "           [--layers L] [--width C] [--heads H] [--context T]\n"
     "           [--batch B] [--lr X] [--warmup N] [--eval-every N]\n"
     "           [--eval-batches N] [--sample N] [--data DIR]\n"
@@ -54,6 +54,8 @@ static const char usage[] =
     "  --save PATH       at the end, PATH.model (weights, AdamW state, step)\n"
     "                    and PATH.hook.rank<R> (the hook's state)\n"
     "  --resume PATH     start from a --save; the run continues bit for bit\n"
+    "  --save-init PATH  write the initial weights (after rank 0's went to\n"
+    "                    every rank) to PATH.model, as --save does\n"
     "  --stop-at N       end after step N (then --save), keeping the\n"
     "                    learning-rate schedule of --steps\n"
     "  --tiny            a model and batch small enough for a test: 1 layer,\n"
@@ -70,7 +72,7 @@ static const char usage[] =
     "  --data DIR        the text (/usr/share/games/fortunes)\n";
 
 typedef struct options {
-    const char *config, *csv, *save, *resume, *data;
+    const char *config, *csv, *save, *resume, *data, *save_init;
     long steps, stop_at;
     uint64_t seed;
     gpt_config model;
@@ -101,6 +103,7 @@ static int parse(int argc, char **argv, options *o)
         {"save", required_argument, NULL, 'S'},
         {"resume", required_argument, NULL, 'R'},
         {"stop-at", required_argument, NULL, 'x'},
+        {"save-init", required_argument, NULL, 'I'},
         {"tiny", no_argument, NULL, 't'},
         {"layers", required_argument, NULL, 'L'},
         {"width", required_argument, NULL, 'C'},
@@ -113,11 +116,10 @@ static int parse(int argc, char **argv, options *o)
         {"eval-batches", required_argument, NULL, 'E'},
         {"sample", required_argument, NULL, 'g'},
         {"data", required_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': o->config = optarg; break;
         case 'n': o->steps = atol(optarg); break;
@@ -126,6 +128,7 @@ static int parse(int argc, char **argv, options *o)
         case 'S': o->save = optarg; break;
         case 'R': o->resume = optarg; break;
         case 'x': o->stop_at = atol(optarg); break;
+        case 'I': o->save_init = optarg; break;
         case 't':
             o->model = (gpt_config){.vocab = 256, .context = 16, .width = 16,
                                     .heads = 2, .layers = 1};
@@ -146,7 +149,6 @@ static int parse(int argc, char **argv, options *o)
         case 'E': o->eval_batches = atoi(optarg); break;
         case 'g': o->sample = atoi(optarg); break;
         case 'd': o->data = optarg; break;
-        case 'h': fputs(usage, stdout); exit(0);
         default: fputs(usage, stderr); return -1;
         }
     }
@@ -425,6 +427,11 @@ int main(int argc, char **argv)
 {
     options o;
     ddph_ctx *ctx;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
     /* ddph_open first: MPI may take its own arguments out of argv. */
     const char *config = NULL;
     for (int i = 1; i + 1 < argc; i++)
@@ -459,8 +466,7 @@ int main(int argc, char **argv)
     gpt m;
     gpt_adamw opt;
     registry reg = {0};
-    int eval_rows = o.eval_batches < 64 ? o.eval_batches : 64;
-    if (gpt_create(&m, &o.model, local > eval_rows ? local : eval_rows) != 0 ||
+    if (gpt_create(&m, &o.model, local) != 0 ||
         gpt_adamw_create(&opt, &m) != 0) {
         fprintf(stderr, "train_gpt: out of memory\n");
         ddph_close(ctx);
@@ -472,6 +478,8 @@ int main(int argc, char **argv)
     /* Rank 0's initial weights go to every rank here. */
     if ((st = ddph_model_finalize(reg.model)) != DDPH_OK)
         FAIL(ctx, "ddph_model_finalize");
+    if (o.save_init && rank == 0 && save_model(o.save_init, &m, &opt, 0) != 0)
+        fprintf(stderr, "train_gpt: cannot write %s.model\n", o.save_init);
     int accum = ddph_model_accumulate_steps(reg.model);
     long start = 0;
     if (o.resume) {
@@ -554,7 +562,7 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
             if (csv)
-                fprintf(csv, "%ld,%.3f,%.5f,%.5f,%llu,%.3e\n", step + 1, secs,
+                fprintf(csv, "%ld,%.3f,%.7f,%.7f,%llu,%.3e\n", step + 1, secs,
                         mean[0], val, (unsigned long long)(sent - sent0),
                         learning_rate(&o, step));
         }

@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""reference.py: train_gpt's twin in PyTorch, to check the C trainer.
+
+Runs examples/train_gpt/train_gpt for --steps steps (its initial weights
+saved with --save-init, its losses with --csv at every step), then builds
+the same model in PyTorch (nn.Linear, nn.LayerNorm, GELU with the tanh
+approximation, the head tied to the token embedding), loads those initial
+weights, draws the same batches from the same text (the same splitmix64
+offsets) and trains with the same AdamW, clipping and learning-rate
+schedule: on 1 rank plainly, on W ranks under DistributedDataParallel
+(gloo), whose default allreduce matches ddphook's allreduce hook.  It
+prints both losses step by step and exits 1 if any differs by more than
+--rtol (1e-4) relative.
+
+    /usr/bin/python3 examples/train_gpt/reference.py --world 2 --steps 20 \\
+        --trainer examples/train_gpt/train_gpt --plugin-path plugins/.libs
+
+--time instead times one optimizer step of both (1 rank, the same
+OpenBLAS/torch thread count) and prints ms/step for each.
+
+Needs Debian's python3-torch (1.13).
+"""
+import argparse
+import csv
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+MASK = (1 << 64) - 1
+TENSORS = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
+           "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
+           "lnfw", "lnfb"]
+PER_LAYER = set(TENSORS[2:14])
+DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+
+# ---- the data, as text.c draws it -------------------------------------------
+
+def splitmix(state):
+    state = (state + 0x9E3779B97F4A7C15) & MASK
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return state, z ^ (z >> 31)
+
+
+def load_text(folder):
+    names = sorted(n for n in os.listdir(folder)
+                   if not n.startswith(".") and not n.endswith((".dat", ".u8")))
+    data = b""
+    for n in names:
+        path = os.path.join(folder, n)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                data += f.read()
+    return np.frombuffer(data, dtype=np.uint8), len(data) // 10 * 9
+
+
+def train_sequence(text, train_end, seed, step, micro, i, T):
+    s = ((seed * 0x9E3779B97F4A7C15) & MASK) ^ ((step * 1000003) & MASK) \
+        ^ ((micro * 7919) & MASK) ^ ((i * 104729) & MASK)
+    s, _ = splitmix(s)
+    s, r = splitmix(s)
+    at = r % (train_end - T - 1)
+    seq = text[at:at + T + 1].astype(np.int64)
+    return seq[:T], seq[1:]
+
+
+# ---- the model ------------------------------------------------------------------
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.H = H
+        self.ln1 = nn.LayerNorm(C)
+        self.qkv = nn.Linear(C, 3 * C)
+        self.attproj = nn.Linear(C, C)
+        self.ln2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, 4 * C)
+        self.fcproj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hs = C // self.H
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / hs ** 0.5)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.attproj(y)
+        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, T, C, H, L):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.blocks = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.lnf = nn.LayerNorm(C)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]),
+                               targets.view(-1))
+
+    def by_name(self, L):
+        """train_gpt's tensors, in its order, as lists of torch tensors."""
+        blk = self.blocks
+        per = {
+            "ln1w": [b.ln1.weight for b in blk], "ln1b": [b.ln1.bias for b in blk],
+            "qkvw": [b.qkv.weight for b in blk], "qkvb": [b.qkv.bias for b in blk],
+            "attprojw": [b.attproj.weight for b in blk],
+            "attprojb": [b.attproj.bias for b in blk],
+            "ln2w": [b.ln2.weight for b in blk], "ln2b": [b.ln2.bias for b in blk],
+            "fcw": [b.fc.weight for b in blk], "fcb": [b.fc.bias for b in blk],
+            "fcprojw": [b.fcproj.weight for b in blk],
+            "fcprojb": [b.fcproj.bias for b in blk],
+        }
+        out = {"wte": [self.wte.weight], "wpe": [self.wpe.weight],
+               "lnfw": [self.lnf.weight], "lnfb": [self.lnf.bias]}
+        out.update(per)
+        return out
+
+
+def load_weights(model, path, cfg):
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic, V, T, C, H, L, _, step, n = struct.unpack("<8s6iqq", raw[:48])
+    assert magic == b"DDPHGPT1" and (V, T, C, H, L) == cfg, (magic, V, T, C, H, L)
+    params = np.frombuffer(raw[48:48 + 4 * n], dtype=np.float32)
+    tensors = model.by_name(L)
+    at = 0
+    with torch.no_grad():
+        for name in TENSORS:
+            for t in tensors[name]:
+                k = t.numel()
+                t.copy_(torch.from_numpy(params[at:at + k].copy()).view_as(t))
+                at += k
+    assert at == n
+
+
+def learning_rate(a, step):
+    warmup = a.steps // 10 if a.warmup < 0 else a.warmup
+    if step < warmup:
+        return a.lr * (step + 1) / warmup
+    p = (step - warmup) / max(a.steps - warmup, 1)
+    return a.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(p, 1.0))))
+
+
+def make_optimizer(model, L):
+    tensors = model.by_name(L)
+    decay = [t for n in TENSORS if n in DECAY for t in tensors[n]]
+    rest = [t for n in TENSORS if n not in DECAY for t in tensors[n]]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": rest, "weight_decay": 0.0}],
+                             lr=1.0, betas=(0.9, 0.95), eps=1e-8)
+
+
+def train(rank, world, a, weights, out):
+    torch.manual_seed(0)
+    torch.set_num_threads(a.threads)
+    if world > 1:
+        dist.init_process_group("gloo", init_method="file://" + a.rendezvous,
+                                rank=rank, world_size=world)
+    cfg = (256, a.context, a.width, a.heads, a.layers)
+    model = GPT(*cfg)
+    load_weights(model, weights, cfg)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    opt = make_optimizer(model, a.layers)
+    text, train_end = load_text(a.data)
+    local = a.batch // world
+    losses = []
+    for step in range(a.steps):
+        xs, ys = zip(*(train_sequence(text, train_end, a.seed, step, 0,
+                                      rank * local + i, a.context)
+                       for i in range(local)))
+        x = torch.from_numpy(np.stack(xs))
+        y = torch.from_numpy(np.stack(ys))
+        opt.zero_grad(set_to_none=False)
+        loss = net(x, y)
+        loss.backward()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum()
+                              for p in model.parameters()))
+        if norm > 1:
+            for p in model.parameters():
+                p.grad.mul_(float(1 / norm))
+        for g in opt.param_groups:
+            g["lr"] = learning_rate(a, step)
+        opt.step()
+        mean = loss.detach().double()
+        if world > 1:
+            dist.all_reduce(mean)
+            mean /= world
+        losses.append(float(mean))
+    if rank == 0:
+        np.save(out, np.array(losses))
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def run_c(a, tmp, extra):
+    job = os.path.join(tmp, "job.ini")
+    with open(job, "w") as f:
+        f.write("[runtime]\nplugin_path = %s\n[hook]\nname = allreduce\n"
+                % os.path.abspath(a.plugin_path))
+    cmd = ["mpiexec", "-n", str(a.world), a.trainer, "--config", job,
+           "--steps", str(a.steps), "--seed", str(a.seed), "--batch",
+           str(a.batch), "--layers", str(a.layers), "--width", str(a.width),
+           "--heads", str(a.heads), "--context", str(a.context), "--lr",
+           str(a.lr), "--data", a.data, "--sample", "0"] + extra
+    if a.warmup >= 0:
+        cmd += ["--warmup", str(a.warmup)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trainer", default="examples/train_gpt/train_gpt")
+    p.add_argument("--plugin-path", default="plugins/.libs")
+    p.add_argument("--data", default="/usr/share/games/fortunes")
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--context", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=-1)
+    p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--time", action="store_true",
+                   help="time a step of each instead (1 rank)")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.time:
+            return time_both(a, tmp)
+        a.rendezvous = os.path.join(tmp, "rendezvous")
+        ckpt = os.path.join(tmp, "init")
+        csv_path = os.path.join(tmp, "losses.csv")
+        run_c(a, tmp, ["--save-init", ckpt, "--csv", csv_path,
+                       "--eval-every", "1", "--eval-batches", str(a.world)])
+        with open(csv_path) as f:
+            c_losses = [float(r["train_loss"]) for r in csv.DictReader(f)]
+        out = os.path.join(tmp, "torch.npy")
+        if a.world == 1:
+            train(0, 1, a, ckpt + ".model", out)
+        else:
+            mp.spawn(train, args=(a.world, a, ckpt + ".model", out),
+                     nprocs=a.world)
+        t_losses = np.load(out)
+    worst = 0.0
+    print("step  train_gpt (C)  PyTorch %s  rel. diff" % torch.__version__)
+    for i, (c, t) in enumerate(zip(c_losses, t_losses)):
+        rel = abs(c - t) / abs(t)
+        worst = max(worst, rel)
+        print("%4d  %.7f      %.7f      %.2e" % (i + 1, c, t, rel))
+    ok = len(c_losses) == a.steps and worst <= a.rtol
+    print("%s: %d ranks, %d steps, largest relative difference %.2e (rtol %g)"
+          % ("agree" if ok else "DIFFER", a.world, a.steps, worst, a.rtol))
+    return 0 if ok else 1
+
+
+def time_both(a, tmp):
+    """ms per optimizer step, 1 rank, same model and batch."""
+    os.environ["OPENBLAS_NUM_THREADS"] = str(a.threads)
+    t0 = time.perf_counter()
+    run_c(a, tmp, ["--eval-every", str(a.steps)])
+    c_ms = (time.perf_counter() - t0) * 1000 / a.steps
+    ckpt = os.path.join(tmp, "init")
+    run_c(a, tmp, ["--save-init", ckpt, "--steps", "1"])
+    a.world = 1
+    t0 = time.perf_counter()
+    train(0, 1, a, ckpt + ".model", os.path.join(tmp, "t.npy"))
+    t_ms = (time.perf_counter() - t0) * 1000 / a.steps
+    print("ms/step (1 rank, %d thread%s, including start-up): train_gpt %.1f, "
+          "PyTorch %s %.1f" % (a.threads, "" if a.threads == 1 else "s", c_ms,
+                                torch.__version__, t_ms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
