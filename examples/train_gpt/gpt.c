@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Element-wise math in the model's own precision: in float, as PyTorch
+ * does on the CPU. */
 #ifdef GPT_DOUBLE
 #define GEMM cblas_dgemm
+#define EXP exp
 #else
 #define GEMM cblas_sgemm
+#define EXP expf
 #endif
 
 /* ---- parameters ------------------------------------------------------------ */
@@ -262,24 +266,29 @@ static void layernorm_backward(real *din, real *dw, real *db, const real *dout,
 
 #define GELU_S 0.7978845608028654 /* sqrt(2 / pi) */
 
+/* GELU's tanh form through a sigmoid, 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u):
+ * one exp instead of a tanh, which glibc computes with expm1 and which
+ * took a quarter of a step. */
 static void gelu_forward(real *out, const real *in, size_t n)
 {
+    const real s = (real)GELU_S, c = (real)0.044715;
     for (size_t i = 0; i < n; i++) {
-        double x = in[i];
-        out[i] = (real)(0.5 * x * (1 + tanh(GELU_S * (x + 0.044715 * x * x * x))));
+        real x = in[i];
+        real sig = 1 / (1 + EXP(-2 * s * (x + c * x * x * x)));
+        out[i] = x * sig;
     }
 }
 
 static void gelu_backward(real *din, const real *in, const real *dout,
                           size_t n)
 {
+    const real s = (real)GELU_S, c = (real)0.044715;
     for (size_t i = 0; i < n; i++) {
-        double x = in[i];
-        double th = tanh(GELU_S * (x + 0.044715 * x * x * x));
-        double sech2 = 1 - th * th;
-        double d = 0.5 * (1 + th) +
-                   0.5 * x * sech2 * GELU_S * (1 + 3 * 0.044715 * x * x);
-        din[i] += (real)(d * dout[i]);
+        real x = in[i];
+        real sig = 1 / (1 + EXP(-2 * s * (x + c * x * x * x)));
+        /* d/dx x sig(2u) = sig + x 2 sig (1 - sig) u' */
+        real d = sig + 2 * x * sig * (1 - sig) * s * (1 + 3 * c * x * x);
+        din[i] += d * dout[i];
     }
 }
 
@@ -299,16 +308,16 @@ static void attention_forward(real *out, real *att, const real *qkv, int B,
                  C3, k, C3, 0, p, T);
             for (int t = 0; t < T; t++) {
                 real *row = p + (size_t)t * T;
-                double mx = row[0], sum = 0;
+                real mx = row[0], sum = 0;
                 for (int u = 1; u <= t; u++)
                     mx = row[u] > mx ? row[u] : mx;
                 for (int u = 0; u <= t; u++) {
-                    double e = exp(row[u] - mx);
-                    row[u] = (real)e;
-                    sum += e;
+                    row[u] = EXP(row[u] - mx);
+                    sum += row[u];
                 }
+                real inv = 1 / sum;
                 for (int u = 0; u <= t; u++)
-                    row[u] = (real)(row[u] / sum);
+                    row[u] *= inv;
                 for (int u = t + 1; u < T; u++)
                     row[u] = 0; /* the future: masked */
             }
@@ -414,16 +423,17 @@ void gpt_forward(gpt *m, const int *inputs, const int *targets, int B)
     for (int i = 0; i < BT; i++) {
         const real *z = A + a.logits + (size_t)i * V;
         real *p = m->probs + (size_t)i * V;
-        double mx = z[0], sum = 0;
+        real mx = z[0];
+        double sum = 0;
         for (int v = 1; v < V; v++)
             mx = z[v] > mx ? z[v] : mx;
         for (int v = 0; v < V; v++) {
-            double e = exp(z[v] - mx);
-            p[v] = (real)e;
-            sum += e;
+            p[v] = EXP(z[v] - mx);
+            sum += p[v];
         }
+        real inv = (real)(1 / sum);
         for (int v = 0; v < V; v++)
-            p[v] = (real)(p[v] / sum);
+            p[v] *= inv;
         if (targets)
             loss -= log(p[targets[i]] > 0 ? (double)p[targets[i]] : 1e-30);
     }

@@ -63,7 +63,7 @@ static const char usage[] =
     "  --layers L --width C --heads H --context T\n"
     "                    the model (default 4, 128, 4, 64)\n"
     "  --batch B         sequences per micro-batch, all ranks together; a\n"
-    "                    multiple of the world size (default 16)\n"
+    "                    multiple of the world size (default 24)\n"
     "  --lr X            peak learning rate (3e-3)\n"
     "  --warmup N        warm-up steps (N/10 of --steps by default)\n"
     "  --eval-every N    validation every N steps, and at the last (100)\n"
@@ -90,7 +90,7 @@ static double now(void)
 
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){.steps = 3000, .seed = 1, .batch = 16, .eval_every = 100,
+    *o = (options){.steps = 3000, .seed = 1, .batch = 24, .eval_every = 100,
                    .eval_batches = 64, .sample = 300, .warmup = -1,
                    .lr = 3e-3, .data = "/usr/share/games/fortunes",
                    .model = {.vocab = 256, .context = 64, .width = 128,
