@@ -45,7 +45,7 @@ static const char usage[] =
     "\n"
     "  --config FILE     the job (hook, buckets, accumulation); default: all\n"
     "                    defaults (allreduce)\n"
-    "  --steps N         optimizer steps (default 3000)\n"
+    "  --steps N         optimizer steps (default 5000)\n"
     "  --seed S          initialisation and batch seed, the same on every\n"
     "                    rank (1)\n"
     "  --csv FILE        rank 0 writes step,seconds,train_loss,val_loss,\n"
@@ -90,7 +90,7 @@ static double now(void)
 
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){.steps = 3000, .seed = 1, .batch = 24, .eval_every = 100,
+    *o = (options){.steps = 5000, .seed = 1, .batch = 24, .eval_every = 100,
                    .eval_batches = 64, .sample = 300, .warmup = -1,
                    .lr = 3e-3, .data = "/usr/share/games/fortunes",
                    .model = {.vocab = 256, .context = 64, .width = 128,
