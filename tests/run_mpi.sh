@@ -52,6 +52,7 @@ for n in 2 4; do
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 1
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 2
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" fp16 1 2
+    run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 0 2 private
     # A trainer collective while a rank has joined: reported at once.
     run "$n" "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 1 1 average
 done

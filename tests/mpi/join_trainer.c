@@ -1,7 +1,8 @@
 /* join_trainer.c: uneven inputs evened out ([runtime] join = true), checked
  * against averages computed by hand, on any number of ranks.
  *
- *   join_trainer PLUGIN_DIR HOOK DIVIDE_BY_INITIAL(0|1) ACCUMULATE [average]
+ *   join_trainer PLUGIN_DIR HOOK DIVIDE_BY_INITIAL(0|1) ACCUMULATE
+ *                [average|private]
  *
  * Rank r has 3 + r batches; each synchronises after ACCUMULATE backward
  * passes (the last window synchronises whatever it holds,
@@ -18,6 +19,8 @@
  * must fail at once, naming that rank and the call (a joined rank never
  * takes part in a trainer collective); each rank then exits 0 (MPI left
  * unfinalized, as after any failed job), rank 0 printing "ok join-average".
+ * With `private`, buckets stay in private memory (shared_buckets = false):
+ * every sum goes through MPI instead of the one-host shared segment.
  * Prints "ok join" on rank 0 when every check passed; exits 1 on the
  * first failed check. */
 #define _GNU_SOURCE
@@ -68,20 +71,23 @@ int main(int argc, char **argv)
 {
     if (argc != 5 && argc != 6) {
         fprintf(stderr, "usage: join_trainer PLUGIN_DIR HOOK "
-                        "DIVIDE_BY_INITIAL(0|1) ACCUMULATE [average]\n");
+                        "DIVIDE_BY_INITIAL(0|1) ACCUMULATE "
+                        "[average|private]\n");
         return 2;
     }
     int divide_initial = atoi(argv[3]), acc = atoi(argv[4]);
     int misuse = argc == 6 && strcmp(argv[5], "average") == 0;
+    int private = argc == 6 && strcmp(argv[5], "private") == 0;
     char job[] = "/tmp/ddph-join-XXXXXX.ini";
     int fd = mkstemps(job, 4);
     CHECK(fd >= 0, "mkstemps");
     FILE *f = fdopen(fd, "w");
     fprintf(f, "[runtime]\nplugin_path = %s\ntimeout_s = 30\njoin = true\n"
                "divide_by_initial_world_size = %s\nbucket_cap_mb = 0.002\n"
-               "first_bucket_cap_mb = 0.002\n[accumulate]\nsteps = %d\n"
-               "[hook]\nname = %s\n",
-            argv[1], divide_initial ? "true" : "false", acc, argv[2]);
+               "first_bucket_cap_mb = 0.002\nshared_buckets = %s\n"
+               "[accumulate]\nsteps = %d\n[hook]\nname = %s\n",
+            argv[1], divide_initial ? "true" : "false",
+            private ? "false" : "true", acc, argv[2]);
     fclose(f);
     ddph_ctx *ctx;
     ddph_status st = ddph_open(job, &argc, &argv, &ctx);
