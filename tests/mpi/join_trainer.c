@@ -32,7 +32,7 @@
 
 #include <ddphook/ddphook.h>
 
-#include "check.h"
+#include "rank_check.h"
 
 
 enum { NW = 1000, NB = 37 };

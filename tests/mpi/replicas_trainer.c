@@ -25,7 +25,7 @@
 
 #include <ddphook/ddphook.h>
 
-#include "check.h"
+#include "rank_check.h"
 
 
 enum { NW = 96, NB = 8 };

@@ -88,7 +88,7 @@
 
 #include <ddphook/ddphook.h>
 
-#include "check.h"
+#include "rank_check.h"
 
 #include "../bf16_host.h"
 

@@ -1,8 +1,8 @@
-/* check.h: CHECK(cond, fmt, ...) for the multi-rank test programs: when
+/* rank_check.h: CHECK(cond, fmt, ...) for the multi-rank test programs: when
  * cond is false it prints "rank R: file:line: check failed: cond: message"
  * and exits 1.  The program sets check_rank once it knows its rank. */
-#ifndef DDPH_TESTS_MPI_CHECK_H
-#define DDPH_TESTS_MPI_CHECK_H
+#ifndef DDPH_TESTS_MPI_RANK_CHECK_H
+#define DDPH_TESTS_MPI_RANK_CHECK_H
 
 #include <stdio.h>
 #include <stdlib.h>
