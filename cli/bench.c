@@ -48,7 +48,7 @@ static const char bench_usage[] =
     "           --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
     "           [--view] [--lanes N] [--private-buckets] [--dtype T]\n"
-    "           [--plugin-path DIRS] [--csv FILE]\n"
+    "           [--plugin-path DIRS] [--option NAME.KEY=VALUE]... [--csv FILE]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "       ddphook bench shapes [--model NAME]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
@@ -76,6 +76,10 @@ static const char bench_usage[] =
     "             default f32, or the trace's); --csv FILE writes the table.\n"
     "             A hook named NAME/unchecked runs NAME with [runtime]\n"
     "             check_collectives = false: what the fingerprints cost.\n"
+    "             --option NAME.KEY=VALUE (repeatable) sets a [hook.NAME]\n"
+    "             option of the hooks named NAME (e.g. topk.ratio=0.05;\n"
+    "             NAME is a .so's file name without .so); --plugin-path\n"
+    "             DIRS are searched before the installed plugin folder.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
     "             powersgd,batched_powersgd by default\n"
     "  shapes     the model preset's parameters, one a line in registration\n"
@@ -161,6 +165,7 @@ static int bench_casts(size_t mib, int repeats)
 typedef struct hook_bench {
     const char *model, *hooks, *plugin_path, *csv, *trace_dir;
     const char *dtype_name; /* --dtype, or NULL */
+    bench_options options;  /* --option NAME.KEY=VALUE */
     ddph_dtype dtype;
     size_t mib;
     int repeats, rank, view, lanes, private_buckets;
@@ -215,7 +220,7 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
              hb->private_buckets ? "false" : "true",
              unchecked ? "false" : "true");
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, name,
-                         hb->rank))
+                         hb->rank, &hb->options))
         return 0;
     ddph_ctx *ctx;
     ddph_model *m;
@@ -305,7 +310,7 @@ static size_t *bucket_bytes(const hook_bench *hb, const preset_param *pp,
              "gradient_as_bucket_view = true\nshared_buckets = false\n",
              hb->cap_mb);
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path,
-                         "allreduce", hb->rank))
+                         "allreduce", hb->rank, NULL))
         return NULL;
     ddph_ctx *ctx;
     ddph_model *m;
@@ -563,6 +568,7 @@ int cmd_bench(int argc, char **argv)
         {"trace", required_argument, NULL, 'T'},
         {"hooks", required_argument, NULL, 'H'},
         {"plugin-path", required_argument, NULL, 'p'},
+        {"option", required_argument, NULL, 'o'},
         {"bucket-cap-mb", required_argument, NULL, 'b'},
         {"rank", required_argument, NULL, 'R'},
         {"view", no_argument, NULL, 'v'},
@@ -582,6 +588,23 @@ int cmd_bench(int argc, char **argv)
         case 'T': hb.trace_dir = optarg; break;
         case 'H': hb.hooks = optarg; break;
         case 'p': hb.plugin_path = optarg; break;
+        case 'o': {
+            const char *dot = strchr(optarg, '.'), *eq = strchr(optarg, '=');
+            if (!dot || !eq || dot > eq || dot == optarg || eq == dot + 1) {
+                fprintf(stderr, "ddphook bench: --option %s: NAME.KEY=VALUE "
+                                "(e.g. topk.ratio=0.05)\n",
+                        optarg);
+                return 2;
+            }
+            if (hb.options.n == (int)(sizeof hb.options.items /
+                                      sizeof *hb.options.items)) {
+                fprintf(stderr, "ddphook bench: more than %d --option\n",
+                        hb.options.n);
+                return 2;
+            }
+            hb.options.items[hb.options.n++] = optarg;
+            break;
+        }
         case 'b': hb.cap_mb = atof(optarg); break;
         case 'R': hb.rank = atoi(optarg); break;
         case 'v': hb.view = 1; break;

@@ -20,8 +20,24 @@ double bench_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The value opts gives KEY for hook NAME (n characters), or NULL. */
+static const char *option_for(const bench_options *opts, const char *name,
+                              int n, const char *key)
+{
+    for (int i = 0; opts && i < opts->n; i++) {
+        const char *o = opts->items[i];
+        if (strncmp(o, name, (size_t)n) != 0 || o[n] != '.')
+            continue;
+        size_t kl = strlen(key);
+        if (strncmp(o + n + 1, key, kl) == 0 && o[n + 1 + kl] == '=')
+            return o + n + 2 + kl;
+    }
+    return NULL;
+}
+
 int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
-                    const char *plugin_path, const char *hook, int psgd_rank)
+                    const char *plugin_path, const char *hook, int psgd_rank,
+                    const bench_options *opts)
 {
     /* A name made exclusively (mkstemps): a predictable name in /tmp
      * would let another user plant a link or a job file of their own. */
@@ -54,16 +70,28 @@ int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
             if (*d == ':')
                 d++;
         }
-        fputc('\n', f);
+        fprintf(f, ":%s\n", DDPH_PLUGIN_DIR);
     }
     fprintf(f, "[hook]\nname = %s\n", hook);
     /* Options go to [hook.NAME]: NAME is the file's name without .so. */
     const char *base = strrchr(hook, '/') ? strrchr(hook, '/') + 1 : hook;
     int n = (int)(strstr(base, ".so") ? (size_t)(strstr(base, ".so") - base)
                                       : strlen(base));
-    if (strstr(base, "powersgd"))
-        fprintf(f, "[hook.%.*s]\nstart_powerSGD_iter = 2\n"
-                   "matrix_approximation_rank = %d\n",
-                n, base, psgd_rank);
+    int psgd = strstr(base, "powersgd") != NULL, mine = 0;
+    for (int i = 0; opts && i < opts->n; i++)
+        mine += strncmp(opts->items[i], base, (size_t)n) == 0 &&
+                opts->items[i][n] == '.';
+    if (psgd || mine)
+        fprintf(f, "[hook.%.*s]\n", n, base);
+    if (psgd && !option_for(opts, base, n, "start_powerSGD_iter"))
+        fputs("start_powerSGD_iter = 2\n", f);
+    if (psgd && !option_for(opts, base, n, "matrix_approximation_rank"))
+        fprintf(f, "matrix_approximation_rank = %d\n", psgd_rank);
+    for (int i = 0; opts && i < opts->n; i++) {
+        const char *o = opts->items[i], *eq = strchr(o, '=');
+        if (strncmp(o, base, (size_t)n) == 0 && o[n] == '.' && eq)
+            fprintf(f, "%.*s = %s\n", (int)(eq - o - n - 1), o + n + 1,
+                    eq + 1);
+    }
     return fclose(f) == 0;
 }

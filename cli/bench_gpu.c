@@ -179,7 +179,7 @@ static int hook_step(const char *hook, const char *plugin_path, float *grad,
     char path[256];
     if (!bench_write_job(path, sizeof path, rank,
                          "backend = nccl\nbucket_cap_mb = 25\ntimeout_s = 600\n",
-                         plugin_path, hook, 4))
+                         plugin_path, hook, 4, NULL))
         return 0;
     ddph_ctx *ctx = NULL;
     ddph_model *m;

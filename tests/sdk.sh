@@ -141,5 +141,20 @@ else
         ok "fp16 held to --rtol 1e-5 fails its 'close to average' rows" ||
         { ko "fp16 at --rtol 1e-5: no failing 'close to average' row"; printf '%s\n' "$out" | sed 's/^/    /'; }
 fi
+# ddphook bench hooks takes hook options: top-k at ratio 0.5 sends far
+# more than at its default 0.01.
+sent() {
+    rm -f "$OUT/bench.csv"
+    "$MPIEXEC" -n 2 "$B/ddphook" bench hooks --model mlp --repeats 2 --hooks topk \
+        --plugin-path "$P" --csv "$OUT/bench.csv" "$@" </dev/null >/dev/null 2>&1
+    sed -n 's/^topk,\([0-9]*\),.*/\1/p' "$OUT/bench.csv" 2>/dev/null
+}
+default=$(sent)
+half=$(sent --option topk.ratio=0.5)
+if [ -n "$default" ] && [ -n "$half" ] && [ "$half" -gt $((default * 10)) ]; then
+    ok "ddphook bench hooks --option topk.ratio=0.5 :: $half bytes a step against $default"
+else
+    ko "ddphook bench hooks --option: '$half' bytes a step at ratio 0.5, '$default' by default"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
