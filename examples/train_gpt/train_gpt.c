@@ -179,13 +179,35 @@ typedef struct registry {
     ddph_status failed; /* the first grad_ready failure, seen after backward */
 } registry;
 
+/* A tensor's shape as ddphook sees it: the matrices as rows x columns
+ * (PowerSGD compresses matrices only), the rest as vectors. */
+static int tensor_shape(const gpt_config *c, int t, int64_t shape[2])
+{
+    int64_t C = c->width;
+    int64_t rows = t == GPT_WTE       ? c->vocab
+                   : t == GPT_WPE     ? c->context
+                   : t == GPT_QKVW    ? 3 * C
+                   : t == GPT_ATTPROJW ? C
+                   : t == GPT_FCW     ? 4 * C
+                   : t == GPT_FCPROJW ? C
+                                      : 0;
+    if (!rows) {
+        shape[0] = (int64_t)gpt_slice_size(c, t);
+        return 1;
+    }
+    shape[0] = rows;
+    shape[1] = (int64_t)gpt_slice_size(c, t) / rows;
+    return 2;
+}
+
 /* Registers whole tensor t (an embedding, the final LayerNorm). */
 static ddph_status register_whole(registry *r, gpt *m, int t)
 {
-    int64_t shape[1] = {(int64_t)gpt_tensor_size(&m->cfg, t)};
+    int64_t shape[2];
+    int ndim = tensor_shape(&m->cfg, t, shape);
     int *at = &r->index[t * r->layers];
     ddph_status st = ddph_model_add_param(r->model, gpt_tensor_name(t),
-                                          m->grad[t], shape, 1, DDPH_F32,
+                                          m->grad[t], shape, ndim, DDPH_F32,
                                           DDPH_CPU, at);
     return st == DDPH_OK ? ddph_model_set_param_data(r->model, *at,
                                                      m->tensor[t])
@@ -214,10 +236,11 @@ static ddph_status register_model(ddph_ctx *ctx, gpt *m, registry *r)
             char name[64];
             snprintf(name, sizeof name, "h%d.%s", l, gpt_tensor_name(t));
             size_t off = gpt_slice_size(c, t) * (size_t)l;
-            int64_t shape[1] = {(int64_t)gpt_slice_size(c, t)};
+            int64_t shape[2];
+            int ndim = tensor_shape(c, t, shape);
             int *at = &r->index[t * c->layers + l];
             st = ddph_model_add_param(r->model, name, m->grad[t] + off, shape,
-                                      1, DDPH_F32, DDPH_CPU, at);
+                                      ndim, DDPH_F32, DDPH_CPU, at);
             if (st == DDPH_OK)
                 st = ddph_model_set_param_data(r->model, *at,
                                                m->tensor[t] + off);
