@@ -30,17 +30,17 @@
 
 #include <ddphook/ddphook.h>
 
-#include "backend_mpi.h"
+#include "comm/backend_mpi.h"
 #include "bench_common.h"
 #include "bench_gpu.h"
 #include "commands.h"
-#include "config.h"
-#include "cpu_ops.h"
+#include "support/config.h"
+#include "device/cpu_ops.h"
 #include "presets.h"
-#include "safe_file.h"
+#include "support/safe_file.h"
 #include "trace.h"
-#include "cpu_simd.h"
-#include "util.h"
+#include "device/cpu_simd.h"
+#include "support/util.h"
 
 static const char bench_usage[] =
     "usage: ddphook bench casts [--mib N] [--repeats R]\n"

@@ -39,10 +39,10 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "backend_mpi.h"
+#include "comm/backend_mpi.h"
 #include "bench_common.h"
-#include "cuda_ops.h"
-#include "util.h"
+#include "comm/nccl/cuda_ops.h"
+#include "support/util.h"
 
 /* Wall time of the slowest rank since a common start. */
 static double start_clock(void)

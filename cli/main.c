@@ -12,16 +12,16 @@
 #include <ddphook/ddphook.h>
 
 #include "commands.h"
-#include "config.h"
-#include "backend_mpi.h"
-#include "hook.h"
-#include "job_check.h"
-#include "loader.h"
-#include "log.h"
+#include "support/config.h"
+#include "comm/backend_mpi.h"
+#include "plugin/hook.h"
+#include "core/job_check.h"
+#include "plugin/loader.h"
+#include "support/log.h"
 #ifdef HAVE_NCCL
-#include "backend_nccl.h"
+#include "comm/nccl/backend_nccl.h"
 #endif
-#include "options.h"
+#include "support/options.h"
 
 static const char main_usage[] =
     "usage: ddphook COMMAND [ARGS]\n"

@@ -22,9 +22,9 @@
 
 #include <ddphook/ddphook.h>
 
-#include "hook.h"
-#include "loader.h"
-#include "options.h"
+#include "plugin/hook.h"
+#include "plugin/loader.h"
+#include "support/options.h"
 
 /* The error an exact hook's f32 average may have (the sum's rounding). */
 #define EXACT_RTOL 1e-5

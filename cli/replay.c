@@ -15,10 +15,10 @@
 #include <ddphook/ddphook.h>
 
 #include "commands.h"
-#include "cpu_ops.h"
-#include "safe_file.h"
+#include "device/cpu_ops.h"
+#include "support/safe_file.h"
 #include "trace.h"
-#include "util.h"
+#include "support/util.h"
 
 static const char replay_usage[] =
     "usage: mpiexec -n W ddphook replay --job JOB.ini --trace DIR --out DIR2\n"

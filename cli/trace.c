@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "support/util.h"
 
 typedef struct parse {
     trace *t;

@@ -2,7 +2,7 @@
  * of test_c10d_common.py (PYTORCH_SEMANTICS.md §4). */
 #include "build-config.h"
 
-#include "buckets.h"
+#include "core/buckets.h"
 #include "unit.h"
 
 /* Checks plan == want, given as -1-separated rows. */

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "job_check.h"
+#include "support/config.h"
+#include "core/job_check.h"
 #include "unit.h"
 
 /* Loads text; returns the status and leaves the message in e. */

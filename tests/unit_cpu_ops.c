@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
-#include "cpu_simd.h"
-#include "sparse_ops.h"
+#include "device/cpu_ops.h"
+#include "device/cpu_simd.h"
+#include "device/sparse_ops.h"
 #include "unit.h"
 
 static uint32_t bits(float f)

@@ -14,9 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "loader.h"
-#include "options.h"
+#include "support/config.h"
+#include "plugin/loader.h"
+#include "support/options.h"
 #include "unit.h"
 
 static char fake_path[512];

@@ -821,7 +821,7 @@ static void run_half_buckets(void)
 
 
 /* half-ring: half-precision sums of 32 KiB and more go round a ring of
- * point-to-point messages (runtime/backend_mpi.c), here a 4,500,001-element
+ * point-to-point messages (runtime/comm/backend_mpi.c), here a 4,500,001-element
  * bucket (blocks of 4 MiB, chunks that do not split evenly) and a small
  * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.
  * The values divide by 2, 3 and 4 exactly and every partial sum is an
@@ -1841,7 +1841,7 @@ int main(int argc, char **argv)
         printf("ok %s\n", s);
     fflush(stdout);
     /* Every rank has passed its checks: MPICH 4.0's finalize may deadlock
-     * between simulated hosts (runtime/backend_mpi.h), which is not what
+     * between simulated hosts (runtime/comm/backend_mpi.h), which is not what
      * this program tests. */
     signal(SIGALRM, finalize_stuck);
     alarm(20);

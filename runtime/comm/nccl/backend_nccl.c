@@ -1,0 +1,675 @@
+/* backend_nccl.c: see backend_nccl.h. */
+#include "build-config.h"
+
+#include "comm/nccl/backend_nccl.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/nccl/cuda_ops.h"
+
+#define STREAM(n) ((cudaStream_t)(n)->stream)
+
+static ddph_status cuda_fail(ddph_err *err, cudaError_t e, const char *what)
+{
+    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
+                      cudaGetErrorString(e));
+}
+
+static ddph_status nccl_fail(ddph_err *err, ncclResult_t r, const char *what)
+{
+    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
+                      ncclGetErrorString(r));
+}
+
+static ncclDataType_t nccl_type(ddph_dtype t)
+{
+    switch (t) {
+    case DDPH_F32:
+        return ncclFloat32;
+    case DDPH_F64:
+        return ncclFloat64;
+    case DDPH_F16:
+        return ncclFloat16;
+    case DDPH_I32:
+        return ncclInt32;
+    case DDPH_I64:
+        return ncclInt64;
+    case DDPH_U8:
+        return ncclUint8;
+    case DDPH_I8:
+        return ncclInt8;
+    case DDPH_BF16:
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+    return ncclBfloat16;
+}
+
+static ncclRedOp_t nccl_op(ddph_redop op)
+{
+    return op == DDPH_MAX ? ncclMax : op == DDPH_MIN ? ncclMin : ncclSum;
+}
+
+/* Waits for the communication stream, against timeout_s; a failed or
+ * stuck communicator is aborted and reported. */
+static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
+                               const char *what, ddph_err *err)
+{
+    double deadline = ddph__now() + n->timeout_s;
+    for (unsigned polls = 0;; polls++) {
+        ddph__activity_touch(); /* a bounded wait, not a stuck hook */
+        cudaError_t e = cudaStreamQuery(STREAM(n));
+        if (e == cudaSuccess)
+            return DDPH_OK;
+        if (e != cudaErrorNotReady)
+            return cuda_fail(err, e, what);
+        /* "Not ready" is left as the thread's last error: cleared, or the
+         * next launch wrapper (which returns cudaGetLastError) would
+         * report it as its own failure (PyTorch clears it the same way). */
+        (void)cudaGetLastError();
+        ncclResult_t async = ncclSuccess;
+        if (g && g->nccl &&
+            ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) == ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress) {
+            ncclCommAbort((ncclComm_t)g->nccl);
+            g->nccl = NULL;
+            return nccl_fail(err, async, what);
+        }
+        /* A peer's failure notice, or a failure on another thread. */
+        ddph_status broken = polls % 256 == 255
+                                 ? ddph__mpi_fault(n->mpi, err)
+                                 : DDPH_OK;
+        if (broken != DDPH_OK) {
+            if (g && g->nccl) {
+                ncclCommAbort((ncclComm_t)g->nccl);
+                g->nccl = NULL;
+            }
+            return broken;
+        }
+        if (polls % 256 == 255 && ddph__now() > deadline) {
+            if (g && g->nccl) {
+                ncclCommAbort((ncclComm_t)g->nccl);
+                g->nccl = NULL;
+            }
+            return ddph__fail(err, DDPH_ERR_TIMEOUT,
+                              "%s did not complete within timeout_s = %g s "
+                              "(the NCCL communicator was aborted)",
+                              what, n->timeout_s);
+        }
+        if (polls > 100000) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+ddph_status ddph__nccl_probe(ddph_err *err)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                          "no CUDA device on this machine (%s)",
+                          e == cudaSuccess ? "0 devices"
+                                           : cudaGetErrorString(e));
+    return DDPH_OK;
+}
+
+ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
+{
+    memset(n, 0, sizeof *n);
+    n->mpi = mpi;
+    n->timeout_s = mpi->timeout_s;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    /* Every rank learns whether every rank has a GPU: no one waits alone. */
+    int64_t have = e == cudaSuccess && count > 0;
+    ddph_status st = ddph__mpi_allreduce_i64(mpi, &have, 1, DDPH_MIN, err);
+    if (st != DDPH_OK)
+        return st;
+    if (!have)
+        return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                          "no CUDA device on %s rank (%s)",
+                          e == cudaSuccess && count > 0 ? "another" : "this",
+                          e == cudaSuccess ? "0 devices"
+                                           : cudaGetErrorString(e));
+    /* The GPU: this rank's index among the ranks of its host. */
+    n->device = mpi->node_rank % count;
+    if ((e = cudaSetDevice(n->device)) != cudaSuccess)
+        return cuda_fail(err, e, "cudaSetDevice");
+    cudaStream_t s;
+    if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_fail(err, e, "cudaStreamCreate");
+    n->stream = s;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        ddph__nccl_finalize(n, 1);
+        return ddph__fail(err, DDPH_ERR_BACKEND, "cublasCreate failed");
+    }
+    cublasSetStream(h, s);
+    n->blas = h;
+    cusolverDnHandle_t solver;
+    if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
+        ddph__nccl_finalize(n, 1);
+        return ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnCreate failed");
+    }
+    cusolverDnSetStream(solver, s);
+    n->solver = solver;
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (mpi->world.rank == 0)
+        r = ncclGetUniqueId(&id);
+    int64_t ok = r == ncclSuccess;
+    st = ddph__mpi_allreduce_i64(mpi, &ok, 1, DDPH_MIN, err);
+    if (st == DDPH_OK && !ok)
+        st = nccl_fail(err, r, "ncclGetUniqueId");
+    if (st == DDPH_OK)
+        st = ddph__mpi_bcast_bytes(mpi, &id, sizeof id, 0, err);
+    ncclComm_t comm = NULL;
+    if (st == DDPH_OK &&
+        (r = ncclCommInitRank(&comm, mpi->world.size, id, mpi->world.rank)) !=
+            ncclSuccess)
+        st = nccl_fail(err, r, "ncclCommInitRank");
+    if (st != DDPH_OK) {
+        ddph__nccl_finalize(n, 1);
+        return st;
+    }
+    n->world = mpi->world;
+    n->world.owned = 0;
+    n->world.nccl = comm;
+    return DDPH_OK;
+}
+
+void ddph__nccl_finalize(ddph_nccl *n, int abort)
+{
+    ncclResult_t (*end)(ncclComm_t) = abort ? ncclCommAbort : ncclCommDestroy;
+    for (struct ddph_group *g = n->groups, *next; g; g = next) {
+        next = g->next;
+        if (g->nccl)
+            end((ncclComm_t)g->nccl);
+        free(g);
+    }
+    if (n->world.nccl)
+        end((ncclComm_t)n->world.nccl);
+    if (n->blas)
+        cublasDestroy((cublasHandle_t)n->blas);
+    if (n->solver)
+        cusolverDnDestroy((cusolverDnHandle_t)n->solver);
+    if (n->qr_scratch)
+        cudaFree(n->qr_scratch);
+    if (n->stream)
+        cudaStreamDestroy(STREAM(n));
+    memset(n, 0, sizeof *n);
+}
+
+static ddph_status need_comm(struct ddph_group *g, ddph_err *err)
+{
+    return g->nccl ? DDPH_OK
+                   : ddph__fail(err, DDPH_ERR_BACKEND,
+                                "the NCCL communicator was aborted after an "
+                                "earlier failure");
+}
+
+ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
+                                       void *buf, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(dtype),
+                                   nccl_op(op), (ncclComm_t)g->nccl, STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllReduce") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclAllGather(send, recv, count, nccl_type(dtype),
+                                   (ncclComm_t)g->nccl, STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllGather") : DDPH_OK;
+}
+
+/* NCCL has no allgatherv: one broadcast per rank into its slice, fused
+ * into one launch by a group. */
+ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        const size_t *counts, ddph_dtype dtype,
+                                        ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    size_t es = ddph__dtype_size(dtype), at = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+        char *slice = (char *)recv + at * es;
+        r = ncclBroadcast(i == g->rank ? send : slice, slice, counts[i],
+                          nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
+        at += counts[i];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    r = r != ncclSuccess ? r : end;
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclBroadcast (allgatherv)")
+                            : DDPH_OK;
+}
+
+/* Point-to-point pairs in one group, as NCCL's documentation builds
+ * all-to-all. */
+ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    size_t block = count * ddph__dtype_size(dtype);
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+        r = ncclSend((const char *)send + (size_t)i * block, count,
+                     nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
+        if (r == ncclSuccess)
+            r = ncclRecv((char *)recv + (size_t)i * block, count,
+                         nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
+    }
+    ncclResult_t end = ncclGroupEnd();
+    r = r != ncclSuccess ? r : end;
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclSend/ncclRecv (alltoall)")
+                            : DDPH_OK;
+}
+
+ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
+                            const char *what, ddph_err *err)
+{
+    return wait_stream(n, g, what, err);
+}
+
+int ddph__nccl_idle(ddph_nccl *n)
+{
+    cudaError_t e = cudaStreamQuery(STREAM(n));
+    if (e == cudaErrorNotReady)
+        (void)cudaGetLastError(); /* not a failure: see wait_stream */
+    return e == cudaSuccess;
+}
+
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_allreduce(n, g, buf, count, dtype, op, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "allreduce", err);
+}
+
+ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_allgather(n, g, send, recv, count, dtype, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "allgather", err);
+}
+
+ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype,
+                                  ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_allgatherv(n, g, send, recv, counts, dtype, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "allgatherv", err);
+}
+
+ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err)
+{
+    ddph_status st =
+        ddph__nccl_start_alltoall(n, g, send, recv, count, dtype, err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "alltoall", err);
+}
+
+ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, int root,
+                                 ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclBroadcast(buf, buf, count, nccl_type(dtype), root,
+                                   (ncclComm_t)g->nccl, STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclBroadcast")
+                            : wait_stream(n, g, "broadcast", err);
+}
+
+ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op, ddph_err *err)
+{
+    ddph_status st = need_comm(g, err);
+    if (st != DDPH_OK)
+        return st;
+    ncclResult_t r = ncclReduceScatter(send, recv, count, nccl_type(dtype),
+                                       nccl_op(op), (ncclComm_t)g->nccl,
+                                       STREAM(n));
+    return r != ncclSuccess ? nccl_fail(err, r, "ncclReduceScatter")
+                            : wait_stream(n, g, "reduce_scatter", err);
+}
+
+ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
+                             int color, int key, struct ddph_group **out,
+                             ddph_err *err)
+{
+    struct ddph_group *mg = NULL;
+    ddph_status st = ddph__mpi_split(n->mpi, parent, color, key, &mg, err);
+    /* A negative colour leaves this rank without a group, but
+     * ncclCommSplit is collective over the parent: it must still be
+     * joined (with NCCL_SPLIT_NOCOLOR), or the other ranks wait in it for
+     * ever.  Any other failure happened on every rank alike. */
+    if (st != DDPH_OK && color >= 0)
+        return st;
+    ddph_err nerr;
+    ddph_status nst = need_comm(parent, &nerr);
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclSuccess;
+    if (nst == DDPH_OK)
+        r = ncclCommSplit((ncclComm_t)parent->nccl,
+                          color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &c,
+                          NULL);
+    if (color < 0) {
+        if (c)
+            ncclCommDestroy(c);
+        return st; /* the MPI side's "no group" error */
+    }
+    if (nst != DDPH_OK)
+        return ddph__fail(err, nst, "%s", nerr.msg);
+    if (r != ncclSuccess)
+        return nccl_fail(err, r, "ncclCommSplit");
+    struct ddph_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        ncclCommDestroy(c);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    *g = *mg; /* the MPI side stays owned by the MPI backend's list */
+    g->owned = 0;
+    g->nccl = c;
+    g->next = n->groups;
+    n->groups = g;
+    *out = g;
+    return DDPH_OK;
+}
+
+ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
+                                  ddph_err *err)
+{
+    struct ddph_group *node;
+    ddph_status st = ddph__mpi_intra_node(n->mpi, &node, err);
+    if (st != DDPH_OK)
+        return st;
+    /* The node's color: the world rank of its first rank. */
+    int64_t leader = n->world.rank;
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, &leader, 1, MPI_INT64_T, MPI_MIN, node->comm,
+                   &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    return ddph__nccl_split(n, &n->world, (int)leader, n->world.rank, out, err);
+}
+
+ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
+                            void *dst, ddph_dtype ddt, size_t count,
+                            double scale, ddph_err *err)
+{
+    /* To the same dtype: a copy, as on the CPU. */
+    if (sdt == ddt && scale == 1.0)
+        return src == dst ? DDPH_OK
+                          : ddph__nccl_copy(n, dst, src,
+                                            count * ddph__dtype_size(sdt),
+                                            DDPH_COPY_DEVICE, err);
+    int e = ddph__cuda_cast(src, sdt, dst, ddt, count, scale, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "cast kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_divide(ddph_nccl *n, void *buf, ddph_dtype dtype,
+                              size_t count, double divisor, ddph_err *err)
+{
+    int e = ddph__cuda_divide(buf, dtype, count, divisor, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "divide kernel") : DDPH_OK;
+}
+
+/* cuBLAS and cuSOLVER count in int. */
+static int fits_int(size_t v)
+{
+    return v <= (size_t)INT32_MAX;
+}
+
+ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
+                            size_t k, float alpha, const float *a, size_t lda,
+                            const float *b, size_t ldb, float beta, float *c,
+                            size_t ldc, ddph_err *err)
+{
+    if (!fits_int(m) || !fits_int(nn) || !fits_int(k))
+        return ddph__fail(err, DDPH_ERR_INVALID, "gemm: dimension too large");
+    if (m == 0 || nn == 0)
+        return DDPH_OK;
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+    cublasStatus_t s = cublasSgemm(
+        (cublasHandle_t)n->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+        ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)nn, (int)m, (int)k, &alpha, b,
+        (int)ldb, a, (int)lda, &beta, c, (int)ldc);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSgemm failed (%d)",
+                          (int)s);
+    return DDPH_OK;
+}
+
+/* Grows the QR scratch to `bytes` (its contents are not kept). */
+static ddph_status grow_scratch(ddph_nccl *n, size_t bytes, ddph_err *err)
+{
+    if (bytes <= n->qr_scratch_cap)
+        return DDPH_OK;
+    if (n->qr_scratch)
+        cudaFree(n->qr_scratch);
+    n->qr_scratch = NULL;
+    n->qr_scratch_cap = 0;
+    cudaError_t e = cudaMalloc(&n->qr_scratch, bytes);
+    if (e != cudaSuccess) {
+        n->qr_scratch = NULL;
+        return cuda_fail(err, e, "orthogonalize: cudaMalloc");
+    }
+    n->qr_scratch_cap = bytes;
+    return DDPH_OK;
+}
+
+/* Row-major x (rows x cols) is column-major x^T: transposed into t
+ * (column-major rows x cols), factored and expanded to Q in place by
+ * cuSOLVER, and transposed back. */
+static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
+                                  size_t cols, ddph_err *err)
+{
+    if (!fits_int(rows * cols))
+        return ddph__fail(err, DDPH_ERR_INVALID, "orthogonalize: too large");
+    cusolverDnHandle_t solver = (cusolverDnHandle_t)n->solver;
+    cublasHandle_t blas = (cublasHandle_t)n->blas;
+    int m = (int)rows, k = (int)cols, lwork_qr = 0, lwork_q = 0;
+    /* Scratch: the matrix t, tau and the info word first (the workspace
+     * query wants real pointers), then the workspace, 256-byte aligned. */
+    size_t head = (rows * cols + cols + 1 + 63) / 64 * 64; /* floats */
+    ddph_status st = grow_scratch(n, head * sizeof(float), err);
+    if (st != DDPH_OK)
+        return st;
+    float *t = n->qr_scratch, *tau = t + rows * cols;
+    if (cusolverDnSgeqrf_bufferSize(solver, m, k, t, m, &lwork_qr) !=
+            CUSOLVER_STATUS_SUCCESS ||
+        cusolverDnSorgqr_bufferSize(solver, m, k, k, t, m, tau, &lwork_q) !=
+            CUSOLVER_STATUS_SUCCESS)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "orthogonalize: cuSOLVER workspace query failed");
+    size_t lwork = (size_t)(lwork_qr > lwork_q ? lwork_qr : lwork_q);
+    if ((st = grow_scratch(n, (head + lwork) * sizeof(float), err)) != DDPH_OK)
+        return st;
+    t = n->qr_scratch; /* may have moved */
+    tau = t + rows * cols;
+    int *info = (int *)(tau + cols);
+    float *work = t + head;
+    const float one = 1.0f, zero = 0.0f;
+    /* beta = 0 still reads B (= t) in cuBLAS's in-place mode: no NaN there. */
+    cudaError_t e = cudaMemsetAsync(t, 0, rows * cols * sizeof(float),
+                                    STREAM(n));
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "orthogonalize: cudaMemsetAsync");
+    if (cublasSgeam(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, k, &one, x, k, &zero,
+                    t, m, t, m) != CUBLAS_STATUS_SUCCESS ||
+        cusolverDnSgeqrf(solver, m, k, t, m, tau, work, (int)lwork, info) !=
+            CUSOLVER_STATUS_SUCCESS ||
+        cusolverDnSorgqr(solver, m, k, k, t, m, tau, work, (int)lwork, info) !=
+            CUSOLVER_STATUS_SUCCESS ||
+        cublasSgeam(blas, CUBLAS_OP_T, CUBLAS_OP_N, k, m, &one, t, m, &zero,
+                    x, k, x, k) != CUBLAS_STATUS_SUCCESS)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "orthogonalize: launching the QR failed");
+    int host_info = 0;
+    e = cudaMemcpyAsync(&host_info, info, sizeof host_info,
+                        cudaMemcpyDeviceToHost, STREAM(n));
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "orthogonalize: cudaMemcpyAsync");
+    st = wait_stream(n, NULL, "orthogonalize", err);
+    if (st == DDPH_OK && host_info != 0)
+        st = ddph__fail(err, DDPH_ERR_BACKEND,
+                        "orthogonalize: cuSOLVER QR failed (info %d)",
+                        host_info);
+    return st;
+}
+
+ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
+                                     size_t cols, double eps, ddph_err *err)
+{
+    if (cols == 0 || rows == 0)
+        return DDPH_OK;
+    if (cols > rows)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "orthogonalize: %zu columns > %zu rows", cols, rows);
+    if (cols > 2)
+        return householder_qr(n, x, rows, cols, err);
+    int e = ddph__cuda_gram_schmidt(x, rows, cols, eps, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "Gram-Schmidt kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
+                            const float *x, float *y, ddph_err *err)
+{
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t at = 0; at < count; at += chunk) {
+        size_t len = count - at < chunk ? count - at : chunk;
+        cublasStatus_t s = cublasSaxpy((cublasHandle_t)n->blas, (int)len,
+                                       &alpha, x + at, 1, y + at, 1);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return ddph__fail(err, DDPH_ERR_BACKEND, "cublasSaxpy failed (%d)",
+                              (int)s);
+    }
+    return DDPH_OK;
+}
+
+ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
+                            size_t bytes, ddph_copy_kind kind, ddph_err *err)
+{
+    if (!bytes)
+        return DDPH_OK;
+    enum cudaMemcpyKind k = kind == DDPH_COPY_TO_HOST ? cudaMemcpyDeviceToHost
+                            : kind == DDPH_COPY_FROM_HOST
+                                ? cudaMemcpyHostToDevice
+                                : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, STREAM(n));
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "cudaMemcpyAsync");
+    /* Host memory is the caller's to reuse or read once this returns. */
+    return k == cudaMemcpyDeviceToDevice ? DDPH_OK
+                                         : wait_stream(n, NULL, "copy", err);
+}
+
+ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
+                            ddph_err *err)
+{
+    if (!bytes)
+        return DDPH_OK;
+    cudaError_t e = cudaMemsetAsync(buf, 0, bytes, STREAM(n));
+    return e ? cuda_fail(err, e, "cudaMemsetAsync") : DDPH_OK;
+}
+
+/* ---- sparse and quantized hooks --------------------------------------- */
+
+/* topk and absmax wait for the stream inside (the selection reads
+ * histograms on the host): first the collectives before them, against
+ * timeout_s, so that only the operation's own kernels are waited for
+ * without a deadline. */
+ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
+                            size_t k, float *values, int32_t *indices,
+                            ddph_err *err)
+{
+    if (k > count || count > INT32_MAX)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "topk: k = %zu of n = %zu (k <= n <= 2^31-1)", k,
+                          count);
+    ddph_status st = wait_stream(n, NULL, "topk (the work before it)", err);
+    if (st != DDPH_OK)
+        return st;
+    int e = ddph__cuda_topk(x, count, k, values, indices, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "topk kernels") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_absmax(ddph_nccl *n, const float *x, size_t count,
+                              float *out, ddph_err *err)
+{
+    ddph_status st = wait_stream(n, NULL, "absmax (the work before it)", err);
+    if (st != DDPH_OK)
+        return st;
+    int e = ddph__cuda_absmax(x, count, out, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "absmax kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_gather(ddph_nccl *n, const float *x,
+                              const int32_t *idx, size_t k, float *out,
+                              ddph_err *err)
+{
+    int e = ddph__cuda_gather(x, idx, k, out, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "gather kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_scatter_add(ddph_nccl *n, float *y, const int32_t *idx,
+                                   const float *v, size_t k, float alpha,
+                                   ddph_err *err)
+{
+    int e = ddph__cuda_scatter_add(y, idx, v, k, alpha, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "scatter_add kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_quantize_int8(ddph_nccl *n, const float *x,
+                                     size_t count, float scale, int8_t *q,
+                                     ddph_err *err)
+{
+    int e = ddph__cuda_quantize_int8(x, count, scale, (signed char *)q,
+                                     n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "quantize kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_dequantize_int8(ddph_nccl *n, const int8_t *q,
+                                       size_t count, float scale, float beta,
+                                       float *y, ddph_err *err)
+{
+    int e = ddph__cuda_dequantize_int8((const signed char *)q, count, scale,
+                                       beta, y, n->stream);
+    return e ? cuda_fail(err, (cudaError_t)e, "dequantize kernel") : DDPH_OK;
+}

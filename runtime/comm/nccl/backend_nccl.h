@@ -1,0 +1,130 @@
+/* backend_nccl.h: collectives on GPU memory over NCCL (backend = nccl).
+ *
+ * One GPU per rank, chosen by the rank's index among the ranks of its
+ * host (an MPI shared-memory split).  The communicator is bootstrapped
+ * through MPI (rank 0's ncclGetUniqueId broadcast).  Hooks run on one
+ * communication stream; each collective is enqueued on it and polled
+ * against timeout_s (cudaStreamQuery, ncclCommGetAsyncError), so a dead
+ * peer is reported instead of hanging.  Only built with HAVE_NCCL. */
+#ifndef DDPH_BACKEND_NCCL_H
+#define DDPH_BACKEND_NCCL_H
+
+#include "comm/backend_mpi.h"
+#include "support/util.h"
+
+typedef struct ddph_nccl {
+    struct ddph_group world; /* nccl = the world communicator */
+    void *stream;            /* cudaStream_t: the communication stream */
+    void *blas;              /* cublasHandle_t on that stream */
+    void *solver;            /* cusolverDnHandle_t on that stream */
+    void *qr_scratch;        /* device scratch of orthogonalize's QR */
+    size_t qr_scratch_cap;   /* bytes */
+    int device;
+    double timeout_s;
+    struct ddph_group *groups; /* splits, freed at finalize */
+    ddph_mpi *mpi;
+} ddph_nccl;
+
+/* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU. */
+ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err);
+/* Whether this machine has a CUDA device (no collective: for checks). */
+ddph_status ddph__nccl_probe(ddph_err *err);
+/* abort: the job is broken (a peer died or failed): communicators are
+ * aborted (ncclCommAbort), never destroyed, which could wait for peers. */
+void ddph__nccl_finalize(ddph_nccl *n, int abort);
+
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err);
+ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err);
+ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, int root,
+                                 ddph_err *err);
+ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op, ddph_err *err);
+ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype,
+                                  ddph_err *err);
+ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err);
+/* Nonblocking collectives: enqueued on the communication stream and not
+ * waited for.  The stream runs everything in order, so waiting for one
+ * is waiting for the stream (ddph__nccl_wait, against timeout_s), and
+ * ddph__nccl_idle says whether all that was enqueued has finished. */
+ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
+                                       void *buf, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_err *err);
+ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_err *err);
+ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        const size_t *counts, ddph_dtype dtype,
+                                        ddph_err *err);
+ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_err *err);
+ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
+                            const char *what, ddph_err *err);
+int ddph__nccl_idle(ddph_nccl *n);
+/* ncclCommSplit; the MPI side is split the same way. */
+ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
+                             int color, int key, struct ddph_group **out,
+                             ddph_err *err);
+ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
+                                  ddph_err *err);
+
+/* Device operations: enqueued on the communication stream, which orders
+ * them with everything else a hook does; they return without waiting
+ * (a launch error is reported at once, an execution error by the next
+ * collective or copy).  Collectives and copies wait for the stream. */
+ddph_status ddph__nccl_cast(ddph_nccl *n, const void *src, ddph_dtype sdt,
+                            void *dst, ddph_dtype ddt, size_t count,
+                            double scale, ddph_err *err);
+ddph_status ddph__nccl_divide(ddph_nccl *n, void *buf, ddph_dtype dtype,
+                              size_t count, double divisor, ddph_err *err);
+ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
+                            size_t k, float alpha, const float *a, size_t lda,
+                            const float *b, size_t ldb, float beta, float *c,
+                            size_t ldc, ddph_err *err);
+/* On the device, as the CPU path does it: modified Gram-Schmidt (a CUDA
+ * kernel) for cols <= 2, Householder QR (cuSOLVER geqrf + orgqr) above. */
+ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
+                                     size_t cols, double eps, ddph_err *err);
+/* y += alpha * x (cuBLAS saxpy). */
+ddph_status ddph__nccl_axpy(ddph_nccl *n, size_t count, float alpha,
+                            const float *x, float *y, ddph_err *err);
+/* cudaMemcpyAsync of `kind`; waited for when one side is host memory. */
+ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
+                            size_t bytes, ddph_copy_kind kind, ddph_err *err);
+ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
+                            ddph_err *err);
+/* sparse_ops.h's operations on the GPU (cuda_ops.cu). */
+ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
+                            size_t k, float *values, int32_t *indices,
+                            ddph_err *err);
+ddph_status ddph__nccl_absmax(ddph_nccl *n, const float *x, size_t count,
+                              float *out, ddph_err *err);
+ddph_status ddph__nccl_gather(ddph_nccl *n, const float *x,
+                              const int32_t *idx, size_t k, float *out,
+                              ddph_err *err);
+ddph_status ddph__nccl_scatter_add(ddph_nccl *n, float *y, const int32_t *idx,
+                                   const float *v, size_t k, float alpha,
+                                   ddph_err *err);
+ddph_status ddph__nccl_quantize_int8(ddph_nccl *n, const float *x,
+                                     size_t count, float scale, int8_t *q,
+                                     ddph_err *err);
+ddph_status ddph__nccl_dequantize_int8(ddph_nccl *n, const int8_t *q,
+                                       size_t count, float scale, float beta,
+                                       float *y, ddph_err *err);
+
+#endif

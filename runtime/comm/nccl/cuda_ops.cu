@@ -1,0 +1,431 @@
+// cuda_ops.cu: see cuda_ops.h.  Element-wise grid-stride kernels; every
+// conversion to a half type rounds to nearest even (__float2half_rn,
+// __float2bfloat16_rn), as the CPU path and PyTorch do, and gives a NaN
+// the CPU path's bits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "comm/nccl/cuda_ops.h"
+
+namespace {
+
+// ddph_dtype codes (ddphook/types.h).
+enum { F32 = 0, F64 = 1, F16 = 2, BF16 = 3 };
+
+__device__ double load(const void *p, int t, size_t i)
+{
+    switch (t) {
+    case F32: return static_cast<const float *>(p)[i];
+    case F64: return static_cast<const double *>(p)[i];
+    case F16: return __half2float(static_cast<const __half *>(p)[i]);
+    default: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    }
+}
+
+// Values reach the half types through float: exact for them, and the one
+// rounding is float -> half.
+__device__ void store(void *p, int t, size_t i, double v)
+{
+    switch (t) {
+    case F32: static_cast<float *>(p)[i] = static_cast<float>(v); break;
+    case F64: static_cast<double *>(p)[i] = v; break;
+    case F16: {
+        // A NaN becomes the CPU path's (and c10::Half's) quiet NaN with its
+        // sign, 0x7E00, not CUDA's 0x7FFF.
+        float f = static_cast<float>(v);
+        static_cast<__half *>(p)[i] =
+            isnan(f) ? __ushort_as_half(signbit(f) ? 0xFE00 : 0x7E00)
+                     : __float2half_rn(f);
+        break;
+    }
+    default: {
+        // ...and c10::BFloat16's 0x7FC0.
+        float f = static_cast<float>(v);
+        static_cast<__nv_bfloat16 *>(p)[i] =
+            isnan(f) ? __ushort_as_bfloat16(0x7FC0) : __float2bfloat16_rn(f);
+        break;
+    }
+    }
+}
+
+__global__ void cast_kernel(const void *src, int st, void *dst, int dt,
+                            size_t n, float scale, bool via_float, double dscale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double v = load(src, st, i);
+        v = via_float ? static_cast<double>(static_cast<float>(v) * scale)
+                      : v * dscale;
+        store(dst, dt, i, v);
+    }
+}
+
+__global__ void divide_kernel(void *buf, int t, size_t n, float fd, double dd)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (t == F64)
+            static_cast<double *>(buf)[i] /= dd;
+        else
+            store(buf, t, i, static_cast<float>(load(buf, t, i)) / fd);
+    }
+}
+
+__global__ void nonfinite_kernel(const void *buf, int t, size_t n,
+                                 unsigned long long *first)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(load(buf, t, i)))
+            atomicMin(first, static_cast<unsigned long long>(i));
+}
+
+constexpr unsigned GS_THREADS = 512;
+
+// Sum of one double per thread, returned to every thread of the block.
+__device__ double block_sum(double v, double *part)
+{
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned half = GS_THREADS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    double total = part[0];
+    __syncthreads(); // part is reused by the next call
+    return total;
+}
+
+// One block: column i is normalised, then removed from every later column.
+// __fmul_rn keeps nvcc from fusing x - d * y into an FMA the CPU path does
+// not use.
+__global__ void gram_schmidt_kernel(float *x, size_t rows, size_t cols,
+                                    float eps, bool add_eps)
+{
+    __shared__ double part[GS_THREADS];
+    for (size_t i = 0; i < cols; i++) {
+        double ss = 0;
+        for (size_t r = threadIdx.x; r < rows; r += GS_THREADS) {
+            double v = x[r * cols + i];
+            ss += v * v;
+        }
+        float norm = static_cast<float>(sqrt(block_sum(ss, part)));
+        float denom = add_eps ? norm + eps : norm;
+        for (size_t r = threadIdx.x; r < rows; r += GS_THREADS)
+            x[r * cols + i] /= denom;
+        __syncthreads();
+        for (size_t j = i + 1; j < cols; j++) {
+            double dot = 0;
+            for (size_t r = threadIdx.x; r < rows; r += GS_THREADS)
+                dot += static_cast<double>(x[r * cols + i]) * x[r * cols + j];
+            float d = static_cast<float>(block_sum(dot, part));
+            for (size_t r = threadIdx.x; r < rows; r += GS_THREADS)
+                x[r * cols + j] -= __fmul_rn(d, x[r * cols + i]);
+            __syncthreads();
+        }
+    }
+}
+
+
+// ---- sparse and quantized hooks (sparse_ops.h has the definitions) ------
+
+__device__ unsigned magnitude_key(float x)
+{
+    return __float_as_uint(x) & 0x7fffffffu;
+}
+
+// Histogram of one byte of the keys whose higher bytes equal `prefix`.
+__global__ void key_histogram_kernel(const float *x, size_t n, unsigned prefix,
+                                     unsigned mask, int shift,
+                                     unsigned long long *hist)
+{
+    __shared__ unsigned local[256];
+    for (unsigned b = threadIdx.x; b < 256; b += blockDim.x)
+        local[b] = 0;
+    __syncthreads();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned key = magnitude_key(x[i]);
+        if ((key & mask) == prefix)
+            atomicAdd(&local[(key >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    for (unsigned b = threadIdx.x; b < 256; b += blockDim.x)
+        if (local[b])
+            atomicAdd(&hist[b], static_cast<unsigned long long>(local[b]));
+}
+
+constexpr unsigned SELECT_THREADS = 1024;
+
+// Exclusive prefix sum of one value per thread (thread 0 walks the block:
+// 1024 additions, next to the O(n) passes around it).
+__device__ unsigned long long block_exclusive_scan(unsigned long long v,
+                                                   unsigned long long *part)
+{
+    part[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long run = 0;
+        for (unsigned i = 0; i < blockDim.x; i++) {
+            unsigned long long c = part[i];
+            part[i] = run;
+            run += c;
+        }
+    }
+    __syncthreads();
+    unsigned long long out = part[threadIdx.x];
+    __syncthreads();
+    return out;
+}
+
+// One block writes the chosen elements in ascending index order: every
+// key above t, and the first `ties` keys equal to t.  Each thread owns a
+// contiguous chunk, so prefix sums over the threads order the output.
+__global__ void select_kernel(const float *x, size_t n, unsigned t,
+                              unsigned long long ties, float *values,
+                              int *indices)
+{
+    __shared__ unsigned long long part[SELECT_THREADS];
+    size_t chunk = (n + blockDim.x - 1) / blockDim.x;
+    size_t lo = threadIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    unsigned long long above = 0, equal = 0;
+    for (size_t i = lo; i < hi; i++) {
+        unsigned key = magnitude_key(x[i]);
+        above += key > t;
+        equal += key == t;
+    }
+    unsigned long long eq_before = block_exclusive_scan(equal, part);
+    unsigned long long eq_take =
+        eq_before >= ties ? 0 : (ties - eq_before < equal ? ties - eq_before : equal);
+    unsigned long long at = block_exclusive_scan(above + eq_take, part);
+    for (size_t i = lo; i < hi; i++) {
+        unsigned key = magnitude_key(x[i]);
+        bool take = key > t || (key == t && eq_take > 0);
+        if (!take)
+            continue;
+        if (key == t)
+            eq_take--;
+        if (indices)
+            indices[at] = static_cast<int>(i);
+        if (values)
+            values[at] = x[i];
+        at++;
+    }
+}
+
+__global__ void gather_kernel(const float *x, const int *idx, size_t k,
+                              float *out)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k;
+         j += (size_t)gridDim.x * blockDim.x)
+        out[j] = x[idx[j]];
+}
+
+__global__ void scatter_add_kernel(float *y, const int *idx, const float *v,
+                                   size_t k, float alpha)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k;
+         j += (size_t)gridDim.x * blockDim.x)
+        atomicAdd(&y[idx[j]], alpha == 1.0f ? v[j] : __fmul_rn(alpha, v[j]));
+}
+
+// The largest key: |x| of finite values and Inf keep their order as
+// unsigned bits, and a NaN's bits are above +Inf's.
+__global__ void absmax_kernel(const float *x, size_t n, unsigned *best)
+{
+    unsigned m = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        m = max(m, magnitude_key(x[i]));
+    atomicMax(best, m);
+}
+
+__global__ void quantize_kernel(const float *x, size_t n, float inv,
+                                signed char *q)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        /* NaN is 0, as on the CPU: tested before the clamp, because
+         * fmaxf(NaN, -127) is -127. */
+        float v = rintf(__fmul_rn(x[i], inv));
+        q[i] = isnan(v) ? 0
+                        : static_cast<signed char>(
+                              fminf(fmaxf(v, -127.0f), 127.0f));
+    }
+}
+
+__global__ void dequantize_kernel(const signed char *q, size_t n, float scale,
+                                  float beta, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float d = __fmul_rn(scale, static_cast<float>(q[i]));
+        y[i] = beta == 0.0f ? d : __fadd_rn(__fmul_rn(beta, y[i]), d);
+    }
+}
+
+unsigned blocks_for(size_t n)
+{
+    size_t b = (n + 255) / 256;
+    return b ? (b > 65535 ? 65535u : static_cast<unsigned>(b)) : 1u;
+}
+
+} // namespace
+
+extern "C" int ddph__cuda_cast(const void *src, int src_dtype, void *dst,
+                               int dst_dtype, size_t n, double scale,
+                               void *stream)
+{
+    if (n == 0)
+        return 0;
+    bool via_float = src_dtype != F64 && dst_dtype != F64;
+    cast_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        src, src_dtype, dst, dst_dtype, n, static_cast<float>(scale),
+        via_float, scale);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_divide(void *buf, int dtype, size_t n, double divisor,
+                                 void *stream)
+{
+    if (n == 0)
+        return 0;
+    divide_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        buf, dtype, n, static_cast<float>(divisor), divisor);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols,
+                                       double eps, void *stream)
+{
+    if (rows == 0 || cols == 0)
+        return 0;
+    gram_schmidt_kernel<<<1, GS_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, rows, cols, static_cast<float>(eps), eps != 0);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
+                                          unsigned long long *first,
+                                          void *stream)
+{
+    if (n == 0)
+        return 0;
+    nonfinite_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        buf, dtype, n, first);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
+                               float *values, int *indices, void *stream)
+{
+    if (k == 0)
+        return 0;
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    unsigned long long *hist = nullptr, host[256];
+    cudaError_t e = cudaMallocAsync(reinterpret_cast<void **>(&hist),
+                                    sizeof host, st);
+    unsigned prefix = 0, mask = 0;
+    unsigned long long want = k, above = 0;
+    // Radix select, a byte at a time from the top, as the CPU path does.
+    for (int shift = 24; shift >= 0 && e == cudaSuccess; shift -= 8) {
+        e = cudaMemsetAsync(hist, 0, sizeof host, st);
+        if (e != cudaSuccess)
+            break;
+        key_histogram_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, prefix, mask,
+                                                           shift, hist);
+        if ((e = cudaGetLastError()) != cudaSuccess ||
+            (e = cudaMemcpyAsync(host, hist, sizeof host,
+                                 cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
+            (e = cudaStreamSynchronize(st)) != cudaSuccess)
+            break;
+        int byte = 255;
+        for (; byte > 0 && host[byte] < want; byte--) {
+            want -= host[byte];
+            above += host[byte];
+        }
+        prefix |= static_cast<unsigned>(byte) << shift;
+        mask |= 0xffu << shift;
+    }
+    if (e == cudaSuccess) {
+        select_kernel<<<1, SELECT_THREADS, 0, st>>>(x, n, prefix, k - above,
+                                                    values, indices);
+        e = cudaGetLastError();
+    }
+    if (hist)
+        cudaFreeAsync(hist, st);
+    return static_cast<int>(e);
+}
+
+extern "C" int ddph__cuda_gather(const float *x, const int *idx, size_t k,
+                                 float *out, void *stream)
+{
+    if (k == 0)
+        return 0;
+    gather_kernel<<<blocks_for(k), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, idx, k, out);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_scatter_add(float *y, const int *idx, const float *v,
+                                      size_t k, float alpha, void *stream)
+{
+    if (k == 0)
+        return 0;
+    scatter_add_kernel<<<blocks_for(k), 256, 0,
+                         static_cast<cudaStream_t>(stream)>>>(y, idx, v, k,
+                                                              alpha);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_absmax(const float *x, size_t n, float *out,
+                                 void *stream)
+{
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    unsigned *best = nullptr, host = 0;
+    cudaError_t e = cudaMallocAsync(reinterpret_cast<void **>(&best),
+                                    sizeof host, st);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(best, 0, sizeof host, st);
+    if (e == cudaSuccess && n) {
+        absmax_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, best);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess &&
+        (e = cudaMemcpyAsync(&host, best, sizeof host, cudaMemcpyDeviceToHost,
+                             st)) == cudaSuccess)
+        e = cudaStreamSynchronize(st);
+    if (best)
+        cudaFreeAsync(best, st);
+    float f;
+    memcpy(&f, &host, sizeof f);
+    *out = f;
+    return static_cast<int>(e);
+}
+
+extern "C" int ddph__cuda_quantize_int8(const float *x, size_t n, float scale,
+                                        signed char *q, void *stream)
+{
+    if (n == 0)
+        return 0;
+    // The reciprocal rounded to f32 once, as the CPU path computes it.
+    quantize_kernel<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, n, 1.0f / scale, q);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_dequantize_int8(const signed char *q, size_t n,
+                                          float scale, float beta, float *y,
+                                          void *stream)
+{
+    if (n == 0)
+        return 0;
+    dequantize_kernel<<<blocks_for(n), 256, 0,
+                        static_cast<cudaStream_t>(stream)>>>(q, n, scale, beta,
+                                                             y);
+    return static_cast<int>(cudaGetLastError());
+}

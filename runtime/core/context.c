@@ -1,0 +1,581 @@
+/* context.c: opening and closing a job, the step protocol and the
+ * accumulation decision, hook state checkpoints. */
+#include "build-config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "device/cpu_ops.h"
+#include "device/device.h"
+#include "core/job_check.h"
+#include "core/join.h"
+#include "core/replicas.h"
+#include "core/state_file.h"
+
+/* Warnings about the job file come from rank 0 only: every rank reads the
+ * same file, one report is enough. */
+static void warn_rank0(void *user, const char *msg)
+{
+    ddph_ctx *ctx = user;
+    if (ctx->mpi.world.rank == 0)
+        ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
+}
+
+ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
+{
+    memcpy(ctx->error, err->msg, sizeof ctx->error);
+    ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
+    /* A collective broke the job on this rank and no one told the peers
+     * yet: they get this, the fullest message. */
+    if (ctx->mpi_up && atomic_load(&ctx->mpi.broken))
+        ddph__mpi_fail_job(&ctx->mpi, st, ctx->error);
+    return st;
+}
+
+ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
+{
+    ddph_err e;
+    va_list ap;
+    va_start(ap, fmt);
+    ddph__vfail(&e, st, fmt, ap);
+    va_end(ap);
+    return ddph__ctx_fail(ctx, st, &e);
+}
+
+/* Every rank makes the same number of lane communicators (a collective
+ * each): a job file whose [runtime] lanes differs between ranks is an
+ * error on every rank, not a hang. */
+static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
+{
+    int64_t v[2] = {ctx->cfg.lanes, -(int64_t)ctx->cfg.lanes};
+    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 2, DDPH_MAX, err);
+    if (st == DDPH_OK && v[0] != -v[1])
+        st = ddph__fail(err, DDPH_ERR_CONFIG,
+                        "%s: [runtime] lanes differs between ranks (%lld on "
+                        "some, %lld on others; this rank has %d)",
+                        ctx->cfg.path, (long long)-v[1], (long long)v[0],
+                        ctx->cfg.lanes);
+    return st;
+}
+
+/* OpenBLAS threads from the ranks on this host, so that the ranks of a
+ * host do not oversubscribe its cores with GEMM threads (cpu_ops.h). */
+static void size_blas(ddph_ctx *ctx)
+{
+    int ranks = ctx->mpi.node_size;
+    int n = ddph__cpu_blas_threads(ranks);
+    ddph__log(&ctx->log, DDPH_LOG_DEBUG,
+              "OpenBLAS: %d thread%s per rank (%d rank%s on this host; "
+              "OPENBLAS_NUM_THREADS overrides)",
+              n, n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+}
+
+ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
+                      ddph_ctx **out)
+{
+    if (!out)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return DDPH_ERR_NOMEM;
+    ddph__logger_init(&ctx->log);
+    ddph__timeline_init(&ctx->timeline, 0);
+    pthread_mutex_init(&ctx->mu, NULL);
+    pthread_cond_init(&ctx->done, NULL);
+    ddph_err e, cfg_err;
+    ddph_status cfg_st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &cfg_err)
+                                  : ddph__config_defaults(&ctx->cfg, &cfg_err);
+#ifndef HAVE_NCCL
+    if (cfg_st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
+        cfg_st = ddph__fail(&cfg_err, DDPH_ERR_UNSUPPORTED,
+                            "%s: [runtime] backend = nccl: this build of "
+                            "ddphook has no NCCL backend (configure found no "
+                            "CUDA/NCCL)",
+                            ctx->cfg.path);
+#endif
+    /* MPI comes up even when the job file is bad, so that every rank
+     * learns which rank failed and why instead of waiting in MPI_Init. */
+    double timeout_s = cfg_st == DDPH_OK && ctx->cfg.timeout_s > 0
+                           ? ctx->cfg.timeout_s
+                           : DDPH__DEFAULT_TIMEOUT_S;
+    ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
+    ctx->mpi_up = st == DDPH_OK;
+    ctx->mpi.check_collectives =
+        cfg_st == DDPH_OK && ctx->cfg.check_collectives;
+    ctx->log.rank = ctx->mpi.world.rank;
+    ctx->join_active = ctx->mpi.world.size;
+    ctx->join_scale = 1.0;
+    if (cfg_st == DDPH_OK && ini_path)
+        cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
+                                               &cfg_err);
+    if (ctx->mpi_up)
+        st = ddph__mpi_agree(&ctx->mpi, cfg_st, cfg_err.msg, &e);
+    else if (cfg_st != DDPH_OK)
+        st = cfg_st, e = cfg_err;
+    /* The ranks of this host: the GPU, OpenBLAS's threads, shared buckets. */
+    if (st == DDPH_OK)
+        st = ddph__mpi_find_node(&ctx->mpi, &e);
+#ifdef HAVE_NCCL
+    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL) {
+        st = ddph__nccl_init(&ctx->nccl, &ctx->mpi, &e);
+        ctx->nccl_up = st == DDPH_OK;
+        ctx->comm_stream = ctx->nccl_up ? ctx->nccl.stream : NULL;
+        ctx->cuda_device = ctx->nccl.device;
+        if (st == DDPH_OK)
+            st = ddph__dev_event_create(&ctx->step_end_event, &e);
+        if (st != DDPH_OK)
+            ddph__err_prefix(&e, "%s: [runtime] backend = nccl",
+                             ctx->cfg.path);
+    }
+#endif
+    if (st == DDPH_OK)
+        size_blas(ctx);
+    ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
+    if (st == DDPH_OK)
+        st = agree_lanes(ctx, &e);
+    if (st == DDPH_OK)
+        st = ddph__reducer_start(ctx, &e);
+    if (st != DDPH_OK) {
+        ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
+        ddph_close(ctx);
+        return st;
+    }
+    *out = ctx;
+    return DDPH_OK;
+}
+
+ddph_status ddph_close(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_OK;
+    ddph_mpi *mpi = &ctx->mpi;
+    /* The peers wait for this step's collectives: tell them now rather
+     * than let them wait for timeout_s. */
+    if (ctx->mpi_up && ctx->in_step && ctx->syncs && !ctx->waited) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "rank %d closed the job (ddph_close) in the middle of a "
+                 "synchronising step",
+                 mpi->world.rank);
+        ddph__mpi_fail_job(mpi, DDPH_ERR_STATE, msg);
+    }
+    /* The peers learn that this rank does no more steps: one waiting on a
+     * later step's collective fails at once instead of after timeout_s. */
+    if (ctx->mpi_up)
+        ddph__mpi_closing(mpi);
+    /* Returns promptly even on a broken job: every collective then fails
+     * at once. */
+    ddph__reducer_stop(ctx);
+    int broken = ctx->mpi_up && atomic_load(&mpi->broken);
+    if (ctx->timeline.enabled && ctx->mpi_up && !broken) {
+        ddph_err e;
+        if (ddph__timeline_write(&ctx->timeline, mpi, ctx->cfg.trace, &e) !=
+            DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
+        else if (mpi->world.rank == 0)
+            ddph__log(&ctx->log, DDPH_LOG_INFO, "timeline written to %s",
+                      ctx->cfg.trace);
+    }
+    if (ctx->timeline.enabled && ctx->mpi_up && broken) {
+        /* When it is needed most: each rank's own events, alone. */
+        ddph_err fault, e;
+        ddph__mpi_fault(mpi, &fault);
+        if (ddph__timeline_write_failed(&ctx->timeline, mpi->world.rank,
+                                        ctx->cfg.trace, fault.msg, &e) !=
+            DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
+        else
+            ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                      "the job failed: this rank's timeline written to "
+                      "%s.rank%d",
+                      ctx->cfg.trace, mpi->world.rank);
+    }
+    /* A lane stuck in a hook (abandoned) may still use what it was
+     * given: the timeline and the configuration stay. */
+    if (!ctx->lanes_abandoned)
+        ddph__timeline_free(&ctx->timeline);
+    /* Every rank meets here within timeout_s, or the job has failed (a
+     * peer died after its last step): decided before anything is freed. */
+    if (ctx->mpi_up && !broken) {
+        ddph_err e;
+        broken = ddph__mpi_leave(mpi, &e) != DDPH_OK;
+    }
+    if (broken) {
+        /* Collectives abandoned on the failure cannot be cancelled, and a
+         * late peer may still write into their buffers: the buckets, the
+         * hooks' state and this context.  They are left allocated (the
+         * process is about to exit); only the configuration goes. */
+        ddph_err e;
+#ifdef HAVE_NCCL
+        if (ctx->nccl_up)
+            ddph__nccl_finalize(&ctx->nccl, 1);
+#endif
+        ddph_status st = ddph__mpi_finalize(mpi, &e);
+        ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                  "ddph_close: the job failed, so MPI is left unfinalized "
+                  "(exit non-zero): %s",
+                  e.msg);
+        if (!ctx->lanes_abandoned)
+            ddph__config_free(&ctx->cfg);
+        return st;
+    }
+    for (int i = 0; i < ctx->nmodels; i++) {
+        ddph_model *m = ctx->models[i];
+        if (m->window > 0)
+            ddph__log(&ctx->log, DDPH_LOG_WARN,
+                      "closing with %d accumulated backward pass%s of model "
+                      "'%s' never synchronised (end the epoch with "
+                      "DDPH_STEP_END_OF_DATA)",
+                      m->window, m->window == 1 ? "" : "es", m->name);
+        ddph__model_free(m);
+    }
+    free(ctx->models);
+    free(ctx->step_models);
+    ddph__dev_event_destroy(ctx->step_end_event);
+#ifdef HAVE_NCCL
+    if (ctx->nccl_up)
+        ddph__nccl_finalize(&ctx->nccl, 0);
+#endif
+    ddph_status st = DDPH_OK;
+    if (ctx->mpi_up) {
+        ddph_err e;
+        st = ddph__mpi_finalize(mpi, &e);
+        if (st != DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                      "ddph_close: the job failed, so MPI is left "
+                      "unfinalized (exit non-zero): %s",
+                      e.msg);
+    }
+    ddph__config_free(&ctx->cfg);
+    pthread_cond_destroy(&ctx->done);
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+    return st;
+}
+
+const char *ddph_last_error(const ddph_ctx *ctx)
+{
+    return ctx ? ctx->error : "no context";
+}
+
+int ddph_rank(const ddph_ctx *ctx)
+{
+    return ctx->mpi.world.rank;
+}
+
+int ddph_world_size(const ddph_ctx *ctx)
+{
+    return ctx->mpi.world.size;
+}
+
+ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->nccl_up)
+        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
+                               "ddph_set_stream: only backend = nccl has "
+                               "streams");
+    ctx->compute_stream = cuda_stream;
+    return DDPH_OK;
+}
+
+/* ---- steps ---------------------------------------------------------------- */
+
+ddph_status ddph_step_begin(ddph_ctx *ctx, ddph_model *const *models, int n)
+{
+    return ddph_step_begin_flags(ctx, models, n, DDPH_STEP_DEFAULT);
+}
+
+/* One decision for every model of the step: synchronise when the flags
+ * force it, when sync_each_batch is on, or when any model's window
+ * reaches its accumulate_steps (models usually share one N). */
+static int decide_sync(const ddph_ctx *ctx, ddph_model *const *models, int n,
+                       unsigned flags)
+{
+    if (flags & DDPH_STEP_NO_SYNC)
+        return 0;
+    if (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA |
+                 DDPH_STEP_LAST) ||
+        ctx->cfg.sync_each_batch)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (models[i]->window + 1 >= models[i]->accumulate_steps)
+            return 1;
+    return 0;
+}
+
+/* Models given together share one decision, so the smallest
+ * accumulate_steps among them decides for all: said once per job, at the
+ * first step that mixes them. */
+static void warn_shared_schedule(ddph_ctx *ctx, ddph_model *const *models,
+                                 int n)
+{
+    if (ctx->warned_mixed_windows)
+        return;
+    for (int i = 1; i < n; i++) {
+        const ddph_model *a = models[0], *b = models[i];
+        if (a->accumulate_steps == b->accumulate_steps)
+            continue;
+        const ddph_model *lo = a->accumulate_steps < b->accumulate_steps ? a : b;
+        ctx->warned_mixed_windows = 1;
+        if (ctx->mpi.world.rank != 0)
+            return;
+        ddph__log(&ctx->log, DDPH_LOG_WARN,
+                  "step_begin: models '%s' (accumulate_steps %d) and '%s' "
+                  "(accumulate_steps %d) are given together, so they share "
+                  "one decision: both synchronise every %d backward "
+                  "pass%s while stepped together (the smallest "
+                  "accumulate_steps decides; step them in separate "
+                  "ddph_step_begin calls to keep each one's own)",
+                  a->name, a->accumulate_steps, b->name, b->accumulate_steps,
+                  lo->accumulate_steps, lo->accumulate_steps == 1 ? "" : "es");
+        return;
+    }
+}
+
+ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
+                                  int n, unsigned flags)
+{
+    if (!ctx || !models || n <= 0)
+        return DDPH_ERR_INVALID;
+    if (ctx->in_step)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_begin while a step is open (call "
+                               "ddph_step_wait and ddph_step_end first)");
+    ddph_err fault;
+    ddph_status broken = ddph__mpi_fault(&ctx->mpi, &fault);
+    if (broken != DDPH_OK) {
+        ddph__err_prefix(&fault, "step_begin: the job has failed (close it "
+                                 "and exit)");
+        return ddph__ctx_fail(ctx, broken, &fault);
+    }
+    if ((flags & DDPH_STEP_NO_SYNC) &&
+        (flags & (DDPH_STEP_FORCE_SYNC | DDPH_STEP_END_OF_DATA |
+                  DDPH_STEP_LAST)))
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "step_begin: DDPH_STEP_NO_SYNC contradicts "
+                               "FORCE_SYNC / END_OF_DATA / LAST");
+    if (ctx->data_ended)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_begin after this rank's step flagged "
+                               "DDPH_STEP_LAST (its peers were told that no "
+                               "step follows)");
+    for (int i = 0; i < n; i++) {
+        if (!models[i] || models[i]->ctx != ctx)
+            return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                                   "step_begin: model %d is not of this job",
+                                   i);
+        if (!models[i]->finalized)
+            return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                                   "step_begin: model '%s' is not finalized",
+                                   models[i]->name);
+        for (int j = 0; j < i; j++)
+            if (models[j] == models[i])
+                return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                                       "step_begin: model '%s' given twice",
+                                       models[i]->name);
+    }
+    /* The first step: every [model.X] section names a model by now. */
+    if (ctx->step_count == 0) {
+        const char **created = calloc((size_t)ctx->nmodels + 1,
+                                      sizeof *created);
+        if (!created)
+            return DDPH_ERR_NOMEM;
+        for (int i = 0; i < ctx->nmodels; i++)
+            created[i] = ctx->models[i]->name;
+        ddph_err e;
+        ddph_status cst = ddph__job_check_models(&ctx->cfg, created,
+                                                 (size_t)ctx->nmodels, &e);
+        free(created);
+        if (cst != DDPH_OK) {
+            ddph__err_prefix(&e, "step_begin");
+            return ddph__ctx_fail(ctx, cst, &e);
+        }
+    }
+    warn_shared_schedule(ctx, models, n);
+    ddph_model **list = realloc(ctx->step_models, (size_t)n * sizeof *list);
+    if (!list)
+        return DDPH_ERR_NOMEM;
+    memcpy(list, models, (size_t)n * sizeof *list);
+    ctx->step_models = list;
+    ctx->nstep_models = n;
+    ctx->syncs = decide_sync(ctx, models, n, flags);
+    /* Under join, each synchronising step counts the ranks still
+     * training (a joined rank has just done so in ddph_join). */
+    if (ctx->cfg.join && ctx->syncs && !ctx->joined) {
+        ddph_err je;
+        ddph_status js = ddph__join_roll_call(ctx, 1, models, n, &je);
+        if (js != DDPH_OK)
+            return ddph__ctx_fail(ctx, js, &je);
+    }
+    ctx->last_step = (flags & DDPH_STEP_LAST) != 0;
+    atomic_store(&ctx->mpi.in_sync_step, ctx->syncs);
+    ctx->in_step = 1;
+    ctx->step_start = ddph__timeline_now(&ctx->timeline);
+    ctx->step_count++;
+    ctx->waited = 0;
+    ddph_status st = DDPH_OK;
+    ddph_err e;
+    for (int i = 0; i < n; i++) {
+        models[i]->in_step = 1;
+        ddph_err later; /* the first failure keeps its message */
+        ddph_status bs = ddph__reducer_begin(models[i], st ? &later : &e);
+        st = st ? st : bs;
+    }
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+int ddph_step_syncs(const ddph_ctx *ctx)
+{
+    return ctx && ctx->in_step && ctx->syncs;
+}
+
+ddph_status ddph_grad_ready(ddph_model *m, int index)
+{
+    if (!m)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    if (!m->in_step || ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "grad_ready on model '%s' outside its step "
+                               "(not in the models given to ddph_step_begin, "
+                               "or after ddph_step_wait)",
+                               m->name);
+    if (index < 0 || index >= m->nparams)
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "grad_ready: model '%s' has no parameter %d "
+                               "(it has %d)",
+                               m->name, index, m->nparams);
+    ddph_err e;
+    ddph_status st = ddph__reducer_ready(m, index, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_step_wait(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->in_step || ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_wait without a step_begin");
+    ctx->waited = 1;
+    if (!ctx->syncs) {
+        for (int i = 0; i < ctx->nstep_models; i++)
+            ctx->step_models[i]->window++;
+        return DDPH_OK;
+    }
+    ddph_err e;
+    double wait_start = ddph__timeline_now(&ctx->timeline);
+    ddph_status st = ddph__reducer_wait(ctx, &e);
+    ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, wait_start,
+                          "step_wait");
+    ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, ctx->step_start,
+                          "step %llu (synchronised)",
+                          (unsigned long long)ctx->step_count - 1);
+    /* An abandoned lane (a stuck hook) may still hold the models: the job
+     * is over, and they are left as they are. */
+    for (int i = 0; i < ctx->nstep_models && !ctx->lanes_abandoned; i++) {
+        ctx->step_models[i]->window = 0;
+        ctx->step_models[i]->iteration++;
+    }
+    atomic_fetch_add(&ctx->mpi.syncs_done, 1);
+    atomic_store(&ctx->mpi.in_sync_step, 0);
+    if (ctx->last_step && st == DDPH_OK) {
+        ctx->data_ended = 1;
+        ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_DATA_END, "its last step");
+    }
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_step_end(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->in_step || !ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_end without step_begin and step_wait");
+    ddph_status st = DDPH_OK;
+    ddph_err e;
+    for (int i = 0; i < ctx->nstep_models; i++) {
+        ddph_model *m = ctx->step_models[i];
+        m->in_step = 0;
+        m->steps++;
+        if (st != DDPH_OK || !m->hook->plugin->api.on_step_end)
+            continue;
+        /* On the GPU the hook's copies (on the communication stream) must
+         * see what the optimizer wrote on the trainer's stream. */
+        if (ctx->step_end_event &&
+            (st = ddph__dev_stream_after(ctx->comm_stream, ctx->compute_stream,
+                                         ctx->step_end_event, &e)) != DDPH_OK)
+            continue;
+        ddph_param_view *views = calloc((size_t)(m->nparams ? m->nparams : 1),
+                                        sizeof *views);
+        if (!views) {
+            st = ddph__fail(&e, DDPH_ERR_NOMEM, "out of memory");
+            continue;
+        }
+        for (int j = 0; j < m->nparams; j++)
+            views[j] = (ddph_param_view){m->params[j].name, m->params[j].data,
+                                         m->params[j].numel,
+                                         m->params[j].dtype,
+                                         m->params[j].device};
+        ddph_step_info info = {
+            .struct_size = sizeof info,
+            .step = m->steps,
+            .iteration = m->iteration,
+            .synced = ctx->syncs,
+            .nparams = (size_t)m->nparams,
+            .params = views,
+            .model = m->name,
+        };
+        st = ddph__hook_on_step_end(m->hook, &info, &e);
+        free(views);
+        /* ...and the trainer's next kernels must see what the hook wrote
+         * (device operations return before they are done). */
+        if (st == DDPH_OK && ctx->step_end_event)
+            st = ddph__dev_stream_after(ctx->compute_stream, ctx->comm_stream,
+                                        ctx->step_end_event, &e);
+    }
+    /* After the optimizer, every N-th synchronised step: the replicas are
+     * compared (replicas.h).  Every rank takes part, even one whose hook
+     * failed above, so that no peer waits for it. */
+    /* (Not while a rank has joined: its parameters stay where its data
+     * ended until ddph_join makes the replicas equal again.) */
+    int every = ctx->cfg.check_replicas_every;
+    if (ctx->join_active < ctx->mpi.world.size)
+        every = 0;
+    for (int i = 0; every > 0 && ctx->syncs && i < ctx->nstep_models; i++) {
+        ddph_model *m = ctx->step_models[i];
+        if (m->iteration % (uint64_t)every != 0)
+            continue;
+        ddph_err later;
+        ddph_status cs = ddph__replicas_check(m, st ? &later : &e);
+        st = st ? st : cs;
+    }
+    ctx->in_step = 0;
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+/* ---- hook state ---------------------------------------------------------- */
+
+ddph_status ddph_state_save(ddph_ctx *ctx, const char *path)
+{
+    if (!ctx || !path)
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_save(ctx, path, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_state_load(ddph_ctx *ctx, const char *path)
+{
+    if (!ctx || !path)
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_load(ctx, path, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}

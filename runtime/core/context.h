@@ -1,0 +1,198 @@
+/* context.h: the runtime's internal view of a job: the context, its
+ * models, their parameters and buckets.  Shared by context.c (open, steps,
+ * accumulation), model.c (registration, bucket layout, finalize),
+ * reducer.c (readiness, launch order, the communication thread) and
+ * agreement.c (the cross-rank check). */
+#ifndef DDPH_CONTEXT_H
+#define DDPH_CONTEXT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <ddphook/ddphook.h>
+#include <ddphook/plugin.h>
+
+#include "comm/backend_mpi.h"
+#ifdef HAVE_NCCL
+#include "comm/nccl/backend_nccl.h"
+#endif
+#include "support/config.h"
+#include "plugin/hook.h"
+#include "support/log.h"
+#include "comm/timeline.h"
+#include "support/util.h"
+
+typedef struct ddph_param {
+    char *name;
+    void *grad;     /* caller's memory, or inside the bucket storage */
+    void *data;     /* caller's parameter memory (optional) */
+    int64_t *shape;
+    int ndim;
+    size_t numel;
+    ddph_dtype dtype;
+    ddph_device device;
+    int bucket;     /* index of its bucket */
+    size_t offset;  /* first element inside the bucket */
+    int ready;      /* marked ready in the current step */
+} ddph_param;
+
+typedef enum {
+    DDPH_BUCKET_IDLE = 0,     /* waiting for gradients */
+    DDPH_BUCKET_QUEUED = 1,   /* handed to the communication thread */
+    DDPH_BUCKET_DONE = 2,     /* hook finished (ok or not) */
+} ddph_bucket_state;
+
+typedef struct ddph_rt_bucket {
+    int index;
+    int *params; /* parameter indices, bucket order */
+    int nparams;
+    size_t numel;
+    ddph_dtype dtype;        /* of its gradients */
+    /* What storage holds: dtype, or with copies into host buckets the
+     * wrapper's or the hook's half type (gradients cast in and back). */
+    ddph_dtype store_dtype;
+    /* Copies in divide by this (the world size) for a hook that divides
+     * first (DDPH_PLUGIN_DIVIDES_FIRST); 0: plain copies. */
+    double divided_by;
+    ddph_device device;
+    void *storage;           /* flat, numel elements of store_dtype */
+    void *ready_event;       /* CUDA: recorded when the bucket is full */
+    void *scratch;           /* wrapper's low-precision copy, or NULL */
+    ddph_tensor_view *views; /* one per parameter */
+    int pending;             /* parameters not yet ready this step */
+    ddph_bucket_state state;
+    ddph_status status;      /* hook result of this step */
+    char *message;           /* detailed failure, or NULL */
+    uint64_t hook_calls;
+    uint64_t bytes_on_wire;  /* sent by this rank, all calls */
+    uint64_t bytes_received; /* from its peers, all calls */
+} ddph_rt_bucket;
+
+struct ddph_model {
+    ddph_ctx *ctx;
+    char *name;
+    ddph_param *params;
+    int nparams, capparams;
+    int finalized;
+    ddph_rt_bucket *buckets;
+    int nbuckets;
+    struct ddph_shared_segment *shared; /* the buckets' memory, on one
+                                           host (else each has its own) */
+    int next_launch;    /* lowest bucket not yet launched this step */
+    ddph_hook *hook;
+    /* The hook as each lane sees it (lane_hooks[0] = hook); only lane 0
+     * unless the hook allows concurrent buckets. */
+    ddph_hook *lane_hooks[DDPH__MAX_LANES];
+    int nlanes;
+    int accumulate_steps;
+    int window;         /* backward passes accumulated since last sync */
+    uint64_t iteration; /* synchronised steps so far */
+    uint64_t steps;     /* optimizer steps so far */
+    int in_step;
+    char nonfinite[512]; /* check_finite: the first report of the step */
+    uint64_t *gpu_nonfinite; /* check_finite on CUDA gradients: per
+                                parameter, device memory (else NULL) */
+};
+
+/* One job of the queue a communication lane serves. */
+typedef struct ddph_job {
+    ddph_model *model;
+    int bucket;
+} ddph_job;
+
+/* A communication lane: a thread that runs hooks, with a communicator of
+ * its own, so that buckets on different lanes need no common order (lane 0
+ * uses the world).  A model whose hook allows it (flag
+ * DDPH_PLUGIN_CONCURRENT_BUCKETS) spreads its buckets over the lanes,
+ * bucket b on lane b % nlanes; any other model uses lane 0 alone.  Each
+ * lane serves its queue in order, the same on every rank. */
+typedef struct ddph_lane {
+    int index;
+    struct ddph_group *group;
+    struct ddph_ctx *ctx;
+    pthread_t thread;
+    int started;
+    pthread_cond_t work; /* guarded by ctx->mu */
+    ddph_job *queue;
+    size_t qcap, qhead, qtail;
+    /* The hook call in progress (guarded by ctx->mu), for the watchdog
+     * of ddph__reducer_wait: a hook that never returns is reported. */
+    ddph_job running;
+    int in_hook;
+    double hook_since; /* ddph__now() when it was called */
+    _Atomic long long active_us; /* the lane's activity clock (util.h) */
+    int abandoned;     /* declared stuck: never joined, never freed */
+} ddph_lane;
+
+struct ddph_ctx {
+    ddph_config cfg;
+    ddph_logger log;
+    ddph_mpi mpi;
+    int mpi_up;
+#ifdef HAVE_NCCL
+    ddph_nccl nccl;
+#endif
+    int nccl_up;
+    void *compute_stream; /* the trainer's cudaStream_t (nccl backend) */
+    void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
+    int cuda_device;      /* this rank's GPU (nccl backend) */
+    void *step_end_event; /* CUDA: orders on_step_end with the trainer */
+    ddph_model **models;
+    int nmodels;
+    char error[DDPH__ERR_LEN];
+    ddph_timeline timeline;
+    uint64_t step_count;  /* steps begun, for the timeline */
+    double step_start;    /* timeline clock at step_begin */
+
+    /* The current step. */
+    ddph_model **step_models;
+    int nstep_models;
+    int in_step;
+    int waited;  /* step_wait returned for this step */
+    int warned_mixed_windows; /* warn_shared_schedule said it once */
+    int last_step;  /* this step was flagged DDPH_STEP_LAST */
+    int lanes_abandoned; /* a lane is stuck in a hook (reducer.c) */
+    int data_ended; /* ...and has synchronised: no step may follow */
+    int syncs;   /* this step synchronises */
+
+    /* [runtime] join (join.h). */
+    int joined;          /* in ddph_join, shadowing the others' steps */
+    int join_active;     /* ranks still training, from the last roll call */
+    double join_scale;   /* applied to each bucket after its hook: W /
+                            join_active, or 1 */
+    int64_t join_trained; /* synchronised steps this rank trained before
+                             ddph_join */
+
+    /* Communication lanes and their queues (guarded by mu). */
+    ddph_lane lanes[DDPH__MAX_LANES];
+    int nlanes;
+    pthread_mutex_t mu;
+    pthread_cond_t done;
+    int stop;
+};
+
+/* Records err as the context's last error, logs it, returns st. */
+ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
+ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* model.c */
+void ddph__model_free(ddph_model *m);
+
+/* reducer.c */
+ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);
+void ddph__reducer_stop(ddph_ctx *ctx);
+/* Resets the model's bucket state for a new step. */
+ddph_status ddph__reducer_begin(ddph_model *m, ddph_err *err);
+ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err);
+/* Waits for every bucket of the models of the step and copies back. */
+ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err);
+
+/* agreement.c */
+/* Collective: every rank compares its description of the model with rank
+ * 0's; local_status/local_err is this rank's finalize result so far, so
+ * that a rank that failed alone still takes part and every rank learns. */
+ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
+                        const ddph_err *local_err, ddph_err *err);
+
+#endif

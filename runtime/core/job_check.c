@@ -1,0 +1,123 @@
+/* job_check.c: see job_check.h. */
+#include "build-config.h"
+
+#include "core/job_check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin/loader.h"
+
+/* The name a chosen hook answers to: itself, or for a path the name its
+ * plugin declares (the file stem when it cannot be loaded now; loading it
+ * for real reports why later, with the model). */
+static char *hook_name_of(const ddph_config *cfg, const char *value)
+{
+    if (!strchr(value, '/'))
+        return ddph__strdup(value);
+    ddph_plugin *p;
+    ddph_err e;
+    if (ddph__plugin_load(value, NULL, cfg->allow_insecure_plugins, &p, &e) ==
+        DDPH_OK) {
+        char *name = ddph__strdup(p->api.name);
+        ddph__plugin_unload(p);
+        return name;
+    }
+    const char *base = strrchr(value, '/') + 1;
+    char *name = ddph__strdup(base);
+    if (name && strlen(name) > 3 && strcmp(name + strlen(name) - 3, ".so") == 0)
+        name[strlen(name) - 3] = '\0';
+    return name;
+}
+
+static int in_list(const char *name, char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (list[i] && strcmp(list[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
+                                          ddph_warn_fn warn, void *user,
+                                          ddph_err *err)
+{
+    if (cfg->nhook_sections == 0)
+        return DDPH_OK;
+    size_t nchosen = 1 + cfg->nmodels;
+    char **used = calloc(nchosen, sizeof *used);
+    if (!used)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    used[0] = hook_name_of(cfg, cfg->hook_name);
+    for (size_t i = 0; i < cfg->nmodels; i++)
+        if (cfg->models[i].hook)
+            used[1 + i] = hook_name_of(cfg, cfg->models[i].hook);
+    char **found;
+    size_t nfound = ddph__plugin_names(cfg->plugin_path, &found);
+    /* Suggestions come from both lists. */
+    const char **cands = calloc(nchosen + nfound + 1, sizeof *cands);
+    size_t ncands = 0;
+    for (size_t i = 0; cands && i < nchosen; i++)
+        if (used[i])
+            cands[ncands++] = used[i];
+    for (size_t i = 0; cands && i < nfound; i++)
+        cands[ncands++] = found[i];
+    ddph_status st = cands ? DDPH_OK
+                           : ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == DDPH_OK && i < cfg->nhook_sections; i++) {
+        const ddph_hook_section *hs = &cfg->hook_sections[i];
+        if (in_list(hs->hook, used, nchosen))
+            continue;
+        if (in_list(hs->hook, found, nfound)) {
+            if (warn) {
+                char msg[DDPH__ERR_LEN];
+                snprintf(msg, sizeof msg,
+                         "%s:%d: [hook.%s]: no model of this job uses hook "
+                         "'%s' ([hook] name = %s), so these options are "
+                         "ignored",
+                         cfg->path, hs->line, hs->hook, hs->hook,
+                         cfg->hook_name);
+                warn(user, msg);
+            }
+            continue;
+        }
+        const char *near = ddph__nearest(hs->hook, cands, ncands);
+        char hint[160] = "";
+        if (near)
+            snprintf(hint, sizeof hint, "; did you mean [hook.%s]?", near);
+        st = ddph__fail(err, DDPH_ERR_CONFIG,
+                        "%s:%d: [hook.%s]: no hook '%s' along plugin_path "
+                        "(%s)%s",
+                        cfg->path, hs->line, hs->hook, hs->hook,
+                        cfg->plugin_path, hint);
+    }
+    free(cands);
+    ddph__names_free(found, nfound);
+    ddph__names_free(used, nchosen);
+    return st;
+}
+
+ddph_status ddph__job_check_models(const ddph_config *cfg,
+                                   const char *const *created, size_t n,
+                                   ddph_err *err)
+{
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const ddph_model_section *ms = &cfg->models[i];
+        int seen = 0;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = strcmp(created[j], ms->model) == 0;
+        if (seen)
+            continue;
+        const char *near = ddph__nearest(ms->model, created, n);
+        char hint[160] = "";
+        if (near)
+            snprintf(hint, sizeof hint, "; did you mean [model.%s]?", near);
+        return ddph__fail(err, DDPH_ERR_CONFIG,
+                          "%s:%d: [model.%s]: the trainer created no model "
+                          "'%s' before its first step, so this section would "
+                          "never apply%s",
+                          cfg->path, ms->line, ms->model, ms->model, hint);
+    }
+    return DDPH_OK;
+}

@@ -1,0 +1,85 @@
+/* trainer_calls.c: the everyday cross-rank calls of ddphook.h (barrier,
+ * scalar reductions, broadcast), so that trainers need not call MPI.  They
+ * run on the trainer's own communicator (backend_mpi.h), between steps. */
+#include "build-config.h"
+
+#include <stdint.h>
+
+#include <ddphook/ddphook.h>
+
+#include "comm/backend_mpi.h"
+#include "core/context.h"
+
+/* Refused inside a step; a failed job fails at once (in the helpers).
+ * The peers hear of the call: one still in a step this rank has left
+ * reports it at once (backend_mpi.h, departures). */
+static ddph_status usable(ddph_ctx *ctx, const char *what)
+{
+    if (ctx->in_step)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "%s between ddph_step_begin and ddph_step_end "
+                               "(call it between steps, on every rank)",
+                               what);
+    ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_TRAINER_CALL, what);
+    return DDPH_OK;
+}
+
+ddph_status ddph_barrier(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    ddph_status st = usable(ctx, "ddph_barrier");
+    ddph_err e;
+    if (st == DDPH_OK &&
+        (st = ddph__mpi_barrier(&ctx->mpi, &ctx->mpi.trainer, "ddph_barrier",
+                                &e)) != DDPH_OK)
+        return ddph__ctx_fail(ctx, st, &e);
+    return st;
+}
+
+static ddph_status reduce_f64(ddph_ctx *ctx, double *values, int n,
+                              ddph_redop op, const char *what)
+{
+    if (!ctx || (n > 0 && !values) || n < 0 ||
+        (op != DDPH_SUM && op != DDPH_MAX && op != DDPH_MIN))
+        return DDPH_ERR_INVALID;
+    ddph_status st = usable(ctx, what);
+    ddph_err e;
+    if (st == DDPH_OK &&
+        (st = ddph__mpi_allreduce(&ctx->mpi, &ctx->mpi.trainer, values,
+                                  (size_t)n, DDPH_F64, op, &e)) != DDPH_OK)
+        return ddph__ctx_fail(ctx, st, &e);
+    return st;
+}
+
+ddph_status ddph_allreduce_f64(ddph_ctx *ctx, double *values, int n,
+                               ddph_redop op)
+{
+    return reduce_f64(ctx, values, n, op, "ddph_allreduce_f64");
+}
+
+ddph_status ddph_average_f64(ddph_ctx *ctx, double *values, int n)
+{
+    ddph_status st = reduce_f64(ctx, values, n, DDPH_SUM, "ddph_average_f64");
+    for (int i = 0; st == DDPH_OK && i < n; i++)
+        values[i] /= (double)ctx->mpi.world.size;
+    return st;
+}
+
+ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root)
+{
+    if (!ctx || (bytes && !data))
+        return DDPH_ERR_INVALID;
+    if (root < 0 || root >= ctx->mpi.world.size)
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "ddph_broadcast: root %d is not a rank of "
+                               "this job (0 to %d)",
+                               root, ctx->mpi.world.size - 1);
+    ddph_status st = usable(ctx, "ddph_broadcast");
+    ddph_err e;
+    if (st == DDPH_OK &&
+        (st = ddph__mpi_broadcast(&ctx->mpi, &ctx->mpi.trainer, data, bytes,
+                                  DDPH_U8, root, &e)) != DDPH_OK)
+        return ddph__ctx_fail(ctx, st, &e);
+    return st;
+}

@@ -1,0 +1,46 @@
+/* device.h: memory and ordering on the bucket's device.  CPU memory is
+ * 64-byte aligned host memory; CUDA memory (nccl backend) is cudaMalloc'd,
+ * copied with cudaMemcpyAsync on a stream and ordered with events.
+ * Without HAVE_NCCL the CUDA side answers DDPH_ERR_UNSUPPORTED. */
+#ifndef DDPH_DEVICE_H
+#define DDPH_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "support/util.h"
+
+/* Zero-filled. */
+ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
+                            ddph_err *err);
+void ddph__dev_free(ddph_device d, void *p);
+/* CPU: memcpy.  CUDA: device-to-device, asynchronous on stream. */
+ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
+                           size_t bytes, void *stream, ddph_err *err);
+/* CUDA events: created once per bucket; record on the producer's stream,
+ * make the consumer's stream wait for it. */
+ddph_status ddph__dev_event_create(void **event, ddph_err *err);
+void ddph__dev_event_destroy(void *event);
+ddph_status ddph__dev_event_record(void *event, void *stream, ddph_err *err);
+ddph_status ddph__dev_event_wait(void *stream, void *event, ddph_err *err);
+ddph_status ddph__dev_sync(void *stream, ddph_err *err);
+/* `waiter` waits for everything enqueued on `stream` so far (records
+ * `event` on stream; the event may be reused right after). */
+ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
+                                   ddph_err *err);
+/* check_finite on the GPU: `first` is device memory of one uint64_t per
+ * parameter.  Reset sets n of them to UINT64_MAX on stream; find lowers
+ * first[0] to the index of buf's first NaN/Inf, on stream; fetch copies n
+ * of them to host memory `out` once stream has done its work. */
+ddph_status ddph__dev_nonfinite_reset(uint64_t *first, size_t n, void *stream,
+                                      ddph_err *err);
+ddph_status ddph__dev_nonfinite_find(const void *buf, ddph_dtype dtype,
+                                     size_t n, uint64_t *first, void *stream,
+                                     ddph_err *err);
+ddph_status ddph__dev_nonfinite_fetch(uint64_t *out, const uint64_t *first,
+                                      size_t n, void *stream, ddph_err *err);
+/* Makes `device` the calling thread's current CUDA device (the current
+ * device is per thread: the communication thread must set its own). */
+ddph_status ddph__dev_bind(int device, ddph_err *err);
+
+#endif

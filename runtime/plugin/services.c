@@ -1,0 +1,869 @@
+/* services.c: see services.h.  Every service that fails writes its message
+ * into the instance's per-call message, so a plugin only has to return the
+ * status it got. */
+#include "build-config.h"
+
+#include "plugin/services.h"
+
+
+#include <float.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/cpu_ops.h"
+#include "device/device.h"
+#include "device/sparse_ops.h"
+#ifdef HAVE_NCCL
+#include "comm/nccl/backend_nccl.h"
+/* With backend = nccl every bucket is in GPU memory: dispatch to NCCL and
+ * the CUDA kernels. */
+#define ON_GPU(h) ((h)->nccl != NULL)
+#define NCCL(h) ((ddph_nccl *)(h)->nccl)
+#else
+#define ON_GPU(h) 0
+#endif
+
+static ddph_hook *host(const ddph_services *s)
+{
+    return s->host;
+}
+
+/* Runs a backend call with an error carrier that lands in h->message. */
+static ddph_status keep(ddph_hook *h, ddph_status st, const ddph_err *e)
+{
+    if (st != DDPH_OK)
+        memcpy(h->message, e->msg, sizeof h->message);
+    return st;
+}
+
+static int svc_group_rank(const ddph_group *g)
+{
+    return g->rank;
+}
+
+static int svc_group_size(const ddph_group *g)
+{
+    return g->size;
+}
+
+static ddph_status svc_intra_node(const ddph_services *s, ddph_group **out)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(h))
+        return keep(h, ddph__nccl_intra_node(NCCL(h), out, &e), &e);
+#endif
+    return keep(h, ddph__mpi_intra_node(h->mpi, out, &e), &e);
+}
+
+static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
+                             int color, int key, ddph_group **out)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(h))
+        return keep(h, ddph__nccl_split(NCCL(h), parent, color, key, out, &e),
+                    &e);
+#endif
+    return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
+}
+
+/* A collective's span on the communication track of the timeline. */
+static ddph_status traced(ddph_hook *h, const char *what, size_t count,
+                          ddph_dtype dtype, double start, ddph_status st)
+{
+    if (h->timeline)
+        ddph__timeline_record(h->timeline, h->track, start,
+                              "%s %zu x %s", what, count,
+                              ddph__dtype_name(dtype));
+    return st;
+}
+
+static double span_start(const ddph_hook *h)
+{
+    return h->timeline ? ddph__timeline_now(h->timeline) : 0;
+}
+
+/* Bytes this rank sends and receives in each collective
+ * (docs/plugin-guide.md, "Counting bytes"), one counter per kind, shared
+ * by the blocking call and its nonblocking start. */
+static void count_allreduce(ddph_hook *h, size_t count, ddph_dtype dtype)
+{
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * ddph__dtype_size(dtype);
+}
+
+static void count_allgather(ddph_hook *h, const ddph_group *g, size_t count,
+                            ddph_dtype dtype)
+{
+    h->call_bytes += count * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+}
+
+/* The elements an allgatherv gathers in all. */
+static size_t counts_total(const ddph_group *g, const size_t *counts)
+{
+    size_t total = 0;
+    for (int r = 0; r < g->size; r++)
+        total += counts[r];
+    return total;
+}
+
+/* Returns the elements gathered in all. */
+static size_t count_allgatherv(ddph_hook *h, const ddph_group *g,
+                               const size_t *counts, ddph_dtype dtype)
+{
+    size_t es = ddph__dtype_size(dtype), total = counts_total(g, counts);
+    h->call_bytes += counts[g->rank] * es;
+    h->call_recv_bytes += (total - counts[g->rank]) * es;
+    return total;
+}
+
+static void count_alltoall(ddph_hook *h, const ddph_group *g, size_t count,
+                           ddph_dtype dtype)
+{
+    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
+    h->call_bytes += others;
+    h->call_recv_bytes += others;
+}
+
+/* Every collective a hook issues on the MPI path is compared across the
+ * group's ranks ([runtime] check_collectives, backend_mpi.h), the exchange
+ * running while the collective does: an extra, a missing or a different
+ * collective fails the job on every rank, and the hook call with it.  op
+ * and root are -1 where they do not apply. */
+static ddph_status checked(ddph_hook *h, ddph_group *g, const char *what,
+                           ddph_dtype dtype, size_t count, int op, int root,
+                           ddph_err *e)
+{
+    if (ON_GPU(h))
+        return DDPH_OK;
+    return ddph__mpi_fingerprint(h->mpi, g, what, dtype, count, op, root,
+                                 h->model, h->call_iteration, h->call_bucket,
+                                 e);
+}
+
+static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 ddph_redop op)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_status fp =
+        checked(h, g, "allreduce", dtype, count, (int)op, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    count_allreduce(h, count, dtype);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_allreduce(NCCL(h), g, buf, count, dtype, op, &e) :
+#endif
+        ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
+    return traced(h, "allreduce", count, dtype, t0, keep(h, st, &e));
+}
+
+static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_status fp = checked(h, g, "allgather", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    count_allgather(h, g, count, dtype);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_allgather(NCCL(h), g, send, recv, count, dtype, &e) :
+#endif
+        ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype,
+                            "allgather", &e);
+    return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
+}
+
+static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 int root)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_status fp = checked(h, g, "broadcast", dtype, count, -1, root, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    if (g->rank == root)
+        h->call_bytes += count * ddph__dtype_size(dtype);
+    else
+        h->call_recv_bytes += count * ddph__dtype_size(dtype);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_broadcast(NCCL(h), g, buf, count, dtype, root, &e) :
+#endif
+        ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
+    return traced(h, "broadcast", count, dtype, t0, keep(h, st, &e));
+}
+
+static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_status fp =
+        checked(h, g, "reduce_scatter", dtype, count, (int)op, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
+    h->call_recv_bytes += count * ddph__dtype_size(dtype);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_reduce_scatter(NCCL(h), g, send, recv, count,
+                                              dtype, op, &e) :
+#endif
+        ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count, dtype, op, &e);
+    return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
+}
+
+/* ---- minor 2: variable counts and all-to-all ------------------------------ */
+
+static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_status fp = checked(h, g, "allgatherv", dtype, counts_total(g, counts),
+                             -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    size_t total = count_allgatherv(h, g, counts, dtype);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e) :
+#endif
+        ddph__mpi_allgatherv(h->mpi, g, send, recv, counts, dtype, &e);
+    return traced(h, "allgatherv", total, dtype, t0, keep(h, st, &e));
+}
+
+static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    ddph_status fp = checked(h, g, "alltoall", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    count_alltoall(h, g, count, dtype);
+    ddph_status st =
+#ifdef HAVE_NCCL
+        ON_GPU(h) ? ddph__nccl_alltoall(NCCL(h), g, send, recv, count, dtype, &e) :
+#endif
+        ddph__mpi_alltoall(h->mpi, g, send, recv, count, dtype, &e);
+    return traced(h, "alltoall", count, dtype, t0, keep(h, st, &e));
+}
+
+/* ---- minor 2: nonblocking collectives --------------------------------------
+ * A request sits on its hook's list of outstanding requests from its start
+ * until wait or test ends it; ddph__services_settle waits for what a call
+ * left behind. */
+struct ddph_request {
+    ddph_hook *owner;
+    struct ddph_request *prev, *next;
+    const char *what;
+    size_t count;
+    ddph_dtype dtype;
+    double t0;      /* the timeline's clock, for the span */
+    double started; /* ddph__now() at the start, for the deadline */
+    struct ddph_group *group;
+    ddph_mpi_op op; /* MPI; unused on the GPU, where the stream orders */
+};
+
+static ddph_request *request_new(ddph_hook *h, const char *what,
+                                 struct ddph_group *g, size_t count,
+                                 ddph_dtype dtype)
+{
+    ddph_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(h->message, sizeof h->message, "%s: out of memory", what);
+        return NULL;
+    }
+    *r = (ddph_request){.owner = h, .what = what, .count = count,
+                        .dtype = dtype, .t0 = span_start(h),
+                        .started = ddph__now(), .group = g};
+    return r;
+}
+
+static ddph_status request_started(ddph_hook *h, ddph_request *r,
+                                   ddph_status st, const ddph_err *e,
+                                   ddph_request **out)
+{
+    if (st != DDPH_OK) {
+        free(r);
+        *out = NULL;
+        return keep(h, st, e);
+    }
+    r->next = h->outstanding;
+    if (h->outstanding)
+        h->outstanding->prev = r;
+    h->outstanding = r;
+    *out = r;
+    return DDPH_OK;
+}
+
+static void request_end(ddph_request *r)
+{
+    ddph_hook *h = r->owner;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        h->outstanding = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    traced(h, r->what, r->count, r->dtype, r->t0, DDPH_OK);
+    free(r);
+}
+
+/* The NCCL or the MPI form of a call, by the hook's backend. */
+#ifdef HAVE_NCCL
+#define BY_BACKEND(h, nccl_call, mpi_call) (ON_GPU(h) ? (nccl_call) : (mpi_call))
+#else
+#define BY_BACKEND(h, nccl_call, mpi_call) (mpi_call)
+#endif
+
+/* A nonblocking collective may complete after on_bucket has returned
+ * (the host waits for what the hook left outstanding), so its buffers must
+ * not be the hook's own locals: by then MPI would write into stack memory
+ * the thread has reused.  The hook's frames lie between this function's
+ * frame and the mark the host left just above the call (stacks grow down
+ * on every machine this builds for); such a buffer is refused when the
+ * request starts.  The caller's memory further up the stack outlives the
+ * call and is allowed. */
+static ddph_status not_on_stack(ddph_hook *h, const char *what,
+                                const void *send, const void *recv)
+{
+    volatile char here = 0;
+    const char *lo = (const char *)&here, *hi = h->frame_top;
+    if (!hi || hi <= lo)
+        return DDPH_OK;
+    const void *bufs[2] = {send, recv};
+    for (int i = 0; i < 2; i++) {
+        const char *p = bufs[i];
+        if (!p || p < lo || p >= hi)
+            continue;
+        snprintf(h->message, sizeof h->message,
+                 "%s: the %s buffer %p is in the hook's own stack frame: a "
+                 "nonblocking collective may complete after on_bucket "
+                 "returns, into a frame that is gone; use the bucket, memory "
+                 "from s->alloc, or the heap",
+                 what, i == 0 ? "send" : "receive", (const void *)p);
+        return DDPH_ERR_STATE;
+    }
+    return DDPH_OK;
+}
+
+static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
+                                  void *buf, size_t count, ddph_dtype dtype,
+                                  ddph_redop op, ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "iallreduce", buf, NULL);
+    if (refused != DDPH_OK)
+        return refused;
+    ddph_status fp =
+        checked(h, g, "iallreduce", dtype, count, (int)op, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    ddph_request *r = request_new(h, "iallreduce", g, count, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    count_allreduce(h, count, dtype);
+    ddph_status st = BY_BACKEND(h,
+        ddph__nccl_start_allreduce(NCCL(h), g, buf, count, dtype, op, &e),
+        ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
+                                  &e));
+    return request_started(h, r, st, &e, req);
+}
+
+static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "iallgather", send, recv);
+    if (refused != DDPH_OK)
+        return refused;
+    ddph_status fp = checked(h, g, "iallgather", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    ddph_request *r = request_new(h, "iallgather", g, count, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    count_allgather(h, g, count, dtype);
+    ddph_status st = BY_BACKEND(h,
+        ddph__nccl_start_allgather(NCCL(h), g, send, recv, count, dtype, &e),
+        ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
+                                  &e));
+    return request_started(h, r, st, &e, req);
+}
+
+static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
+                                   const void *send, void *recv,
+                                   const size_t *counts, ddph_dtype dtype,
+                                   ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "iallgatherv", send, recv);
+    if (refused != DDPH_OK)
+        return refused;
+    ddph_status fp = checked(h, g, "iallgatherv", dtype, counts_total(g, counts),
+                             -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    ddph_request *r = request_new(h, "iallgatherv", g, 0, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    r->count = count_allgatherv(h, g, counts, dtype);
+    ddph_status st = BY_BACKEND(h,
+        ddph__nccl_start_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e),
+        ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype,
+                                   &r->op, &e));
+    return request_started(h, r, st, &e, req);
+}
+
+static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_request **req)
+{
+    ddph_hook *h = host(s);
+    ddph_err e;
+    *req = NULL;
+    ddph_status refused = not_on_stack(h, "ialltoall", send, recv);
+    if (refused != DDPH_OK)
+        return refused;
+    ddph_status fp = checked(h, g, "ialltoall", dtype, count, -1, -1, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    ddph_request *r = request_new(h, "ialltoall", g, count, dtype);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    count_alltoall(h, g, count, dtype);
+    ddph_status st = BY_BACKEND(h,
+        ddph__nccl_start_alltoall(NCCL(h), g, send, recv, count, dtype, &e),
+        ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,
+                                 &e));
+    return request_started(h, r, st, &e, req);
+}
+
+/* Whether req is one of this hook's outstanding requests (a stale or
+ * foreign pointer is refused instead of freed twice). */
+static int owned_request(const ddph_hook *h, const ddph_request *req)
+{
+    for (const ddph_request *r = h->outstanding; r; r = r->next)
+        if (r == req)
+            return 1;
+    return 0;
+}
+
+static ddph_status svc_wait(const ddph_services *s, ddph_request *req)
+{
+    ddph_hook *h = host(s);
+    if (!req || !owned_request(h, req)) {
+        snprintf(h->message, sizeof h->message,
+                 "wait: not an outstanding request of this call (waited "
+                 "for twice, or started by another call)");
+        return DDPH_ERR_INVALID;
+    }
+    ddph_err e;
+    ddph_status st =
+        BY_BACKEND(h, ddph__nccl_wait(NCCL(h), req->group, req->what, &e),
+                   ddph__mpi_op_wait(h->mpi, &req->op, &e));
+    request_end(req);
+    return keep(h, st, &e);
+}
+
+static ddph_status svc_test(const ddph_services *s, ddph_request *req,
+                            int *done)
+{
+    ddph_hook *h = host(s);
+    *done = 0;
+    if (!req || !owned_request(h, req)) {
+        snprintf(h->message, sizeof h->message,
+                 "test: not an outstanding request of this call");
+        return DDPH_ERR_INVALID;
+    }
+    ddph_err e;
+    ddph_status st;
+#ifdef HAVE_NCCL
+    if (ON_GPU(h)) {
+        /* The stream is idle: every request on it completed.  Past the
+         * deadline, the wait reports (and aborts) what is stuck. */
+        if (!ddph__nccl_idle(NCCL(h)) &&
+            ddph__now() - req->started <= NCCL(h)->timeout_s)
+            return DDPH_OK;
+        st = ddph__nccl_wait(NCCL(h), req->group, req->what, &e);
+        *done = 1;
+        request_end(req);
+        return keep(h, st, &e);
+    }
+#endif
+    st = ddph__mpi_op_test(h->mpi, &req->op, done, &e);
+    if (st != DDPH_OK)
+        *done = 1;
+    if (*done)
+        request_end(req);
+    return keep(h, st, &e);
+}
+
+int ddph__services_settle(ddph_hook *h)
+{
+    int n = 0;
+    while (h->outstanding) {
+        ddph_request *r = h->outstanding;
+        ddph_err e;
+        BY_BACKEND(h, ddph__nccl_wait(NCCL(h), r->group, r->what, &e),
+              ddph__mpi_op_wait(h->mpi, &r->op, &e));
+        request_end(r);
+        n++;
+    }
+    return n;
+}
+
+/* ---- minor 2: sparse and quantized hooks ---------------------------------- */
+
+static ddph_status svc_topk(const ddph_services *s, const float *x, size_t n,
+                            size_t k, float *values, int32_t *indices)
+{
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_topk(NCCL(host(s)), x, n, k, values, indices,
+                                    &e),
+                    &e);
+#endif
+    return keep(host(s), ddph__cpu_topk(x, n, k, values, indices, &e), &e);
+}
+
+static ddph_status svc_gather(const ddph_services *s, const float *x,
+                              const int32_t *idx, size_t k, float *out)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_gather(NCCL(host(s)), x, idx, k, out, &e),
+                    &e);
+#endif
+    ddph__cpu_gather(x, idx, k, out);
+    return DDPH_OK;
+}
+
+static ddph_status svc_scatter_add(const ddph_services *s, float *y,
+                                   const int32_t *idx, const float *v,
+                                   size_t k, float alpha)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_scatter_add(NCCL(host(s)), y, idx, v, k, alpha,
+                                           &e),
+                    &e);
+#endif
+    ddph__cpu_scatter_add(y, idx, v, k, alpha);
+    return DDPH_OK;
+}
+
+static ddph_status svc_absmax(const ddph_services *s, const float *x,
+                              size_t n, float *out)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_absmax(NCCL(host(s)), x, n, out, &e),
+                    &e);
+#endif
+    *out = ddph__cpu_absmax(x, n);
+    return DDPH_OK;
+}
+
+static ddph_status need_scale(const ddph_services *s, const char *what,
+                              float scale)
+{
+    if (scale > 0 && scale <= FLT_MAX)
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: scale %g must be positive and finite", what, (double)scale);
+    return DDPH_ERR_INVALID;
+}
+
+static ddph_status svc_quantize_int8(const ddph_services *s, const float *x,
+                                     size_t n, float scale, int8_t *q)
+{
+    ddph_status bad = need_scale(s, "quantize_int8", scale);
+    if (bad != DDPH_OK)
+        return bad;
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_quantize_int8(NCCL(host(s)), x, n, scale, q, &e),
+                    &e);
+#endif
+    ddph__cpu_quantize_int8(x, n, scale, q);
+    return DDPH_OK;
+}
+
+static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
+                                       size_t n, float scale, float beta,
+                                       float *y)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_dequantize_int8(NCCL(host(s)), q, n, scale, beta,
+                                               y, &e),
+                    &e);
+#endif
+    ddph__cpu_dequantize_int8(q, n, scale, beta, y);
+    return DDPH_OK;
+}
+
+/* The arithmetic services take floating dtypes only. */
+static ddph_status need_float(const ddph_services *s, const char *what,
+                              ddph_dtype dtype)
+{
+    if (ddph__dtype_is_float(dtype))
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: %s is not a floating dtype (f32, f64, f16, bf16)", what,
+             ddph__dtype_name(dtype));
+    return DDPH_ERR_INVALID;
+}
+
+static ddph_status svc_cast(const ddph_services *s, const void *src,
+                            ddph_dtype src_dtype, void *dst,
+                            ddph_dtype dst_dtype, size_t n, double scale)
+{
+    ddph_err e;
+    ddph_status bad = need_float(s, "cast", src_dtype);
+    if (bad == DDPH_OK)
+        bad = need_float(s, "cast", dst_dtype);
+    if (bad != DDPH_OK)
+        return bad;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_cast(NCCL(host(s)), src, src_dtype, dst,
+                                    dst_dtype, n, scale, &e),
+                    &e);
+#endif
+    return keep(host(s),
+                ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
+                &e);
+}
+
+static ddph_status svc_divide(const ddph_services *s, void *buf,
+                              ddph_dtype dtype, size_t n, double divisor)
+{
+    ddph_err e;
+    ddph_status bad = need_float(s, "divide", dtype);
+    if (bad != DDPH_OK)
+        return bad;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_divide(NCCL(host(s)), buf, dtype, n, divisor, &e),
+                    &e);
+#endif
+    return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
+}
+
+static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
+                            size_t m, size_t n, size_t k, float alpha,
+                            const float *a, size_t lda, const float *b,
+                            size_t ldb, float beta, float *c, size_t ldc)
+{
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_gemm(NCCL(host(s)), trans_a, trans_b, m, n, k,
+                                    alpha, a, lda, b, ldb, beta, c, ldc, &e),
+                    &e);
+#endif
+    return keep(host(s),
+                ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                               ldb, beta, c, ldc, &e),
+                &e);
+}
+
+static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
+                                     size_t rows, size_t cols, double eps)
+{
+    ddph_err e;
+#ifdef HAVE_NCCL
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_orthogonalize(NCCL(host(s)), x, rows, cols, eps,
+                                             &e),
+                    &e);
+#endif
+    return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
+}
+
+static ddph_status svc_axpy(const ddph_services *s, size_t n, float alpha,
+                            const float *x, float *y)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_axpy(NCCL(host(s)), n, alpha, x, y, &e),
+                    &e);
+#endif
+    ddph__cpu_axpy(n, alpha, x, y);
+    return DDPH_OK;
+}
+
+static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
+                            size_t bytes, ddph_copy_kind kind)
+{
+    if (kind != DDPH_COPY_DEVICE && kind != DDPH_COPY_TO_HOST &&
+        kind != DDPH_COPY_FROM_HOST) {
+        snprintf(host(s)->message, sizeof host(s)->message,
+                 "copy: unknown ddph_copy_kind %d", (int)kind);
+        return DDPH_ERR_INVALID;
+    }
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    ddph__nccl_copy(NCCL(host(s)), dst, src, bytes, kind, &e),
+                    &e);
+#endif
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return DDPH_OK;
+}
+
+static ddph_status svc_zero(const ddph_services *s, void *buf, size_t bytes)
+{
+#ifdef HAVE_NCCL
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s), ddph__nccl_zero(NCCL(host(s)), buf, bytes, &e),
+                    &e);
+#endif
+    if (bytes)
+        memset(buf, 0, bytes);
+    return DDPH_OK;
+}
+
+static void *svc_alloc(const ddph_services *s, size_t bytes)
+{
+    void *p = NULL;
+    ddph_err e;
+    if (ddph__dev_alloc(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, bytes, &p,
+                        &e) != DDPH_OK)
+        return NULL;
+    return p;
+}
+
+static void svc_free(const ddph_services *s, void *p)
+{
+    ddph__dev_free(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, p);
+}
+
+static void svc_log(const ddph_services *s, ddph_log_level level,
+                    const char *fmt, ...)
+{
+    ddph_hook *h = host(s);
+    va_list ap;
+    va_start(ap, fmt);
+    ddph__vlog(h->log, level, h->prefix, fmt, ap);
+    va_end(ap);
+}
+
+static void svc_set_error(const ddph_services *s, const char *fmt, ...)
+{
+    ddph_hook *h = host(s);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->message, sizeof h->message, fmt, ap);
+    va_end(ap);
+}
+
+void ddph__services_init(ddph_hook *h)
+{
+    h->services = (ddph_services){
+        .struct_size = sizeof(ddph_services),
+        .abi_minor = DDPH_PLUGIN_ABI_MINOR,
+        .rank = h->mpi->world.rank,
+        .world_size = h->mpi->world.size,
+#ifndef HAVE_NCCL
+        .world = &h->mpi->world,
+#endif
+        .group_rank = svc_group_rank,
+        .group_size = svc_group_size,
+        .group_intra_node = svc_intra_node,
+        .group_split = svc_split,
+        .allreduce = svc_allreduce,
+        .allgather = svc_allgather,
+        .broadcast = svc_broadcast,
+        .reduce_scatter = svc_reduce_scatter,
+        .cast = svc_cast,
+        .divide = svc_divide,
+        .gemm = svc_gemm,
+        .orthogonalize = svc_orthogonalize,
+        .alloc = svc_alloc,
+        .free = svc_free,
+        .log = svc_log,
+        .set_error = svc_set_error,
+        .opt_bool = ddph__opt_bool,
+        .opt_int = ddph__opt_int,
+        .opt_real = ddph__opt_real,
+        .opt_string = ddph__opt_string,
+#ifdef HAVE_NCCL
+        .native_stream = ON_GPU(h) ? NCCL(h)->stream : NULL,
+        .world = ON_GPU(h) ? &NCCL(h)->world : &h->mpi->world,
+#else
+        .native_stream = NULL,
+#endif
+        .host = h,
+        .device = ON_GPU(h) ? DDPH_CUDA : DDPH_CPU,
+        .axpy = svc_axpy,
+        .copy = svc_copy,
+        .zero = svc_zero,
+        .allgatherv = svc_allgatherv,
+        .alltoall = svc_alltoall,
+        .iallreduce = svc_iallreduce,
+        .iallgather = svc_iallgather,
+        .iallgatherv = svc_iallgatherv,
+        .ialltoall = svc_ialltoall,
+        .wait = svc_wait,
+        .test = svc_test,
+        .topk = svc_topk,
+        .gather = svc_gather,
+        .scatter_add = svc_scatter_add,
+        .absmax = svc_absmax,
+        .quantize_int8 = svc_quantize_int8,
+        .dequantize_int8 = svc_dequantize_int8,
+    };
+}

@@ -1,0 +1,833 @@
+/* config.c: see config.h.  inih parses the file through a reader of our
+ * own, which gives each handler call its line number (Debian's inih is
+ * built without INI_HANDLER_LINENO), refuses NUL bytes, and parses itself
+ * the lines longer than inih's 200-byte buffer (a long plugin_path), the
+ * same way inih would, handing inih an empty line in their place. */
+#include "build-config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <ini.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <search.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "support/config.h"
+
+
+#ifndef DDPH_PLUGIN_DIR
+#define DDPH_PLUGIN_DIR "/usr/local/lib/ddphook/plugins"
+#endif
+
+/* The longest line a job file may have (inih itself takes 199 bytes). */
+#define MAX_LINE 65536
+/* inih keeps section names to 49 characters; so do long lines here. */
+#define INIH_MAX_SECTION 50
+/* Errors reported from one file before the parse gives up listing them. */
+#define MAX_ERRORS 8
+
+typedef enum { K_REAL, K_INT, K_BOOL, K_STRING, K_BACKEND, K_WRAPPER } key_type;
+
+typedef struct key_spec {
+    const char *section;
+    const char *key;
+    key_type type;
+    size_t offset;
+    double min, max;
+    const char *doc;
+} key_spec;
+
+#define AT(field) offsetof(ddph_config, field)
+static const key_spec key_table[] = {
+    {.section = "runtime", .key = "backend", .type = K_BACKEND,
+     .offset = AT(backend), .doc = "mpi | nccl"},
+    {.section = "runtime", .key = "bucket_cap_mb", .type = K_REAL,
+     .offset = AT(bucket_cap_mb), .min = 1.0 / (1 << 20), .max = 65536,
+     .doc = "bucket size limit in MiB after the first bucket"},
+    {.section = "runtime", .key = "first_bucket_cap_mb", .type = K_REAL,
+     .offset = AT(first_bucket_cap_mb), .min = 1.0 / (1 << 20), .max = 65536,
+     .doc = "size limit of bucket 0 in MiB"},
+    {.section = "runtime", .key = "gradient_as_bucket_view", .type = K_BOOL,
+     .offset = AT(gradient_as_bucket_view),
+     .doc = "gradients live in the runtime's flat bucket storage"},
+    {.section = "runtime", .key = "shared_buckets", .type = K_BOOL,
+     .offset = AT(shared_buckets),
+     .doc = "one-host jobs: buckets in memory every rank maps"},
+    {.section = "runtime", .key = "plugin_path", .type = K_STRING,
+     .offset = AT(plugin_path), .doc = "':'-separated hook directories"},
+    {.section = "runtime", .key = "timeout_s", .type = K_REAL,
+     .offset = AT(timeout_s), .min = 0.001, .max = 1e7,
+     .doc = "seconds before a stuck collective is reported"},
+    {.section = "runtime", .key = "allow_insecure_plugins", .type = K_BOOL,
+     .offset = AT(allow_insecure_plugins),
+     .doc = "load plugins from files or folders others can write"},
+    {.section = "runtime", .key = "trace", .type = K_STRING,
+     .offset = AT(trace), .doc = "write a Chrome/Perfetto timeline here"},
+    {.section = "runtime", .key = "check_finite", .type = K_BOOL,
+     .offset = AT(check_finite),
+     .doc = "report the first NaN/Inf gradient (bucket, parameter)"},
+    {.section = "runtime", .key = "check_collectives", .type = K_BOOL,
+     .offset = AT(check_collectives),
+     .doc = "compare every hook collective across ranks before it runs"},
+    {.section = "runtime", .key = "broadcast_parameters", .type = K_BOOL,
+     .offset = AT(broadcast_parameters),
+     .doc = "rank 0's parameter values to every rank at finalize"},
+    {.section = "runtime", .key = "check_replicas_every", .type = K_INT,
+     .offset = AT(check_replicas_every), .min = 0, .max = INT_MAX,
+     .doc = "compare the ranks' parameters every N synchronised steps"},
+    {.section = "runtime", .key = "join", .type = K_BOOL,
+     .offset = AT(join),
+     .doc = "uneven inputs: ranks out of data (ddph_join) shadow the "
+            "others' steps with zero gradients"},
+    {.section = "runtime", .key = "divide_by_initial_world_size",
+     .type = K_BOOL, .offset = AT(divide_by_initial_world_size),
+     .doc = "under join: averages over the initial world size (else over "
+            "the ranks still training)"},
+    {.section = "runtime", .key = "lanes", .type = K_INT,
+     .offset = AT(lanes), .min = 1, .max = DDPH__MAX_LANES,
+     .doc = "buckets in flight at once, for hooks that allow it"},
+    {.section = "accumulate", .key = "steps", .type = K_INT,
+     .offset = AT(accumulate_steps), .min = 1, .max = INT_MAX,
+     .doc = "backward passes per synchronisation"},
+    {.section = "accumulate", .key = "sync_each_batch", .type = K_BOOL,
+     .offset = AT(sync_each_batch),
+     .doc = "synchronise every backward pass anyway"},
+    {.section = "hook", .key = "name", .type = K_STRING,
+     .offset = AT(hook_name), .doc = "hook name along plugin_path or .so path"},
+    {.section = "hook", .key = "wrapper", .type = K_WRAPPER,
+     .offset = AT(wrapper), .doc = "none | fp16 | bf16"},
+};
+#undef AT
+#define NKEYS (sizeof key_table / sizeof key_table[0])
+
+static const char *const model_keys[] = {"hook", "wrapper",
+                                         "accumulate_steps"};
+
+/* ---- value parsers ------------------------------------------------------ */
+
+int ddph__parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 1;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int ddph__parse_int(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+int ddph__parse_real(const char *s, double *out)
+{
+    char *end;
+    /* Decimal only: strtod would also take hex ("0x10"). */
+    if (strpbrk(s, "xXpP"))
+        return 0;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+const char *ddph__wrapper_name(ddph_wrapper w)
+{
+    switch (w) {
+    case DDPH_WRAP_NONE:
+        return "none";
+    case DDPH_WRAP_FP16:
+        return "fp16";
+    case DDPH_WRAP_BF16:
+        return "bf16";
+    }
+    return "?";
+}
+
+static int parse_wrapper(const char *s, ddph_wrapper *out)
+{
+    for (int w = DDPH_WRAP_NONE; w <= DDPH_WRAP_BF16; w++) {
+        if (strcmp(s, ddph__wrapper_name((ddph_wrapper)w)) == 0) {
+            *out = (ddph_wrapper)w;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- parse state -------------------------------------------------------- */
+
+typedef struct seen_key {
+    char *section, *key;
+    int line;
+} seen_key;
+
+typedef struct parse_state {
+    FILE *file;
+    const char *path;
+    char *dir; /* folder of the file, for relative paths */
+    int line;
+    int section_line; /* line of the last [section] header */
+    char section[INIH_MAX_SECTION]; /* its name, as inih keeps it */
+    int section_broken; /* that header lacked its ']': its keys are not
+                           reported again as belonging elsewhere */
+    char *buf;        /* the line being read, up to MAX_LINE */
+    size_t cap;
+    ddph_config *cfg;
+    ddph_err *err;
+    ddph_status status;
+    int nerrors;
+    void *seen; /* tsearch tree of seen_key: sections and keys */
+} parse_state;
+
+/* Records an error at the current line.  The parse goes on, so that one
+ * run names every mistake of the file (up to MAX_ERRORS), one a line. */
+__attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
+                                                         const char *fmt, ...)
+{
+    char msg[DDPH__ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ps->nerrors++ == 0) {
+        ps->status = ddph__fail(ps->err, DDPH_ERR_CONFIG, "%s:%d: %s",
+                                ps->path, ps->line, msg);
+        return 0;
+    }
+    size_t used = strlen(ps->err->msg);
+    if (ps->nerrors <= MAX_ERRORS)
+        snprintf(ps->err->msg + used, sizeof ps->err->msg - used,
+                 "\n%s:%d: %s", ps->path, ps->line, msg);
+    else if (ps->nerrors == MAX_ERRORS + 1)
+        snprintf(ps->err->msg + used, sizeof ps->err->msg - used,
+                 "\n%s: more errors follow; fix these first", ps->path);
+    return 0;
+}
+
+static void check_section_line(parse_state *ps, const char *line);
+static int handler(void *user, const char *section, const char *name,
+                   const char *value);
+
+/* inih's rules for a comment inside a line: ';' after a space. */
+static char *inline_comment(char *s)
+{
+    for (int was_space = 0; *s; s++) {
+        if (*s == ';' && was_space)
+            return s;
+        was_space = isspace((unsigned char)*s);
+    }
+    return s;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* A line too long for inih: a comment, or "key = value" (or "key: value")
+ * in the current section, parsed as inih parses the lines it can hold. */
+static void parse_long_line(parse_state *ps, char *line)
+{
+    char *s = trim(line);
+    if (*s == ';' || *s == '#')
+        return;
+    if (*s == '[') {
+        fail_at(ps, "section header longer than %d characters",
+                INIH_MAX_SECTION - 1);
+        return;
+    }
+    char *value = s + strcspn(s, "=:");
+    char *cut = inline_comment(s);
+    if (!*value || value > cut) {
+        fail_at(ps, "syntax error: expected '[section]' or 'key = value'");
+        return;
+    }
+    *value++ = '\0';
+    *inline_comment(value) = '\0';
+    handler(ps, ps->section, trim(s), trim(value));
+}
+
+/* inih's reader: one line per call, counted, checked, and parsed here
+ * when it does not fit inih's buffer of `num` bytes. */
+static char *counting_reader(char *str, int num, void *stream)
+{
+    parse_state *ps = stream;
+    size_t n = 0;
+    int c = EOF;
+    while ((c = getc(ps->file)) != EOF) {
+        if (c == '\0') {
+            ps->line++;
+            fail_at(ps, "NUL byte in the line (is this a text file?)");
+            return NULL;
+        }
+        if (n == MAX_LINE && c != '\n' && c != '\r') {
+            ps->line++;
+            fail_at(ps, "line longer than %d characters", MAX_LINE);
+            return NULL;
+        }
+        if (n + 2 > ps->cap) {
+            size_t cap = ps->cap ? 2 * ps->cap : 256;
+            char *grown = realloc(ps->buf, cap);
+            if (!grown) {
+                ps->status = ddph__fail(ps->err, DDPH_ERR_NOMEM,
+                                        "out of memory");
+                return NULL;
+            }
+            ps->buf = grown;
+            ps->cap = cap;
+        }
+        ps->buf[n++] = (char)c;
+        if (c == '\n')
+            break;
+    }
+    if (n == 0)
+        return NULL;
+    ps->buf[n] = '\0';
+    ps->line++;
+    check_section_line(ps, ps->buf);
+    if (n < (size_t)num) {
+        memcpy(str, ps->buf, n + 1);
+        return str;
+    }
+    parse_long_line(ps, ps->buf);
+    snprintf(str, (size_t)num, "\n");
+    return str;
+}
+
+static int compare_seen(const void *a, const void *b)
+{
+    const seen_key *x = a, *y = b;
+    int c = strcmp(x->section, y->section);
+    return c ? c : strcmp(x->key, y->key);
+}
+
+/* Every (section, key) set so far, in a tree: a file of many keys parses
+ * in n log n, not n^2. */
+static int check_duplicate(parse_state *ps, const char *section,
+                           const char *key)
+{
+    seen_key probe = {(char *)section, (char *)key, 0};
+    seen_key **found = tfind(&probe, &ps->seen, compare_seen);
+    if (found)
+        return fail_at(ps, "duplicate key '%s' in [%s] (first set on line %d)",
+                       key, section, (*found)->line);
+    seen_key *s = malloc(sizeof *s);
+    if (!s)
+        return fail_at(ps, "out of memory");
+    s->section = ddph__strdup(section);
+    s->key = ddph__strdup(key);
+    s->line = ps->line;
+    if (!s->section || !s->key || !tsearch(s, &ps->seen, compare_seen)) {
+        free(s->section);
+        free(s->key);
+        free(s);
+        return fail_at(ps, "out of memory");
+    }
+    return 1;
+}
+
+static void free_seen(void *node)
+{
+    seen_key *s = node;
+    free(s->section);
+    free(s->key);
+    free(s);
+}
+
+/* A line that opens a section must close it: a missing ']' is said here,
+ * on its own line (inih would take the next key as outside any section).
+ * A section may appear more than once: its keys merge, and a key set
+ * twice is still an error (check_duplicate). */
+static void check_section_line(parse_state *ps, const char *line)
+{
+    while (*line == ' ' || *line == '\t')
+        line++;
+    if (*line != '[')
+        return;
+    ps->section_line = ps->line;
+    size_t n = strcspn(line + 1, "]");
+    ps->section_broken = !line[1 + n];
+    if (ps->section_broken) {
+        fail_at(ps, "section header '%.*s' has no closing ']'",
+                (int)strcspn(line, "\r\n"), line);
+        return;
+    }
+    if (n >= sizeof ps->section)
+        n = sizeof ps->section - 1;
+    memcpy(ps->section, line + 1, n);
+    ps->section[n] = '\0';
+}
+
+/* A path relative to the INI's folder, as a user reading the file means. */
+static char *resolve_path(const parse_state *ps, const char *value)
+{
+    if (value[0] == '/' || !ps->dir)
+        return ddph__strdup(value);
+    size_t n = strlen(ps->dir) + strlen(value) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", ps->dir, value);
+    return p;
+}
+
+/* plugin_path: each relative element resolved against the INI's folder. */
+static char *resolve_path_list(const parse_state *ps, const char *value)
+{
+    size_t cap = strlen(value) * 2 + (ps->dir ? strlen(ps->dir) * 8 : 0) + 64;
+    char *out = malloc(cap), *tmp = ddph__strdup(value);
+    if (!out || !tmp) {
+        free(out);
+        free(tmp);
+        return NULL;
+    }
+    out[0] = '\0';
+    char *save = NULL;
+    for (char *tok = strtok_r(tmp, ":", &save); tok;
+         tok = strtok_r(NULL, ":", &save)) {
+        char *abs = resolve_path(ps, tok);
+        if (!abs || strlen(out) + strlen(abs) + 2 > cap) {
+            free(abs);
+            free(tmp);
+            free(out);
+            return NULL;
+        }
+        if (out[0])
+            strcat(out, ":");
+        strcat(out, abs);
+        free(abs);
+    }
+    free(tmp);
+    return out;
+}
+
+static int set_key(parse_state *ps, const key_spec *k, const char *value)
+{
+    char *base = (char *)ps->cfg;
+    switch (k->type) {
+    case K_REAL: {
+        double v;
+        if (!ddph__parse_real(value, &v))
+            return fail_at(ps, "[%s] %s = '%s' is not a number", k->section,
+                           k->key, value);
+        char lo[DDPH__REAL_STR_LEN], hi[DDPH__REAL_STR_LEN];
+        if (v < k->min || v > k->max)
+            return fail_at(ps, "[%s] %s = %s is out of range [%s, %s]",
+                           k->section, k->key, value,
+                           ddph__real_str(k->min, lo),
+                           ddph__real_str(k->max, hi));
+        *(double *)(base + k->offset) = v;
+        return 1;
+    }
+    case K_INT: {
+        int64_t v;
+        if (!ddph__parse_int(value, &v))
+            return fail_at(ps, "[%s] %s = '%s' is not an integer", k->section,
+                           k->key, value);
+        if ((double)v < k->min || (double)v > k->max)
+            return fail_at(ps, "[%s] %s = %s is out of range [%.0f, %.0f]",
+                           k->section, k->key, value, k->min, k->max);
+        *(int *)(base + k->offset) = (int)v;
+        return 1;
+    }
+    case K_BOOL: {
+        int v;
+        if (!ddph__parse_bool(value, &v))
+            return fail_at(ps, "[%s] %s = '%s' is not true or false",
+                           k->section, k->key, value);
+        *(int *)(base + k->offset) = v;
+        return 1;
+    }
+    case K_STRING: {
+        if (!*value)
+            return fail_at(ps, "[%s] %s is empty", k->section, k->key);
+        char **slot = (char **)(base + k->offset);
+        char *v;
+        if (strcmp(k->key, "plugin_path") == 0)
+            v = resolve_path_list(ps, value);
+        else if ((strcmp(k->key, "name") == 0 && strchr(value, '/')) ||
+                 strcmp(k->key, "trace") == 0)
+            v = resolve_path(ps, value);
+        else
+            v = ddph__strdup(value);
+        if (!v)
+            return fail_at(ps, "out of memory");
+        free(*slot);
+        *slot = v;
+        if (strcmp(k->key, "name") == 0)
+            ps->cfg->hook_line = ps->line;
+        return 1;
+    }
+    case K_BACKEND: {
+        ddph_backend *b = (ddph_backend *)(base + k->offset);
+        if (strcmp(value, "mpi") == 0)
+            *b = DDPH_BACKEND_MPI;
+        else if (strcmp(value, "nccl") == 0)
+            *b = DDPH_BACKEND_NCCL;
+        else
+            return fail_at(ps, "[runtime] backend = '%s' is not mpi or nccl",
+                           value);
+        ps->cfg->backend_line = ps->line;
+        return 1;
+    }
+    case K_WRAPPER:
+        if (!parse_wrapper(value, (ddph_wrapper *)(base + k->offset)))
+            return fail_at(ps, "[%s] %s = '%s' is not none, fp16 or bf16",
+                           k->section, k->key, value);
+        return 1;
+    }
+    return 0;
+}
+
+static int handle_fixed_section(parse_state *ps, const char *section,
+                                const char *name, const char *value)
+{
+    const char *cands[NKEYS];
+    size_t nc = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (strcmp(key_table[i].section, section) != 0)
+            continue;
+        if (strcmp(key_table[i].key, name) == 0)
+            return set_key(ps, &key_table[i], value);
+        cands[nc++] = key_table[i].key;
+    }
+    const char *near = ddph__nearest(name, cands, nc);
+    if (near)
+        return fail_at(ps, "unknown key '%s' in [%s]; did you mean '%s'?",
+                       name, section, near);
+    return fail_at(ps, "unknown key '%s' in [%s]; see docs/config.md", name,
+                   section);
+}
+
+static int handle_hook_option(parse_state *ps, const char *hook,
+                              const char *name, const char *value)
+{
+    ddph_config *cfg = ps->cfg;
+    ddph_hook_section *hs = NULL;
+    for (size_t i = 0; i < cfg->nhook_sections; i++)
+        if (strcmp(cfg->hook_sections[i].hook, hook) == 0)
+            hs = &cfg->hook_sections[i];
+    if (!hs) {
+        ddph_hook_section *n = realloc(
+            cfg->hook_sections, (cfg->nhook_sections + 1) * sizeof *n);
+        if (!n)
+            return fail_at(ps, "out of memory");
+        cfg->hook_sections = n;
+        hs = &n[cfg->nhook_sections++];
+        memset(hs, 0, sizeof *hs);
+        hs->hook = ddph__strdup(hook);
+        hs->line = ps->section_line;
+        if (!hs->hook)
+            return fail_at(ps, "out of memory");
+    }
+    if (hs->nkv == hs->capkv) { /* doubling: a section of n keys is O(n) */
+        size_t cap = hs->capkv ? 2 * hs->capkv : 8;
+        ddph_kv *grown = realloc(hs->kv, cap * sizeof *grown);
+        if (!grown)
+            return fail_at(ps, "out of memory");
+        hs->kv = grown;
+        hs->capkv = cap;
+    }
+    ddph_kv *kv = &hs->kv[hs->nkv];
+    kv->key = ddph__strdup(name);
+    kv->value = ddph__strdup(value);
+    kv->line = ps->line;
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return fail_at(ps, "out of memory");
+    }
+    hs->nkv++;
+    return 1;
+}
+
+static int handle_model(parse_state *ps, const char *model, const char *name,
+                        const char *value)
+{
+    ddph_config *cfg = ps->cfg;
+    ddph_model_section *ms = NULL;
+    for (size_t i = 0; i < cfg->nmodels; i++)
+        if (strcmp(cfg->models[i].model, model) == 0)
+            ms = &cfg->models[i];
+    if (!ms) {
+        ddph_model_section *n =
+            realloc(cfg->models, (cfg->nmodels + 1) * sizeof *n);
+        if (!n)
+            return fail_at(ps, "out of memory");
+        cfg->models = n;
+        ms = &n[cfg->nmodels++];
+        memset(ms, 0, sizeof *ms);
+        ms->line = ps->section_line;
+        ms->model = ddph__strdup(model);
+        if (!ms->model)
+            return fail_at(ps, "out of memory");
+    }
+    if (strcmp(name, "hook") == 0) {
+        if (!*value)
+            return fail_at(ps, "[model.%s] hook is empty", model);
+        free(ms->hook);
+        ms->hook = strchr(value, '/') ? resolve_path(ps, value)
+                                      : ddph__strdup(value);
+        ms->hook_line = ps->line;
+        return ms->hook ? 1 : fail_at(ps, "out of memory");
+    }
+    if (strcmp(name, "wrapper") == 0) {
+        if (!parse_wrapper(value, &ms->wrapper))
+            return fail_at(ps, "[model.%s] wrapper = '%s' is not none, fp16 "
+                               "or bf16",
+                           model, value);
+        ms->wrapper_set = 1;
+        return 1;
+    }
+    if (strcmp(name, "accumulate_steps") == 0) {
+        int64_t v;
+        if (!ddph__parse_int(value, &v) || v < 1 || v > INT_MAX)
+            return fail_at(ps, "[model.%s] accumulate_steps = '%s' is not an "
+                               "integer >= 1",
+                           model, value);
+        ms->accumulate_steps = (int)v;
+        return 1;
+    }
+    const char *near = ddph__nearest(name, model_keys, 3);
+    if (near)
+        return fail_at(ps, "unknown key '%s' in [model.%s]; did you mean '%s'?",
+                       name, model, near);
+    return fail_at(ps, "unknown key '%s' in [model.%s]; valid keys: hook, "
+                       "wrapper, accumulate_steps",
+                   name, model);
+}
+
+static int handler(void *user, const char *section, const char *name,
+                   const char *value)
+{
+    parse_state *ps = user;
+    if (ps->status != DDPH_OK && ps->status != DDPH_ERR_CONFIG)
+        return 0; /* out of memory: nothing more is worth saying */
+    if (ps->section_broken)
+        return 1;
+    if (!*section)
+        return fail_at(ps, "key '%s' is outside any [section]", name);
+    if (!check_duplicate(ps, section, name))
+        return 0;
+    if (strcmp(section, "runtime") == 0 || strcmp(section, "accumulate") == 0 ||
+        strcmp(section, "hook") == 0)
+        return handle_fixed_section(ps, section, name, value);
+    if (strncmp(section, "hook.", 5) == 0 && section[5])
+        return handle_hook_option(ps, section + 5, name, value);
+    if (strncmp(section, "model.", 6) == 0 && section[6])
+        return handle_model(ps, section + 6, name, value);
+    static const char *const sections[] = {"runtime", "accumulate", "hook"};
+    const char *near = ddph__nearest(section, sections, 3);
+    if (!near && strncmp(section, "hook", 4) == 0)
+        near = "hook.NAME";
+    if (!near && strncmp(section, "model", 5) == 0)
+        near = "model.NAME";
+    if (near)
+        return fail_at(ps, "unknown section [%s]; did you mean [%s]?", section,
+                       near);
+    return fail_at(ps, "unknown section [%s]; valid sections: [runtime], "
+                       "[accumulate], [hook], [hook.NAME], [model.NAME]",
+                   section);
+}
+
+/* ---- public (internal) API ------------------------------------------------ */
+
+ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->backend = DDPH_BACKEND_MPI;
+    cfg->bucket_cap_mb = 25.0;
+    cfg->first_bucket_cap_mb = 1.0;
+    cfg->timeout_s = DDPH__DEFAULT_TIMEOUT_S;
+    cfg->accumulate_steps = 1;
+    cfg->lanes = 1;
+    cfg->shared_buckets = 1;
+    cfg->broadcast_parameters = 1;
+    cfg->check_collectives = 1;
+    cfg->divide_by_initial_world_size = 1;
+    cfg->wrapper = DDPH_WRAP_NONE;
+    cfg->path = ddph__strdup("(defaults)");
+    cfg->plugin_path = ddph__strdup(DDPH_PLUGIN_DIR);
+    cfg->hook_name = ddph__strdup("allreduce");
+    if (!cfg->path || !cfg->plugin_path || !cfg->hook_name) {
+        ddph__config_free(cfg);
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    return DDPH_OK;
+}
+
+ddph_status ddph__config_load(const char *path, ddph_config *cfg,
+                              ddph_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        memset(cfg, 0, sizeof *cfg);
+        return ddph__fail(err, DDPH_ERR_CONFIG, "%s: cannot open job file: %s",
+                          path, strerror(errno));
+    }
+    ddph_status st = ddph__config_parse(f, path, cfg, err);
+    fclose(f);
+    return st;
+}
+
+ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
+                               ddph_err *err)
+{
+    ddph_status st = ddph__config_defaults(cfg, err);
+    if (st != DDPH_OK)
+        return st;
+    parse_state ps = {.file = f, .path = path, .cfg = cfg, .err = err,
+                      .status = DDPH_OK};
+    const char *slash = strrchr(path, '/');
+    if (slash) {
+        size_t n = (size_t)(slash - path);
+        ps.dir = malloc(n + 2);
+        if (ps.dir) {
+            memcpy(ps.dir, path, n ? n : 1);
+            ps.dir[n ? n : 1] = '\0';
+        }
+    }
+    int rc = ini_parse_stream(counting_reader, &ps, handler, &ps);
+    if (ps.status == DDPH_OK && ferror(f))
+        ps.status = ddph__fail(err, DDPH_ERR_IO, "%s: read error", path);
+    if (ps.status == DDPH_OK && rc > 0)
+        ps.status = ddph__fail(err, DDPH_ERR_CONFIG,
+                               "%s:%d: syntax error: expected '[section]' or "
+                               "'key = value'",
+                               path, rc);
+    if (ps.status == DDPH_OK && rc < 0)
+        ps.status = ddph__fail(err, DDPH_ERR_NOMEM, "%s: inih failed (%d)",
+                               path, rc);
+    tdestroy(ps.seen, free_seen);
+    free(ps.dir);
+    free(ps.buf);
+    if (ps.status == DDPH_OK) {
+        free(cfg->path);
+        cfg->path = ddph__strdup(path);
+        if (!cfg->path)
+            ps.status = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    }
+    if (ps.status != DDPH_OK)
+        ddph__config_free(cfg);
+    return ps.status;
+}
+
+void ddph__config_free(ddph_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->path);
+    free(cfg->plugin_path);
+    free(cfg->hook_name);
+    free(cfg->trace);
+    for (size_t i = 0; i < cfg->nhook_sections; i++) {
+        ddph_hook_section *hs = &cfg->hook_sections[i];
+        for (size_t j = 0; j < hs->nkv; j++) {
+            free(hs->kv[j].key);
+            free(hs->kv[j].value);
+        }
+        free(hs->kv);
+        free(hs->hook);
+    }
+    free(cfg->hook_sections);
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        free(cfg->models[i].model);
+        free(cfg->models[i].hook);
+    }
+    free(cfg->models);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+const ddph_hook_section *ddph__config_hook_section(const ddph_config *cfg,
+                                                   const char *hook)
+{
+    for (size_t i = 0; i < cfg->nhook_sections; i++)
+        if (strcmp(cfg->hook_sections[i].hook, hook) == 0)
+            return &cfg->hook_sections[i];
+    return NULL;
+}
+
+const ddph_model_section *ddph__config_model(const ddph_config *cfg,
+                                             const char *model)
+{
+    for (size_t i = 0; i < cfg->nmodels; i++)
+        if (strcmp(cfg->models[i].model, model) == 0)
+            return &cfg->models[i];
+    return NULL;
+}
+
+void ddph__config_print(const ddph_config *cfg, FILE *out)
+{
+    const char *section = "";
+    const char *base = (const char *)cfg;
+    fprintf(out, "; resolved from %s\n", cfg->path);
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_spec *k = &key_table[i];
+        if (strcmp(section, k->section) != 0) {
+            fprintf(out, "%s[%s]\n", i ? "\n" : "", k->section);
+            section = k->section;
+        }
+        if (k->type == K_STRING && !*(char *const *)(base + k->offset)) {
+            fprintf(out, "; %s = (not set)  ; %s\n", k->key, k->doc);
+            continue;
+        }
+        fprintf(out, "%s = ", k->key);
+        switch (k->type) {
+        case K_REAL:
+            fprintf(out, "%.17g", *(const double *)(base + k->offset));
+            break;
+        case K_INT:
+            fprintf(out, "%d", *(const int *)(base + k->offset));
+            break;
+        case K_BOOL:
+            fputs(*(const int *)(base + k->offset) ? "true" : "false", out);
+            break;
+        case K_STRING:
+            fputs(*(char *const *)(base + k->offset), out);
+            break;
+        case K_BACKEND:
+            fputs(cfg->backend == DDPH_BACKEND_NCCL ? "nccl" : "mpi", out);
+            break;
+        case K_WRAPPER:
+            fputs(ddph__wrapper_name(cfg->wrapper), out);
+            break;
+        }
+        fprintf(out, "%*s; %s\n", 1, "", k->doc);
+    }
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const ddph_model_section *m = &cfg->models[i];
+        fprintf(out, "\n[model.%s]\n", m->model);
+        if (m->hook)
+            fprintf(out, "hook = %s\n", m->hook);
+        if (m->wrapper_set)
+            fprintf(out, "wrapper = %s\n", ddph__wrapper_name(m->wrapper));
+        if (m->accumulate_steps)
+            fprintf(out, "accumulate_steps = %d\n", m->accumulate_steps);
+    }
+}
