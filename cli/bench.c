@@ -20,9 +20,10 @@
  *     memory against a raw ncclAllReduce (bench_gpu.c). */
 #include "build-config.h"
 
+#include <errno.h>
 #include <getopt.h>
-#include <stddef.h>
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,6 @@
 
 #include "comm/backend_mpi.h"
 #include "bench_common.h"
-#include "bench_gpu.h"
 #include "commands.h"
 #include "support/config.h"
 #include "device/cpu_ops.h"
@@ -95,6 +95,36 @@ static const char bench_usage[] =
     "             bandwidth with one rank) and the ratio to a raw\n"
     "             ncclAllReduce of the same f32 bytes in the same run\n"
     "             (median of R, default 20)\n";
+
+/* `bench gpu` is ddphook-bench-gpu, beside this program (built with the
+ * nccl backend; it links CUDA, which ddphook does not). */
+static int run_bench_gpu(size_t mib, int repeats, const char *hooks,
+                         const char *plugin_path)
+{
+    char self[4096], prog[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "ddphook bench gpu: /proc/self/exe: %s\n",
+                strerror(errno));
+        return 1;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *slash = '\0';
+    snprintf(prog, sizeof prog, "%s/ddphook-bench-gpu", self);
+    char mib_s[32], repeats_s[32];
+    snprintf(mib_s, sizeof mib_s, "%zu", mib);
+    snprintf(repeats_s, sizeof repeats_s, "%d", repeats);
+    char *args[] = {prog, "--mib", mib_s, "--repeats", repeats_s, "--hooks",
+                    (char *)hooks, plugin_path ? "--plugin-path" : NULL,
+                    (char *)plugin_path, NULL};
+    execv(prog, args);
+    fprintf(stderr,
+            "ddphook bench gpu: cannot run %s (%s): it is built and installed "
+            "with the nccl backend (configure --with-cuda)\n",
+            prog, strerror(errno));
+    return 2;
+}
 
 static int bench_casts(size_t mib, int repeats)
 {
@@ -630,9 +660,9 @@ int cmd_bench(int argc, char **argv)
     }
     const char *what = argv[optind];
     if (strcmp(what, "gpu") == 0)
-        return bench_gpu(mib ? mib : 64, repeats ? repeats : 20,
-                         hb.hooks ? hb.hooks : "allreduce,fp16",
-                         hb.plugin_path);
+        return run_bench_gpu(mib ? mib : 64, repeats ? repeats : 20,
+                             hb.hooks ? hb.hooks : "allreduce,fp16",
+                             hb.plugin_path);
     if (strcmp(what, "casts") == 0)
         return bench_casts(mib ? mib : 64, repeats ? repeats : 7);
     if (strcmp(what, "shapes") == 0)

@@ -1,7 +1,10 @@
-/* bench_gpu.c: `ddphook bench gpu`, the nccl backend's speed against
- * baselines measured in the same run (docs/performance.md).
+/* bench_gpu.c: ddphook-bench-gpu, run by `ddphook bench gpu`: the nccl
+ * backend's speed against baselines measured in the same run
+ * (docs/performance.md).  A program of its own, built with the nccl
+ * backend, so that `ddphook` itself links no CUDA library.
  *
  *   [mpiexec -n W] ddphook bench gpu [--mib N] [--repeats R] [--hooks LIST]
+ *       [--plugin-path P]
  *
  * Casts: each CUDA cast kernel (f32 <-> f16/bf16) on N MiB of f32 against
  * a device-to-device cudaMemcpy of the same N MiB, both timed with CUDA
@@ -13,6 +16,7 @@
  * to the slowest rank's end.  Times are medians of R runs. */
 #include "build-config.h"
 
+#include <getopt.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,21 +25,6 @@
 
 #include <ddphook/ddphook.h>
 
-#include "bench_gpu.h"
-
-#ifndef HAVE_NCCL
-int bench_gpu(size_t mib, int repeats, const char *hooks,
-              const char *plugin_path)
-{
-    (void)mib;
-    (void)repeats;
-    (void)hooks;
-    (void)plugin_path;
-    fprintf(stderr, "ddphook bench gpu: this build has no nccl backend "
-                    "(configure found no CUDA/NCCL)\n");
-    return 2;
-}
-#else
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -228,8 +217,11 @@ out:
     return ok;
 }
 
-int bench_gpu(size_t mib, int repeats, const char *hooks,
-              const char *plugin_path)
+/* Casts against cudaMemcpy, then each hook of the comma-separated `hooks`
+ * against a raw ncclAllReduce, on `mib` MiB; medians of `repeats`.
+ * Returns an exit status: 0, 1 on failure, 77 without a CUDA device. */
+static int bench_gpu(size_t mib, int repeats, const char *hooks,
+                     const char *plugin_path)
 {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -290,4 +282,36 @@ int bench_gpu(size_t mib, int repeats, const char *hooks,
         MPI_Finalize();
     return ok ? 0 : 1;
 }
-#endif
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"mib", required_argument, NULL, 'm'},
+        {"repeats", required_argument, NULL, 'r'},
+        {"hooks", required_argument, NULL, 'k'},
+        {"plugin-path", required_argument, NULL, 'p'},
+        {0, 0, 0, 0}};
+    long mib = 64, repeats = 20;
+    const char *hooks = "allreduce,fp16", *plugin_path = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': mib = atol(optarg); break;
+        case 'r': repeats = atol(optarg); break;
+        case 'k': hooks = optarg; break;
+        case 'p': plugin_path = optarg; break;
+        default:
+            fputs("usage: ddphook-bench-gpu [--mib N] [--repeats R] "
+                  "[--hooks LIST] [--plugin-path P] (run by `ddphook bench "
+                  "gpu`: see its --help)\n",
+                  stderr);
+            return 2;
+        }
+    }
+    if (mib < 1 || repeats < 1) {
+        fputs("ddphook-bench-gpu: --mib and --repeats must be positive\n",
+              stderr);
+        return 2;
+    }
+    return bench_gpu((size_t)mib, (int)repeats, hooks, plugin_path);
+}

@@ -18,9 +18,7 @@
 #include "core/job_check.h"
 #include "plugin/loader.h"
 #include "support/log.h"
-#ifdef HAVE_NCCL
-#include "comm/nccl/backend_nccl.h"
-#endif
+#include "plugin/gpu_module.h"
 #include "support/options.h"
 
 static const char main_usage[] =
@@ -153,7 +151,7 @@ static void check_hook(check_run *run, const char *name, int line,
     if (run->errors == before && run->mpi) {
         ddph_hook *h = NULL;
         if (ddph__hook_create(cfg, name, line, wrapper, who, run->mpi, NULL,
-                              &run->log, &h, &e) != DDPH_OK)
+                              NULL, &run->log, &h, &e) != DDPH_OK)
             check_error(run, e.msg);
         ddph__hook_destroy(h);
     }
@@ -179,21 +177,16 @@ static void warn_stderr(void *user, const char *msg)
     fprintf(stderr, "ddphook check: warning: %s\n", msg);
 }
 
-/* backend = nccl needs this build's NCCL backend and a GPU here (a job
+/* backend = nccl needs the GPU backend module and a GPU here (a job
  * file checked on a login node without one says so, as the job would). */
 static int check_backend(const ddph_config *cfg)
 {
     if (cfg->backend != DDPH_BACKEND_NCCL)
         return 1;
     ddph_err e;
-#ifdef HAVE_NCCL
-    if (ddph__nccl_probe(&e) == DDPH_OK)
+    const ddph_gpu_ops *gpu = NULL;
+    if (ddph__gpu_load(&gpu, &e) == DDPH_OK && gpu->probe(&e) == DDPH_OK)
         return 1;
-#else
-    ddph__fail(&e, DDPH_ERR_UNSUPPORTED,
-               "this build of ddphook has no NCCL backend (configure found "
-               "no CUDA/NCCL)");
-#endif
     fprintf(stderr, "ddphook check: %s:%d: [runtime] backend = nccl: %s\n",
             cfg->path, cfg->backend_line, e.msg);
     return 0;

@@ -64,7 +64,7 @@ expect "a misspelled hook name" \
 if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
     printf '[runtime]\nbackend = nccl\nplugin_path = %s\n' "$P" > "$OUT/nccl.ini"
     expect "backend = nccl without a GPU" \
-        "^ddphook check: $OUT/nccl.ini:2: \[runtime\] backend = nccl: \(no CUDA device on this machine\|this build of ddphook has no NCCL backend\)" \
+        "^ddphook check: $OUT/nccl.ini:2: \[runtime\] backend = nccl: \(no CUDA device on this machine\|the nccl backend is not available\)" \
         "$B/ddphook" check "$OUT/nccl.ini"
 fi
 expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"

@@ -14,6 +14,7 @@
 #include "core/join.h"
 #include "core/replicas.h"
 #include "core/state_file.h"
+#include "plugin/gpu_module.h"
 
 /* Warnings about the job file come from rank 0 only: every rank reads the
  * same file, one report is enough. */
@@ -63,6 +64,31 @@ static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
 
 /* OpenBLAS threads from the ranks on this host, so that the ranks of a
  * host do not oversubscribe its cores with GEMM threads (cpu_ops.h). */
+/* backend = nccl: loads the GPU module (every rank agrees on whether it
+ * loaded, so that none waits in NCCL's bootstrap alone), starts it
+ * (collective), and the event that orders on_step_end. */
+static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
+{
+    const ddph_gpu_ops *ops = NULL;
+    ddph_err load_err;
+    load_err.msg[0] = '\0';
+    ddph_status st = ddph__gpu_load(&ops, &load_err);
+    st = ddph__mpi_agree(&ctx->mpi, st, load_err.msg, err);
+    ddph_gpu_host host;
+    ddph__gpu_host_init(&host, &ctx->mpi);
+    if (st == DDPH_OK)
+        st = ops->init(&host, &ctx->gpu, err);
+    if (st == DDPH_OK) {
+        ctx->gpu_ops = ops;
+        ctx->comm_stream = ops->stream(ctx->gpu);
+        ctx->cuda_device = ops->device(ctx->gpu);
+        st = ddph__dev_event_create(&ctx->step_end_event, err);
+    }
+    if (st != DDPH_OK)
+        ddph__err_prefix(err, "%s: [runtime] backend = nccl", ctx->cfg.path);
+    return st;
+}
+
 static void size_blas(ddph_ctx *ctx)
 {
     int ranks = ctx->mpi.node_size;
@@ -88,14 +114,6 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ddph_err e, cfg_err;
     ddph_status cfg_st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &cfg_err)
                                   : ddph__config_defaults(&ctx->cfg, &cfg_err);
-#ifndef HAVE_NCCL
-    if (cfg_st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
-        cfg_st = ddph__fail(&cfg_err, DDPH_ERR_UNSUPPORTED,
-                            "%s: [runtime] backend = nccl: this build of "
-                            "ddphook has no NCCL backend (configure found no "
-                            "CUDA/NCCL)",
-                            ctx->cfg.path);
-#endif
     /* MPI comes up even when the job file is bad, so that every rank
      * learns which rank failed and why instead of waiting in MPI_Init. */
     double timeout_s = cfg_st == DDPH_OK && ctx->cfg.timeout_s > 0
@@ -118,19 +136,8 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     /* The ranks of this host: the GPU, OpenBLAS's threads, shared buckets. */
     if (st == DDPH_OK)
         st = ddph__mpi_find_node(&ctx->mpi, &e);
-#ifdef HAVE_NCCL
-    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL) {
-        st = ddph__nccl_init(&ctx->nccl, &ctx->mpi, &e);
-        ctx->nccl_up = st == DDPH_OK;
-        ctx->comm_stream = ctx->nccl_up ? ctx->nccl.stream : NULL;
-        ctx->cuda_device = ctx->nccl.device;
-        if (st == DDPH_OK)
-            st = ddph__dev_event_create(&ctx->step_end_event, &e);
-        if (st != DDPH_OK)
-            ddph__err_prefix(&e, "%s: [runtime] backend = nccl",
-                             ctx->cfg.path);
-    }
-#endif
+    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
+        st = start_gpu(ctx, &e);
     if (st == DDPH_OK)
         size_blas(ctx);
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
@@ -209,10 +216,8 @@ ddph_status ddph_close(ddph_ctx *ctx)
          * hooks' state and this context.  They are left allocated (the
          * process is about to exit); only the configuration goes. */
         ddph_err e;
-#ifdef HAVE_NCCL
-        if (ctx->nccl_up)
-            ddph__nccl_finalize(&ctx->nccl, 1);
-#endif
+        if (ctx->gpu)
+            ctx->gpu_ops->finalize(ctx->gpu, 1);
         ddph_status st = ddph__mpi_finalize(mpi, &e);
         ddph__log(&ctx->log, DDPH_LOG_ERROR,
                   "ddph_close: the job failed, so MPI is left unfinalized "
@@ -235,10 +240,8 @@ ddph_status ddph_close(ddph_ctx *ctx)
     free(ctx->models);
     free(ctx->step_models);
     ddph__dev_event_destroy(ctx->step_end_event);
-#ifdef HAVE_NCCL
-    if (ctx->nccl_up)
-        ddph__nccl_finalize(&ctx->nccl, 0);
-#endif
+    if (ctx->gpu)
+        ctx->gpu_ops->finalize(ctx->gpu, 0);
     ddph_status st = DDPH_OK;
     if (ctx->mpi_up) {
         ddph_err e;
@@ -275,7 +278,7 @@ ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream)
 {
     if (!ctx)
         return DDPH_ERR_INVALID;
-    if (!ctx->nccl_up)
+    if (!ctx->gpu)
         return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
                                "ddph_set_stream: only backend = nccl has "
                                "streams");

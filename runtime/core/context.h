@@ -13,9 +13,7 @@
 #include <ddphook/plugin.h>
 
 #include "comm/backend_mpi.h"
-#ifdef HAVE_NCCL
-#include "comm/nccl/backend_nccl.h"
-#endif
+#include "comm/gpu.h"
 #include "support/config.h"
 #include "plugin/hook.h"
 #include "support/log.h"
@@ -129,10 +127,8 @@ struct ddph_ctx {
     ddph_logger log;
     ddph_mpi mpi;
     int mpi_up;
-#ifdef HAVE_NCCL
-    ddph_nccl nccl;
-#endif
-    int nccl_up;
+    ddph_gpu *gpu; /* backend = nccl: the GPU module's state, else NULL */
+    const ddph_gpu_ops *gpu_ops; /* the module's table, with gpu */
     void *compute_stream; /* the trainer's cudaStream_t (nccl backend) */
     void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
     int cuda_device;      /* this rank's GPU (nccl backend) */

@@ -68,12 +68,12 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
                                "f32, f64, f16 or bf16, not %s",
                                m->name, name, ddph__dtype_name(dtype));
     /* One backend per job: MPI reduces host memory, NCCL device memory. */
-    if (device == DDPH_CUDA && !ctx->nccl_up)
+    if (device == DDPH_CUDA && !ctx->gpu)
         return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
                                "model '%s' parameter '%s': CUDA gradients "
                                "need [runtime] backend = nccl",
                                m->name, name);
-    if (device == DDPH_CPU && ctx->nccl_up)
+    if (device == DDPH_CPU && ctx->gpu)
         return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
                                "model '%s' parameter '%s': with backend = "
                                "nccl gradients must be in GPU memory "
@@ -350,14 +350,9 @@ ddph_status ddph_model_finalize(ddph_model *m)
     ddph_wrapper wrapper = ms && ms->wrapper_set ? ms->wrapper
                                                  : ctx->cfg.wrapper;
     e.msg[0] = '\0';
-#ifdef HAVE_NCCL
-    void *nccl = ctx->nccl_up ? &ctx->nccl : NULL;
-#else
-    void *nccl = NULL;
-#endif
     ddph_status st = ddph__hook_create(&ctx->cfg, hook, hook_line, wrapper,
-                                       m->name, &ctx->mpi, nccl, &ctx->log,
-                                       &m->hook, &e);
+                                       m->name, &ctx->mpi, ctx->gpu,
+                                       ctx->gpu_ops, &ctx->log, &m->hook, &e);
     if (st == DDPH_OK) {
         m->hook->timeline = &ctx->timeline;
         st = build_buckets(m, &e);

@@ -3,32 +3,27 @@
 
 #include "device/device.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef HAVE_NCCL
-#include <cuda_runtime.h>
+static _Atomic(const ddph_dev_cuda_ops *) cuda_ops;
 
-#include "comm/nccl/cuda_ops.h"
+void ddph__dev_use_cuda(const ddph_dev_cuda_ops *ops)
+{
+    atomic_store(&cuda_ops, ops);
+}
 
-static ddph_status cuda_fail(ddph_err *err, cudaError_t e, const char *what)
+/* The CUDA operations, or NULL with err set. */
+static const ddph_dev_cuda_ops *cuda(ddph_err *err)
 {
-    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
-                      cudaGetErrorString(e));
+    const ddph_dev_cuda_ops *ops = atomic_load(&cuda_ops);
+    if (!ops)
+        ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                   "CUDA memory needs the GPU backend ([runtime] backend = "
+                   "nccl), which this process has not loaded");
+    return ops;
 }
-#define CUDA_OR_FAIL(call, what)                                             \
-    do {                                                                     \
-        cudaError_t e_ = (call);                                             \
-        if (e_ != cudaSuccess)                                               \
-            return cuda_fail(err, e_, what);                                 \
-    } while (0)
-#else
-static ddph_status no_cuda(ddph_err *err)
-{
-    return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
-                      "this build of ddphook has no CUDA support");
-}
-#endif
 
 ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
                             ddph_err *err)
@@ -45,24 +40,8 @@ ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
         *out = p;
         return DDPH_OK;
     }
-#ifdef HAVE_NCCL
-    void *p;
-    CUDA_OR_FAIL(cudaMalloc(&p, rounded), "cudaMalloc");
-    /* cudaMemset runs on the legacy default stream, which the runtime's
-     * non-blocking communication stream does not wait for: finish it here
-     * so that later work on any stream sees the zeros, not the reverse. */
-    cudaError_t e = cudaMemset(p, 0, rounded);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(0);
-    if (e != cudaSuccess) {
-        cudaFree(p);
-        return cuda_fail(err, e, "cudaMemset");
-    }
-    *out = p;
-    return DDPH_OK;
-#else
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->alloc(rounded, out, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 void ddph__dev_free(ddph_device d, void *p)
@@ -73,9 +52,9 @@ void ddph__dev_free(ddph_device d, void *p)
         free(p);
         return;
     }
-#ifdef HAVE_NCCL
-    cudaFree(p);
-#endif
+    const ddph_dev_cuda_ops *c = atomic_load(&cuda_ops);
+    if (c)
+        c->free(p);
 }
 
 ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
@@ -85,77 +64,39 @@ ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
         memcpy(dst, src, bytes);
         return DDPH_OK;
     }
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                                 (cudaStream_t)stream),
-                 "cudaMemcpyAsync");
-    return DDPH_OK;
-#else
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->copy(dst, src, bytes, stream, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_event_create(void **event, ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    cudaEvent_t e;
-    CUDA_OR_FAIL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                 "cudaEventCreate");
-    *event = e;
-    return DDPH_OK;
-#else
-    (void)event;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->event_create(event, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 void ddph__dev_event_destroy(void *event)
 {
-#ifdef HAVE_NCCL
-    if (event)
-        cudaEventDestroy((cudaEvent_t)event);
-#else
-    (void)event;
-#endif
+    const ddph_dev_cuda_ops *c = atomic_load(&cuda_ops);
+    if (event && c)
+        c->event_destroy(event);
 }
 
 ddph_status ddph__dev_event_record(void *event, void *stream, ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream),
-                 "cudaEventRecord");
-    return DDPH_OK;
-#else
-    (void)event;
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->event_record(event, stream, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_event_wait(void *stream, void *event, ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0),
-                 "cudaStreamWaitEvent");
-    return DDPH_OK;
-#else
-    (void)event;
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->event_wait(stream, event, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_sync(void *stream, ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaStreamSynchronize((cudaStream_t)stream),
-                 "cudaStreamSynchronize");
-    return DDPH_OK;
-#else
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->sync(stream, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
@@ -167,65 +108,30 @@ ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
 
 ddph_status ddph__dev_bind(int device, ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaSetDevice(device), "cudaSetDevice");
-    return DDPH_OK;
-#else
-    (void)device;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->bind(device, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_nonfinite_reset(uint64_t *first, size_t n, void *stream,
                                       ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaMemsetAsync(first, 0xff, n * sizeof *first,
-                                 (cudaStream_t)stream),
-                 "cudaMemsetAsync");
-    return DDPH_OK;
-#else
-    (void)first;
-    (void)n;
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->nonfinite_reset(first, n, stream, err) : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_nonfinite_find(const void *buf, ddph_dtype dtype,
                                      size_t n, uint64_t *first, void *stream,
                                      ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL((cudaError_t)ddph__cuda_first_nonfinite(
-                     buf, (int)dtype, n, (unsigned long long *)first, stream),
-                 "check_finite kernel");
-    return DDPH_OK;
-#else
-    (void)buf;
-    (void)dtype;
-    (void)n;
-    (void)first;
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->nonfinite_find(buf, dtype, n, first, stream, err)
+             : DDPH_ERR_UNSUPPORTED;
 }
 
 ddph_status ddph__dev_nonfinite_fetch(uint64_t *out, const uint64_t *first,
                                       size_t n, void *stream, ddph_err *err)
 {
-#ifdef HAVE_NCCL
-    CUDA_OR_FAIL(cudaMemcpyAsync(out, first, n * sizeof *out,
-                                 cudaMemcpyDeviceToHost, (cudaStream_t)stream),
-                 "cudaMemcpyAsync");
-    CUDA_OR_FAIL(cudaStreamSynchronize((cudaStream_t)stream),
-                 "cudaStreamSynchronize");
-    return DDPH_OK;
-#else
-    (void)out;
-    (void)first;
-    (void)n;
-    (void)stream;
-    return no_cuda(err);
-#endif
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->nonfinite_fetch(out, first, n, stream, err)
+             : DDPH_ERR_UNSUPPORTED;
 }

@@ -1,7 +1,9 @@
 /* device.h: memory and ordering on the bucket's device.  CPU memory is
- * 64-byte aligned host memory; CUDA memory (nccl backend) is cudaMalloc'd,
- * copied with cudaMemcpyAsync on a stream and ordered with events.
- * Without HAVE_NCCL the CUDA side answers DDPH_ERR_UNSUPPORTED. */
+ * 64-byte aligned host memory.  CUDA memory (nccl backend) is cudaMalloc'd,
+ * copied with cudaMemcpyAsync on a stream and ordered with events by the
+ * GPU backend module, which hands its operations over with
+ * ddph__dev_use_cuda when it is loaded; before that the CUDA side answers
+ * DDPH_ERR_UNSUPPORTED. */
 #ifndef DDPH_DEVICE_H
 #define DDPH_DEVICE_H
 
@@ -9,6 +11,30 @@
 #include <stdint.h>
 
 #include "support/util.h"
+
+/* The CUDA side, as the GPU module implements it (comm/nccl/device_cuda.c). */
+typedef struct ddph_dev_cuda_ops {
+    ddph_status (*alloc)(size_t bytes, void **out, ddph_err *err);
+    void (*free)(void *p);
+    ddph_status (*copy)(void *dst, const void *src, size_t bytes,
+                        void *stream, ddph_err *err);
+    ddph_status (*event_create)(void **event, ddph_err *err);
+    void (*event_destroy)(void *event);
+    ddph_status (*event_record)(void *event, void *stream, ddph_err *err);
+    ddph_status (*event_wait)(void *stream, void *event, ddph_err *err);
+    ddph_status (*sync)(void *stream, ddph_err *err);
+    ddph_status (*bind)(int device, ddph_err *err);
+    ddph_status (*nonfinite_reset)(uint64_t *first, size_t n, void *stream,
+                                   ddph_err *err);
+    ddph_status (*nonfinite_find)(const void *buf, ddph_dtype dtype, size_t n,
+                                  uint64_t *first, void *stream,
+                                  ddph_err *err);
+    ddph_status (*nonfinite_fetch)(uint64_t *out, const uint64_t *first,
+                                   size_t n, void *stream, ddph_err *err);
+} ddph_dev_cuda_ops;
+
+/* Process-wide, once: the module is never unloaded. */
+void ddph__dev_use_cuda(const ddph_dev_cuda_ops *ops);
 
 /* Zero-filled. */
 ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,

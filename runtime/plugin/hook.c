@@ -12,7 +12,8 @@
 
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, void *nccl,
+                              ddph_mpi *mpi, ddph_gpu *gpu,
+                              const ddph_gpu_ops *gpu_ops,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err)
 {
@@ -22,7 +23,8 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     h->mpi = mpi;
-    h->nccl = nccl;
+    h->gpu = gpu;
+    h->gpu_ops = gpu_ops;
     h->track = DDPH_TRACK_COMM;
     h->log = log;
     h->wrapper = wrapper;

@@ -10,6 +10,7 @@
 #include <ddphook/plugin.h>
 
 #include "comm/backend_mpi.h"
+#include "comm/gpu.h"
 #include "support/config.h"
 #include "plugin/loader.h"
 #include "support/log.h"
@@ -23,7 +24,8 @@ typedef struct ddph_hook {
     ddph_wrapper wrapper;
     ddph_services services;
     ddph_mpi *mpi;
-    void *nccl; /* ddph_nccl * with backend = nccl (CUDA buckets), else NULL */
+    ddph_gpu *gpu; /* with backend = nccl (CUDA buckets), else NULL */
+    const ddph_gpu_ops *gpu_ops; /* the GPU module's table, with gpu */
     const ddph_logger *log;
     char *model;           /* for messages */
     ddph_timeline *timeline; /* the job's, for collective spans */
@@ -46,11 +48,12 @@ typedef struct ddph_hook {
 
 /* Loads `name` (a name along plugin_path or a path, chosen on `line` of
  * the job file, 0 for the default), validates the [hook.NAME] options of
- * cfg and creates the instance.  `nccl` (a ddph_nccl *, or NULL) makes its
- * services act on GPU memory. */
+ * cfg and creates the instance.  `gpu` (with its module's `gpu_ops`, or
+ * NULL) makes its services act on GPU memory. */
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, void *nccl,
+                              ddph_mpi *mpi, ddph_gpu *gpu,
+                              const ddph_gpu_ops *gpu_ops,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err);
 void ddph__hook_destroy(ddph_hook *h);

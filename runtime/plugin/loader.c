@@ -228,6 +228,7 @@ static int trusted_owner(uid_t uid)
 #define MAX_LINKS 40
 
 typedef struct walk {
+    const char *kind;  /* "hook plugin", "GPU backend module": messages */
     const char *given; /* the path as given, for messages */
     char where[PATH_MAX]; /* the path walked so far, links resolved */
     int check;            /* 0: allow_insecure_plugins */
@@ -244,9 +245,9 @@ static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    return ddph__fail(err, st, "%s hook plugin %s%s%s%s: %s",
+    return ddph__fail(err, st, "%s %s %s%s%s%s: %s",
                       st == DDPH_ERR_INSECURE ? "refusing" : "cannot load",
-                      w->given, strcmp(w->where, w->given) ? " (at " : "",
+                      w->kind, w->given, strcmp(w->where, w->given) ? " (at " : "",
                       strcmp(w->where, w->given) ? w->where : "",
                       strcmp(w->where, w->given) ? ")" : "", why);
 }
@@ -296,10 +297,10 @@ static void where_pop(walk *w)
 }
 
 /* Opens `given` for reading as described above; *fd_out on success. */
-static ddph_status open_plugin(const char *given, int check, int *fd_out,
-                               ddph_err *err)
+static ddph_status open_plugin(const char *kind, const char *given, int check,
+                               int *fd_out, ddph_err *err)
 {
-    walk w = {.given = given, .check = check};
+    walk w = {.kind = kind, .given = given, .check = check};
     snprintf(w.where, sizeof w.where, "/");
     /* The components still to walk; a link's target is put in front. */
     char todo[2 * PATH_MAX];
@@ -650,7 +651,7 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     if (st != DDPH_OK)
         return st;
     int fd = -1;
-    if ((st = open_plugin(path, !allow_insecure, &fd, err)) != DDPH_OK) {
+    if ((st = open_plugin("hook plugin", path, !allow_insecure, &fd, err)) != DDPH_OK) {
         free(path);
         return st;
     }
@@ -759,4 +760,25 @@ void ddph__plugin_unload(ddph_plugin *p)
     }
     free(p->path);
     free(p);
+}
+
+ddph_status ddph__module_open(const char *path, void **dl, ddph_err *err)
+{
+    int fd = -1;
+    ddph_status st = open_plugin("GPU backend module", path, 1, &fd, err);
+    if (st != DDPH_OK)
+        return st;
+    char by_fd[64];
+    snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
+    dlerror();
+    /* Never unloaded: fd stays open, so that /proc/self/fd/N, ld.so's name
+     * for it, never names another file. */
+    *dl = dlopen(by_fd, RTLD_NOW | RTLD_LOCAL);
+    if (*dl)
+        return DDPH_OK;
+    const char *why = dlerror();
+    close(fd);
+    return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                      "cannot load the GPU backend module %s: %s", path,
+                      why ? why : "unknown error");
 }

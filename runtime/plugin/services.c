@@ -5,25 +5,21 @@
 
 #include "plugin/services.h"
 
-
 #include <float.h>
-#include <stdio.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/cpu_ops.h"
 #include "device/device.h"
 #include "device/sparse_ops.h"
-#ifdef HAVE_NCCL
-#include "comm/nccl/backend_nccl.h"
-/* With backend = nccl every bucket is in GPU memory: dispatch to NCCL and
- * the CUDA kernels. */
-#define ON_GPU(h) ((h)->nccl != NULL)
-#define NCCL(h) ((ddph_nccl *)(h)->nccl)
-#else
-#define ON_GPU(h) 0
-#endif
+#include "comm/gpu.h"
+
+/* With backend = nccl every bucket is in GPU memory: the calls go to the
+ * GPU module's table (NCCL and the CUDA kernels). */
+#define ON_GPU(h) ((h)->gpu != NULL)
+#define GPU(h) ((h)->gpu_ops)
 
 static ddph_hook *host(const ddph_services *s)
 {
@@ -52,10 +48,8 @@ static ddph_status svc_intra_node(const ddph_services *s, ddph_group **out)
 {
     ddph_hook *h = host(s);
     ddph_err e;
-#ifdef HAVE_NCCL
     if (ON_GPU(h))
-        return keep(h, ddph__nccl_intra_node(NCCL(h), out, &e), &e);
-#endif
+        return keep(h, GPU(h)->intra_node(h->gpu, out, &e), &e);
     return keep(h, ddph__mpi_intra_node(h->mpi, out, &e), &e);
 }
 
@@ -64,11 +58,9 @@ static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-#ifdef HAVE_NCCL
     if (ON_GPU(h))
-        return keep(h, ddph__nccl_split(NCCL(h), parent, color, key, out, &e),
+        return keep(h, GPU(h)->split(h->gpu, parent, color, key, out, &e),
                     &e);
-#endif
     return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
 }
 
@@ -160,9 +152,7 @@ static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     count_allreduce(h, count, dtype);
     ddph_status st =
-#ifdef HAVE_NCCL
-        ON_GPU(h) ? ddph__nccl_allreduce(NCCL(h), g, buf, count, dtype, op, &e) :
-#endif
+        ON_GPU(h) ? GPU(h)->allreduce(h->gpu, g, buf, count, dtype, op, &e) :
         ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
     return traced(h, "allreduce", count, dtype, t0, keep(h, st, &e));
 }
@@ -179,9 +169,7 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     count_allgather(h, g, count, dtype);
     ddph_status st =
-#ifdef HAVE_NCCL
-        ON_GPU(h) ? ddph__nccl_allgather(NCCL(h), g, send, recv, count, dtype, &e) :
-#endif
+        ON_GPU(h) ? GPU(h)->allgather(h->gpu, g, send, recv, count, dtype, &e) :
         ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype,
                             "allgather", &e);
     return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
@@ -202,9 +190,7 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
     else
         h->call_recv_bytes += count * ddph__dtype_size(dtype);
     ddph_status st =
-#ifdef HAVE_NCCL
-        ON_GPU(h) ? ddph__nccl_broadcast(NCCL(h), g, buf, count, dtype, root, &e) :
-#endif
+        ON_GPU(h) ? GPU(h)->broadcast(h->gpu, g, buf, count, dtype, root, &e) :
         ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
     return traced(h, "broadcast", count, dtype, t0, keep(h, st, &e));
 }
@@ -224,10 +210,8 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
     h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
     h->call_recv_bytes += count * ddph__dtype_size(dtype);
     ddph_status st =
-#ifdef HAVE_NCCL
-        ON_GPU(h) ? ddph__nccl_reduce_scatter(NCCL(h), g, send, recv, count,
+        ON_GPU(h) ? GPU(h)->reduce_scatter(h->gpu, g, send, recv, count,
                                               dtype, op, &e) :
-#endif
         ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count, dtype, op, &e);
     return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
 }
@@ -247,9 +231,7 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     size_t total = count_allgatherv(h, g, counts, dtype);
     ddph_status st =
-#ifdef HAVE_NCCL
-        ON_GPU(h) ? ddph__nccl_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e) :
-#endif
+        ON_GPU(h) ? GPU(h)->allgatherv(h->gpu, g, send, recv, counts, dtype, &e) :
         ddph__mpi_allgatherv(h->mpi, g, send, recv, counts, dtype, &e);
     return traced(h, "allgatherv", total, dtype, t0, keep(h, st, &e));
 }
@@ -266,9 +248,7 @@ static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     count_alltoall(h, g, count, dtype);
     ddph_status st =
-#ifdef HAVE_NCCL
-        ON_GPU(h) ? ddph__nccl_alltoall(NCCL(h), g, send, recv, count, dtype, &e) :
-#endif
+        ON_GPU(h) ? GPU(h)->alltoall(h->gpu, g, send, recv, count, dtype, &e) :
         ddph__mpi_alltoall(h->mpi, g, send, recv, count, dtype, &e);
     return traced(h, "alltoall", count, dtype, t0, keep(h, st, &e));
 }
@@ -334,12 +314,8 @@ static void request_end(ddph_request *r)
     free(r);
 }
 
-/* The NCCL or the MPI form of a call, by the hook's backend. */
-#ifdef HAVE_NCCL
-#define BY_BACKEND(h, nccl_call, mpi_call) (ON_GPU(h) ? (nccl_call) : (mpi_call))
-#else
-#define BY_BACKEND(h, nccl_call, mpi_call) (mpi_call)
-#endif
+/* The GPU or the MPI form of a call, by the hook's backend. */
+#define BY_BACKEND(h, gpu_call, mpi_call) (ON_GPU(h) ? (gpu_call) : (mpi_call))
 
 /* A nonblocking collective may complete after on_bucket has returned
  * (the host waits for what the hook left outstanding), so its buffers must
@@ -391,7 +367,7 @@ static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     count_allreduce(h, count, dtype);
     ddph_status st = BY_BACKEND(h,
-        ddph__nccl_start_allreduce(NCCL(h), g, buf, count, dtype, op, &e),
+        GPU(h)->start_allreduce(h->gpu, g, buf, count, dtype, op, &e),
         ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
                                   &e));
     return request_started(h, r, st, &e, req);
@@ -415,7 +391,7 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     count_allgather(h, g, count, dtype);
     ddph_status st = BY_BACKEND(h,
-        ddph__nccl_start_allgather(NCCL(h), g, send, recv, count, dtype, &e),
+        GPU(h)->start_allgather(h->gpu, g, send, recv, count, dtype, &e),
         ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
                                   &e));
     return request_started(h, r, st, &e, req);
@@ -441,7 +417,7 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     r->count = count_allgatherv(h, g, counts, dtype);
     ddph_status st = BY_BACKEND(h,
-        ddph__nccl_start_allgatherv(NCCL(h), g, send, recv, counts, dtype, &e),
+        GPU(h)->start_allgatherv(h->gpu, g, send, recv, counts, dtype, &e),
         ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype,
                                    &r->op, &e));
     return request_started(h, r, st, &e, req);
@@ -465,7 +441,7 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
         return DDPH_ERR_NOMEM;
     count_alltoall(h, g, count, dtype);
     ddph_status st = BY_BACKEND(h,
-        ddph__nccl_start_alltoall(NCCL(h), g, send, recv, count, dtype, &e),
+        GPU(h)->start_alltoall(h->gpu, g, send, recv, count, dtype, &e),
         ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,
                                  &e));
     return request_started(h, r, st, &e, req);
@@ -492,7 +468,7 @@ static ddph_status svc_wait(const ddph_services *s, ddph_request *req)
     }
     ddph_err e;
     ddph_status st =
-        BY_BACKEND(h, ddph__nccl_wait(NCCL(h), req->group, req->what, &e),
+        BY_BACKEND(h, GPU(h)->wait(h->gpu, req->group, req->what, &e),
                    ddph__mpi_op_wait(h->mpi, &req->op, &e));
     request_end(req);
     return keep(h, st, &e);
@@ -510,19 +486,17 @@ static ddph_status svc_test(const ddph_services *s, ddph_request *req,
     }
     ddph_err e;
     ddph_status st;
-#ifdef HAVE_NCCL
     if (ON_GPU(h)) {
         /* The stream is idle: every request on it completed.  Past the
          * deadline, the wait reports (and aborts) what is stuck. */
-        if (!ddph__nccl_idle(NCCL(h)) &&
-            ddph__now() - req->started <= NCCL(h)->timeout_s)
+        if (!GPU(h)->idle(h->gpu) &&
+            ddph__now() - req->started <= h->mpi->timeout_s)
             return DDPH_OK;
-        st = ddph__nccl_wait(NCCL(h), req->group, req->what, &e);
+        st = GPU(h)->wait(h->gpu, req->group, req->what, &e);
         *done = 1;
         request_end(req);
         return keep(h, st, &e);
     }
-#endif
     st = ddph__mpi_op_test(h->mpi, &req->op, done, &e);
     if (st != DDPH_OK)
         *done = 1;
@@ -537,7 +511,7 @@ int ddph__services_settle(ddph_hook *h)
     while (h->outstanding) {
         ddph_request *r = h->outstanding;
         ddph_err e;
-        BY_BACKEND(h, ddph__nccl_wait(NCCL(h), r->group, r->what, &e),
+        BY_BACKEND(h, GPU(h)->wait(h->gpu, r->group, r->what, &e),
               ddph__mpi_op_wait(h->mpi, &r->op, &e));
         request_end(r);
         n++;
@@ -551,25 +525,21 @@ static ddph_status svc_topk(const ddph_services *s, const float *x, size_t n,
                             size_t k, float *values, int32_t *indices)
 {
     ddph_err e;
-#ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_topk(NCCL(host(s)), x, n, k, values, indices,
+                    GPU(host(s))->topk(host(s)->gpu, x, n, k, values, indices,
                                     &e),
                     &e);
-#endif
     return keep(host(s), ddph__cpu_topk(x, n, k, values, indices, &e), &e);
 }
 
 static ddph_status svc_gather(const ddph_services *s, const float *x,
                               const int32_t *idx, size_t k, float *out)
 {
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s), ddph__nccl_gather(NCCL(host(s)), x, idx, k, out, &e),
+        return keep(host(s), GPU(host(s))->gather(host(s)->gpu, x, idx, k, out, &e),
                     &e);
-#endif
     ddph__cpu_gather(x, idx, k, out);
     return DDPH_OK;
 }
@@ -578,14 +548,12 @@ static ddph_status svc_scatter_add(const ddph_services *s, float *y,
                                    const int32_t *idx, const float *v,
                                    size_t k, float alpha)
 {
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_scatter_add(NCCL(host(s)), y, idx, v, k, alpha,
+                    GPU(host(s))->scatter_add(host(s)->gpu, y, idx, v, k, alpha,
                                            &e),
                     &e);
-#endif
     ddph__cpu_scatter_add(y, idx, v, k, alpha);
     return DDPH_OK;
 }
@@ -593,12 +561,10 @@ static ddph_status svc_scatter_add(const ddph_services *s, float *y,
 static ddph_status svc_absmax(const ddph_services *s, const float *x,
                               size_t n, float *out)
 {
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s), ddph__nccl_absmax(NCCL(host(s)), x, n, out, &e),
+        return keep(host(s), GPU(host(s))->absmax(host(s)->gpu, x, n, out, &e),
                     &e);
-#endif
     *out = ddph__cpu_absmax(x, n);
     return DDPH_OK;
 }
@@ -619,13 +585,11 @@ static ddph_status svc_quantize_int8(const ddph_services *s, const float *x,
     ddph_status bad = need_scale(s, "quantize_int8", scale);
     if (bad != DDPH_OK)
         return bad;
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_quantize_int8(NCCL(host(s)), x, n, scale, q, &e),
+                    GPU(host(s))->quantize_int8(host(s)->gpu, x, n, scale, q, &e),
                     &e);
-#endif
     ddph__cpu_quantize_int8(x, n, scale, q);
     return DDPH_OK;
 }
@@ -634,14 +598,12 @@ static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
                                        size_t n, float scale, float beta,
                                        float *y)
 {
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_dequantize_int8(NCCL(host(s)), q, n, scale, beta,
+                    GPU(host(s))->dequantize_int8(host(s)->gpu, q, n, scale, beta,
                                                y, &e),
                     &e);
-#endif
     ddph__cpu_dequantize_int8(q, n, scale, beta, y);
     return DDPH_OK;
 }
@@ -668,13 +630,11 @@ static ddph_status svc_cast(const ddph_services *s, const void *src,
         bad = need_float(s, "cast", dst_dtype);
     if (bad != DDPH_OK)
         return bad;
-#ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_cast(NCCL(host(s)), src, src_dtype, dst,
+                    GPU(host(s))->cast(host(s)->gpu, src, src_dtype, dst,
                                     dst_dtype, n, scale, &e),
                     &e);
-#endif
     return keep(host(s),
                 ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
                 &e);
@@ -687,12 +647,10 @@ static ddph_status svc_divide(const ddph_services *s, void *buf,
     ddph_status bad = need_float(s, "divide", dtype);
     if (bad != DDPH_OK)
         return bad;
-#ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_divide(NCCL(host(s)), buf, dtype, n, divisor, &e),
+                    GPU(host(s))->divide(host(s)->gpu, buf, dtype, n, divisor, &e),
                     &e);
-#endif
     return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
 }
 
@@ -702,13 +660,11 @@ static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
                             size_t ldb, float beta, float *c, size_t ldc)
 {
     ddph_err e;
-#ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_gemm(NCCL(host(s)), trans_a, trans_b, m, n, k,
+                    GPU(host(s))->gemm(host(s)->gpu, trans_a, trans_b, m, n, k,
                                     alpha, a, lda, b, ldb, beta, c, ldc, &e),
                     &e);
-#endif
     return keep(host(s),
                 ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
                                ldb, beta, c, ldc, &e),
@@ -719,25 +675,21 @@ static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
                                      size_t rows, size_t cols, double eps)
 {
     ddph_err e;
-#ifdef HAVE_NCCL
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_orthogonalize(NCCL(host(s)), x, rows, cols, eps,
+                    GPU(host(s))->orthogonalize(host(s)->gpu, x, rows, cols, eps,
                                              &e),
                     &e);
-#endif
     return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
 }
 
 static ddph_status svc_axpy(const ddph_services *s, size_t n, float alpha,
                             const float *x, float *y)
 {
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s), ddph__nccl_axpy(NCCL(host(s)), n, alpha, x, y, &e),
+        return keep(host(s), GPU(host(s))->axpy(host(s)->gpu, n, alpha, x, y, &e),
                     &e);
-#endif
     ddph__cpu_axpy(n, alpha, x, y);
     return DDPH_OK;
 }
@@ -751,13 +703,11 @@ static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
                  "copy: unknown ddph_copy_kind %d", (int)kind);
         return DDPH_ERR_INVALID;
     }
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    ddph__nccl_copy(NCCL(host(s)), dst, src, bytes, kind, &e),
+                    GPU(host(s))->copy(host(s)->gpu, dst, src, bytes, kind, &e),
                     &e);
-#endif
     if (bytes)
         memcpy(dst, src, bytes);
     return DDPH_OK;
@@ -765,12 +715,10 @@ static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
 
 static ddph_status svc_zero(const ddph_services *s, void *buf, size_t bytes)
 {
-#ifdef HAVE_NCCL
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s), ddph__nccl_zero(NCCL(host(s)), buf, bytes, &e),
+        return keep(host(s), GPU(host(s))->zero(host(s)->gpu, buf, bytes, &e),
                     &e);
-#endif
     if (bytes)
         memset(buf, 0, bytes);
     return DDPH_OK;
@@ -817,9 +765,6 @@ void ddph__services_init(ddph_hook *h)
         .abi_minor = DDPH_PLUGIN_ABI_MINOR,
         .rank = h->mpi->world.rank,
         .world_size = h->mpi->world.size,
-#ifndef HAVE_NCCL
-        .world = &h->mpi->world,
-#endif
         .group_rank = svc_group_rank,
         .group_size = svc_group_size,
         .group_intra_node = svc_intra_node,
@@ -840,12 +785,8 @@ void ddph__services_init(ddph_hook *h)
         .opt_int = ddph__opt_int,
         .opt_real = ddph__opt_real,
         .opt_string = ddph__opt_string,
-#ifdef HAVE_NCCL
-        .native_stream = ON_GPU(h) ? NCCL(h)->stream : NULL,
-        .world = ON_GPU(h) ? &NCCL(h)->world : &h->mpi->world,
-#else
-        .native_stream = NULL,
-#endif
+        .native_stream = ON_GPU(h) ? GPU(h)->stream(h->gpu) : NULL,
+        .world = ON_GPU(h) ? GPU(h)->world(h->gpu) : &h->mpi->world,
         .host = h,
         .device = ON_GPU(h) ? DDPH_CUDA : DDPH_CPU,
         .axpy = svc_axpy,

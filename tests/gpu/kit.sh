@@ -41,13 +41,17 @@ grep -q '^#define HAVE_NCCL 1' build-config.h ||
     { echo "kit: configure did not enable the nccl backend" >&2; exit 1; }
 
 # libtool leaves the uninstalled programs' real executables in .libs/.
-cp ddphook tests/gpu/.libs/test_gpu examples/.libs/gpu_trainer "$kit/bin/"
+cp ddphook ddphook-bench-gpu tests/gpu/.libs/test_gpu \
+    examples/.libs/gpu_trainer "$kit/bin/"
 cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so "$kit/lib/"
 cp -L plugins/.libs/*.so "$kit/plugins/"
+# The GPU backend module, found through DDPH_BACKEND_DIR (run.sh sets it).
+mkdir -p "$kit/backends"
+cp -L runtime/comm/nccl/.libs/nccl.so "$kit/backends/"
 
 # Every library they load, except CUDA's and those any Linux has.
 system_lib='/(ld-linux[^/]*|linux-vdso[^/]*|lib(c|m|dl|pthread|rt|gcc_s|stdc\+\+)\.so\.[0-9]+)$'
-needed() { LD_LIBRARY_PATH=$kit/lib ldd "$kit"/bin/* "$kit"/lib/*.so* "$kit"/plugins/*.so; }
+needed() { LD_LIBRARY_PATH=$kit/lib ldd "$kit"/bin/* "$kit"/lib/*.so* "$kit"/plugins/*.so "$kit"/backends/*.so; }
 needed | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
 while read -r soname path; do
     case $path in /usr/local/cuda*|"$kit"/*) continue ;; esac
@@ -59,7 +63,7 @@ missing=$(needed | grep 'not found' | sort -u || true)
 
 # The newest C library symbol version any of it uses: the GPU machine's
 # glibc must be at least that.
-glibc=$(for f in "$kit"/bin/* "$kit"/lib/* "$kit"/plugins/*; do
+glibc=$(for f in "$kit"/bin/* "$kit"/lib/* "$kit"/plugins/* "$kit"/backends/*; do
             objdump -T "$f" | grep -o 'GLIBC_2\.[0-9]*'
         done | sort -t. -k2,2n -u | tail -n 1)
 {

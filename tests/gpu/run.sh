@@ -75,7 +75,7 @@ use_kit() {
     LD_LIBRARY_PATH=$k/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH
     rounds=0
-    while unresolved=$(ldd "$k"/bin/* "$k"/lib/*.so* 2>/dev/null |
+    while unresolved=$(ldd "$k"/bin/* "$k"/lib/*.so* "$k"/backends/*.so 2>/dev/null |
                        awk '$3 == "not" {print $1}' | sort -u) &&
           [ -n "$unresolved" ]; do
         rounds=$((rounds + 1))
@@ -93,6 +93,7 @@ use_kit() {
     done
     DDPHOOK=$k/bin/ddphook TEST_GPU=$k/bin/test_gpu TRAINER=$k/bin/gpu_trainer
     PLUGINS=$k/plugins LSGD=$k/lib/post_localsgd.so
+    DDPH_BACKEND_DIR=$k/backends; export DDPH_BACKEND_DIR
 }
 
 # A build here, for the GPU present.
@@ -131,6 +132,7 @@ build_here() {
     DDPHOOK=$PWD/ddphook TEST_GPU=$PWD/tests/gpu/test_gpu
     TRAINER=$PWD/examples/gpu_trainer PLUGINS=$PWD/plugins/.libs
     LSGD=$PWD/tests/gpu/.libs/post_localsgd.so
+    DDPH_BACKEND_DIR=$PWD/runtime/comm/nccl/.libs; export DDPH_BACKEND_DIR
 }
 
 if [ -n "$kit" ]; then

@@ -63,7 +63,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
 {
     double deadline = ddph__now() + n->timeout_s;
     for (unsigned polls = 0;; polls++) {
-        ddph__activity_touch(); /* a bounded wait, not a stuck hook */
+        n->host.activity_touch(); /* a bounded wait, not a stuck hook */
         cudaError_t e = cudaStreamQuery(STREAM(n));
         if (e == cudaSuccess)
             return DDPH_OK;
@@ -83,7 +83,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
         }
         /* A peer's failure notice, or a failure on another thread. */
         ddph_status broken = polls % 256 == 255
-                                 ? ddph__mpi_fault(n->mpi, err)
+                                 ? n->host.fault(n->mpi, err)
                                  : DDPH_OK;
         if (broken != DDPH_OK) {
             if (g && g->nccl) {
@@ -121,56 +121,71 @@ ddph_status ddph__nccl_probe(ddph_err *err)
     return DDPH_OK;
 }
 
-ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
+ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
+                            ddph_err *err)
 {
-    memset(n, 0, sizeof *n);
+    ddph_nccl *n = calloc(1, sizeof *n);
+    if (!n)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    ddph_mpi *mpi = host->mpi;
+    n->host = *host;
     n->mpi = mpi;
     n->timeout_s = mpi->timeout_s;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     /* Every rank learns whether every rank has a GPU: no one waits alone. */
     int64_t have = e == cudaSuccess && count > 0;
-    ddph_status st = ddph__mpi_allreduce_i64(mpi, &have, 1, DDPH_MIN, err);
-    if (st != DDPH_OK)
+    ddph_status st = host->allreduce_i64(mpi, &have, 1, DDPH_MIN, err);
+    if (st == DDPH_OK && !have)
+        st = ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                        "no CUDA device on %s rank (%s)",
+                        e == cudaSuccess && count > 0 ? "another" : "this",
+                        e == cudaSuccess ? "0 devices"
+                                         : cudaGetErrorString(e));
+    if (st != DDPH_OK) {
+        free(n);
         return st;
-    if (!have)
-        return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
-                          "no CUDA device on %s rank (%s)",
-                          e == cudaSuccess && count > 0 ? "another" : "this",
-                          e == cudaSuccess ? "0 devices"
-                                           : cudaGetErrorString(e));
+    }
+    /* Local set-up: a failure here is agreed on below, with rank 0's
+     * ncclGetUniqueId, so that no rank waits in the broadcast alone. */
     /* The GPU: this rank's index among the ranks of its host. */
     n->device = mpi->node_rank % count;
+    cudaStream_t s = NULL;
+    cublasHandle_t h = NULL;
+    cusolverDnHandle_t solver = NULL;
     if ((e = cudaSetDevice(n->device)) != cudaSuccess)
-        return cuda_fail(err, e, "cudaSetDevice");
-    cudaStream_t s;
-    if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
-        return cuda_fail(err, e, "cudaStreamCreate");
+        st = cuda_fail(err, e, "cudaSetDevice");
+    else if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) !=
+             cudaSuccess)
+        st = cuda_fail(err, e, "cudaStreamCreate");
     n->stream = s;
-    cublasHandle_t h;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-        ddph__nccl_finalize(n, 1);
-        return ddph__fail(err, DDPH_ERR_BACKEND, "cublasCreate failed");
-    }
-    cublasSetStream(h, s);
+    if (st == DDPH_OK && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        st = ddph__fail(err, DDPH_ERR_BACKEND, "cublasCreate failed");
     n->blas = h;
-    cusolverDnHandle_t solver;
-    if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
-        ddph__nccl_finalize(n, 1);
-        return ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnCreate failed");
-    }
-    cusolverDnSetStream(solver, s);
+    /* Unset, cuBLAS would run on the legacy stream, out of the hooks'
+     * order. */
+    if (st == DDPH_OK && cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS)
+        st = ddph__fail(err, DDPH_ERR_BACKEND, "cublasSetStream failed");
+    if (st == DDPH_OK && cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS)
+        st = ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnCreate failed");
     n->solver = solver;
+    if (st == DDPH_OK &&
+        cusolverDnSetStream(solver, s) != CUSOLVER_STATUS_SUCCESS)
+        st = ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnSetStream failed");
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
-    if (mpi->world.rank == 0)
-        r = ncclGetUniqueId(&id);
-    int64_t ok = r == ncclSuccess;
-    st = ddph__mpi_allreduce_i64(mpi, &ok, 1, DDPH_MIN, err);
-    if (st == DDPH_OK && !ok)
+    if (st == DDPH_OK && mpi->world.rank == 0 &&
+        (r = ncclGetUniqueId(&id)) != ncclSuccess)
         st = nccl_fail(err, r, "ncclGetUniqueId");
+    int64_t ok = st == DDPH_OK;
+    ddph_status agreed = host->allreduce_i64(mpi, &ok, 1, DDPH_MIN, err);
+    if (st == DDPH_OK && agreed != DDPH_OK)
+        st = agreed;
+    if (st == DDPH_OK && !ok)
+        st = ddph__fail(err, DDPH_ERR_BACKEND,
+                        "another rank failed to set up its GPU");
     if (st == DDPH_OK)
-        st = ddph__mpi_bcast_bytes(mpi, &id, sizeof id, 0, err);
+        st = host->bcast_bytes(mpi, &id, sizeof id, 0, err);
     ncclComm_t comm = NULL;
     if (st == DDPH_OK &&
         (r = ncclCommInitRank(&comm, mpi->world.size, id, mpi->world.rank)) !=
@@ -183,6 +198,7 @@ ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err)
     n->world = mpi->world;
     n->world.owned = 0;
     n->world.nccl = comm;
+    *out = n;
     return DDPH_OK;
 }
 
@@ -205,7 +221,7 @@ void ddph__nccl_finalize(ddph_nccl *n, int abort)
         cudaFree(n->qr_scratch);
     if (n->stream)
         cudaStreamDestroy(STREAM(n));
-    memset(n, 0, sizeof *n);
+    free(n);
 }
 
 static ddph_status need_comm(struct ddph_group *g, ddph_err *err)
@@ -375,7 +391,7 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
                              ddph_err *err)
 {
     struct ddph_group *mg = NULL;
-    ddph_status st = ddph__mpi_split(n->mpi, parent, color, key, &mg, err);
+    ddph_status st = n->host.split(n->mpi, parent, color, key, &mg, err);
     /* A negative colour leaves this rank without a group, but
      * ncclCommSplit is collective over the parent: it must still be
      * joined (with NCCL_SPLIT_NOCOLOR), or the other ranks wait in it for
@@ -417,7 +433,7 @@ ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
                                   ddph_err *err)
 {
     struct ddph_group *node;
-    ddph_status st = ddph__mpi_intra_node(n->mpi, &node, err);
+    ddph_status st = n->host.intra_node(n->mpi, &node, err);
     if (st != DDPH_OK)
         return st;
     /* The node's color: the world rank of its first rank. */

@@ -5,14 +5,17 @@
  * through MPI (rank 0's ncclGetUniqueId broadcast).  Hooks run on one
  * communication stream; each collective is enqueued on it and polled
  * against timeout_s (cudaStreamQuery, ncclCommGetAsyncError), so a dead
- * peer is reported instead of hanging.  Only built with HAVE_NCCL. */
+ * peer is reported instead of hanging.  Part of the GPU backend module
+ * (module.c gives the runtime these functions as comm/gpu.h's table). */
 #ifndef DDPH_BACKEND_NCCL_H
 #define DDPH_BACKEND_NCCL_H
 
 #include "comm/backend_mpi.h"
+#include "comm/gpu.h"
 #include "support/util.h"
 
-typedef struct ddph_nccl {
+/* The module's ddph_gpu. */
+typedef struct ddph_gpu {
     struct ddph_group world; /* nccl = the world communicator */
     void *stream;            /* cudaStream_t: the communication stream */
     void *blas;              /* cublasHandle_t on that stream */
@@ -23,14 +26,18 @@ typedef struct ddph_nccl {
     double timeout_s;
     struct ddph_group *groups; /* splits, freed at finalize */
     ddph_mpi *mpi;
+    ddph_gpu_host host; /* the runtime's MPI side */
 } ddph_nccl;
 
-/* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU. */
-ddph_status ddph__nccl_init(ddph_nccl *n, ddph_mpi *mpi, ddph_err *err);
+/* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU.
+ * Allocates *out. */
+ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
+                            ddph_err *err);
 /* Whether this machine has a CUDA device (no collective: for checks). */
 ddph_status ddph__nccl_probe(ddph_err *err);
 /* abort: the job is broken (a peer died or failed): communicators are
- * aborted (ncclCommAbort), never destroyed, which could wait for peers. */
+ * aborted (ncclCommAbort), never destroyed, which could wait for peers.
+ * Frees n. */
 void ddph__nccl_finalize(ddph_nccl *n, int abort);
 
 ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,

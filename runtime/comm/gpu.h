@@ -1,0 +1,149 @@
+/* gpu.h: the GPU backend (backend = nccl) as a table of operations.
+ *
+ * The collectives on GPU memory (NCCL) and the device operations (CUDA
+ * kernels, cuBLAS, cuSOLVER) live in a module, <pkglibdir>/backends/
+ * nccl.so, loaded with dlopen the first time a job asks for
+ * backend = nccl.  libddphook.so itself links no CUDA library, so a CPU
+ * trainer built on a machine with CUDA starts on one without.
+ *
+ * The module exports one symbol, ddph_gpu_module_v1, returning its table.
+ * What the module needs of the runtime (the MPI side of its bootstrap and
+ * splits, failure notices, the lane's activity clock) it is given as a
+ * ddph_gpu_host when a context starts it. */
+#ifndef DDPH_COMM_GPU_H
+#define DDPH_COMM_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/backend_mpi.h"
+#include "device/device.h"
+#include "support/util.h"
+
+/* Bumped when the table or the host struct changes in any way: the
+ * module is built from the same tree as the library, and a different
+ * version is refused. */
+#define DDPH__GPU_MODULE_VERSION 1
+
+/* The module's state for one context (struct defined by the module). */
+typedef struct ddph_gpu ddph_gpu;
+
+typedef struct ddph_gpu_host {
+    ddph_mpi *mpi;
+    /* The calling lane's activity clock (util.h): a bounded wait. */
+    void (*activity_touch)(void);
+    /* DDPH_OK, or the job's failure (a peer's notice, another thread's). */
+    ddph_status (*fault)(ddph_mpi *mpi, ddph_err *err);
+    ddph_status (*allreduce_i64)(ddph_mpi *mpi, int64_t *v, size_t n,
+                                 ddph_redop op, ddph_err *err);
+    ddph_status (*bcast_bytes)(ddph_mpi *mpi, void *buf, size_t bytes,
+                               int root, ddph_err *err);
+    ddph_status (*split)(ddph_mpi *mpi, struct ddph_group *parent, int color,
+                         int key, struct ddph_group **out, ddph_err *err);
+    ddph_status (*intra_node)(ddph_mpi *mpi, struct ddph_group **out,
+                              ddph_err *err);
+} ddph_gpu_host;
+
+typedef struct ddph_gpu_ops {
+    uint32_t version; /* DDPH__GPU_MODULE_VERSION */
+    uint32_t struct_size;
+
+    /* ---- the backend: see comm/nccl/backend_nccl.h ---- */
+    /* Whether this machine has a CUDA device (no collective). */
+    ddph_status (*probe)(ddph_err *err);
+    /* Collective over host->mpi's world; DDPH_ERR_UNSUPPORTED on every
+     * rank when a rank has no GPU. */
+    ddph_status (*init)(const ddph_gpu_host *host, ddph_gpu **out,
+                        ddph_err *err);
+    /* abort: communicators are aborted, never destroyed (which could
+     * wait for dead peers).  Frees g. */
+    void (*finalize)(ddph_gpu *g, int abort);
+    void *(*stream)(ddph_gpu *g); /* the hooks' cudaStream_t */
+    int (*device)(ddph_gpu *g);   /* this rank's GPU */
+    /* The world: the MPI world's group with its NCCL communicator. */
+    struct ddph_group *(*world)(ddph_gpu *g);
+
+    ddph_status (*allreduce)(ddph_gpu *g, struct ddph_group *grp, void *buf,
+                             size_t count, ddph_dtype dtype, ddph_redop op,
+                             ddph_err *err);
+    ddph_status (*allgather)(ddph_gpu *g, struct ddph_group *grp,
+                             const void *send, void *recv, size_t count,
+                             ddph_dtype dtype, ddph_err *err);
+    ddph_status (*broadcast)(ddph_gpu *g, struct ddph_group *grp, void *buf,
+                             size_t count, ddph_dtype dtype, int root,
+                             ddph_err *err);
+    ddph_status (*reduce_scatter)(ddph_gpu *g, struct ddph_group *grp,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_redop op,
+                                  ddph_err *err);
+    ddph_status (*allgatherv)(ddph_gpu *g, struct ddph_group *grp,
+                              const void *send, void *recv,
+                              const size_t *counts, ddph_dtype dtype,
+                              ddph_err *err);
+    ddph_status (*alltoall)(ddph_gpu *g, struct ddph_group *grp,
+                            const void *send, void *recv, size_t count,
+                            ddph_dtype dtype, ddph_err *err);
+    /* Nonblocking: enqueued on the stream; wait waits for the stream. */
+    ddph_status (*start_allreduce)(ddph_gpu *g, struct ddph_group *grp,
+                                   void *buf, size_t count, ddph_dtype dtype,
+                                   ddph_redop op, ddph_err *err);
+    ddph_status (*start_allgather)(ddph_gpu *g, struct ddph_group *grp,
+                                   const void *send, void *recv, size_t count,
+                                   ddph_dtype dtype, ddph_err *err);
+    ddph_status (*start_allgatherv)(ddph_gpu *g, struct ddph_group *grp,
+                                    const void *send, void *recv,
+                                    const size_t *counts, ddph_dtype dtype,
+                                    ddph_err *err);
+    ddph_status (*start_alltoall)(ddph_gpu *g, struct ddph_group *grp,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_err *err);
+    ddph_status (*wait)(ddph_gpu *g, struct ddph_group *grp, const char *what,
+                        ddph_err *err);
+    int (*idle)(ddph_gpu *g);
+    ddph_status (*split)(ddph_gpu *g, struct ddph_group *parent, int color,
+                         int key, struct ddph_group **out, ddph_err *err);
+    ddph_status (*intra_node)(ddph_gpu *g, struct ddph_group **out,
+                              ddph_err *err);
+
+    /* ---- device math on the stream (services.h's definitions) ---- */
+    ddph_status (*cast)(ddph_gpu *g, const void *src, ddph_dtype sdt,
+                        void *dst, ddph_dtype ddt, size_t count, double scale,
+                        ddph_err *err);
+    ddph_status (*divide)(ddph_gpu *g, void *buf, ddph_dtype dtype,
+                          size_t count, double divisor, ddph_err *err);
+    ddph_status (*gemm)(ddph_gpu *g, int ta, int tb, size_t m, size_t n,
+                        size_t k, float alpha, const float *a, size_t lda,
+                        const float *b, size_t ldb, float beta, float *c,
+                        size_t ldc, ddph_err *err);
+    ddph_status (*orthogonalize)(ddph_gpu *g, float *x, size_t rows,
+                                 size_t cols, double eps, ddph_err *err);
+    ddph_status (*axpy)(ddph_gpu *g, size_t count, float alpha,
+                        const float *x, float *y, ddph_err *err);
+    ddph_status (*copy)(ddph_gpu *g, void *dst, const void *src, size_t bytes,
+                        ddph_copy_kind kind, ddph_err *err);
+    ddph_status (*zero)(ddph_gpu *g, void *buf, size_t bytes, ddph_err *err);
+    ddph_status (*topk)(ddph_gpu *g, const float *x, size_t count, size_t k,
+                        float *values, int32_t *indices, ddph_err *err);
+    ddph_status (*absmax)(ddph_gpu *g, const float *x, size_t count,
+                          float *out, ddph_err *err);
+    ddph_status (*gather)(ddph_gpu *g, const float *x, const int32_t *idx,
+                          size_t k, float *out, ddph_err *err);
+    ddph_status (*scatter_add)(ddph_gpu *g, float *y, const int32_t *idx,
+                               const float *v, size_t k, float alpha,
+                               ddph_err *err);
+    ddph_status (*quantize_int8)(ddph_gpu *g, const float *x, size_t count,
+                                 float scale, int8_t *q, ddph_err *err);
+    ddph_status (*dequantize_int8)(ddph_gpu *g, const int8_t *q, size_t count,
+                                   float scale, float beta, float *y,
+                                   ddph_err *err);
+
+    /* ---- memory and ordering: device/device.h's CUDA side ---- */
+    const ddph_dev_cuda_ops *memory;
+} ddph_gpu_ops;
+
+/* The module's entry symbol. */
+typedef const ddph_gpu_ops *(*ddph_gpu_module_fn)(void);
+const ddph_gpu_ops *ddph_gpu_module_v1(void);
+#define DDPH__GPU_MODULE_SYMBOL "ddph_gpu_module_v1"
+
+#endif

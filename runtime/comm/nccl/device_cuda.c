@@ -1,0 +1,138 @@
+/* device_cuda.c: device/device.h's CUDA side (memory, copies, events,
+ * check_finite's search), part of the GPU backend module. */
+#include "build-config.h"
+
+#include "comm/nccl/device_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include "comm/nccl/cuda_ops.h"
+
+static ddph_status cuda_fail(ddph_err *err, cudaError_t e, const char *what)
+{
+    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
+                      cudaGetErrorString(e));
+}
+#define CUDA_OR_FAIL(call, what)                                             \
+    do {                                                                     \
+        cudaError_t e_ = (call);                                             \
+        if (e_ != cudaSuccess)                                               \
+            return cuda_fail(err, e_, what);                                 \
+    } while (0)
+
+static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
+{
+    void *p;
+    CUDA_OR_FAIL(cudaMalloc(&p, bytes), "cudaMalloc");
+    /* cudaMemset runs on the legacy default stream, which the runtime's
+     * non-blocking communication stream does not wait for: finish it here
+     * so that later work on any stream sees the zeros, not the reverse. */
+    cudaError_t e = cudaMemset(p, 0, bytes);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return cuda_fail(err, e, "cudaMemset");
+    }
+    *out = p;
+    return DDPH_OK;
+}
+
+static void mem_free(void *p)
+{
+    cudaFree(p);
+}
+
+static ddph_status mem_copy(void *dst, const void *src, size_t bytes,
+                            void *stream, ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                 (cudaStream_t)stream),
+                 "cudaMemcpyAsync");
+    return DDPH_OK;
+}
+
+static ddph_status event_create(void **event, ddph_err *err)
+{
+    cudaEvent_t e;
+    CUDA_OR_FAIL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                 "cudaEventCreate");
+    *event = e;
+    return DDPH_OK;
+}
+
+static void event_destroy(void *event)
+{
+    cudaEventDestroy((cudaEvent_t)event);
+}
+
+static ddph_status event_record(void *event, void *stream, ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream),
+                 "cudaEventRecord");
+    return DDPH_OK;
+}
+
+static ddph_status event_wait(void *stream, void *event, ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0),
+                 "cudaStreamWaitEvent");
+    return DDPH_OK;
+}
+
+static ddph_status sync_stream(void *stream, ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaStreamSynchronize((cudaStream_t)stream),
+                 "cudaStreamSynchronize");
+    return DDPH_OK;
+}
+
+static ddph_status bind(int device, ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaSetDevice(device), "cudaSetDevice");
+    return DDPH_OK;
+}
+
+static ddph_status nonfinite_reset(uint64_t *first, size_t n, void *stream,
+                                   ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaMemsetAsync(first, 0xff, n * sizeof *first,
+                                 (cudaStream_t)stream),
+                 "cudaMemsetAsync");
+    return DDPH_OK;
+}
+
+static ddph_status nonfinite_find(const void *buf, ddph_dtype dtype, size_t n,
+                                  uint64_t *first, void *stream, ddph_err *err)
+{
+    CUDA_OR_FAIL((cudaError_t)ddph__cuda_first_nonfinite(
+                     buf, (int)dtype, n, (unsigned long long *)first, stream),
+                 "check_finite kernel");
+    return DDPH_OK;
+}
+
+static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first,
+                                   size_t n, void *stream, ddph_err *err)
+{
+    CUDA_OR_FAIL(cudaMemcpyAsync(out, first, n * sizeof *out,
+                                 cudaMemcpyDeviceToHost, (cudaStream_t)stream),
+                 "cudaMemcpyAsync");
+    CUDA_OR_FAIL(cudaStreamSynchronize((cudaStream_t)stream),
+                 "cudaStreamSynchronize");
+    return DDPH_OK;
+}
+
+const ddph_dev_cuda_ops ddph__cuda_memory = {
+    .alloc = mem_alloc,
+    .free = mem_free,
+    .copy = mem_copy,
+    .event_create = event_create,
+    .event_destroy = event_destroy,
+    .event_record = event_record,
+    .event_wait = event_wait,
+    .sync = sync_stream,
+    .bind = bind,
+    .nonfinite_reset = nonfinite_reset,
+    .nonfinite_find = nonfinite_find,
+    .nonfinite_fetch = nonfinite_fetch,
+};
