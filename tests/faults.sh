@@ -28,7 +28,7 @@ job() { # job FILE HOOK [EXTRA] (EXTRA may set the bucket caps instead)
 }
 job "$OUT/allreduce.ini" allreduce
 # One 64 KiB fp16 bucket: its sum goes round the ring of point-to-point
-# messages (runtime/comm/backend_mpi.c), which must end in time as well.
+# messages (runtime/comm/mpi_fault.c), which must end in time as well.
 job "$OUT/fp16.ini" fp16 "bucket_cap_mb = 1
 shared_buckets = false"
 # The same bucket summed in the memory the ranks share

@@ -14,7 +14,10 @@
  * short notice on a second duplicate of the world (the alarm
  * communicator); a rank waiting on a collective polls it, so the peers of
  * a failed rank stop within about 50 ms (the probe interval), with that
- * rank's message, instead of waiting for timeout_s. */
+ * rank's message, instead of waiting for timeout_s.
+ *
+ * Implemented in the mpi_*.c files of this folder, one concern each
+ * (mpi_internal.h lists them). */
 #ifndef DDPH_BACKEND_MPI_H
 #define DDPH_BACKEND_MPI_H
 

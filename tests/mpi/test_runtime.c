@@ -821,7 +821,7 @@ static void run_half_buckets(void)
 
 
 /* half-ring: half-precision sums of 32 KiB and more go round a ring of
- * point-to-point messages (runtime/comm/backend_mpi.c), here a 4,500,001-element
+ * point-to-point messages (runtime/comm/mpi_ring.c), here a 4,500,001-element
  * bucket (blocks of 4 MiB, chunks that do not split evenly) and a small
  * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.
  * The values divide by 2, 3 and 4 exactly and every partial sum is an
