@@ -1,0 +1,221 @@
+/* scenarios_faults.c: the scenarios of test_runtime's registry on failing hooks, leaked requests, timeouts and misuse. */
+#include "build-config.h"
+
+#include "scenario.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Ends a scenario whose job failed: ddph_close left MPI unfinalized (as
+ * it must), so the process exits without MPI_Finalize once every rank has
+ * checked what it had to. */
+static void end_failed_job(const char *scenario)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (check_rank == 0)
+        printf("ok %s\n", scenario);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+}
+
+/* Every rank's hook fails on bucket 1 at iteration 1: every rank reports a
+ * hook failure (its own or a peer's, whichever came first), the job is
+ * broken from then on, and ddph_close says so without hanging. */
+void run_hook_error(void)
+{
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/failing.so", env("DDPH_TEST_FAKE_DIR"));
+    ddph_ctx *ctx = open_job("/nowhere", hook, NULL);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        mark_all_ready(ctx, fx.m);
+        ddph_status st = ddph_step_wait(ctx);
+        if (s == 0) {
+            CHECK(st == DDPH_OK, "%s", ddph_last_error(ctx));
+        } else {
+            CHECK(st == DDPH_ERR_HOOK, "step %d: %s", s, ddph_status_name(st));
+            const char *want[] = {"hook 'fake' failed on model 'net' bucket 1 (rank ",
+                                  "DDPH_ERR_HOOK: fake failure on bucket 1 at "
+                                  "iteration 1"};
+            for (int k = 0; k < 2; k++)
+                CHECK(strstr(ddph_last_error(ctx), want[k]), "'%s' lacks '%s'",
+                      ddph_last_error(ctx), want[k]);
+        }
+        CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    /* Broken: no more steps, and close returns the failure promptly. */
+    CHECK(ddph_step_begin(ctx, &fx.m, 1) == DDPH_ERR_HOOK, "step after failure");
+    CHECK(strstr(ddph_last_error(ctx), "step_begin: the job has failed"), "%s",
+          ddph_last_error(ctx));
+    double t0 = MPI_Wtime();
+    CHECK(ddph_close(ctx) == DDPH_ERR_HOOK, "close of a failed job");
+    CHECK(MPI_Wtime() - t0 < 1.0, "close took %.1f s", MPI_Wtime() - t0);
+    fixture_free(&fx);
+    end_failed_job("hook-error");
+}
+
+/* A hook that returns with a nonblocking request it never waited for:
+ * the host waits for it (the bucket's memory is in flight) and fails the
+ * bucket on every rank with DDPH_ERR_STATE, naming what happened. */
+void run_leaked_request(void)
+{
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/leaks_request.so",
+             env("DDPH_TEST_FAKE_DIR"));
+    ddph_ctx *ctx = open_job("/nowhere", hook, NULL);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    mark_all_ready(ctx, fx.m);
+    ddph_status st = ddph_step_wait(ctx);
+    CHECK(st == DDPH_ERR_STATE, "%s: %s", ddph_status_name(st),
+          ddph_last_error(ctx));
+    CHECK(strstr(ddph_last_error(ctx),
+                 "on_bucket returned with 1 nonblocking request it never "
+                 "waited for"),
+          "%s", ddph_last_error(ctx));
+    ddph_step_end(ctx);
+    double t0 = MPI_Wtime();
+    CHECK(ddph_close(ctx) == DDPH_ERR_STATE, "close of a failed job");
+    CHECK(MPI_Wtime() - t0 < 1.0, "close took %.1f s", MPI_Wtime() - t0);
+    fixture_free(&fx);
+    end_failed_job("leaked-request");
+}
+
+/* The last rank is stuck (it sleeps through the others' timeout): the
+ * others report within timeout_s, naming bucket, hook and rank, once for
+ * the step however many buckets are in flight.  When the stuck rank wakes
+ * up it hears of their failure at once, and every rank's ddph_close
+ * returns the failure promptly.  extra: the job's [runtime] keys
+ * (timeout_s = 1.5 at least); bump: rows added to p2. */
+static void run_timeout(const char *hook_dir, const char *hook,
+                        const char *extra, int bump, const char *want2,
+                        const char *scenario)
+{
+    ddph_ctx *ctx = open_job(hook_dir, hook, extra);
+    int world = ddph_world_size(ctx);
+    model_fixture fx;
+    setup(ctx, &fx, bump);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    int nb = ddph_model_bucket_count(fx.m);
+    CHECK(nb > 2, "%d buckets: several must be in flight", nb);
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    int stuck = check_rank == world - 1;
+    if (stuck)
+        sleep(4); /* well past timeout_s */
+    double t0 = MPI_Wtime();
+    mark_all_ready(ctx, fx.m);
+    ddph_status st = ddph_step_wait(ctx);
+    double took = MPI_Wtime() - t0;
+    CHECK(st == DDPH_ERR_TIMEOUT, "%s: %s", ddph_status_name(st),
+          ddph_last_error(ctx));
+    const char *want = "failed on model 'net' bucket 0 (rank ";
+    CHECK(strstr(ddph_last_error(ctx), want) &&
+              strstr(ddph_last_error(ctx), want2),
+          "'%s' lacks '%s' or '%s'", ddph_last_error(ctx), want, want2);
+    if (stuck) {
+        CHECK(strncmp(ddph_last_error(ctx), "rank ", 5) == 0 &&
+                  strstr(ddph_last_error(ctx), " failed: "),
+              "the stuck rank must name the rank that failed: %s",
+              ddph_last_error(ctx));
+        CHECK(took < 2.0, "the stuck rank heard it after %.1f s", took);
+    } else {
+        /* One timeout for the step, not one per bucket. */
+        CHECK(took < 1.5 + 3, "reported after %.1f s", took);
+    }
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    double c0 = MPI_Wtime();
+    CHECK(ddph_close(ctx) == DDPH_ERR_TIMEOUT, "close of a failed job");
+    CHECK(MPI_Wtime() - c0 < 1.0, "close took %.1f s", MPI_Wtime() - c0);
+    fixture_free(&fx);
+    end_failed_job(scenario);
+}
+
+/* The same with a hook that polls its nonblocking allreduce with test():
+ * test() ends it at timeout_s after its start, as a wait would.  Without
+ * collective fingerprints, whose exchange before the start would time out
+ * first (and is what the plain timeout scenario sees). */
+void run_timeout_polled(void)
+{
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/polls.so", env("DDPH_TEST_FAKE_DIR"));
+    run_timeout("/nowhere", hook, "timeout_s = 1.5\ncheck_collectives = false",
+                0,
+                "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                "timeout_s = 1.5 s of its start",
+                "timeout-polled");
+}
+
+
+void run_misuse(void)
+{
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK(ddph_step_begin(ctx, &fx.m, 1) == DDPH_ERR_STATE, "before finalize");
+    CHECK(strstr(ddph_last_error(ctx), "model 'net' is not finalized"), "%s",
+          ddph_last_error(ctx));
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK(ddph_grad_ready(fx.m, 0) == DDPH_ERR_STATE, "outside a step");
+    CHECK(strstr(ddph_last_error(ctx), "grad_ready on model 'net' outside its "
+                                       "step"),
+          "%s", ddph_last_error(ctx));
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    /* The first rank to find unready parameters ends the job for all:
+     * every rank must be inside this step before that. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(ddph_grad_ready(fx.m, 99) == DDPH_ERR_INVALID, "bad index");
+    CHECK(strstr(ddph_last_error(ctx), "model 'net' has no parameter 99"),
+          "%s", ddph_last_error(ctx));
+    /* Every rank skips p0 and p1 (the last bucket), consistently. */
+    for (int i = NP - 1; i >= 2; i--)
+        CHECK_OK(ddph_grad_ready(fx.m, i), ctx);
+    CHECK(ddph_grad_ready(fx.m, 5) == DDPH_ERR_STATE, "twice");
+    CHECK(strstr(ddph_last_error(ctx), "parameter 5 'p5' marked ready twice in "
+                                       "one step"),
+          "%s", ddph_last_error(ctx));
+    CHECK(ddph_step_wait(ctx) == DDPH_ERR_STATE, "unready parameters");
+    CHECK(strstr(ddph_last_error(ctx), "2 parameters were never marked ready "
+                                       "in this step: 'p1', 'p0'"),
+          "%s", ddph_last_error(ctx));
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    /* Unready buckets never launched here: the job is over. */
+    CHECK(ddph_close(ctx) == DDPH_ERR_STATE, "close after unready parameters");
+    fixture_free(&fx);
+    end_failed_job("misuse");
+}
+
+
+
+void run_timeout_plain(void)
+{
+    run_timeout(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", "timeout_s = 1.5", 0,
+                "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                "timeout_s = 1.5 s",
+                "timeout");
+}
+
+/* Bucket 0 (p5..p2, 267 KB) is summed in shared memory, p1 and p0 go
+ * through MPI. */
+void run_timeout_shared(void)
+{
+    run_timeout(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                "timeout_s = 1.5\nfirst_bucket_cap_mb = 0.2\n"
+                "bucket_cap_mb = 0.0001",
+                2000,
+                "DDPH_ERR_TIMEOUT: allreduce did not complete within "
+                "timeout_s = 1.5 s",
+                "timeout-shared");
+}
