@@ -291,7 +291,9 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
         }
         if (s == warmup)
             traffic(m, &wire0, &recv0);
-        if (rank == 0)
+        /* A step counter rewritten in place: only on a terminal (in a
+         * log it would be one long line). */
+        if (rank == 0 && isatty(STDERR_FILENO))
             fprintf(stderr, "\r  %-22s step %2d/%d", hook, s + 1,
                     warmup + hb->repeats);
         double t0 = barrier_time();
@@ -534,7 +536,8 @@ static int bench_hooks(hook_bench *hb)
         }
         double busbw = wire * bus / med / 1e9;
         if (rank == 0) {
-            fprintf(stderr, "\r%60s\r", "");
+            if (isatty(STDERR_FILENO))
+                fprintf(stderr, "\r%60s\r", "");
             printf("%-20s %14.0f %14.0f %12.2f %12.2f %13.2fx %11.2fx\n", h,
                    wire, recv, med * 1e3, busbw, base / med, base_one / med);
             fflush(stdout);

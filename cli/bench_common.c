@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support/config.h"
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -58,21 +60,33 @@ int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
         char cwd[4096];
         if (!getcwd(cwd, sizeof cwd))
             snprintf(cwd, sizeof cwd, ".");
-        fputs("plugin_path = ", f);
-        for (const char *d = plugin_path; *d;) {
+        char *list = NULL;
+        size_t list_len = 0;
+        FILE *m = open_memstream(&list, &list_len);
+        for (const char *d = plugin_path; m && *d;) {
             size_t n = strcspn(d, ":");
             if (d != plugin_path)
-                fputc(':', f);
+                fputc(':', m);
             if (n && *d != '/')
-                fprintf(f, "%s/", cwd);
-            fprintf(f, "%.*s", (int)n, d);
+                fprintf(m, "%s/", cwd);
+            fprintf(m, "%.*s", (int)n, d);
             d += n;
             if (*d == ':')
                 d++;
         }
-        fprintf(f, ":%s\n", DDPH_PLUGIN_DIR);
+        if (m)
+            fprintf(m, ":%s", DDPH_PLUGIN_DIR);
+        int ok = m && fclose(m) == 0 &&
+                 ddph__config_write_kv(f, "plugin_path", list);
+        free(list);
+        if (!ok) {
+            fclose(f);
+            unlink(path);
+            return 0;
+        }
     }
-    fprintf(f, "[hook]\nname = %s\n", hook);
+    fputs("[hook]\n", f);
+    ddph__config_write_kv(f, "name", hook);
     /* Options go to [hook.NAME]: NAME is the file's name without .so. */
     const char *base = strrchr(hook, '/') ? strrchr(hook, '/') + 1 : hook;
     int n = (int)(strstr(base, ".so") ? (size_t)(strstr(base, ".so") - base)

@@ -127,12 +127,12 @@ static const char *write_job(tester *t, const char *wrapper)
     FILE *f = fopen(path, "w");
     if (!f)
         return NULL;
-    fprintf(f, "[runtime]\nbucket_cap_mb = 0.004\nfirst_bucket_cap_mb = 0.002\n"
-               "timeout_s = 60\nallow_insecure_plugins = true\n"
-               "[hook]\nname = %s\nwrapper = %s\n[hook.%s]\n%s",
-            t->plugin, wrapper, t->name, t->options);
-    fclose(f);
-    return path;
+    fputs("[runtime]\nbucket_cap_mb = 0.004\nfirst_bucket_cap_mb = 0.002\n"
+          "timeout_s = 60\nallow_insecure_plugins = true\n[hook]\n",
+          f);
+    ddph__config_write_kv(f, "name", t->plugin); /* a path may be long */
+    fprintf(f, "wrapper = %s\n[hook.%s]\n%s", wrapper, t->name, t->options);
+    return fclose(f) == 0 ? path : NULL;
 }
 
 static int run_open(tester *t, run *r, const shape_set *set, const char *wrapper,

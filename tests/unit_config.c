@@ -198,37 +198,87 @@ END_TEST
 
 START_TEST(long_lines_and_nul_bytes)
 {
-    /* A 4 KiB plugin_path (inih itself holds 199 bytes): parsed here as
-     * inih would, inline comment and all. */
-    static char text[2 * 65536 + 64];
+    /* A 4 KiB plugin_path over 32 indented continuation lines of 128
+     * characters (inih's buffer holds 198 and a newline): joined into one
+     * value, set at the key's line. */
+    static char text[3 * 65536];
     ddph_config cfg;
     ddph_err e;
     char path[256];
     strcpy(text, "[runtime]\nplugin_path = ");
     size_t n = strlen(text);
-    memset(text + n, 'a', 4096);
-    strcpy(text + n + 4096, "  ; why so long\ntimeout_s = 7\n");
+    for (int l = 0; l < 32; l++) {
+        if (l) {
+            memcpy(text + n, "\n    ", 5);
+            n += 5;
+        }
+        memset(text + n, 'a' + l % 26, 128);
+        n += 128;
+    }
+    strcpy(text + n, "\n; why so long\ntimeout_s = 7\n");
     ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_OK);
     ck_assert_uint_eq(strlen(cfg.plugin_path), 4096 + strlen(path) -
                                                    strlen(strrchr(path, '/')) +
                                                    1);
+    ck_assert(strstr(cfg.plugin_path, "aaab") != NULL); /* no separator */
     ck_assert(cfg.timeout_s == 7.0);
     ddph__config_free(&cfg);
-    /* Long comments and long errors too. */
+    /* A hook option continued, and an error in a continued value named at
+     * the key's line. */
+    expect_error("[runtime]\ntimeout_s = 1\n  2x\n", DDPH_ERR_CONFIG, 2,
+                 "[runtime] timeout_s = '12x' is not a number");
+    ck_assert_int_eq(load("[hook.topk]\nratio = 0.\n  05\n", &cfg, &e, path,
+                          sizeof path),
+                     DDPH_OK);
+    ck_assert_uint_eq(cfg.hook_sections[0].nkv, 1);
+    ck_assert_str_eq(cfg.hook_sections[0].kv[0].value, "0.05");
+    ddph__config_free(&cfg);
+    /* inih would keep a comment on a continuation line in the value. */
+    expect_error("[runtime]\nplugin_path = /a:\n  /b ; the second\n",
+                 DDPH_ERR_CONFIG, 3,
+                 "a comment on a line that continues the value of "
+                 "'plugin_path' would become part of the value");
+    /* An indented key is not silently taken for the rest of a value. */
+    expect_error("[runtime]\nplugin_path = /a\n  timeout_s = 5\n",
+                 DDPH_ERR_CONFIG, 3,
+                 "an indented line continues the value of 'plugin_path' "
+                 "(line 2), but 'timeout_s = 5' looks like a key");
+    /* A line longer than inih's buffer is refused, not cut in two; the
+     * next lines are still read (line 3's error is the second). */
+    strcpy(text, "[runtime]\nplugin_path = ");
+    n = strlen(text);
+    memset(text + n, 'a', 300);
+    strcpy(text + n + 300, "\ntimeout_s = x\n");
+    expect_error(text, DDPH_ERR_CONFIG, 2,
+                 "line longer than 198 characters: write a long value over "
+                 "several lines");
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_ERR_CONFIG);
+    ck_assert_msg(strstr(e.msg, ":3: [runtime] timeout_s = 'x'"), "%s", e.msg);
+    /* Long comments are lines too. */
     strcpy(text, "[runtime]\n; ");
     n = strlen(text);
     memset(text + n, 'c', 1000);
-    strcpy(text + n + 1000, "\ntimeout_s = ");
-    n = strlen(text);
-    memset(text + n, '9', 1000);
-    strcpy(text + n + 1000, "x\n");
-    expect_error(text, DDPH_ERR_CONFIG, 3, "[runtime] timeout_s = '999");
-    /* Beyond 64 KiB a line is refused. */
-    strcpy(text, "[runtime]\nplugin_path = ");
-    n = strlen(text);
-    memset(text + n, 'a', 70000);
-    strcpy(text + n + 70000, "\n");
-    expect_error(text, DDPH_ERR_CONFIG, 2, "line longer than 65536 characters");
+    strcpy(text + n + 1000, "\n");
+    expect_error(text, DDPH_ERR_CONFIG, 2, "line longer than 198 characters");
+
+    /* The runtime's own job files write long values so that they read
+     * back unchanged: a 600-character folder list with a space in it. */
+    char value[700] = "";
+    for (int d = 0; d < 20; d++)
+        strcat(value, d == 7 ? "/srv/my hooks/build-tree-x:" :
+                               "/opt/research/build-tree-xy:");
+    strcat(value, "/usr/lib");
+    char kv_path[] = "/tmp/ddph-unit-kv-XXXXXX";
+    int kv_fd = mkstemp(kv_path);
+    ck_assert_int_ge(kv_fd, 0);
+    FILE *kv = fdopen(kv_fd, "w");
+    fputs("[runtime]\n", kv);
+    ck_assert(ddph__config_write_kv(kv, "plugin_path", value));
+    fclose(kv);
+    ck_assert_int_eq(ddph__config_load(kv_path, &cfg, &e), DDPH_OK);
+    unlink(kv_path);
+    ck_assert_str_eq(cfg.plugin_path, value);
+    ddph__config_free(&cfg);
 
     /* A NUL byte cannot go through the helper's strlen: write it here. */
     char nul[] = "/tmp/ddph-unit-XXXXXX";

@@ -1,8 +1,10 @@
 /* config.c: see config.h.  inih parses the file through a reader of our
  * own, which gives each handler call its line number (Debian's inih is
- * built without INI_HANDLER_LINENO), refuses NUL bytes, and parses itself
- * the lines longer than inih's 200-byte buffer (a long plugin_path), the
- * same way inih would, handing inih an empty line in their place. */
+ * built without INI_HANDLER_LINENO) and refuses NUL bytes and lines longer
+ * than inih's buffer (199 bytes) instead of letting inih cut them.  A long
+ * value is written the way inih allows, over indented continuation lines
+ * (inih hands each to the handler under the key before it), which the
+ * handler joins. */
 #include "build-config.h"
 
 #include <ctype.h>
@@ -24,9 +26,7 @@
 #define DDPH_PLUGIN_DIR "/usr/local/lib/ddphook/plugins"
 #endif
 
-/* The longest line a job file may have (inih itself takes 199 bytes). */
-#define MAX_LINE 65536
-/* inih keeps section names to 49 characters; so do long lines here. */
+/* inih keeps section names to 49 characters. */
 #define INIH_MAX_SECTION 50
 /* Errors reported from one file before the parse gives up listing them. */
 #define MAX_ERRORS 8
@@ -192,8 +192,12 @@ typedef struct parse_state {
     char section[INIH_MAX_SECTION]; /* its name, as inih keeps it */
     int section_broken; /* that header lacked its ']': its keys are not
                            reported again as belonging elsewhere */
-    char *buf;        /* the line being read, up to MAX_LINE */
-    size_t cap;
+    int indented;     /* the line read starts with a space or a tab */
+    /* The key of the last handler call, its value so far (continuation
+     * lines are appended) and its line. */
+    char last_section[INIH_MAX_SECTION];
+    char *last_key, *joined;
+    int key_line;
     ddph_config *cfg;
     ddph_err *err;
     ddph_status status;
@@ -227,97 +231,43 @@ __attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
 }
 
 static void check_section_line(parse_state *ps, const char *line);
-static int handler(void *user, const char *section, const char *name,
-                   const char *value);
 
-/* inih's rules for a comment inside a line: ';' after a space. */
-static char *inline_comment(char *s)
-{
-    for (int was_space = 0; *s; s++) {
-        if (*s == ';' && was_space)
-            return s;
-        was_space = isspace((unsigned char)*s);
-    }
-    return s;
-}
-
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
-/* A line too long for inih: a comment, or "key = value" (or "key: value")
- * in the current section, parsed as inih parses the lines it can hold. */
-static void parse_long_line(parse_state *ps, char *line)
-{
-    char *s = trim(line);
-    if (*s == ';' || *s == '#')
-        return;
-    if (*s == '[') {
-        fail_at(ps, "section header longer than %d characters",
-                INIH_MAX_SECTION - 1);
-        return;
-    }
-    char *value = s + strcspn(s, "=:");
-    char *cut = inline_comment(s);
-    if (!*value || value > cut) {
-        fail_at(ps, "syntax error: expected '[section]' or 'key = value'");
-        return;
-    }
-    *value++ = '\0';
-    *inline_comment(value) = '\0';
-    handler(ps, ps->section, trim(s), trim(value));
-}
-
-/* inih's reader: one line per call, counted, checked, and parsed here
- * when it does not fit inih's buffer of `num` bytes. */
+/* inih's reader: one line per call into inih's buffer of `num` bytes,
+ * counted and checked.  A longer line is an error (inih would cut it and
+ * take the rest for a line of its own); the rest of it is skipped. */
 static char *counting_reader(char *str, int num, void *stream)
 {
     parse_state *ps = stream;
-    size_t n = 0;
-    int c = EOF;
+    int n = 0, c = EOF, too_long = 0;
     while ((c = getc(ps->file)) != EOF) {
         if (c == '\0') {
             ps->line++;
             fail_at(ps, "NUL byte in the line (is this a text file?)");
             return NULL;
         }
-        if (n == MAX_LINE && c != '\n' && c != '\r') {
-            ps->line++;
-            fail_at(ps, "line longer than %d characters", MAX_LINE);
-            return NULL;
+        if (c != '\n' && n >= num - 2) { /* room for '\n' and NUL */
+            too_long = 1;
+            continue;
         }
-        if (n + 2 > ps->cap) {
-            size_t cap = ps->cap ? 2 * ps->cap : 256;
-            char *grown = realloc(ps->buf, cap);
-            if (!grown) {
-                ps->status = ddph__fail(ps->err, DDPH_ERR_NOMEM,
-                                        "out of memory");
-                return NULL;
-            }
-            ps->buf = grown;
-            ps->cap = cap;
-        }
-        ps->buf[n++] = (char)c;
+        if (!too_long)
+            str[n++] = (char)c;
         if (c == '\n')
             break;
     }
-    if (n == 0)
+    if (n == 0 && !too_long)
         return NULL;
-    ps->buf[n] = '\0';
     ps->line++;
-    check_section_line(ps, ps->buf);
-    if (n < (size_t)num) {
-        memcpy(str, ps->buf, n + 1);
+    if (too_long) {
+        fail_at(ps, "line longer than %d characters: write a long value over "
+                    "several lines, each continuing the one before it "
+                    "indented (docs/config.md)",
+                num - 2);
+        snprintf(str, (size_t)num, "\n");
         return str;
     }
-    parse_long_line(ps, ps->buf);
-    snprintf(str, (size_t)num, "\n");
+    str[n] = '\0';
+    ps->indented = str[0] == ' ' || str[0] == '\t';
+    check_section_line(ps, str);
     return str;
 }
 
@@ -526,7 +476,7 @@ static int handle_fixed_section(parse_state *ps, const char *section,
 }
 
 static int handle_hook_option(parse_state *ps, const char *hook,
-                              const char *name, const char *value)
+                              const char *name, const char *value, int again)
 {
     ddph_config *cfg = ps->cfg;
     ddph_hook_section *hs = NULL;
@@ -545,6 +495,14 @@ static int handle_hook_option(parse_state *ps, const char *hook,
         hs->line = ps->section_line;
         if (!hs->hook)
             return fail_at(ps, "out of memory");
+    }
+    if (again && hs->nkv > 0) { /* the last key, continued */
+        char *v = ddph__strdup(value);
+        if (!v)
+            return fail_at(ps, "out of memory");
+        free(hs->kv[hs->nkv - 1].value);
+        hs->kv[hs->nkv - 1].value = v;
+        return 1;
     }
     if (hs->nkv == hs->capkv) { /* doubling: a section of n keys is O(n) */
         size_t cap = hs->capkv ? 2 * hs->capkv : 8;
@@ -623,6 +581,22 @@ static int handle_model(parse_state *ps, const char *model, const char *name,
                    name, model);
 }
 
+static int dispatch(parse_state *ps, const char *section, const char *name,
+                    const char *value, int again);
+
+/* "word = ..." or "word: ...": a key line someone indented, not the rest
+ * of a value. */
+static int looks_like_key(const char *text)
+{
+    size_t n = strspn(text, "abcdefghijklmnopqrstuvwxyz"
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.");
+    if (n == 0)
+        return 0;
+    text += n;
+    text += strspn(text, " \t");
+    return *text == '=' || (*text == ':' && (text[1] == ' ' || !text[1]));
+}
+
 static int handler(void *user, const char *section, const char *name,
                    const char *value)
 {
@@ -633,13 +607,59 @@ static int handler(void *user, const char *section, const char *name,
         return 1;
     if (!*section)
         return fail_at(ps, "key '%s' is outside any [section]", name);
-    if (!check_duplicate(ps, section, name))
-        return 0;
+    /* inih calls an indented line after a key a continuation of it: its
+     * text is appended to the value, and the key set again with the whole
+     * value, at the key's own line. */
+    int continued = ps->indented && ps->last_key &&
+                    strcmp(ps->last_key, name) == 0 &&
+                    strcmp(ps->last_section, section) == 0;
+    int line = ps->line;
+    if (continued && looks_like_key(value))
+        return fail_at(ps, "an indented line continues the value of '%s' "
+                           "(line %d), but '%s' looks like a key of its own: "
+                           "remove its indentation",
+                       name, ps->key_line, value);
+    /* inih keeps a comment on a continuation line in the value. */
+    if (continued && (strstr(value, " ;") || strstr(value, "\t;")))
+        return fail_at(ps, "a comment on a line that continues the value of "
+                           "'%s' would become part of the value: put it on "
+                           "a line of its own",
+                       name);
+    if (continued) {
+        size_t have = strlen(ps->joined), more = strlen(value);
+        char *grown = realloc(ps->joined, have + more + 1);
+        if (!grown)
+            return fail_at(ps, "out of memory");
+        memcpy(grown + have, value, more + 1);
+        ps->joined = grown;
+        ps->line = ps->key_line;
+    } else {
+        if (!check_duplicate(ps, section, name))
+            return 0;
+        free(ps->last_key);
+        free(ps->joined);
+        ps->last_key = ddph__strdup(name);
+        ps->joined = ddph__strdup(value);
+        if (!ps->last_key || !ps->joined)
+            return fail_at(ps, "out of memory");
+        snprintf(ps->last_section, sizeof ps->last_section, "%s", section);
+        ps->key_line = ps->line;
+    }
+    int ok = dispatch(ps, section, name, ps->joined, continued);
+    ps->line = line;
+    return ok;
+}
+
+/* Sets key `name` of `section` to `value`; `again`: a continuation line
+ * made the value longer, and the key is set once more. */
+static int dispatch(parse_state *ps, const char *section, const char *name,
+                    const char *value, int again)
+{
     if (strcmp(section, "runtime") == 0 || strcmp(section, "accumulate") == 0 ||
         strcmp(section, "hook") == 0)
         return handle_fixed_section(ps, section, name, value);
     if (strncmp(section, "hook.", 5) == 0 && section[5])
-        return handle_hook_option(ps, section + 5, name, value);
+        return handle_hook_option(ps, section + 5, name, value, again);
     if (strncmp(section, "model.", 6) == 0 && section[6])
         return handle_model(ps, section + 6, name, value);
     static const char *const sections[] = {"runtime", "accumulate", "hook"};
@@ -726,7 +746,8 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
                                path, rc);
     tdestroy(ps.seen, free_seen);
     free(ps.dir);
-    free(ps.buf);
+    free(ps.last_key);
+    free(ps.joined);
     if (ps.status == DDPH_OK) {
         free(cfg->path);
         cfg->path = ddph__strdup(path);
@@ -736,6 +757,28 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
     if (ps.status != DDPH_OK)
         ddph__config_free(cfg);
     return ps.status;
+}
+
+int ddph__config_write_kv(FILE *f, const char *key, const char *value)
+{
+    /* Well inside inih's 198 characters, with room for the indent. */
+    enum { PIECE = 120 };
+    if (fprintf(f, "%s = ", key) < 0)
+        return 0;
+    size_t n = strlen(value);
+    while (n > PIECE) {
+        size_t cut = PIECE;
+        while (cut > PIECE / 2 && value[cut - 1] != '/' && value[cut - 1] != ':')
+            cut--;
+        while (cut < n && (isspace((unsigned char)value[cut]) ||
+                           isspace((unsigned char)value[cut - 1])))
+            cut++;
+        if (fprintf(f, "%.*s\n    ", (int)cut, value) < 0)
+            return 0;
+        value += cut;
+        n -= cut;
+    }
+    return fprintf(f, "%s\n", value) >= 0;
 }
 
 void ddph__config_free(ddph_config *cfg)

@@ -95,6 +95,12 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err);
  * freed and err names file and line. */
 ddph_status ddph__config_load(const char *path, ddph_config *cfg,
                               ddph_err *err);
+
+/* Writes "key = value" and a newline for a job file of the runtime's own
+ * (ddphook bench, the plugin tester): a value longer than a job file's
+ * line goes on continuation lines, split after a '/' or ':' (never at a
+ * space, which inih would strip).  0 on a write error. */
+int ddph__config_write_kv(FILE *f, const char *key, const char *value);
 /* The same from an open stream; `name` is used in messages and to
  * resolve relative paths. */
 ddph_status ddph__config_parse(FILE *f, const char *name, ddph_config *cfg,
