@@ -54,7 +54,7 @@ struct ddph_group {
 /* The largest piece of one allreduce or broadcast, in bytes.  MPICH 4.0
  * over shared memory is ten times slower per byte for messages of 32 MiB
  * and more (475 MiB in 31 MiB pieces: 0.09 s; in 32 MiB pieces: 1.2 s;
- * docs/performance.md, "Large messages"), so a larger bucket is reduced in
+ * notes/performance-history.md, "Large messages"), so a larger bucket is reduced in
  * pieces of this size, one after the other.  The benchmark's raw baseline
  * uses the same pieces. */
 #define DDPH__MPI_PIECE_BYTES ((size_t)16 << 20)

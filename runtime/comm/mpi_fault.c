@@ -212,7 +212,7 @@ static void check_peer_closed(ddph_mpi *m)
  * down: probing every 256 tests (or every 5 ms) made the allreduce hook's
  * step over a simulated 1 Gbit/s link 20-30% slower than the same
  * MPI_Allreduce calls without probes; every 50 ms costs a few percent at
- * most (docs/performance.md, "Probing for failure notices").  A failed
+ * most (notes/performance-history.md, "Probing for failure notices").  A failed
  * peer is still heard within about 50 ms. */
 #define ALARM_POLL_US 50000
 

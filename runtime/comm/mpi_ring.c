@@ -21,7 +21,7 @@
 /* ---- half-precision sums: a ring of point-to-point messages ---------------
  * MPI has no f16 or bf16, so their sums are user-defined operations, and
  * MPICH 4.0 runs MPI_Iallreduce with one 1.5-1.9x slower than its blocking
- * MPI_Allreduce over TCP (docs/performance.md, "1 Gbit/s after the
+ * MPI_Allreduce over TCP (notes/performance-history.md, "1 Gbit/s after the
  * half-precision work").  Large half-precision sums go round a ring
  * instead: reduce-scatter, then allgather, W-1 steps each, every rank
  * sending 2(W-1)/W of the buffer as plain bytes to the next rank and

@@ -27,7 +27,7 @@
  * next bucket in, or a finished one back) or another rank of an
  * oversubscribed host then runs while MPI waits on a peer.  GPT-2 with
  * copies on 2 ranks and 2 cores: 188-215 -> 156-163 ms a step; 2 hosts x
- * 2 ranks: 1.90 -> 1.58 s (docs/performance.md, "Yielding while
+ * 2 ranks: 1.90 -> 1.58 s (notes/performance-history.md, "Yielding while
  * waiting"). */
 #define SPIN_S 0.25
 #define YIELD_POLLS 256

@@ -9,7 +9,7 @@
  * (an allgather of where the buffer lies, which also tells whether every
  * rank called with the same buffer, and a barrier).  On this machine
  * that is 1.2-1.6x faster than MPICH's MPI_Allreduce over shared memory
- * (docs/performance.md, "Buckets in shared memory").
+ * (notes/performance-history.md, "Buckets in shared memory").
  *
  * Both collectives are timed like every other (timeout_s, failure
  * notices), and a peer that dies leaves its part mapped here, so nothing
