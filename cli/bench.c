@@ -402,6 +402,80 @@ static double raw_allreduce(float *buf, const size_t *bytes, int n,
     return bench_median(t, repeats);
 }
 
+/* The parameters to reduce: a trace's shapes, one matrix of --mib, or a
+ * preset model; label names them.  0, or an exit status (said on rank 0). */
+static int bench_shapes(hook_bench *hb, int rank, preset_param **out, int *np,
+                        char *label, size_t cap)
+{
+    preset_param *pp = NULL;
+    if (hb->trace_dir) { /* the shapes of a gradient trace (docs/replay.md) */
+        trace tr;
+        char msg[4200];
+        if (!trace_open(hb->trace_dir, &tr, msg, sizeof msg)) {
+            if (rank == 0)
+                fprintf(stderr, "ddphook bench: %s\n", msg);
+            return 1;
+        }
+        *np = tr.nparams;
+        if (!hb->dtype_name)
+            hb->dtype = tr.dtype;
+        pp = calloc((size_t)*np ? (size_t)*np : 1, sizeof *pp);
+        for (int i = 0; pp && i < *np; i++) {
+            snprintf(pp[i].name, sizeof pp[i].name, "%s", tr.params[i].name);
+            pp[i].ndim = tr.params[i].ndim > 4 ? 4 : tr.params[i].ndim;
+            memcpy(pp[i].shape, tr.params[i].shape, sizeof pp[i].shape);
+            for (int d = 4; d < tr.params[i].ndim; d++) /* fold extra dims */
+                pp[i].shape[3] *= tr.params[i].shape[d];
+        }
+        snprintf(label, cap, "trace %s", hb->trace_dir);
+        trace_close(&tr);
+    } else if (hb->mib) {
+        size_t n = hb->mib * 1048576 / 4;
+        if ((pp = calloc(1, sizeof *pp)))
+            *pp = (preset_param){"matrix", {1024, (int64_t)(n / 1024)}, 2};
+        *np = 1;
+        snprintf(label, cap, "one 1024 x %zu matrix", n / 1024);
+    } else if (!preset_load(hb->model, &pp, np)) {
+        if (rank == 0)
+            fprintf(stderr, "ddphook bench: unknown model '%s' (gpt2-124m, "
+                            "resnet50, mlp)\n",
+                    hb->model);
+        return 2;
+    } else {
+        snprintf(label, cap, "%s", hb->model);
+    }
+    if (!pp) {
+        fprintf(stderr, "ddphook bench: out of memory\n");
+        return 1;
+    }
+    *out = pp;
+    return 0;
+}
+
+/* Every rank's gradients, uniform in [-0.5, 0.5) from a seed of its own,
+ * in hb->dtype; NULL when out of memory. */
+static char *bench_gradients(const hook_bench *hb, size_t total, int rank)
+{
+    float *values = malloc((total ? total : 1) * sizeof *values);
+    char *grads = malloc((total ? total : 1) * ddph__dtype_size(hb->dtype));
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(rank + 1);
+    for (size_t i = 0; values && i < total; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        values[i] = (float)((double)(x >> 11) / 9007199254740992.0) - 0.5f;
+    }
+    ddph_err e;
+    if (!values || !grads ||
+        ddph__cpu_cast(values, DDPH_F32, grads, hb->dtype, total, 1.0, &e) !=
+            DDPH_OK) {
+        free(grads);
+        grads = NULL;
+    }
+    free(values);
+    return grads;
+}
+
 static int bench_hooks(hook_bench *hb)
 {
     int inited = 0, provided, rank, world;
@@ -411,99 +485,42 @@ static int bench_hooks(hook_bench *hb)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     preset_param *pp = NULL;
-    int np = 0;
+    int np = 0, nb = 0;
     char label[64];
-    trace tr;
-    char msg[4200];
-    if (hb->trace_dir) { /* the shapes of a gradient trace (docs/replay.md) */
-        if (!trace_open(hb->trace_dir, &tr, msg, sizeof msg)) {
-            if (rank == 0)
-                fprintf(stderr, "ddphook bench: %s\n", msg);
-            if (!inited)
-                MPI_Finalize();
-            return 1;
-        }
-        np = tr.nparams;
-        if (!hb->dtype_name)
-            hb->dtype = tr.dtype;
-        pp = calloc((size_t)np, sizeof *pp);
-        for (int i = 0; i < np; i++) {
-            snprintf(pp[i].name, sizeof pp[i].name, "%s", tr.params[i].name);
-            pp[i].ndim = tr.params[i].ndim > 4 ? 4 : tr.params[i].ndim;
-            memcpy(pp[i].shape, tr.params[i].shape, sizeof pp[i].shape);
-            for (int d = 4; d < tr.params[i].ndim; d++) /* fold extra dims */
-                pp[i].shape[3] *= tr.params[i].shape[d];
-        }
-        snprintf(label, sizeof label, "trace %s", hb->trace_dir);
-        trace_close(&tr);
-    } else if (hb->mib) {
-        pp = calloc(1, sizeof *pp);
-        np = 1;
-        size_t n = hb->mib * 1048576 / 4;
-        *pp = (preset_param){"matrix", {1024, (int64_t)(n / 1024)}, 2};
-        snprintf(label, sizeof label, "one 1024 x %zu matrix", n / 1024);
-    } else if (!preset_load(hb->model, &pp, &np)) {
-        if (rank == 0)
-            fprintf(stderr, "ddphook bench: unknown model '%s' (gpt2-124m, "
-                            "resnet50, mlp)\n",
-                    hb->model);
-        MPI_Finalize();
-        return 2;
-    } else {
-        snprintf(label, sizeof label, "%s", hb->model);
-    }
-    size_t total = preset_numel(pp, np);
-    size_t es = ddph__dtype_size(hb->dtype), bytes_total = total * es;
-    float *values = malloc(total * sizeof *values);
-    char *pristine = malloc(bytes_total);
-    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(rank + 1);
-    for (size_t i = 0; values && i < total; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        values[i] = (float)((double)(x >> 11) / 9007199254740992.0) - 0.5f;
-    }
-    ddph_err e;
-    if (!values || !pristine ||
-        ddph__cpu_cast(values, DDPH_F32, pristine, hb->dtype, total, 1.0,
-                       &e) != DDPH_OK) {
+    char *pristine = NULL, *csv_text = NULL, *list = NULL;
+    size_t *bb = NULL;
+    float *raw = NULL;
+    double *t = NULL;
+    FILE *csv = NULL; /* the table, written to --csv at the end */
+    size_t csv_len = 0, total = 0;
+    int rc = bench_shapes(hb, rank, &pp, &np, label, sizeof label);
+    if (rc)
+        goto out;
+    total = preset_numel(pp, np);
+    size_t bytes_total = total * ddph__dtype_size(hb->dtype);
+    if (!(pristine = bench_gradients(hb, total, rank))) {
         fprintf(stderr, "ddphook bench: out of memory\n");
-        free(values);
-        free(pristine);
-        free(pp);
-        if (!inited)
-            MPI_Finalize();
-        return 1;
+        rc = 1;
+        goto out;
     }
-    free(values);
     /* Baselines: the best the engine does on the same work.  A loop of
      * blocking MPI_Allreduce over the same buckets, and one call over all
      * the bytes (a bound no bucketed scheme reaches). */
-    int nb = 0;
-    size_t *bb = bucket_bytes(hb, pp, np, rank, &nb);
+    bb = bucket_bytes(hb, pp, np, rank, &nb);
     size_t raw_n = 0;
     for (int b = 0; b < nb; b++)
         raw_n += (bb[b] + 3) / 4;
-    float *raw = calloc(raw_n ? raw_n : 1, sizeof *raw);
-    double *t = calloc((size_t)hb->repeats, sizeof *t);
+    raw = calloc(raw_n ? raw_n : 1, sizeof *raw);
+    t = calloc((size_t)hb->repeats, sizeof *t);
     if (!bb || !raw || !t) {
         fprintf(stderr, "ddphook bench: cannot make the baseline\n");
-        free(bb);
-        free(raw);
-        free(t);
-        free(pristine);
-        free(pp);
-        if (!inited)
-            MPI_Finalize();
-        return 1;
+        rc = 1;
+        goto out;
     }
     double base = raw_allreduce(raw, bb, nb, 1, hb->repeats, t);
     size_t one = bytes_total;
     double base_one = raw_allreduce(raw, &one, 1, 0, hb->repeats, t);
     double bytes = (double)bytes_total, bus = 2.0 * (world - 1) / world;
-    FILE *csv = NULL;
-    char *csv_text = NULL; /* the table, written to --csv at the end */
-    size_t csv_len = 0;
     if (rank == 0) {
         printf("ddphook bench hooks: %s, %d parameters, %.4g MiB of %s "
                "gradients, %d ranks, bucket_cap_mb %g%s, median of %d steps\n",
@@ -525,9 +542,10 @@ static int bench_hooks(hook_bench *hb)
                          "ratio_to_raw_buckets,ratio_to_raw_one_call,"
                          "raw_buckets_seconds,bytes_received_per_step\n");
     }
-    char *list = ddph__strdup(hb->hooks), *save = NULL;
-    int rc = 0;
-    for (char *h = strtok_r(list, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+    list = ddph__strdup(hb->hooks);
+    char *save = NULL;
+    for (char *h = list ? strtok_r(list, ",", &save) : NULL; h;
+         h = strtok_r(NULL, ",", &save)) {
         double med = 0, wire = 0, recv = 0;
         if (!bench_one_hook(hb, h, pp, np, pristine, total, rank, &med, &wire,
                             &recv)) {
@@ -554,6 +572,7 @@ static int bench_hooks(hook_bench *hb)
                                     &werr) != DDPH_OK)
             fprintf(stderr, "ddphook bench: %s\n", werr.msg);
     }
+out:
     free(csv_text);
     free(list);
     free(pp);
@@ -562,7 +581,8 @@ static int bench_hooks(hook_bench *hb)
     free(bb);
     free(t);
     if (!inited) {
-        MPI_Barrier(MPI_COMM_WORLD);
+        if (rc == 0)
+            MPI_Barrier(MPI_COMM_WORLD);
         ddph__mpi_finalize_watched(30); /* see backend_mpi.h */
     }
     return rc;

@@ -1,6 +1,7 @@
 /* powersgd: PyTorch's powerSGD_hook and batched_powerSGD_hook
  * (PYTORCH_SEMANTICS.md §2), step by step.  Built twice from this file:
- * powersgd.so, and batched_powersgd.so with PSGD_BATCHED defined.
+ * powersgd.so with compress_tensor.c, and batched_powersgd.so with
+ * compress_batched.c and PSGD_BATCHED defined (its name and options).
  *
  * Per bucket, after start_powerSGD_iter synchronised steps of plain
  * allreduce: add the error feedback, view each tensor as n x m, allreduce
@@ -61,7 +62,7 @@ static const ddph_option_spec psgd_options[] = {
     {NULL, 0, NULL, 0, 0, NULL},
 };
 
-static int grow(const ddph_services *s, void *pp, size_t *cap, size_t bytes)
+int psgd_grow(const ddph_services *s, void *pp, size_t *cap, size_t bytes)
 {
     void **p = pp;
     if (bytes <= *cap)
@@ -162,12 +163,12 @@ static void step_done(psgd *st, const ddph_bucket *b)
 }
 
 /* Allreduce (sum) of f32 values, carried in the bucket's dtype. */
-static ddph_status allreduce_as(psgd *st, const ddph_services *s, float *v,
-                                size_t n, ddph_dtype wire)
+ddph_status psgd_allreduce_as(psgd *st, const ddph_services *s, float *v,
+                              size_t n, ddph_dtype wire)
 {
     if (wire == DDPH_F32)
         return s->allreduce(s, s->world, v, n, DDPH_F32, DDPH_SUM);
-    if (!grow(s, &st->wire, &st->wire_cap, n * 2 + 2))
+    if (!psgd_grow(s, &st->wire, &st->wire_cap, n * 2 + 2))
         return DDPH_ERR_NOMEM;
     ddph_status r = s->cast(s, v, DDPH_F32, st->wire, wire, n, 1.0);
     if (!r)
@@ -185,8 +186,8 @@ static ddph_status allreduce_as(psgd *st, const ddph_services *s, float *v,
  *
  * The error memory of n floats; *fresh says it was just made, and then
  * holds zeros (PyTorch's first error), so that M = in there. */
-static ddph_status error_memory(const ddph_services *s, psgd_bucket *pb,
-                                size_t n, int *fresh)
+ddph_status psgd_error_memory(const ddph_services *s, psgd_bucket *pb, size_t n,
+                              int *fresh)
 {
     *fresh = 0;
     if (pb->error && pb->nerror == n)
@@ -202,8 +203,8 @@ static ddph_status error_memory(const ddph_services *s, psgd_bucket *pb,
 
 /* m[i] = in[i] + m[i] for i < n, m being the error memory (a copy when it
  * is fresh: the same values, one read fewer). */
-static ddph_status add_error(const ddph_services *s, int fresh,
-                             const float *in, float *m, size_t n)
+ddph_status psgd_add_error(const ddph_services *s, int fresh, const float *in,
+                           float *m, size_t n)
 {
     return fresh ? s->copy(s, m, in, n * sizeof(float), DDPH_COPY_DEVICE)
                  : s->axpy(s, n, 1.0f, in, m);
@@ -213,7 +214,7 @@ static ddph_status add_error(const ddph_services *s, int fresh,
  * the CPU about 256 KiB (the error feedback writes a block, the GEMM reads
  * it from cache, and the result is written beside its new error); on a
  * GPU the whole matrix, one launch per operation. */
-static size_t block_rows(const ddph_services *s, size_t n, size_t m)
+size_t psgd_block_rows(const ddph_services *s, size_t n, size_t m)
 {
     if (s->device != DDPH_CPU || m == 0 || n == 0)
         return n ? n : 1;
@@ -233,23 +234,23 @@ static void transpose(const float *src, size_t rows, size_t cols, float *dst)
  * as its transpose p^T M into st->qt and transposed into q: OpenBLAS
  * streams M row by row that way (18 ms instead of 24 ms for GPT-2's
  * 50257 x 768 embedding at rank 4, one process alone). */
-static ddph_status back_project(psgd *st, const ddph_services *s, size_t n,
-                                size_t m, size_t r, const float *mm,
-                                const float *p, float *q)
+ddph_status psgd_back_project(psgd *st, const ddph_services *s, size_t n,
+                              size_t m, size_t r, const float *mm,
+                              const float *p, float *q)
 {
     if (s->device != DDPH_CPU)
         return s->gemm(s, 1, 0, m, r, n, 1.0f, mm, m, p, r, 0.0f, q, r);
-    if (!grow(s, &st->qt, &st->qt_cap, m * r * sizeof(float)))
+    if (!psgd_grow(s, &st->qt, &st->qt_cap, m * r * sizeof(float)))
         return DDPH_ERR_NOMEM;
-    ddph_status ret = s->gemm(s, 1, 0, r, m, n, 1.0f, p, r, mm, m, 0.0f,
-                              st->qt, m);
+    ddph_status ret =
+        s->gemm(s, 1, 0, r, m, n, 1.0f, p, r, mm, m, 0.0f, st->qt, m);
     if (!ret)
         transpose(st->qt, r, m, q);
     return ret;
 }
 
 /* The fused CPU sweep (psgd_cpu.h) serves rank r. */
-static int fused(const ddph_services *s, size_t r)
+int psgd_fused(const ddph_services *s, size_t r)
 {
     return s->device == DDPH_CPU && r <= PSGD_CPU_MAX_RANK;
 }
@@ -258,18 +259,18 @@ static int fused(const ddph_services *s, size_t r)
  * with err the new error M - result in err, M's memory.  On the CPU one
  * sweep; otherwise by blocks of rows, the new error computed beside each
  * while it is in cache. */
-static ddph_status reconstruct(psgd *st, const ddph_services *s, size_t n,
-                               size_t m, size_t r, const float *p,
-                               const float *q, float *out, float *err)
+ddph_status psgd_reconstruct(psgd *st, const ddph_services *s, size_t n,
+                             size_t m, size_t r, const float *p, const float *q,
+                             float *out, float *err)
 {
-    if (fused(s, r)) {
-        if (!grow(s, &st->qt, &st->qt_cap, m * r * sizeof(float)))
+    if (psgd_fused(s, r)) {
+        if (!psgd_grow(s, &st->qt, &st->qt_cap, m * r * sizeof(float)))
             return DDPH_ERR_NOMEM;
         transpose(q, m, r, st->qt);
         psgd_cpu_reconstruct(n, m, r, p, st->qt, out, err);
         return DDPH_OK;
     }
-    size_t rows = block_rows(s, n, m);
+    size_t rows = psgd_block_rows(s, n, m);
     ddph_status ret = DDPH_OK;
     for (size_t j = 0; j < n && !ret; j += rows) {
         size_t h = rows < n - j ? rows : n - j;
@@ -282,8 +283,8 @@ static ddph_status reconstruct(psgd *st, const ddph_services *s, size_t n,
 }
 
 /* New P and Q memories of np and nq floats (the old ones are freed). */
-static ddph_status new_pq(const ddph_services *s, psgd_bucket *pb, size_t np,
-                          size_t nq)
+ddph_status psgd_new_pq(const ddph_services *s, psgd_bucket *pb, size_t np,
+                        size_t nq)
 {
     s->free(s, pb->p);
     s->free(s, pb->q);
@@ -300,7 +301,7 @@ static ddph_status new_pq(const ddph_services *s, psgd_bucket *pb, size_t np,
 }
 
 /* Without warm start, P and Q do not outlive the step. */
-static void drop_pq(const ddph_services *s, psgd *st, psgd_bucket *pb)
+void psgd_drop_pq(const ddph_services *s, psgd *st, psgd_bucket *pb)
 {
     if (st->warm_start)
         return;
@@ -336,8 +337,8 @@ static ddph_status host_random_q(psgd *st, const ddph_services *s, int bucket,
 }
 
 /* A new random Q in device memory q: drawn on the host, copied over. */
-static ddph_status random_q(psgd *st, const ddph_services *s, int bucket,
-                            float *q, size_t n)
+ddph_status psgd_random_q(psgd *st, const ddph_services *s, int bucket,
+                          float *q, size_t n)
 {
     if (n > st->host_q_cap) {
         float *h = realloc(st->host_q, n * sizeof *h);
@@ -376,264 +377,6 @@ static void maybe_report(psgd *st, const ddph_bucket *b, const ddph_services *s)
     st->next_stats_report += st->log_every;
 }
 
-#ifndef PSGD_BATCHED
-/* The matrix of tensor v if it is compressed, else NULL; *k walks
- * st->mats, which are in bucket order. */
-static const matrix *matrix_of(const psgd *st, size_t nmat, size_t *k,
-                               const ddph_tensor_view *v)
-{
-    if (*k < nmat && st->mats[*k].offset == v->offset && v->numel)
-        return &st->mats[(*k)++];
-    return NULL;
-}
-
-/* The per-tensor algorithm on f32 input in[0..numel). */
-static ddph_status compress(psgd *st, const ddph_bucket *b,
-                            const ddph_services *s, float *in)
-{
-    double world = (double)s->world_size;
-    psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
-    if (!pb)
-        return DDPH_ERR_NOMEM;
-    float *mm = in; /* M: the input plus the error feedback */
-    int fresh = 0;
-    ddph_status r = DDPH_OK;
-    if (st->use_ef && pb->error)
-        r = psgd_fits(s, pb, b->index, "error feedback", pb->nerror, b->numel);
-    if (!r && st->use_ef && !(r = error_memory(s, pb, b->numel, &fresh)))
-        mm = pb->error;
-    if (r)
-        return r;
-    /* Split: which tensors are compressed, and the concatenation of the
-     * others in bucket order. */
-    if (b->ntensors > st->mats_cap) {
-        matrix *m = realloc(st->mats, b->ntensors * sizeof *m);
-        if (!m) {
-            s->set_error(s, "out of memory");
-            return DDPH_ERR_NOMEM;
-        }
-        st->mats = m;
-        st->mats_cap = b->ntensors;
-    }
-    size_t nmat = 0, flat_n = 0;
-    for (size_t t = 0; t < b->ntensors; t++) {
-        const ddph_tensor_view *v = &b->tensors[t];
-        size_t n = v->ndim >= 1 ? (size_t)v->shape[0] : 1;
-        size_t m = n ? v->numel / n : 0;
-        size_t rk = st->rank < n ? st->rank : n;
-        rk = rk < m ? rk : m;
-        st->before += (double)(n * m);
-        if ((double)((n + m) * rk) * st->min_rate < (double)(n * m)) {
-            st->mats[nmat++] = (matrix){v->offset, n, m, rk, 0, 0};
-            st->after += (double)((n + m) * rk);
-        } else {
-            st->after += (double)(n * m);
-            flat_n += v->numel;
-        }
-    }
-    if (!grow(s, &st->flat, &st->flat_cap, flat_n * sizeof(float) + 4))
-        return DDPH_ERR_NOMEM;
-    /* P and Q layout: matrices grouped by shape in order of first
-     * appearance (this fixes the random fill order too). */
-    size_t np = 0, nq = 0;
-    for (size_t i = 0; i < nmat; i++) {
-        int first = 1;
-        for (size_t j = 0; j < i; j++)
-            if (st->mats[j].n == st->mats[i].n && st->mats[j].m == st->mats[i].m)
-                first = 0;
-        if (!first)
-            continue;
-        for (size_t j = i; j < nmat; j++)
-            if (st->mats[j].n == st->mats[i].n && st->mats[j].m == st->mats[i].m) {
-                st->mats[j].p_off = np;
-                st->mats[j].q_off = nq;
-                np += st->mats[j].n * st->mats[j].r;
-                nq += st->mats[j].m * st->mats[j].r;
-            }
-    }
-    if (pb->p && !(r = psgd_fits(s, pb, b->index, "P memory", pb->np, np)))
-        r = psgd_fits(s, pb, b->index, "Q memory", pb->nq, nq);
-    if (r)
-        return r;
-    pb->loaded = 0;
-    int randomize = !st->warm_start || !pb->p || pb->np != np || pb->nq != nq;
-    if (randomize && !(r = new_pq(s, pb, np, nq)))
-        r = random_q(st, s, b->index, pb->q, nq);
-    for (size_t i = 0; i < nmat && !r; i++)
-        r = s->orthogonalize(s, pb->q + st->mats[i].q_off, st->mats[i].m,
-                             st->mats[i].r, st->eps);
-    /* M = in + error, and P = M Q for each block of rows while it is in
-     * cache; the uncompressed tensors are gathered into flat. */
-    size_t k = 0, pos = 0;
-    for (size_t t = 0; t < b->ntensors && !r; t++) {
-        const ddph_tensor_view *v = &b->tensors[t];
-        const matrix *x = matrix_of(st, nmat, &k, v);
-        if (!x) {
-            if (st->use_ef)
-                r = add_error(s, fresh, in + v->offset, mm + v->offset,
-                              v->numel);
-            if (!r)
-                r = s->copy(s, st->flat + pos, mm + v->offset,
-                            v->numel * sizeof(float), DDPH_COPY_DEVICE);
-            pos += v->numel;
-            continue;
-        }
-        size_t rows = block_rows(s, x->n, x->m);
-        for (size_t i = 0; i < x->n && !r; i += rows) {
-            size_t h = rows < x->n - i ? rows : x->n - i;
-            size_t at = x->offset + i * x->m;
-            if (st->use_ef)
-                r = add_error(s, fresh, in + at, mm + at, h * x->m);
-            if (!r)
-                r = s->gemm(s, 0, 0, h, x->r, x->m, 1.0f, mm + at, x->m,
-                            pb->q + x->q_off, x->r, 0.0f,
-                            pb->p + x->p_off + i * x->r, x->r);
-        }
-    }
-    /* The uncompressed tensors: summed, then divided (after the sum). */
-    if (!r)
-        r = allreduce_as(st, s, st->flat, flat_n, b->dtype);
-    if (!r)
-        r = s->divide(s, st->flat, DDPH_F32, flat_n, world);
-    pos = k = 0;
-    for (size_t t = 0; t < b->ntensors && !r; t++) {
-        const ddph_tensor_view *v = &b->tensors[t];
-        if (matrix_of(st, nmat, &k, v))
-            continue;
-        r = s->copy(s, in + v->offset, st->flat + pos,
-                    v->numel * sizeof(float), DDPH_COPY_DEVICE);
-        if (!r && st->use_ef) /* error = M - result */
-            r = s->axpy(s, v->numel, -1.0f, in + v->offset, mm + v->offset);
-        pos += v->numel;
-    }
-    /* allreduce(P), orthogonalise, Q = M^T P, allreduce(Q), divide */
-    if (!r)
-        r = allreduce_as(st, s, pb->p, np, b->dtype);
-    for (size_t i = 0; i < nmat && !r; i++)
-        r = s->orthogonalize(s, pb->p + st->mats[i].p_off, st->mats[i].n,
-                             st->mats[i].r, st->eps);
-    for (size_t i = 0; i < nmat && !r; i++) {
-        const matrix *x = &st->mats[i];
-        r = back_project(st, s, x->n, x->m, x->r, mm + x->offset,
-                         pb->p + x->p_off, pb->q + x->q_off);
-    }
-    if (!r)
-        r = allreduce_as(st, s, pb->q, nq, b->dtype);
-    if (!r)
-        r = s->divide(s, pb->q, DDPH_F32, nq, world);
-    /* The result P Q^T into in, and the new error M - result. */
-    for (size_t i = 0; i < nmat && !r; i++) {
-        const matrix *x = &st->mats[i];
-        r = reconstruct(st, s, x->n, x->m, x->r, pb->p + x->p_off,
-                        pb->q + x->q_off, in + x->offset,
-                        st->use_ef ? mm + x->offset : NULL);
-    }
-    if (!r)
-        drop_pq(s, st, pb);
-    return r;
-}
-#else
-/* The batched algorithm: the bucket, zero-padded to side x side, as one
- * matrix.  M (padded input plus error) lives in the error memory, or in
- * flat without error feedback; the passes over it go by blocks of rows,
- * so the padded copy of the input is never made whole. */
-static ddph_status compress(psgd *st, const ddph_bucket *b,
-                            const ddph_services *s, float *in)
-{
-    double world = (double)s->world_size;
-    size_t len = b->numel;
-    size_t side = (size_t)ceil(sqrt((double)len));
-    while (side * side < len)
-        side++;
-    while (side > 0 && (side - 1) * (side - 1) >= len)
-        side--;
-    /* A bucket smaller than rank x rank gets rank = side: PyTorch would
-     * orthogonalise more columns than rows and produce NaN. */
-    size_t sq = side * side, rank = st->rank < side ? st->rank : side;
-    size_t rows = block_rows(s, side, side);
-    psgd_bucket *pb = psgd_bucket_memory(s, st, b->index);
-    /* flat: M without error feedback, else one block of the result */
-    size_t flat_n = st->use_ef ? rows * side : sq;
-    if (!pb || !grow(s, &st->flat, &st->flat_cap, flat_n * sizeof(float) + 4))
-        return DDPH_ERR_NOMEM;
-    float *mm = st->flat;
-    int fresh = 0;
-    ddph_status r = DDPH_OK;
-    if (st->use_ef && pb->error)
-        r = psgd_fits(s, pb, b->index, "error feedback", pb->nerror, sq);
-    if (!r && st->use_ef && !(r = error_memory(s, pb, sq, &fresh)))
-        mm = pb->error;
-    if (r)
-        return r;
-    st->before += (double)len;
-    st->after += (double)(2 * side * rank);
-    size_t n = side * rank;
-    if (pb->p && !(r = psgd_fits(s, pb, b->index, "P memory", pb->np, n)))
-        r = psgd_fits(s, pb, b->index, "Q memory", pb->nq, n);
-    if (r)
-        return r;
-    pb->loaded = 0;
-    /* Both sizes, whatever a loaded state held. */
-    int randomize = !st->warm_start || !pb->p || pb->np != n || pb->nq != n;
-    if (randomize && !(r = new_pq(s, pb, n, n)))
-        r = random_q(st, s, b->index, pb->q, n);
-    /* Orthogonalised with eps = 0 whatever the option says, as upstream. */
-    if (!r)
-        r = s->orthogonalize(s, pb->q, side, rank, 0.0);
-    /* M = padded input + error, and P = M Q, a block of rows at a time;
-     * rows [i, i+h) are elements [lo, lo + h*side), of which the first
-     * nin are the bucket's and the rest padding. */
-    for (size_t i = 0; i < side && !r; i += rows) {
-        size_t h = rows < side - i ? rows : side - i;
-        size_t lo = i * side, hi = lo + h * side;
-        size_t nin = lo >= len ? 0 : (hi < len ? hi : len) - lo;
-        if (nin)
-            r = st->use_ef ? add_error(s, fresh, in + lo, mm + lo, nin)
-                           : s->copy(s, mm + lo, in + lo, nin * sizeof(float),
-                                     DDPH_COPY_DEVICE);
-        /* padding: zero, plus the error (already there) */
-        if (!r && !st->use_ef && nin < h * side)
-            r = s->zero(s, mm + lo + nin, (h * side - nin) * sizeof(float));
-        if (!r)
-            r = s->gemm(s, 0, 0, h, rank, side, 1.0f, mm + lo, side, pb->q,
-                        rank, 0.0f, pb->p + i * rank, rank);
-    }
-    if (!r)
-        r = allreduce_as(st, s, pb->p, n, b->dtype);
-    if (!r)
-        r = s->orthogonalize(s, pb->p, side, rank, 0.0);
-    if (!r)
-        r = back_project(st, s, side, side, rank, mm, pb->p, pb->q);
-    if (!r)
-        r = allreduce_as(st, s, pb->q, n, b->dtype);
-    if (!r)
-        r = s->divide(s, pb->q, DDPH_F32, n, world);
-    /* The result P Q^T: the rows wholly inside the bucket straight into
-     * in (with the new error M - result) where the CPU sweep serves; the
-     * others a block at a time, the new error and the bucket's part of
-     * the result written from flat. */
-    size_t whole = side && fused(s, rank) ? len / side : 0; /* side 0: empty */
-    if (whole && !r)
-        r = reconstruct(st, s, whole, side, rank, pb->p, pb->q, in,
-                        st->use_ef ? mm : NULL);
-    for (size_t i = whole; i < side && !r; i += rows) {
-        size_t h = rows < side - i ? rows : side - i;
-        size_t lo = i * side, hi = lo + h * side;
-        size_t nin = lo >= len ? 0 : (hi < len ? hi : len) - lo;
-        float *res = st->use_ef ? st->flat : mm + lo;
-        r = s->gemm(s, 0, 1, h, side, rank, 1.0f, pb->p + i * rank, rank,
-                    pb->q, rank, 0.0f, res, side);
-        if (!r && st->use_ef)
-            r = s->axpy(s, h * side, -1.0f, res, mm + lo);
-        if (!r && nin)
-            r = s->copy(s, in + lo, res, nin * sizeof(float),
-                        DDPH_COPY_DEVICE);
-    }
-    if (!r)
-        drop_pq(s, st, pb);
-    return r;
-}
-#endif
 
 static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
                                   const ddph_services *s)
@@ -644,13 +387,14 @@ static ddph_status psgd_on_bucket(void *state, const ddph_bucket *b,
     maybe_report(st, b, s);
     ddph_status r;
     if (b->dtype == DDPH_F32) {
-        r = compress(st, b, s, b->buffer);
+        r = psgd_compress(st, b, s, b->buffer);
     } else if (b->dtype == DDPH_F16 || b->dtype == DDPH_BF16) {
-        if (!grow(s, &st->work, &st->work_cap, b->numel * sizeof(float) + 4))
+        if (!psgd_grow(s, &st->work, &st->work_cap,
+                       b->numel * sizeof(float) + 4))
             return DDPH_ERR_NOMEM;
         r = s->cast(s, b->buffer, b->dtype, st->work, DDPH_F32, b->numel, 1.0);
         if (!r)
-            r = compress(st, b, s, st->work);
+            r = psgd_compress(st, b, s, st->work);
         if (!r)
             r = s->cast(s, st->work, DDPH_F32, b->buffer, b->dtype, b->numel,
                         1.0);

@@ -75,4 +75,30 @@ ddph_status psgd_load(void *state, const ddph_services *s, ddph_read_fn read,
                       void *source);
 size_t psgd_stats(void *state, ddph_stat *out, size_t max);
 
+/* Shared by the two algorithms (powersgd.c). */
+int psgd_grow(const ddph_services *s, void *pp, size_t *cap, size_t bytes);
+ddph_status psgd_allreduce_as(psgd *st, const ddph_services *s, float *v,
+                              size_t n, ddph_dtype wire);
+ddph_status psgd_error_memory(const ddph_services *s, psgd_bucket *pb, size_t n,
+                              int *fresh);
+ddph_status psgd_add_error(const ddph_services *s, int fresh, const float *in,
+                           float *m, size_t n);
+size_t psgd_block_rows(const ddph_services *s, size_t n, size_t m);
+ddph_status psgd_back_project(psgd *st, const ddph_services *s, size_t n,
+                              size_t m, size_t r, const float *mm,
+                              const float *p, float *q);
+int psgd_fused(const ddph_services *s, size_t r);
+ddph_status psgd_reconstruct(psgd *st, const ddph_services *s, size_t n,
+                             size_t m, size_t r, const float *p, const float *q,
+                             float *out, float *err);
+ddph_status psgd_new_pq(const ddph_services *s, psgd_bucket *pb, size_t np,
+                        size_t nq);
+void psgd_drop_pq(const ddph_services *s, psgd *st, psgd_bucket *pb);
+ddph_status psgd_random_q(psgd *st, const ddph_services *s, int bucket,
+                          float *q, size_t n);
+/* The algorithm of this plugin on f32 input in[0..numel): per tensor
+ * (compress_tensor.c) or batched (compress_batched.c). */
+ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
+                          const ddph_services *s, float *in);
+
 #endif

@@ -462,9 +462,14 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
 {
     if (!ctx)
         return DDPH_ERR_INVALID;
-    if (!ctx->in_step || ctx->waited)
+    if (!ctx->in_step)
         return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
                                "step_wait without a step_begin");
+    if (ctx->waited)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "step_wait called twice in one step (the "
+                               "step's results are in since the first; "
+                               "ddph_step_end ends the step)");
     ctx->waited = 1;
     if (!ctx->syncs) {
         for (int i = 0; i < ctx->nstep_models; i++)

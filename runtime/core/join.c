@@ -18,7 +18,7 @@ static int64_t models_digest(const ddph_ctx *ctx, ddph_model *const *models,
     for (int i = 0; i < n; i++)
         for (int k = 0; k < ctx->nmodels; k++)
             if (ctx->models[k] == models[i])
-                d += (int64_t)(k + 1) * 2654435761LL % 1000003;
+                d += ddph__digest_term((size_t)k);
     return d;
 }
 

@@ -444,6 +444,15 @@ ddph_status ddph_describe(const ddph_ctx *ctx, FILE *out)
         fprintf(out, ", %d bucket%s (%zu elements)\n", m->nbuckets,
                 m->nbuckets == 1 ? "" : "s", numel);
         ddph__hook_describe(m->hook, out);
+        for (int b = 0; b < m->nbuckets; b++) {
+            const ddph_rt_bucket *bk = &m->buckets[b];
+            fprintf(out, ";   bucket %d: %zu elements of %s, %d parameter%s:",
+                    b, bk->numel, ddph__dtype_name(bk->dtype), bk->nparams,
+                    bk->nparams == 1 ? "" : "s");
+            for (int k = 0; k < bk->nparams; k++)
+                fprintf(out, " %s", m->params[bk->params[k]].name);
+            fputc('\n', out);
+        }
     }
     return ferror(out) ? DDPH_ERR_IO : DDPH_OK;
 }

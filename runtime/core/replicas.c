@@ -24,7 +24,7 @@ ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err)
     int64_t parts = 0, mix[2];
     for (int i = 0; i < m->nparams; i++)
         if (takes_part(&m->params[i]))
-            parts += (int64_t)(i + 1) * 2654435761LL % 1000003;
+            parts += ddph__digest_term((size_t)i);
     mix[0] = parts;
     mix[1] = -parts;
     /* (Through a copy: an abandoned collective must not write into this

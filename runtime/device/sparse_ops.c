@@ -56,13 +56,20 @@ static ddph_status kth_key(const float *x, size_t n, size_t k, uint32_t *t,
     return DDPH_OK;
 }
 
-ddph_status ddph__cpu_topk(const float *x, size_t n, size_t k, float *values,
-                           int32_t *indices, ddph_err *err)
+ddph_status ddph__topk_check(size_t n, size_t k, ddph_err *err)
 {
     if (k > n || n > INT32_MAX)
         return ddph__fail(err, DDPH_ERR_INVALID,
                           "topk: k = %zu of n = %zu (k <= n <= 2^31-1)", k,
                           n);
+    return DDPH_OK;
+}
+
+ddph_status ddph__cpu_topk(const float *x, size_t n, size_t k, float *values,
+                           int32_t *indices, ddph_err *err)
+{
+    if (ddph__topk_check(n, k, err) != DDPH_OK)
+        return DDPH_ERR_INVALID;
     if (k == 0)
         return DDPH_OK;
     size_t above = 0;

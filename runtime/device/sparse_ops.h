@@ -17,6 +17,9 @@
  * order, into `indices` and their values into `values` (either may be
  * NULL).  Magnitudes are compared as the bits of |x| (a NaN ranks above
  * +Inf).  k <= n <= INT32_MAX. */
+/* The bounds every topk has (k <= n <= 2^31-1: indices are int32), for
+ * the CPU and the GPU alike: DDPH_ERR_INVALID with a message otherwise. */
+ddph_status ddph__topk_check(size_t n, size_t k, ddph_err *err);
 ddph_status ddph__cpu_topk(const float *x, size_t n, size_t k, float *values,
                            int32_t *indices, ddph_err *err);
 /* The 32-bit key top-k ranks x by: the bits of |x|, monotonic in |x|. */

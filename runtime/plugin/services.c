@@ -59,8 +59,7 @@ static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
     ddph_hook *h = host(s);
     ddph_err e;
     if (ON_GPU(h))
-        return keep(h, GPU(h)->split(h->gpu, parent, color, key, out, &e),
-                    &e);
+        return keep(h, GPU(h)->split(h->gpu, parent, color, key, out, &e), &e);
     return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
 }
 
@@ -152,8 +151,8 @@ static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     count_allreduce(h, count, dtype);
     ddph_status st =
-        ON_GPU(h) ? GPU(h)->allreduce(h->gpu, g, buf, count, dtype, op, &e) :
-        ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
+        ON_GPU(h) ? GPU(h)->allreduce(h->gpu, g, buf, count, dtype, op, &e)
+                  : ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
     return traced(h, "allreduce", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -169,9 +168,9 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     count_allgather(h, g, count, dtype);
     ddph_status st =
-        ON_GPU(h) ? GPU(h)->allgather(h->gpu, g, send, recv, count, dtype, &e) :
-        ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype,
-                            "allgather", &e);
+        ON_GPU(h) ? GPU(h)->allgather(h->gpu, g, send, recv, count, dtype, &e)
+                  : ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype,
+                                        "allgather", &e);
     return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -190,8 +189,8 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
     else
         h->call_recv_bytes += count * ddph__dtype_size(dtype);
     ddph_status st =
-        ON_GPU(h) ? GPU(h)->broadcast(h->gpu, g, buf, count, dtype, root, &e) :
-        ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
+        ON_GPU(h) ? GPU(h)->broadcast(h->gpu, g, buf, count, dtype, root, &e)
+                  : ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
     return traced(h, "broadcast", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -209,10 +208,10 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
     h->call_recv_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st =
-        ON_GPU(h) ? GPU(h)->reduce_scatter(h->gpu, g, send, recv, count,
-                                              dtype, op, &e) :
-        ddph__mpi_reduce_scatter(h->mpi, g, send, recv, count, dtype, op, &e);
+    ddph_status st = ON_GPU(h) ? GPU(h)->reduce_scatter(h->gpu, g, send, recv,
+                                                        count, dtype, op, &e)
+                               : ddph__mpi_reduce_scatter(h->mpi, g, send, recv,
+                                                          count, dtype, op, &e);
     return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -231,8 +230,9 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     size_t total = count_allgatherv(h, g, counts, dtype);
     ddph_status st =
-        ON_GPU(h) ? GPU(h)->allgatherv(h->gpu, g, send, recv, counts, dtype, &e) :
-        ddph__mpi_allgatherv(h->mpi, g, send, recv, counts, dtype, &e);
+        ON_GPU(h)
+            ? GPU(h)->allgatherv(h->gpu, g, send, recv, counts, dtype, &e)
+            : ddph__mpi_allgatherv(h->mpi, g, send, recv, counts, dtype, &e);
     return traced(h, "allgatherv", total, dtype, t0, keep(h, st, &e));
 }
 
@@ -248,8 +248,8 @@ static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
     double t0 = span_start(h);
     count_alltoall(h, g, count, dtype);
     ddph_status st =
-        ON_GPU(h) ? GPU(h)->alltoall(h->gpu, g, send, recv, count, dtype, &e) :
-        ddph__mpi_alltoall(h->mpi, g, send, recv, count, dtype, &e);
+        ON_GPU(h) ? GPU(h)->alltoall(h->gpu, g, send, recv, count, dtype, &e)
+                  : ddph__mpi_alltoall(h->mpi, g, send, recv, count, dtype, &e);
     return traced(h, "alltoall", count, dtype, t0, keep(h, st, &e));
 }
 
@@ -348,26 +348,42 @@ static ddph_status not_on_stack(ddph_hook *h, const char *what,
     return DDPH_OK;
 }
 
+/* What every nonblocking start does first: refuse the hook's own stack
+ * buffers, compare the collective across the ranks, make the request
+ * (count: its elements, for the timeline).  NULL with *st and h->message
+ * set when the collective must not start. */
+static ddph_request *request_begin(ddph_hook *h, const char *what,
+                                   ddph_group *g, const void *send,
+                                   const void *recv, ddph_dtype dtype,
+                                   size_t count, int op, ddph_status *st)
+{
+    ddph_err e;
+    if ((*st = not_on_stack(h, what, send, recv)) != DDPH_OK)
+        return NULL;
+    if ((*st = checked(h, g, what, dtype, count, op, -1, &e)) != DDPH_OK) {
+        keep(h, *st, &e);
+        return NULL;
+    }
+    ddph_request *r = request_new(h, what, g, count, dtype);
+    *st = r ? DDPH_OK : DDPH_ERR_NOMEM;
+    return r;
+}
+
 static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
                                   void *buf, size_t count, ddph_dtype dtype,
                                   ddph_redop op, ddph_request **req)
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status st;
     *req = NULL;
-    ddph_status refused = not_on_stack(h, "iallreduce", buf, NULL);
-    if (refused != DDPH_OK)
-        return refused;
-    ddph_status fp =
-        checked(h, g, "iallreduce", dtype, count, (int)op, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    ddph_request *r = request_new(h, "iallreduce", g, count, dtype);
+    ddph_request *r = request_begin(h, "iallreduce", g, buf, NULL, dtype, count,
+                                    (int)op, &st);
     if (!r)
-        return DDPH_ERR_NOMEM;
+        return st;
     count_allreduce(h, count, dtype);
-    ddph_status st = BY_BACKEND(h,
-        GPU(h)->start_allreduce(h->gpu, g, buf, count, dtype, op, &e),
+    st = BY_BACKEND(
+        h, GPU(h)->start_allreduce(h->gpu, g, buf, count, dtype, op, &e),
         ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
                                   &e));
     return request_started(h, r, st, &e, req);
@@ -379,19 +395,15 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status st;
     *req = NULL;
-    ddph_status refused = not_on_stack(h, "iallgather", send, recv);
-    if (refused != DDPH_OK)
-        return refused;
-    ddph_status fp = checked(h, g, "iallgather", dtype, count, -1, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    ddph_request *r = request_new(h, "iallgather", g, count, dtype);
+    ddph_request *r =
+        request_begin(h, "iallgather", g, send, recv, dtype, count, -1, &st);
     if (!r)
-        return DDPH_ERR_NOMEM;
+        return st;
     count_allgather(h, g, count, dtype);
-    ddph_status st = BY_BACKEND(h,
-        GPU(h)->start_allgather(h->gpu, g, send, recv, count, dtype, &e),
+    st = BY_BACKEND(
+        h, GPU(h)->start_allgather(h->gpu, g, send, recv, count, dtype, &e),
         ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
                                   &e));
     return request_started(h, r, st, &e, req);
@@ -404,22 +416,17 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status st;
     *req = NULL;
-    ddph_status refused = not_on_stack(h, "iallgatherv", send, recv);
-    if (refused != DDPH_OK)
-        return refused;
-    ddph_status fp = checked(h, g, "iallgatherv", dtype, counts_total(g, counts),
-                             -1, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    ddph_request *r = request_new(h, "iallgatherv", g, 0, dtype);
+    ddph_request *r = request_begin(h, "iallgatherv", g, send, recv, dtype,
+                                    counts_total(g, counts), -1, &st);
     if (!r)
-        return DDPH_ERR_NOMEM;
+        return st;
     r->count = count_allgatherv(h, g, counts, dtype);
-    ddph_status st = BY_BACKEND(h,
-        GPU(h)->start_allgatherv(h->gpu, g, send, recv, counts, dtype, &e),
-        ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype,
-                                   &r->op, &e));
+    st = BY_BACKEND(
+        h, GPU(h)->start_allgatherv(h->gpu, g, send, recv, counts, dtype, &e),
+        ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype, &r->op,
+                                   &e));
     return request_started(h, r, st, &e, req);
 }
 
@@ -429,19 +436,15 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
+    ddph_status st;
     *req = NULL;
-    ddph_status refused = not_on_stack(h, "ialltoall", send, recv);
-    if (refused != DDPH_OK)
-        return refused;
-    ddph_status fp = checked(h, g, "ialltoall", dtype, count, -1, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    ddph_request *r = request_new(h, "ialltoall", g, count, dtype);
+    ddph_request *r =
+        request_begin(h, "ialltoall", g, send, recv, dtype, count, -1, &st);
     if (!r)
-        return DDPH_ERR_NOMEM;
+        return st;
     count_alltoall(h, g, count, dtype);
-    ddph_status st = BY_BACKEND(h,
-        GPU(h)->start_alltoall(h->gpu, g, send, recv, count, dtype, &e),
+    st = BY_BACKEND(
+        h, GPU(h)->start_alltoall(h->gpu, g, send, recv, count, dtype, &e),
         ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,
                                  &e));
     return request_started(h, r, st, &e, req);
@@ -512,7 +515,7 @@ int ddph__services_settle(ddph_hook *h)
         ddph_request *r = h->outstanding;
         ddph_err e;
         BY_BACKEND(h, GPU(h)->wait(h->gpu, r->group, r->what, &e),
-              ddph__mpi_op_wait(h->mpi, &r->op, &e));
+                   ddph__mpi_op_wait(h->mpi, &r->op, &e));
         request_end(r);
         n++;
     }
@@ -525,11 +528,13 @@ static ddph_status svc_topk(const ddph_services *s, const float *x, size_t n,
                             size_t k, float *values, int32_t *indices)
 {
     ddph_err e;
+    ddph_status bad = ddph__topk_check(n, k, &e); /* for both devices */
+    if (bad != DDPH_OK)
+        return keep(host(s), bad, &e);
     if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->topk(host(s)->gpu, x, n, k, values, indices,
-                                    &e),
-                    &e);
+        return keep(
+            host(s),
+            GPU(host(s))->topk(host(s)->gpu, x, n, k, values, indices, &e), &e);
     return keep(host(s), ddph__cpu_topk(x, n, k, values, indices, &e), &e);
 }
 
@@ -538,8 +543,8 @@ static ddph_status svc_gather(const ddph_services *s, const float *x,
 {
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s), GPU(host(s))->gather(host(s)->gpu, x, idx, k, out, &e),
-                    &e);
+        return keep(host(s),
+                    GPU(host(s))->gather(host(s)->gpu, x, idx, k, out, &e), &e);
     ddph__cpu_gather(x, idx, k, out);
     return DDPH_OK;
 }
@@ -550,10 +555,10 @@ static ddph_status svc_scatter_add(const ddph_services *s, float *y,
 {
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->scatter_add(host(s)->gpu, y, idx, v, k, alpha,
-                                           &e),
-                    &e);
+        return keep(
+            host(s),
+            GPU(host(s))->scatter_add(host(s)->gpu, y, idx, v, k, alpha, &e),
+            &e);
     ddph__cpu_scatter_add(y, idx, v, k, alpha);
     return DDPH_OK;
 }
@@ -587,9 +592,9 @@ static ddph_status svc_quantize_int8(const ddph_services *s, const float *x,
         return bad;
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->quantize_int8(host(s)->gpu, x, n, scale, q, &e),
-                    &e);
+        return keep(
+            host(s),
+            GPU(host(s))->quantize_int8(host(s)->gpu, x, n, scale, q, &e), &e);
     ddph__cpu_quantize_int8(x, n, scale, q);
     return DDPH_OK;
 }
@@ -601,8 +606,8 @@ static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
     ddph_err e;
     if (ON_GPU(host(s)))
         return keep(host(s),
-                    GPU(host(s))->dequantize_int8(host(s)->gpu, q, n, scale, beta,
-                                               y, &e),
+                    GPU(host(s))->dequantize_int8(host(s)->gpu, q, n, scale,
+                                                  beta, y, &e),
                     &e);
     ddph__cpu_dequantize_int8(q, n, scale, beta, y);
     return DDPH_OK;
@@ -633,7 +638,7 @@ static ddph_status svc_cast(const ddph_services *s, const void *src,
     if (ON_GPU(host(s)))
         return keep(host(s),
                     GPU(host(s))->cast(host(s)->gpu, src, src_dtype, dst,
-                                    dst_dtype, n, scale, &e),
+                                       dst_dtype, n, scale, &e),
                     &e);
     return keep(host(s),
                 ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
@@ -648,9 +653,9 @@ static ddph_status svc_divide(const ddph_services *s, void *buf,
     if (bad != DDPH_OK)
         return bad;
     if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->divide(host(s)->gpu, buf, dtype, n, divisor, &e),
-                    &e);
+        return keep(
+            host(s),
+            GPU(host(s))->divide(host(s)->gpu, buf, dtype, n, divisor, &e), &e);
     return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
 }
 
@@ -663,11 +668,11 @@ static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
     if (ON_GPU(host(s)))
         return keep(host(s),
                     GPU(host(s))->gemm(host(s)->gpu, trans_a, trans_b, m, n, k,
-                                    alpha, a, lda, b, ldb, beta, c, ldc, &e),
+                                       alpha, a, lda, b, ldb, beta, c, ldc, &e),
                     &e);
     return keep(host(s),
-                ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
-                               ldb, beta, c, ldc, &e),
+                ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                               beta, c, ldc, &e),
                 &e);
 }
 
@@ -676,10 +681,10 @@ static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
 {
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->orthogonalize(host(s)->gpu, x, rows, cols, eps,
-                                             &e),
-                    &e);
+        return keep(
+            host(s),
+            GPU(host(s))->orthogonalize(host(s)->gpu, x, rows, cols, eps, &e),
+            &e);
     return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
 }
 
@@ -688,8 +693,8 @@ static ddph_status svc_axpy(const ddph_services *s, size_t n, float alpha,
 {
     ddph_err e;
     if (ON_GPU(host(s)))
-        return keep(host(s), GPU(host(s))->axpy(host(s)->gpu, n, alpha, x, y, &e),
-                    &e);
+        return keep(host(s),
+                    GPU(host(s))->axpy(host(s)->gpu, n, alpha, x, y, &e), &e);
     ddph__cpu_axpy(n, alpha, x, y);
     return DDPH_OK;
 }

@@ -49,6 +49,14 @@ char *ddph__strdup(const char *s);
 /* Monotonic seconds. */
 double ddph__now(void);
 
+/* Member `index`'s term of a digest of which members of a list take part
+ * (the sum of their terms): ranks whose digests agree almost surely have
+ * the same members. */
+static inline int64_t ddph__digest_term(size_t index)
+{
+    return (int64_t)(index + 1) * 2654435761LL % 1000003;
+}
+
 /* A thread's activity clock: a communication lane binds one (in
  * microseconds of ddph__now) for its hook calls, and every bounded wait
  * of the backends touches it while it waits, so that reducer.c's

@@ -286,7 +286,8 @@ void run_two_models(void)
         "hook powersgd 1.0.0 wrapper none\n",
         "hook option start_powerSGD_iter = 2",
         "; model 'disc': 6 parameters, accumulate_steps 4, 3 buckets",
-        "hook fp16 1.0.0 wrapper none\n"};
+        "hook fp16 1.0.0 wrapper none\n",
+        ";   bucket 0: ", " elements of f32, ", ";   bucket 2: "};
     for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
         CHECK(strstr(text, needles[i]), "describe lacks '%s' in:\n%s",
               needles[i], text);
@@ -301,6 +302,12 @@ void run_two_models(void)
             CHECK_OK(ddph_grad_ready(gen.m, i), ctx);
         }
         CHECK_OK(ddph_step_wait(ctx), ctx);
+        if (s == 1) { /* a second wait is refused, saying why */
+            CHECK(ddph_step_wait(ctx) == DDPH_ERR_STATE, "second wait");
+            CHECK(strstr(ddph_last_error(ctx), "step_wait called twice in "
+                                               "one step"),
+                  "%s", ddph_last_error(ctx));
+        }
         CHECK_OK(ddph_step_end(ctx), ctx);
     }
     /* Alone: disc waits for its own 4. */

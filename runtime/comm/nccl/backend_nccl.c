@@ -635,10 +635,6 @@ ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
                             size_t k, float *values, int32_t *indices,
                             ddph_err *err)
 {
-    if (k > count || count > INT32_MAX)
-        return ddph__fail(err, DDPH_ERR_INVALID,
-                          "topk: k = %zu of n = %zu (k <= n <= 2^31-1)", k,
-                          count);
     ddph_status st = wait_stream(n, NULL, "topk (the work before it)", err);
     if (st != DDPH_OK)
         return st;
