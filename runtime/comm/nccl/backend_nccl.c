@@ -56,8 +56,78 @@ static ncclRedOp_t nccl_op(ddph_redop op)
     return op == DDPH_MAX ? ncclMax : op == DDPH_MIN ? ncclMin : ncclSum;
 }
 
+/* Every communicator is nonblocking (config.blocking = 0): an NCCL call
+ * may return ncclInProgress, and the communicator then works in the
+ * background until ncclCommGetAsyncError says ncclSuccess (or an error);
+ * no other call may be made on it before.  This waits for that, against
+ * `deadline`, watching the job's failure notices; at the deadline, or on
+ * a peer's failure, the communicator is aborted (ncclCommAbort does not
+ * wait for peers).  *comm is set to NULL when it was aborted. */
+static ddph_status settle(ddph_nccl *n, ncclComm_t *comm, ncclResult_t r,
+                          const char *what, double deadline, ddph_err *err)
+{
+    for (unsigned polls = 0; r == ncclInProgress; polls++) {
+        n->host.activity_touch(); /* a bounded wait, not a stuck hook */
+        if (ncclCommGetAsyncError(*comm, &r) != ncclSuccess)
+            break; /* the communicator is gone: report r as it stands */
+        if (r != ncclInProgress)
+            break;
+        ddph_status broken =
+            polls % 256 == 255 ? n->host.fault(n->mpi, err) : DDPH_OK;
+        if (broken != DDPH_OK || (polls % 256 == 255 && ddph__now() > deadline)) {
+            ncclCommAbort(*comm);
+            *comm = NULL;
+            return broken != DDPH_OK
+                       ? broken
+                       : ddph__fail(err, DDPH_ERR_TIMEOUT,
+                                    "%s did not complete within timeout_s = "
+                                    "%g s (the NCCL communicator was aborted)",
+                                    what, n->timeout_s);
+        }
+        if (polls > 1000) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (r == ncclSuccess)
+        return DDPH_OK;
+    if (*comm) {
+        ncclCommAbort(*comm);
+        *comm = NULL;
+    }
+    return nccl_fail(err, r, what);
+}
+
+/* An enqueue on group g's communicator: settled against timeout_s. */
+static ddph_status enqueued(ddph_nccl *n, struct ddph_group *g,
+                            ncclResult_t r, const char *what, ddph_err *err)
+{
+    if (r == ncclSuccess)
+        return DDPH_OK;
+    ncclComm_t c = (ncclComm_t)g->nccl;
+    ddph_status st = settle(n, &c, r, what, ddph__now() + n->timeout_s, err);
+    g->nccl = c;
+    return st;
+}
+
+/* Every communicator of n aborted: a wait that names no group (a copy, a
+ * top-k) cannot tell which collective before it is stuck. */
+static void abort_all(ddph_nccl *n)
+{
+    for (struct ddph_group *g = n->groups; g; g = g->next)
+        if (g->nccl) {
+            ncclCommAbort((ncclComm_t)g->nccl);
+            g->nccl = NULL;
+        }
+    if (n->world.nccl) {
+        ncclCommAbort((ncclComm_t)n->world.nccl);
+        n->world.nccl = NULL;
+    }
+}
+
 /* Waits for the communication stream, against timeout_s; a failed or
- * stuck communicator is aborted and reported. */
+ * stuck communicator is aborted and reported (every one of them when the
+ * wait names no group). */
 static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
                                const char *what, ddph_err *err)
 {
@@ -74,29 +144,31 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
          * report it as its own failure (PyTorch clears it the same way). */
         (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
-        if (g && g->nccl &&
-            ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) == ncclSuccess &&
+        struct ddph_group *checked = g ? g : &n->world;
+        if (checked->nccl &&
+            ncclCommGetAsyncError((ncclComm_t)checked->nccl, &async) ==
+                ncclSuccess &&
             async != ncclSuccess && async != ncclInProgress) {
-            ncclCommAbort((ncclComm_t)g->nccl);
-            g->nccl = NULL;
+            ncclCommAbort((ncclComm_t)checked->nccl);
+            checked->nccl = NULL;
             return nccl_fail(err, async, what);
         }
         /* A peer's failure notice, or a failure on another thread. */
         ddph_status broken = polls % 256 == 255
                                  ? n->host.fault(n->mpi, err)
                                  : DDPH_OK;
-        if (broken != DDPH_OK) {
-            if (g && g->nccl) {
+        int late = polls % 256 == 255 && ddph__now() > deadline;
+        if (broken != DDPH_OK || late) {
+            if (!g)
+                abort_all(n);
+            else if (g->nccl) {
                 ncclCommAbort((ncclComm_t)g->nccl);
                 g->nccl = NULL;
             }
-            return broken;
         }
-        if (polls % 256 == 255 && ddph__now() > deadline) {
-            if (g && g->nccl) {
-                ncclCommAbort((ncclComm_t)g->nccl);
-                g->nccl = NULL;
-            }
+        if (broken != DDPH_OK)
+            return broken;
+        if (late) {
             return ddph__fail(err, DDPH_ERR_TIMEOUT,
                               "%s did not complete within timeout_s = %g s "
                               "(the NCCL communicator was aborted)",
@@ -187,10 +259,17 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
     if (st == DDPH_OK)
         st = host->bcast_bytes(mpi, &id, sizeof id, 0, err);
     ncclComm_t comm = NULL;
-    if (st == DDPH_OK &&
-        (r = ncclCommInitRank(&comm, mpi->world.size, id, mpi->world.rank)) !=
-            ncclSuccess)
-        st = nccl_fail(err, r, "ncclCommInitRank");
+    if (st == DDPH_OK) {
+        /* Nonblocking, so that a peer that never comes cannot hold this
+         * rank in NCCL's bootstrap beyond timeout_s. */
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        r = ncclCommInitRankConfig(&comm, mpi->world.size, id,
+                                   mpi->world.rank, &config);
+        /* Even ncclSuccess may leave it connecting: asked until done. */
+        st = settle(n, &comm, r == ncclSuccess ? ncclInProgress : r,
+                    "ncclCommInitRank", ddph__now() + n->timeout_s, err);
+    }
     if (st != DDPH_OK) {
         ddph__nccl_finalize(n, 1);
         return st;
@@ -242,7 +321,7 @@ ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
         return st;
     ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(dtype),
                                    nccl_op(op), (ncclComm_t)g->nccl, STREAM(n));
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllReduce") : DDPH_OK;
+    return enqueued(n, g, r, "ncclAllReduce", err);
 }
 
 ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
@@ -255,7 +334,7 @@ ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
         return st;
     ncclResult_t r = ncclAllGather(send, recv, count, nccl_type(dtype),
                                    (ncclComm_t)g->nccl, STREAM(n));
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclAllGather") : DDPH_OK;
+    return enqueued(n, g, r, "ncclAllGather", err);
 }
 
 /* NCCL has no allgatherv: one broadcast per rank into its slice, fused
@@ -277,9 +356,9 @@ ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
         at += counts[i];
     }
     ncclResult_t end = ncclGroupEnd();
-    r = r != ncclSuccess ? r : end;
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclBroadcast (allgatherv)")
-                            : DDPH_OK;
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(err, r, "ncclBroadcast (allgatherv)");
+    return enqueued(n, g, end, "ncclBroadcast (allgatherv)", err);
 }
 
 /* Point-to-point pairs in one group, as NCCL's documentation builds
@@ -302,9 +381,9 @@ ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
                          nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
     }
     ncclResult_t end = ncclGroupEnd();
-    r = r != ncclSuccess ? r : end;
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclSend/ncclRecv (alltoall)")
-                            : DDPH_OK;
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(err, r, "ncclSend/ncclRecv (alltoall)");
+    return enqueued(n, g, end, "ncclSend/ncclRecv (alltoall)", err);
 }
 
 ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
@@ -367,8 +446,8 @@ ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
         return st;
     ncclResult_t r = ncclBroadcast(buf, buf, count, nccl_type(dtype), root,
                                    (ncclComm_t)g->nccl, STREAM(n));
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclBroadcast")
-                            : wait_stream(n, g, "broadcast", err);
+    st = enqueued(n, g, r, "ncclBroadcast", err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "broadcast", err);
 }
 
 ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
@@ -382,8 +461,8 @@ ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
     ncclResult_t r = ncclReduceScatter(send, recv, count, nccl_type(dtype),
                                        nccl_op(op), (ncclComm_t)g->nccl,
                                        STREAM(n));
-    return r != ncclSuccess ? nccl_fail(err, r, "ncclReduceScatter")
-                            : wait_stream(n, g, "reduce_scatter", err);
+    st = enqueued(n, g, r, "ncclReduceScatter", err);
+    return st != DDPH_OK ? st : wait_stream(n, g, "reduce_scatter", err);
 }
 
 ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
@@ -401,11 +480,26 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
     ddph_err nerr;
     ddph_status nst = need_comm(parent, &nerr);
     ncclComm_t c = NULL;
-    ncclResult_t r = ncclSuccess;
-    if (nst == DDPH_OK)
-        r = ncclCommSplit((ncclComm_t)parent->nccl,
-                          color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &c,
-                          NULL);
+    ddph_status split_st = DDPH_OK;
+    if (nst == DDPH_OK) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclResult_t r = ncclCommSplit((ncclComm_t)parent->nccl,
+                                       color < 0 ? NCCL_SPLIT_NOCOLOR : color,
+                                       key, &c, &config);
+        /* Nonblocking: the new communicator (or, for a rank that joins
+         * none, the parent) is asked until the split is done, against
+         * timeout_s. */
+        double deadline = ddph__now() + n->timeout_s;
+        if (c)
+            split_st = settle(n, &c, r == ncclSuccess ? ncclInProgress : r,
+                              "ncclCommSplit", deadline, &nerr);
+        else {
+            ncclComm_t pc = (ncclComm_t)parent->nccl;
+            split_st = settle(n, &pc, r, "ncclCommSplit", deadline, &nerr);
+            parent->nccl = pc;
+        }
+    }
     if (color < 0) {
         if (c)
             ncclCommDestroy(c);
@@ -413,8 +507,8 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
     }
     if (nst != DDPH_OK)
         return ddph__fail(err, nst, "%s", nerr.msg);
-    if (r != ncclSuccess)
-        return nccl_fail(err, r, "ncclCommSplit");
+    if (split_st != DDPH_OK)
+        return ddph__fail(err, split_st, "%s", nerr.msg);
     struct ddph_group *g = calloc(1, sizeof *g);
     if (!g) {
         ncclCommDestroy(c);
