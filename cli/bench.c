@@ -49,6 +49,7 @@ static const char bench_usage[] =
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
     "           [--view] [--lanes N] [--private-buckets] [--dtype T]\n"
     "           [--plugin-path DIRS] [--option NAME.KEY=VALUE]... [--csv FILE]\n"
+    "           [--stats]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "       ddphook bench shapes [--model NAME]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
@@ -80,6 +81,8 @@ static const char bench_usage[] =
     "             option of the hooks named NAME (e.g. topk.ratio=0.05;\n"
     "             NAME is a .so's file name without .so); --plugin-path\n"
     "             DIRS are searched before the installed plugin folder.\n"
+    "             --stats prints each hook's own statistics (rank 0's)\n"
+    "             under its row.\n"
     "  powersgd   hooks with --model gpt2-124m and --hooks allreduce,\n"
     "             powersgd,batched_powersgd by default\n"
     "  shapes     the model preset's parameters, one a line in registration\n"
@@ -198,7 +201,7 @@ typedef struct hook_bench {
     bench_options options;  /* --option NAME.KEY=VALUE */
     ddph_dtype dtype;
     size_t mib;
-    int repeats, rank, view, lanes, private_buckets;
+    int repeats, rank, view, lanes, private_buckets, stats;
     double cap_mb;
 } hook_bench;
 
@@ -231,7 +234,8 @@ static void traffic(ddph_model *m, uint64_t *sent, uint64_t *received)
 static int bench_one_hook(const hook_bench *hb, const char *hook,
                           const preset_param *pp, int np, const char *pristine,
                           size_t total, int rank, double *median_s,
-                          double *wire_per_step, double *recv_per_step)
+                          double *wire_per_step, double *recv_per_step,
+                          char *stats, size_t stats_cap)
 {
     char path[256], keys[320];
     /* "NAME/unchecked": the hook without collective fingerprints
@@ -315,6 +319,17 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     *wire_per_step = (double)(wire - wire0) / hb->repeats;
     *recv_per_step = (double)(recv - recv0) / hb->repeats;
     *median_s = bench_median(t, hb->repeats);
+    stats[0] = '\0';
+    ddph_stat st[32];
+    size_t nst = 0;
+    if (hb->stats && ddph_model_hook_stats(m, st, 32, &nst) == DDPH_OK) {
+        size_t used = 0;
+        for (size_t i = 0; i < nst && i < 32 && used < stats_cap; i++)
+            used += (size_t)snprintf(stats + used, stats_cap - used, "%s%s %g",
+                                     i ? ", " : "", st[i].name, st[i].value);
+        if (nst == 0)
+            snprintf(stats, stats_cap, "(no statistics)");
+    }
     ok = 1;
 out:
     if (!ok)
@@ -547,8 +562,9 @@ static int bench_hooks(hook_bench *hb)
     for (char *h = list ? strtok_r(list, ",", &save) : NULL; h;
          h = strtok_r(NULL, ",", &save)) {
         double med = 0, wire = 0, recv = 0;
+        char stats[1024];
         if (!bench_one_hook(hb, h, pp, np, pristine, total, rank, &med, &wire,
-                            &recv)) {
+                            &recv, stats, sizeof stats)) {
             rc = 1;
             continue;
         }
@@ -558,6 +574,8 @@ static int bench_hooks(hook_bench *hb)
                 fprintf(stderr, "\r%60s\r", "");
             printf("%-20s %14.0f %14.0f %12.2f %12.2f %13.2fx %11.2fx\n", h,
                    wire, recv, med * 1e3, busbw, base / med, base_one / med);
+            if (hb->stats)
+                printf("  stats: %s\n", stats);
             fflush(stdout);
             if (csv)
                 fprintf(csv, "%s,%.0f,%.6f,%.4f,%.4f,%.4f,%.6f,%.0f\n", h,
@@ -627,6 +645,7 @@ int cmd_bench(int argc, char **argv)
         {"view", no_argument, NULL, 'v'},
         {"lanes", required_argument, NULL, 'L'},
         {"private-buckets", no_argument, NULL, 'P'},
+        {"stats", no_argument, NULL, 'S'},
         {"csv", required_argument, NULL, 'c'},
         {"dtype", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
@@ -663,6 +682,7 @@ int cmd_bench(int argc, char **argv)
         case 'v': hb.view = 1; break;
         case 'L': hb.lanes = atoi(optarg); break;
         case 'P': hb.private_buckets = 1; break;
+        case 'S': hb.stats = 1; break;
         case 'c': hb.csv = optarg; break;
         case 'd': hb.dtype_name = optarg; break;
         default:

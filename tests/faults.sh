@@ -60,12 +60,17 @@ scenario() {
     # UCX's single-copy shared-memory transport (CMA) aborts a rank whose
     # peer vanished in the middle of a large copy, before ddphook can say
     # anything (a failed job's peers exit while its transfers are in
-    # flight); the scenarios that end in a failure test ddphook's reports,
-    # so it is off for them (and on for SIGKILL: see kill below).  Jobs
-    # that end well keep it: MPICH 4.0's finalize can deadlock without it.
+    # flight), and so does its TCP transport's zero-copy PUT (tcp_ep.c:
+    # "Assertion `ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK'
+    # failed", in MPI_Test); the scenarios that end in a failure test
+    # ddphook's reports, so both are off for them (and on for SIGKILL: see
+    # kill below).  Jobs that end well keep them: MPICH 4.0's finalize can
+    # deadlock without CMA.
     tls=""
-    case $what in exit | stop | close | hook | hang | last | average) tls=UCX_TLS=^cma ;; esac
-    # shellcheck disable=SC2086 # $tls is one assignment or nothing
+    case $what in exit | stop | close | hook | hang | last | average)
+        tls="UCX_TLS=^cma UCX_TCP_PUT_ENABLE=n" ;;
+    esac
+    # shellcheck disable=SC2086 # $tls is assignments or nothing
     env $tls "$MPIEXEC" -disable-auto-cleanup -n "$n" \
         "$B/tests/mpi/fault_trainer" "$ini" "$what" "$point" "$dir" \
         </dev/null >"$log" 2>&1 &

@@ -156,5 +156,23 @@ if [ -n "$default" ] && [ -n "$half" ] && [ "$half" -gt $((default * 10)) ]; the
 else
     ko "ddphook bench hooks --option: '$half' bytes a step at ratio 0.5, '$default' by default"
 fi
+# A hook's own statistics: under each row with --stats, and at
+# ddph_close with [runtime] log_stats (whatever DDPHOOK_LOG says).
+stats=$("$MPIEXEC" -n 2 "$B/ddphook" bench hooks --model mlp --repeats 2 \
+    --hooks topk --plugin-path "$P" --stats </dev/null 2>&1)
+if printf '%s\n' "$stats" | grep -q "^  stats: density [0-9]"; then
+    ok "ddphook bench hooks --stats :: $(printf '%s\n' "$stats" | grep '^  stats:')"
+else
+    ko "ddphook bench hooks --stats printed no statistics: $stats"
+fi
+printf '[runtime]\nplugin_path = %s\nlog_stats = true\n[hook]\nname = topk\n' \
+    "$P" > "$OUT/log_stats.ini"
+logged=$(DDPHOOK_LOG=error "$MPIEXEC" -n 2 "$B/examples/minimal_trainer" \
+    "$OUT/log_stats.ini" </dev/null 2>&1)
+if [ "$(printf '%s\n' "$logged" | grep -c "model 'mlp', hook 'topk': density 0.01, elements_before [0-9]")" -eq 2 ]; then
+    ok "[runtime] log_stats :: one line a rank at close, with DDPHOOK_LOG=error"
+else
+    ko "[runtime] log_stats: no statistics line from each rank in: $logged"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -23,8 +23,7 @@
 
 #include <ddphook/plugin.h>
 
-#include "../common/f32_work.h"
-#include "../common/hook_stats.h"
+#include <ddphook/plugin_util.h>
 
 typedef struct int8_bucket {
     size_t numel, chunk; /* chunk = ceil(numel / W) */
@@ -59,7 +58,7 @@ static const ddph_option_spec int8_options[] = {
 static ddph_status int8_create(const ddph_services *s,
                                const ddph_options *opts, void **state)
 {
-    ddph_status st = f32w_need_minor2(s, "int8");
+    ddph_status st = ddph_util_need_minor2(s, "int8");
     if (st != DDPH_OK)
         return st;
     int8_state *t = calloc(1, sizeof *t);
@@ -176,14 +175,14 @@ static ddph_status int8_on_bucket(void *state, const ddph_bucket *bk,
                                   const ddph_services *s)
 {
     int8_state *t = state;
-    ddph_status st = f32w_check_bucket(s, "int8", t->nbuckets, t->numel, bk);
+    ddph_status st = ddph_util_check_bucket(s, "int8", t->nbuckets, t->numel, bk);
     if (st != DDPH_OK)
         return st;
     int8_bucket *b = &t->buckets[bk->index];
     int world = s->group_size(s->world);
     size_t n = bk->numel, c = b->chunk, padded = (size_t)world * c;
     float *acc;
-    if ((st = f32w_load(s, bk, b->work, &acc)) != DDPH_OK)
+    if ((st = ddph_util_f32_load(s, bk, b->work, &acc)) != DDPH_OK)
         return st;
     if (t->error_feedback &&
         (st = s->axpy(s, n, 1.0f, b->error, acc)) != DDPH_OK)
@@ -249,7 +248,7 @@ static ddph_status int8_on_bucket(void *state, const ddph_bucket *bk,
                                 0.0f, acc + at);
     }
     if (st == DDPH_OK)
-        st = f32w_store(s, bk, acc);
+        st = ddph_util_f32_store(s, bk, acc);
     t->bytes_f32 += (double)n * 4;
     t->bytes_int8 += (double)padded;
     return st;
@@ -263,7 +262,7 @@ static size_t int8_stats(void *state, ddph_stat *out, size_t max)
         {"bytes_f32", t->bytes_f32},
         {"bytes_int8", t->bytes_int8},
     };
-    return hook_stats_put(all, sizeof all / sizeof all[0], out, max);
+    return ddph_util_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 
 /* The error buffers, bucket by bucket, so that a resumed job continues
@@ -272,14 +271,14 @@ static ddph_status int8_save(void *state, const ddph_services *s,
                              ddph_write_fn write, void *sink)
 {
     int8_state *t = state;
-    return f32w_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
+    return ddph_util_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
 }
 
 static ddph_status int8_load(void *state, const ddph_services *s,
                              ddph_read_fn read, void *source)
 {
     int8_state *t = state;
-    return f32w_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
+    return ddph_util_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
                             "int8");
 }
 

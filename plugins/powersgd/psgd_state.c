@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "psgd.h"
-#include "../common/hook_stats.h"
+#include <ddphook/plugin_util.h>
 
 #define STATE_MAGIC 0x44475350u /* "PSGD" */
 #define STATE_VERSION 1u
@@ -207,6 +207,6 @@ size_t psgd_stats(void *state, ddph_stat *out, size_t max)
         {"elements_after", st->after},
         {"iteration", (double)st->iter},
     };
-    return hook_stats_put(all, sizeof all / sizeof all[0], out, max);
+    return ddph_util_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 

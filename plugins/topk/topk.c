@@ -22,8 +22,7 @@
 
 #include <ddphook/plugin.h>
 
-#include "../common/f32_work.h"
-#include "../common/hook_stats.h"
+#include <ddphook/plugin_util.h>
 
 typedef struct topk_bucket {
     size_t numel, k;
@@ -57,7 +56,7 @@ static const ddph_option_spec topk_options[] = {
 static ddph_status topk_create(const ddph_services *s,
                                const ddph_options *opts, void **state)
 {
-    ddph_status st = f32w_need_minor2(s, "topk");
+    ddph_status st = ddph_util_need_minor2(s, "topk");
     if (st != DDPH_OK)
         return st;
     topk_state *t = calloc(1, sizeof *t);
@@ -155,14 +154,14 @@ static ddph_status topk_on_bucket(void *state, const ddph_bucket *bk,
                                   const ddph_services *s)
 {
     topk_state *t = state;
-    ddph_status st = f32w_check_bucket(s, "topk", t->nbuckets, t->numel, bk);
+    ddph_status st = ddph_util_check_bucket(s, "topk", t->nbuckets, t->numel, bk);
     if (st != DDPH_OK)
         return st;
     topk_bucket *b = &t->buckets[bk->index];
     int world = s->group_size(s->world);
     size_t n = bk->numel, k = b->k;
     float *acc;
-    if ((st = f32w_load(s, bk, b->work, &acc)) != DDPH_OK)
+    if ((st = ddph_util_f32_load(s, bk, b->work, &acc)) != DDPH_OK)
         return st;
     if (t->error_feedback && (st = s->axpy(s, n, 1.0f, b->error, acc)) != DDPH_OK)
         return st;
@@ -198,7 +197,7 @@ static ddph_status topk_on_bucket(void *state, const ddph_bucket *bk,
     if (st == DDPH_OK)
         st = s->divide(s, acc, DDPH_F32, n, (double)world);
     if (st == DDPH_OK)
-        st = f32w_store(s, bk, acc);
+        st = ddph_util_f32_store(s, bk, acc);
     t->sent_elements += (double)k;
     t->total_elements += (double)n;
     return st;
@@ -213,7 +212,7 @@ static size_t topk_stats(void *state, ddph_stat *out, size_t max)
         {"elements_before", t->total_elements},
         {"elements_sent", t->sent_elements},
     };
-    return hook_stats_put(all, sizeof all / sizeof all[0], out, max);
+    return ddph_util_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 
 /* The error buffers, bucket by bucket, so that a resumed job continues
@@ -222,14 +221,14 @@ static ddph_status topk_save(void *state, const ddph_services *s,
                              ddph_write_fn write, void *sink)
 {
     topk_state *t = state;
-    return f32w_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
+    return ddph_util_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
 }
 
 static ddph_status topk_load(void *state, const ddph_services *s,
                              ddph_read_fn read, void *source)
 {
     topk_state *t = state;
-    return f32w_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
+    return ddph_util_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
                             "topk");
 }
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plugin/loader.h"
+#include "plugin/safe_open.h"
 
 #ifndef DDPH_BACKEND_DIR
 #define DDPH_BACKEND_DIR "/usr/local/lib/ddphook/backends"

@@ -18,10 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "plugin/elf_check.h"
+#include "plugin/safe_open.h"
 #include "support/options.h"
 
-/* Majors the loader can explain but not load; raise when v2 exists. */
-#define NEWEST_MAJOR_TO_PROBE 9
 
 /* Hook names: letters, digits, '_' and '-', 1 to 64 of them. */
 static int valid_name(const char *name)
@@ -203,389 +203,6 @@ ddph_status ddph__plugin_resolve(const char *name_or_path,
                       tried[0] ? tried : "(plugin_path is empty)");
 }
 
-static const char *who_writes(mode_t mode)
-{
-    return mode & S_IWOTH ? "other users" : "its group";
-}
-
-static int trusted_owner(uid_t uid)
-{
-    return uid == 0 || uid == geteuid();
-}
-
-/* The rule of ld.so's secure mode, sudo and sshd's StrictModes, applied
- * to the file that is then loaded, not to a name looked up twice: the
- * path is walked from "/" one component at a time, each opened with
- * O_NOFOLLOW relative to the folder before it and checked as it is
- * opened; links are read and followed here.  Every folder on the way must
- * be owned by root or this user and writable by no one else, except that
- * a folder other than the plugin's own may be world-writable if it is
- * sticky, as /tmp is (there only an entry's owner can replace it); every
- * link must be owned by root or this user (its owner chooses where it
- * points); the file must be a regular file owned by root or this user and
- * writable by no one else.  The descriptor returned is the file checked:
- * check_elf reads it and dlopen loads it through /proc/self/fd. */
-#define MAX_LINKS 40
-
-typedef struct walk {
-    const char *kind;  /* "hook plugin", "GPU backend module": messages */
-    const char *given; /* the path as given, for messages */
-    char where[PATH_MAX]; /* the path walked so far, links resolved */
-    int check;            /* 0: allow_insecure_plugins */
-} walk;
-
-static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
-                             const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
-                             const char *fmt, ...)
-{
-    char why[DDPH__ERR_LEN / 2];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    return ddph__fail(err, st, "%s %s %s%s%s%s: %s",
-                      st == DDPH_ERR_INSECURE ? "refusing" : "cannot load",
-                      w->kind, w->given, strcmp(w->where, w->given) ? " (at " : "",
-                      strcmp(w->where, w->given) ? w->where : "",
-                      strcmp(w->where, w->given) ? ")" : "", why);
-}
-
-/* A folder on the way: own_folder is the one that holds the plugin. */
-static ddph_status check_folder(walk *w, const struct stat *sb, int own_folder,
-                                ddph_err *err)
-{
-    if (!w->check)
-        return DDPH_OK;
-    if (!trusted_owner(sb->st_uid))
-        return walk_fail(w, err, DDPH_ERR_INSECURE,
-                         "%s %s is owned by uid %u, neither root nor you, "
-                         "who could replace it (set [runtime] "
-                         "allow_insecure_plugins = true to load it anyway)",
-                         own_folder ? "its folder" : "the folder", w->where,
-                         (unsigned)sb->st_uid);
-    if ((sb->st_mode & (S_IWGRP | S_IWOTH)) &&
-        (own_folder || !(sb->st_mode & S_ISVTX)))
-        return walk_fail(w, err, DDPH_ERR_INSECURE,
-                         "%s %s is writable by %s, who could replace it%s "
-                         "(chmod go-w the folder, or set [runtime] "
-                         "allow_insecure_plugins = true)",
-                         own_folder ? "its folder" : "the folder", w->where,
-                         who_writes(sb->st_mode),
-                         sb->st_mode & S_ISVTX ? " (sticky, as /tmp, is not "
-                                                 "enough for the plugin's "
-                                                 "own folder)"
-                                               : "");
-    return DDPH_OK;
-}
-
-static void where_push(walk *w, const char *name)
-{
-    size_t n = strlen(w->where);
-    snprintf(w->where + n, sizeof w->where - n, "%s%s",
-             n && w->where[n - 1] == '/' ? "" : "/", name);
-}
-
-static void where_pop(walk *w)
-{
-    char *slash = strrchr(w->where, '/');
-    if (slash && slash != w->where)
-        *slash = '\0';
-    else
-        strcpy(w->where, "/");
-}
-
-/* Opens `given` for reading as described above; *fd_out on success. */
-static ddph_status open_plugin(const char *kind, const char *given, int check,
-                               int *fd_out, ddph_err *err)
-{
-    walk w = {.kind = kind, .given = given, .check = check};
-    snprintf(w.where, sizeof w.where, "/");
-    /* The components still to walk; a link's target is put in front. */
-    char todo[2 * PATH_MAX];
-    if (given[0] == '/')
-        snprintf(todo, sizeof todo, "%s", given);
-    else {
-        char cwd[PATH_MAX];
-        if (!getcwd(cwd, sizeof cwd))
-            return walk_fail(&w, err, DDPH_ERR_PLUGIN, "getcwd: %s",
-                             strerror(errno));
-        if ((size_t)snprintf(todo, sizeof todo, "%s/%s", cwd, given) >=
-            sizeof todo)
-            return walk_fail(&w, err, DDPH_ERR_PLUGIN, "path too long");
-    }
-    int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    struct stat sb;
-    if (dir < 0 || fstat(dir, &sb) != 0)
-        return walk_fail(&w, err, DDPH_ERR_PLUGIN, "/: %s", strerror(errno));
-    ddph_status st = check_folder(&w, &sb, 0, err);
-    int links = 0, fd = -1;
-    char *rest = todo;
-    while (st == DDPH_OK) {
-        while (*rest == '/')
-            rest++;
-        if (!*rest) {
-            st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
-                           "is a folder, not a file");
-            break;
-        }
-        char name[NAME_MAX + 1];
-        size_t n = strcspn(rest, "/");
-        if (n > NAME_MAX) {
-            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
-                           strerror(ENAMETOOLONG));
-            break;
-        }
-        memcpy(name, rest, n);
-        name[n] = '\0';
-        rest += n;
-        while (*rest == '/')
-            rest++;
-        int last = *rest == '\0';
-        if (strcmp(name, ".") == 0)
-            continue;
-        int next = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (strcmp(name, "..") == 0)
-            where_pop(&w);
-        else
-            where_push(&w, name);
-        if (next < 0 || fstat(next, &sb) != 0) {
-            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s", strerror(errno));
-            if (next >= 0)
-                close(next);
-            break;
-        }
-        if (S_ISLNK(sb.st_mode)) {
-            char target[PATH_MAX];
-            ssize_t tn = readlinkat(next, "", target, sizeof target - 1);
-            close(next);
-            if (check && !trusted_owner(sb.st_uid)) {
-                st = walk_fail(&w, err, DDPH_ERR_INSECURE,
-                               "the link %s is owned by uid %u, neither root "
-                               "nor you, who could point it elsewhere (set "
-                               "[runtime] allow_insecure_plugins = true to "
-                               "load it anyway)",
-                               w.where, (unsigned)sb.st_uid);
-                break;
-            }
-            if (tn < 0 || ++links > MAX_LINKS) {
-                st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
-                               strerror(tn < 0 ? errno : ELOOP));
-                break;
-            }
-            target[tn] = '\0';
-            where_pop(&w);
-            char joined[2 * PATH_MAX];
-            if ((size_t)snprintf(joined, sizeof joined, "%s/%s", target,
-                                 rest) >= sizeof joined) {
-                st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "path too long");
-                break;
-            }
-            memcpy(todo, joined, strlen(joined) + 1);
-            rest = todo;
-            if (target[0] == '/') {
-                close(dir);
-                snprintf(w.where, sizeof w.where, "/");
-                dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-                if (dir < 0 || fstat(dir, &sb) != 0) {
-                    st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "/: %s",
-                                   strerror(errno));
-                    break;
-                }
-                st = check_folder(&w, &sb, 0, err);
-            }
-            continue;
-        }
-        if (S_ISDIR(sb.st_mode)) {
-            close(dir);
-            dir = next;
-            if (last)
-                st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
-                               "is a folder, not a file");
-            else
-                st = check_folder(&w, &sb, 0, err);
-            continue;
-        }
-        close(next);
-        if (!last || !S_ISREG(sb.st_mode)) {
-            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
-                           last ? "not a regular file" : strerror(ENOTDIR));
-            break;
-        }
-        /* The plugin itself, and its own folder (no sticky exemption). */
-        struct stat folder;
-        if (check && !trusted_owner(sb.st_uid))
-            st = walk_fail(&w, err, DDPH_ERR_INSECURE,
-                           "the file is owned by uid %u, neither root nor "
-                           "you (set [runtime] allow_insecure_plugins = true "
-                           "to load it anyway)",
-                           (unsigned)sb.st_uid);
-        else if (check && (sb.st_mode & (S_IWGRP | S_IWOTH)))
-            st = walk_fail(&w, err, DDPH_ERR_INSECURE,
-                           "the file is writable by %s (chmod go-w it, or "
-                           "set [runtime] allow_insecure_plugins = true)",
-                           who_writes(sb.st_mode));
-        else if (fstat(dir, &folder) != 0)
-            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s", strerror(errno));
-        else {
-            char file_where[PATH_MAX];
-            snprintf(file_where, sizeof file_where, "%s", w.where);
-            where_pop(&w);
-            st = check_folder(&w, &folder, 1, err);
-            snprintf(w.where, sizeof w.where, "%s", file_where);
-        }
-        if (st != DDPH_OK)
-            break;
-        /* O_NONBLOCK: never wait on a FIFO swapped in by a trusted user;
-         * the same inode as the one checked, or it is refused. */
-        fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        struct stat opened;
-        if (fd < 0 || fstat(fd, &opened) != 0 || opened.st_dev != sb.st_dev ||
-            opened.st_ino != sb.st_ino) {
-            st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
-                           fd < 0 ? strerror(errno)
-                                  : "the file changed while it was checked");
-            if (fd >= 0)
-                close(fd);
-            fd = -1;
-        }
-        break;
-    }
-    if (dir >= 0)
-        close(dir);
-    if (st == DDPH_OK)
-        *fd_out = fd;
-    return st;
-}
-
-/* The machine this library was built for, to match against the file's. */
-#if defined(__x86_64__)
-#define HOST_MACHINE EM_X86_64
-#elif defined(__aarch64__)
-#define HOST_MACHINE EM_AARCH64
-#elif defined(__powerpc64__)
-#define HOST_MACHINE EM_PPC64
-#else
-#define HOST_MACHINE EM_NONE /* not checked */
-#endif
-
-/* Looks at the file before dlopen runs any of its code (constructors run
- * inside dlopen): a complete ELF shared object of this machine whose
- * dynamic symbol table defines the entry symbol.  libelf reads the file
- * with read(), so a truncated file is an error here, not a SIGBUS inside
- * dlopen's mapping. */
-static ddph_status check_elf(int fd, const char *path, ddph_err *err)
-{
-    if (elf_version(EV_CURRENT) == EV_NONE)
-        return ddph__fail(err, DDPH_ERR_PLUGIN, "libelf: %s",
-                          elf_errmsg(-1));
-    struct stat sb;
-    ddph_status st = DDPH_OK;
-    Elf *elf = NULL;
-    GElf_Ehdr eh;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s is not a regular file", path);
-        goto out;
-    }
-    elf = elf_begin(fd, ELF_C_READ, NULL);
-    if (!elf || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh)) {
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s is not an ELF shared object (%s)",
-                        path, elf_errno() ? elf_errmsg(-1)
-                                          : "no ELF header");
-        goto out;
-    }
-    if (eh.e_type != ET_DYN ||
-        eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
-        (HOST_MACHINE != EM_NONE && eh.e_machine != HOST_MACHINE)) {
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s is not a shared object for this "
-                        "machine (ELF type %u, class %u, machine %u)",
-                        path, (unsigned)eh.e_type,
-                        (unsigned)eh.e_ident[EI_CLASS],
-                        (unsigned)eh.e_machine);
-        goto out;
-    }
-    /* dlopen maps every loadable segment: one past the end of the file is
-     * a SIGBUS when touched.  The section headers must be there too. */
-    uint64_t size = (uint64_t)sb.st_size;
-    int truncated = eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > size ||
-                    eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size;
-    for (int k = 0; !truncated && k < eh.e_phnum; k++) {
-        GElf_Phdr ph;
-        truncated = !gelf_getphdr(elf, k, &ph) ||
-                    (ph.p_type == PT_LOAD && ph.p_offset + ph.p_filesz > size);
-    }
-    if (truncated) {
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s is not a complete ELF shared object "
-                        "(truncated: its headers reach past its %llu bytes)",
-                        path, (unsigned long long)size);
-        goto out;
-    }
-    /* The ddph_plugin_vN symbols it defines, by major. */
-    unsigned majors = 0;
-    int complete = 1, found_dynsym = 0;
-    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
-        GElf_Shdr sh;
-        if (!gelf_getshdr(scn, &sh)) {
-            complete = 0;
-            break;
-        }
-        if (sh.sh_type != SHT_DYNSYM)
-            continue;
-        found_dynsym = 1;
-        Elf_Data *data = elf_getdata(scn, NULL);
-        if (!data || sh.sh_entsize == 0) {
-            complete = 0;
-            break;
-        }
-        size_t n = sh.sh_size / sh.sh_entsize;
-        for (size_t k = 0; k < n; k++) {
-            GElf_Sym sym;
-            if (!gelf_getsym(data, (int)k, &sym))
-                break;
-            const char *name = elf_strptr(elf, sh.sh_link, sym.st_name);
-            unsigned major;
-            char extra;
-            if (name && sym.st_shndx != SHN_UNDEF &&
-                sscanf(name, "ddph_plugin_v%u%c", &major, &extra) == 1 &&
-                major <= NEWEST_MAJOR_TO_PROBE)
-                majors |= 1u << major;
-        }
-    }
-    if (!complete || elf_errno() != 0) {
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s is not a complete ELF shared object "
-                        "(truncated or damaged: %s)",
-                        path, elf_errmsg(-1));
-    } else if (!(majors & (1u << DDPH_PLUGIN_ABI_MAJOR))) {
-        st = ddph__fail(err, DDPH_ERR_PLUGIN,
-                        "hook plugin %s has no entry symbol %s%s (is it a "
-                        "ddphook hook? build it with DDPH_PLUGIN_EXPORT)",
-                        path, DDPH_PLUGIN_ENTRY_V1,
-                        found_dynsym ? "" : " (no dynamic symbol table)");
-        /* Name the majors the file does export, newer or retired. */
-        for (int major = NEWEST_MAJOR_TO_PROBE; major >= 0; major--)
-            if (majors & (1u << major)) {
-                st = ddph__fail(
-                    err, DDPH_ERR_ABI,
-                    "hook plugin %s exports ddph_plugin_v%d only: ABI major "
-                    "%d is %s; this host supports major %d (%s)",
-                    path, major, major,
-                    major > DDPH_PLUGIN_ABI_MAJOR ? "newer than this host"
-                                                  : "no longer supported",
-                    DDPH_PLUGIN_ABI_MAJOR, DDPH_PLUGIN_ENTRY_V1);
-                break;
-            }
-    }
-out:
-    if (elf)
-        elf_end(elf);
-    return st;
-}
 
 /* Validates the copied table; the message names the plugin file. */
 static ddph_status check_table(const ddph_plugin *p, ddph_err *err)
@@ -651,7 +268,7 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     if (st != DDPH_OK)
         return st;
     int fd = -1;
-    if ((st = open_plugin("hook plugin", path, !allow_insecure, &fd, err)) != DDPH_OK) {
+    if ((st = ddph__safe_open("hook plugin", path, !allow_insecure, &fd, err)) != DDPH_OK) {
         free(path);
         return st;
     }
@@ -663,7 +280,7 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     }
     p->path = path;
     p->fd = -1;
-    st = check_elf(fd, path, err);
+    st = ddph__elf_check(fd, path, err);
     /* The very file checked: its descriptor, not its name again. */
     char by_fd[64];
     snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
@@ -698,7 +315,7 @@ ddph_status ddph__plugin_load(const char *name_or_path,
         goto fail;
     ddph_plugin_entry_v1 entry;
     void *sym = dlsym(p->dl, DDPH_PLUGIN_ENTRY_V1);
-    if (!sym) { /* check_elf saw it: only a broken loader gets here */
+    if (!sym) { /* elf_check saw it: only a broken loader gets here */
         st = ddph__fail(err, DDPH_ERR_PLUGIN,
                         "hook plugin %s: dlsym(%s) failed: %s", path,
                         DDPH_PLUGIN_ENTRY_V1, dlerror());
@@ -760,25 +377,4 @@ void ddph__plugin_unload(ddph_plugin *p)
     }
     free(p->path);
     free(p);
-}
-
-ddph_status ddph__module_open(const char *path, void **dl, ddph_err *err)
-{
-    int fd = -1;
-    ddph_status st = open_plugin("GPU backend module", path, 1, &fd, err);
-    if (st != DDPH_OK)
-        return st;
-    char by_fd[64];
-    snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
-    dlerror();
-    /* Never unloaded: fd stays open, so that /proc/self/fd/N, ld.so's name
-     * for it, never names another file. */
-    *dl = dlopen(by_fd, RTLD_NOW | RTLD_LOCAL);
-    if (*dl)
-        return DDPH_OK;
-    const char *why = dlerror();
-    close(fd);
-    return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
-                      "cannot load the GPU backend module %s: %s", path,
-                      why ? why : "unknown error");
 }

@@ -45,9 +45,6 @@ ddph_status ddph__plugin_load(const char *name_or_path,
                               const char *plugin_path, int allow_insecure,
                               ddph_plugin **out, ddph_err *err);
 void ddph__plugin_unload(ddph_plugin *p);
-/* Opens a runtime module (the GPU backend) with the same checks as a
- * plugin (owner, mode, every folder and link on the way; never allowed
- * insecure) and dlopens that very file; it is never unloaded. */
-ddph_status ddph__module_open(const char *path, void **dl, ddph_err *err);
+
 
 #endif

@@ -5,34 +5,12 @@
 
 #include "plugin/services.h"
 
-#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/cpu_ops.h"
-#include "device/device.h"
-#include "device/sparse_ops.h"
-#include "comm/gpu.h"
-
-/* With backend = nccl every bucket is in GPU memory: the calls go to the
- * GPU module's table (NCCL and the CUDA kernels). */
-#define ON_GPU(h) ((h)->gpu != NULL)
-#define GPU(h) ((h)->gpu_ops)
-
-static ddph_hook *host(const ddph_services *s)
-{
-    return s->host;
-}
-
-/* Runs a backend call with an error carrier that lands in h->message. */
-static ddph_status keep(ddph_hook *h, ddph_status st, const ddph_err *e)
-{
-    if (st != DDPH_OK)
-        memcpy(h->message, e->msg, sizeof h->message);
-    return st;
-}
+#include "plugin/services_common.h"
 
 static int svc_group_rank(const ddph_group *g)
 {
@@ -522,228 +500,6 @@ int ddph__services_settle(ddph_hook *h)
     return n;
 }
 
-/* ---- minor 2: sparse and quantized hooks ---------------------------------- */
-
-static ddph_status svc_topk(const ddph_services *s, const float *x, size_t n,
-                            size_t k, float *values, int32_t *indices)
-{
-    ddph_err e;
-    ddph_status bad = ddph__topk_check(n, k, &e); /* for both devices */
-    if (bad != DDPH_OK)
-        return keep(host(s), bad, &e);
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->topk(host(s)->gpu, x, n, k, values, indices, &e), &e);
-    return keep(host(s), ddph__cpu_topk(x, n, k, values, indices, &e), &e);
-}
-
-static ddph_status svc_gather(const ddph_services *s, const float *x,
-                              const int32_t *idx, size_t k, float *out)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->gather(host(s)->gpu, x, idx, k, out, &e), &e);
-    ddph__cpu_gather(x, idx, k, out);
-    return DDPH_OK;
-}
-
-static ddph_status svc_scatter_add(const ddph_services *s, float *y,
-                                   const int32_t *idx, const float *v,
-                                   size_t k, float alpha)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->scatter_add(host(s)->gpu, y, idx, v, k, alpha, &e),
-            &e);
-    ddph__cpu_scatter_add(y, idx, v, k, alpha);
-    return DDPH_OK;
-}
-
-static ddph_status svc_absmax(const ddph_services *s, const float *x,
-                              size_t n, float *out)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s), GPU(host(s))->absmax(host(s)->gpu, x, n, out, &e),
-                    &e);
-    *out = ddph__cpu_absmax(x, n);
-    return DDPH_OK;
-}
-
-static ddph_status need_scale(const ddph_services *s, const char *what,
-                              float scale)
-{
-    if (scale > 0 && scale <= FLT_MAX)
-        return DDPH_OK;
-    snprintf(host(s)->message, sizeof host(s)->message,
-             "%s: scale %g must be positive and finite", what, (double)scale);
-    return DDPH_ERR_INVALID;
-}
-
-static ddph_status svc_quantize_int8(const ddph_services *s, const float *x,
-                                     size_t n, float scale, int8_t *q)
-{
-    ddph_status bad = need_scale(s, "quantize_int8", scale);
-    if (bad != DDPH_OK)
-        return bad;
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->quantize_int8(host(s)->gpu, x, n, scale, q, &e), &e);
-    ddph__cpu_quantize_int8(x, n, scale, q);
-    return DDPH_OK;
-}
-
-static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
-                                       size_t n, float scale, float beta,
-                                       float *y)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->dequantize_int8(host(s)->gpu, q, n, scale,
-                                                  beta, y, &e),
-                    &e);
-    ddph__cpu_dequantize_int8(q, n, scale, beta, y);
-    return DDPH_OK;
-}
-
-/* The arithmetic services take floating dtypes only. */
-static ddph_status need_float(const ddph_services *s, const char *what,
-                              ddph_dtype dtype)
-{
-    if (ddph__dtype_is_float(dtype))
-        return DDPH_OK;
-    snprintf(host(s)->message, sizeof host(s)->message,
-             "%s: %s is not a floating dtype (f32, f64, f16, bf16)", what,
-             ddph__dtype_name(dtype));
-    return DDPH_ERR_INVALID;
-}
-
-static ddph_status svc_cast(const ddph_services *s, const void *src,
-                            ddph_dtype src_dtype, void *dst,
-                            ddph_dtype dst_dtype, size_t n, double scale)
-{
-    ddph_err e;
-    ddph_status bad = need_float(s, "cast", src_dtype);
-    if (bad == DDPH_OK)
-        bad = need_float(s, "cast", dst_dtype);
-    if (bad != DDPH_OK)
-        return bad;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->cast(host(s)->gpu, src, src_dtype, dst,
-                                       dst_dtype, n, scale, &e),
-                    &e);
-    return keep(host(s),
-                ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
-                &e);
-}
-
-static ddph_status svc_divide(const ddph_services *s, void *buf,
-                              ddph_dtype dtype, size_t n, double divisor)
-{
-    ddph_err e;
-    ddph_status bad = need_float(s, "divide", dtype);
-    if (bad != DDPH_OK)
-        return bad;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->divide(host(s)->gpu, buf, dtype, n, divisor, &e), &e);
-    return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
-}
-
-static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
-                            size_t m, size_t n, size_t k, float alpha,
-                            const float *a, size_t lda, const float *b,
-                            size_t ldb, float beta, float *c, size_t ldc)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->gemm(host(s)->gpu, trans_a, trans_b, m, n, k,
-                                       alpha, a, lda, b, ldb, beta, c, ldc, &e),
-                    &e);
-    return keep(host(s),
-                ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-                               beta, c, ldc, &e),
-                &e);
-}
-
-static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
-                                     size_t rows, size_t cols, double eps)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->orthogonalize(host(s)->gpu, x, rows, cols, eps, &e),
-            &e);
-    return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
-}
-
-static ddph_status svc_axpy(const ddph_services *s, size_t n, float alpha,
-                            const float *x, float *y)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->axpy(host(s)->gpu, n, alpha, x, y, &e), &e);
-    ddph__cpu_axpy(n, alpha, x, y);
-    return DDPH_OK;
-}
-
-static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
-                            size_t bytes, ddph_copy_kind kind)
-{
-    if (kind != DDPH_COPY_DEVICE && kind != DDPH_COPY_TO_HOST &&
-        kind != DDPH_COPY_FROM_HOST) {
-        snprintf(host(s)->message, sizeof host(s)->message,
-                 "copy: unknown ddph_copy_kind %d", (int)kind);
-        return DDPH_ERR_INVALID;
-    }
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->copy(host(s)->gpu, dst, src, bytes, kind, &e),
-                    &e);
-    if (bytes)
-        memcpy(dst, src, bytes);
-    return DDPH_OK;
-}
-
-static ddph_status svc_zero(const ddph_services *s, void *buf, size_t bytes)
-{
-    ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s), GPU(host(s))->zero(host(s)->gpu, buf, bytes, &e),
-                    &e);
-    if (bytes)
-        memset(buf, 0, bytes);
-    return DDPH_OK;
-}
-
-static void *svc_alloc(const ddph_services *s, size_t bytes)
-{
-    void *p = NULL;
-    ddph_err e;
-    if (ddph__dev_alloc(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, bytes, &p,
-                        &e) != DDPH_OK)
-        return NULL;
-    return p;
-}
-
-static void svc_free(const ddph_services *s, void *p)
-{
-    ddph__dev_free(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, p);
-}
-
 static void svc_log(const ddph_services *s, ddph_log_level level,
                     const char *fmt, ...)
 {
@@ -778,12 +534,6 @@ void ddph__services_init(ddph_hook *h)
         .allgather = svc_allgather,
         .broadcast = svc_broadcast,
         .reduce_scatter = svc_reduce_scatter,
-        .cast = svc_cast,
-        .divide = svc_divide,
-        .gemm = svc_gemm,
-        .orthogonalize = svc_orthogonalize,
-        .alloc = svc_alloc,
-        .free = svc_free,
         .log = svc_log,
         .set_error = svc_set_error,
         .opt_bool = ddph__opt_bool,
@@ -794,9 +544,6 @@ void ddph__services_init(ddph_hook *h)
         .world = ON_GPU(h) ? GPU(h)->world(h->gpu) : &h->mpi->world,
         .host = h,
         .device = ON_GPU(h) ? DDPH_CUDA : DDPH_CPU,
-        .axpy = svc_axpy,
-        .copy = svc_copy,
-        .zero = svc_zero,
         .allgatherv = svc_allgatherv,
         .alltoall = svc_alltoall,
         .iallreduce = svc_iallreduce,
@@ -805,11 +552,6 @@ void ddph__services_init(ddph_hook *h)
         .ialltoall = svc_ialltoall,
         .wait = svc_wait,
         .test = svc_test,
-        .topk = svc_topk,
-        .gather = svc_gather,
-        .scatter_add = svc_scatter_add,
-        .absmax = svc_absmax,
-        .quantize_int8 = svc_quantize_int8,
-        .dequantize_int8 = svc_dequantize_int8,
     };
+    ddph__services_device_init(&h->services);
 }

@@ -20,6 +20,7 @@
 #include <strings.h>
 
 #include "support/config.h"
+#include "support/config_keys.h"
 
 
 #ifndef DDPH_PLUGIN_DIR
@@ -31,79 +32,6 @@
 /* Errors reported from one file before the parse gives up listing them. */
 #define MAX_ERRORS 8
 
-typedef enum { K_REAL, K_INT, K_BOOL, K_STRING, K_BACKEND, K_WRAPPER } key_type;
-
-typedef struct key_spec {
-    const char *section;
-    const char *key;
-    key_type type;
-    size_t offset;
-    double min, max;
-    const char *doc;
-} key_spec;
-
-#define AT(field) offsetof(ddph_config, field)
-static const key_spec key_table[] = {
-    {.section = "runtime", .key = "backend", .type = K_BACKEND,
-     .offset = AT(backend), .doc = "mpi | nccl"},
-    {.section = "runtime", .key = "bucket_cap_mb", .type = K_REAL,
-     .offset = AT(bucket_cap_mb), .min = 1.0 / (1 << 20), .max = 65536,
-     .doc = "bucket size limit in MiB after the first bucket"},
-    {.section = "runtime", .key = "first_bucket_cap_mb", .type = K_REAL,
-     .offset = AT(first_bucket_cap_mb), .min = 1.0 / (1 << 20), .max = 65536,
-     .doc = "size limit of bucket 0 in MiB"},
-    {.section = "runtime", .key = "gradient_as_bucket_view", .type = K_BOOL,
-     .offset = AT(gradient_as_bucket_view),
-     .doc = "gradients live in the runtime's flat bucket storage"},
-    {.section = "runtime", .key = "shared_buckets", .type = K_BOOL,
-     .offset = AT(shared_buckets),
-     .doc = "one-host jobs: buckets in memory every rank maps"},
-    {.section = "runtime", .key = "plugin_path", .type = K_STRING,
-     .offset = AT(plugin_path), .doc = "':'-separated hook directories"},
-    {.section = "runtime", .key = "timeout_s", .type = K_REAL,
-     .offset = AT(timeout_s), .min = 0.001, .max = 1e7,
-     .doc = "seconds before a stuck collective is reported"},
-    {.section = "runtime", .key = "allow_insecure_plugins", .type = K_BOOL,
-     .offset = AT(allow_insecure_plugins),
-     .doc = "load plugins from files or folders others can write"},
-    {.section = "runtime", .key = "trace", .type = K_STRING,
-     .offset = AT(trace), .doc = "write a Chrome/Perfetto timeline here"},
-    {.section = "runtime", .key = "check_finite", .type = K_BOOL,
-     .offset = AT(check_finite),
-     .doc = "report the first NaN/Inf gradient (bucket, parameter)"},
-    {.section = "runtime", .key = "check_collectives", .type = K_BOOL,
-     .offset = AT(check_collectives),
-     .doc = "compare every hook collective across ranks before it runs"},
-    {.section = "runtime", .key = "broadcast_parameters", .type = K_BOOL,
-     .offset = AT(broadcast_parameters),
-     .doc = "rank 0's parameter values to every rank at finalize"},
-    {.section = "runtime", .key = "check_replicas_every", .type = K_INT,
-     .offset = AT(check_replicas_every), .min = 0, .max = INT_MAX,
-     .doc = "compare the ranks' parameters every N synchronised steps"},
-    {.section = "runtime", .key = "join", .type = K_BOOL,
-     .offset = AT(join),
-     .doc = "uneven inputs: ranks out of data (ddph_join) shadow the "
-            "others' steps with zero gradients"},
-    {.section = "runtime", .key = "divide_by_initial_world_size",
-     .type = K_BOOL, .offset = AT(divide_by_initial_world_size),
-     .doc = "under join: averages over the initial world size (else over "
-            "the ranks still training)"},
-    {.section = "runtime", .key = "lanes", .type = K_INT,
-     .offset = AT(lanes), .min = 1, .max = DDPH__MAX_LANES,
-     .doc = "buckets in flight at once, for hooks that allow it"},
-    {.section = "accumulate", .key = "steps", .type = K_INT,
-     .offset = AT(accumulate_steps), .min = 1, .max = INT_MAX,
-     .doc = "backward passes per synchronisation"},
-    {.section = "accumulate", .key = "sync_each_batch", .type = K_BOOL,
-     .offset = AT(sync_each_batch),
-     .doc = "synchronise every backward pass anyway"},
-    {.section = "hook", .key = "name", .type = K_STRING,
-     .offset = AT(hook_name), .doc = "hook name along plugin_path or .so path"},
-    {.section = "hook", .key = "wrapper", .type = K_WRAPPER,
-     .offset = AT(wrapper), .doc = "none | fp16 | bf16"},
-};
-#undef AT
-#define NKEYS (sizeof key_table / sizeof key_table[0])
 
 static const char *const model_keys[] = {"hook", "wrapper",
                                          "accumulate_steps"};
@@ -458,14 +386,15 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
 static int handle_fixed_section(parse_state *ps, const char *section,
                                 const char *name, const char *value)
 {
-    const char *cands[NKEYS];
+    const char *cands[64]; /* more than any section has */
     size_t nc = 0;
-    for (size_t i = 0; i < NKEYS; i++) {
-        if (strcmp(key_table[i].section, section) != 0)
+    for (size_t i = 0; i < ddph__config_nkeys; i++) {
+        if (strcmp(ddph__config_keys[i].section, section) != 0)
             continue;
-        if (strcmp(key_table[i].key, name) == 0)
-            return set_key(ps, &key_table[i], value);
-        cands[nc++] = key_table[i].key;
+        if (strcmp(ddph__config_keys[i].key, name) == 0)
+            return set_key(ps, &ddph__config_keys[i], value);
+        if (nc < sizeof cands / sizeof *cands)
+            cands[nc++] = ddph__config_keys[i].key;
     }
     const char *near = ddph__nearest(name, cands, nc);
     if (near)
@@ -759,28 +688,6 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
     return ps.status;
 }
 
-int ddph__config_write_kv(FILE *f, const char *key, const char *value)
-{
-    /* Well inside inih's 198 characters, with room for the indent. */
-    enum { PIECE = 120 };
-    if (fprintf(f, "%s = ", key) < 0)
-        return 0;
-    size_t n = strlen(value);
-    while (n > PIECE) {
-        size_t cut = PIECE;
-        while (cut > PIECE / 2 && value[cut - 1] != '/' && value[cut - 1] != ':')
-            cut--;
-        while (cut < n && (isspace((unsigned char)value[cut]) ||
-                           isspace((unsigned char)value[cut - 1])))
-            cut++;
-        if (fprintf(f, "%.*s\n    ", (int)cut, value) < 0)
-            return 0;
-        value += cut;
-        n -= cut;
-    }
-    return fprintf(f, "%s\n", value) >= 0;
-}
-
 void ddph__config_free(ddph_config *cfg)
 {
     if (!cfg)
@@ -823,54 +730,4 @@ const ddph_model_section *ddph__config_model(const ddph_config *cfg,
         if (strcmp(cfg->models[i].model, model) == 0)
             return &cfg->models[i];
     return NULL;
-}
-
-void ddph__config_print(const ddph_config *cfg, FILE *out)
-{
-    const char *section = "";
-    const char *base = (const char *)cfg;
-    fprintf(out, "; resolved from %s\n", cfg->path);
-    for (size_t i = 0; i < NKEYS; i++) {
-        const key_spec *k = &key_table[i];
-        if (strcmp(section, k->section) != 0) {
-            fprintf(out, "%s[%s]\n", i ? "\n" : "", k->section);
-            section = k->section;
-        }
-        if (k->type == K_STRING && !*(char *const *)(base + k->offset)) {
-            fprintf(out, "; %s = (not set)  ; %s\n", k->key, k->doc);
-            continue;
-        }
-        fprintf(out, "%s = ", k->key);
-        switch (k->type) {
-        case K_REAL:
-            fprintf(out, "%.17g", *(const double *)(base + k->offset));
-            break;
-        case K_INT:
-            fprintf(out, "%d", *(const int *)(base + k->offset));
-            break;
-        case K_BOOL:
-            fputs(*(const int *)(base + k->offset) ? "true" : "false", out);
-            break;
-        case K_STRING:
-            fputs(*(char *const *)(base + k->offset), out);
-            break;
-        case K_BACKEND:
-            fputs(cfg->backend == DDPH_BACKEND_NCCL ? "nccl" : "mpi", out);
-            break;
-        case K_WRAPPER:
-            fputs(ddph__wrapper_name(cfg->wrapper), out);
-            break;
-        }
-        fprintf(out, "%*s; %s\n", 1, "", k->doc);
-    }
-    for (size_t i = 0; i < cfg->nmodels; i++) {
-        const ddph_model_section *m = &cfg->models[i];
-        fprintf(out, "\n[model.%s]\n", m->model);
-        if (m->hook)
-            fprintf(out, "hook = %s\n", m->hook);
-        if (m->wrapper_set)
-            fprintf(out, "wrapper = %s\n", ddph__wrapper_name(m->wrapper));
-        if (m->accumulate_steps)
-            fprintf(out, "accumulate_steps = %d\n", m->accumulate_steps);
-    }
 }

@@ -66,6 +66,7 @@ typedef struct ddph_config {
     int allow_insecure_plugins;
     char *trace; /* Chrome/Perfetto timeline file, or NULL */
     int check_finite;
+    int log_stats; /* each model's hook statistics logged at close */
     int lanes; /* communication threads, each with its own communicator */
     int broadcast_parameters; /* rank 0's parameter values at finalize */
     int check_collectives;    /* fingerprints of the hooks' collectives */

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <ddphook/plugin.h>
+#include <ddphook/plugin_util.h>
 
 #define HOOK_NAME "my_hook"
 
@@ -106,7 +107,7 @@ static ddph_status average(const my_state *st, const ddph_bucket *b,
     }
     size_t half = b->numel / 2;
     /* Element size from the dtype, for the second half's address. */
-    size_t es = b->dtype == DDPH_F64 ? 8 : b->dtype == DDPH_F32 ? 4 : 2;
+    size_t es = ddph_util_dtype_size(b->dtype);
     char *second = (char *)b->buffer + half * es;
     ddph_request *first = NULL;
     ddph_status r = s->divide(s, b->buffer, b->dtype, half, w);

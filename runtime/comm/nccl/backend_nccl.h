@@ -29,6 +29,9 @@ typedef struct ddph_gpu {
     ddph_gpu_host host; /* the runtime's MPI side */
 } ddph_nccl;
 
+/* DDPH_ERR_BACKEND: "WHAT failed: " and CUDA's text for error e. */
+ddph_status ddph__cuda_fail(ddph_err *err, int e, const char *what);
+
 /* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU.
  * Allocates *out. */
 ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,

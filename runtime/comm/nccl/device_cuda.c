@@ -6,18 +6,14 @@
 
 #include <cuda_runtime.h>
 
+#include "comm/nccl/backend_nccl.h"
 #include "comm/nccl/cuda_ops.h"
 
-static ddph_status cuda_fail(ddph_err *err, cudaError_t e, const char *what)
-{
-    return ddph__fail(err, DDPH_ERR_BACKEND, "%s failed: %s", what,
-                      cudaGetErrorString(e));
-}
 #define CUDA_OR_FAIL(call, what)                                             \
     do {                                                                     \
         cudaError_t e_ = (call);                                             \
         if (e_ != cudaSuccess)                                               \
-            return cuda_fail(err, e_, what);                                 \
+            return ddph__cuda_fail(err, e_, what);                          \
     } while (0)
 
 static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
@@ -32,7 +28,7 @@ static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
         e = cudaStreamSynchronize(0);
     if (e != cudaSuccess) {
         cudaFree(p);
-        return cuda_fail(err, e, "cudaMemset");
+        return ddph__cuda_fail(err, e, "cudaMemset");
     }
     *out = p;
     return DDPH_OK;

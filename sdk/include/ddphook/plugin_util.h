@@ -1,17 +1,51 @@
-/* f32_work.h: what the topk and int8 hooks share: the f32 view of a
- * bucket they work on (the bucket itself when it is f32, else a copy cast
- * from it: under the fp16/bf16 wrappers, or an f64 model), and per-bucket
- * buffers allocated once from the layout (ABI minor 2). */
-#ifndef DDPH_F32_WORK_H
-#define DDPH_F32_WORK_H
+/* plugin_util.h: helpers for hook authors, header-only (a plugin links
+ * nothing of ddphook's).  The shipped hooks use them too.
+ *
+ *   ddph_util_dtype_size    bytes of one element of a dtype
+ *   ddph_util_need_minor2   refuse a host older than ABI minor 2, saying so
+ *   ddph_util_f32_load      an f32 view of any floating bucket
+ *   ddph_util_f32_store     and the result written back in its dtype
+ *   ddph_util_check_bucket  on_bucket's bucket is one on_layout announced
+ *   ddph_util_save_errors   per-bucket error buffers (device memory) into
+ *   ddph_util_load_errors   the hook's saved state, and back, refusing
+ *                           another model's state
+ *   ddph_util_stats_put     the `stats` entry point's contract
+ *
+ * docs/plugin-guide.md shows them in use. */
+#ifndef DDPHOOK_PLUGIN_UTIL_H
+#define DDPHOOK_PLUGIN_UTIL_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <ddphook/plugin.h>
 
+/* Bytes of one element of dtype (0 for a value outside the enum). */
+static inline size_t ddph_util_dtype_size(ddph_dtype dtype)
+{
+    switch (dtype) {
+    case DDPH_F64:
+    case DDPH_I64:
+        return 8;
+    case DDPH_F32:
+    case DDPH_I32:
+        return 4;
+    case DDPH_F16:
+    case DDPH_BF16:
+        return 2;
+    case DDPH_U8:
+    case DDPH_I8:
+        return 1;
+    case DDPH_DTYPE_COUNT:
+        break;
+    }
+    return 0;
+}
+
 /* The services of ABI minor 2 these hooks use: a host without them is
  * told so at create. */
-static inline ddph_status f32w_need_minor2(const ddph_services *s,
+static inline ddph_status ddph_util_need_minor2(const ddph_services *s,
                                            const char *hook)
 {
     if (DDPH_HAS_MEMBER(s, ddph_services, dequantize_int8))
@@ -23,7 +57,7 @@ static inline ddph_status f32w_need_minor2(const ddph_services *s,
 
 /* The f32 data of bucket b: b->buffer itself, or `work` (numel floats)
  * after a cast from it. */
-static inline ddph_status f32w_load(const ddph_services *s,
+static inline ddph_status ddph_util_f32_load(const ddph_services *s,
                                     const ddph_bucket *b, float *work,
                                     float **out)
 {
@@ -36,7 +70,7 @@ static inline ddph_status f32w_load(const ddph_services *s,
 }
 
 /* Writes the f32 result back into the bucket when it is not f32. */
-static inline ddph_status f32w_store(const ddph_services *s,
+static inline ddph_status ddph_util_f32_store(const ddph_services *s,
                                      const ddph_bucket *b, const float *data)
 {
     if (b->dtype == DDPH_F32)
@@ -45,7 +79,7 @@ static inline ddph_status f32w_store(const ddph_services *s,
 }
 
 /* Checks that on_bucket's bucket is the one on_layout announced. */
-static inline ddph_status f32w_check_bucket(const ddph_services *s,
+static inline ddph_status ddph_util_check_bucket(const ddph_services *s,
                                             const char *hook, int nbuckets,
                                             const size_t *numel,
                                             const ddph_bucket *b)
@@ -60,7 +94,7 @@ static inline ddph_status f32w_check_bucket(const ddph_services *s,
 
 /* Saves the error buffers of a hook's buckets (device memory): the bucket
  * count, then per bucket its element count and its floats. */
-static inline ddph_status f32w_save_errors(const ddph_services *s,
+static inline ddph_status ddph_util_save_errors(const ddph_services *s,
                                            ddph_write_fn write, void *sink,
                                            int nbuckets, float *const *errors,
                                            const size_t *numel)
@@ -83,9 +117,9 @@ static inline ddph_status f32w_save_errors(const ddph_services *s,
     return st;
 }
 
-/* Reads what f32w_save_errors wrote; another model's state (a different
+/* Reads what ddph_util_save_errors wrote; another model's state (a different
  * bucket count or size) is refused. */
-static inline ddph_status f32w_load_errors(const ddph_services *s,
+static inline ddph_status ddph_util_load_errors(const ddph_services *s,
                                            ddph_read_fn read, void *source,
                                            int nbuckets, float *const *errors,
                                            const size_t *numel,
@@ -118,6 +152,16 @@ static inline ddph_status f32w_load_errors(const ddph_services *s,
         free(host);
     }
     return st;
+}
+
+/* The `stats` entry point's contract: up to `max` of the hook's `n`
+ * figures go to `out`; the return value is how many it has. */
+static inline size_t ddph_util_stats_put(const ddph_stat *all, size_t n,
+                                         ddph_stat *out, size_t max)
+{
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i] = all[i];
+    return n;
 }
 
 #endif

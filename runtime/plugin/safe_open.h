@@ -1,0 +1,30 @@
+/* safe_open.h: opening a file that is then loaded into the process (a hook
+ * plugin, the GPU backend module) so that no other user can swap it.
+ *
+ * The rule of ld.so's secure mode, sudo and sshd's StrictModes, applied to
+ * the file that is then loaded, not to a name looked up twice: the path
+ * is walked from "/" one component at a time, each opened with O_NOFOLLOW
+ * relative to the folder before it, and checked as it is opened; links
+ * are read and followed here.  Every folder on the way is owned by root
+ * or this user and writable by no one else (a folder other than the
+ * file's own may be world-writable if it is sticky, as /tmp is); every
+ * link is owned by root or this user; the file is a regular file owned by
+ * root or this user and writable by no one else. */
+#ifndef DDPH_SAFE_OPEN_H
+#define DDPH_SAFE_OPEN_H
+
+#include "support/util.h"
+
+/* Opens `path` for reading with the checks above (`check` 0: only walks,
+ * for [runtime] allow_insecure_plugins); *fd is the very file checked,
+ * for elf_check.h to read and dlopen to load through /proc/self/fd.
+ * Messages say "refusing KIND PATH (at WHERE): why". */
+ddph_status ddph__safe_open(const char *kind, const char *path, int check,
+                            int *fd, ddph_err *err);
+
+/* A runtime module (the GPU backend): opened as above (never insecure)
+ * and dlopen'd through its descriptor, which stays open: it is never
+ * unloaded. */
+ddph_status ddph__module_open(const char *path, void **dl, ddph_err *err);
+
+#endif
