@@ -35,6 +35,8 @@ int main(void)
     srunner_add_suite(sr, cpu_ops_suite());
     srunner_add_suite(sr, rng_suite());
     srunner_add_suite(sr, psgd_cpu_suite());
+    srunner_add_suite(sr, services_suite());
+    srunner_add_suite(sr, timeline_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -12,6 +12,8 @@ Suite *loader_suite(void);
 Suite *cpu_ops_suite(void);
 Suite *rng_suite(void);
 Suite *psgd_cpu_suite(void);
+Suite *services_suite(void);
+Suite *timeline_suite(void);
 
 /* Writes text to a fresh temporary file; returns its path (static buffer
  * per call site: copy it if two are needed at once). */

@@ -1,0 +1,140 @@
+/* unit_services.c: the services table a hook is handed, driven without a
+ * communicator: the arithmetic and memory services on the CPU (what they
+ * compute, how they refuse bad arguments, the message a hook then
+ * returns), and the nonblocking collectives' refusal of the hook's own
+ * stack buffers, which comes before any MPI call. */
+#include "build-config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "plugin/services.h"
+#include "unit.h"
+
+/* A hook instance of one rank with no communicator behind it. */
+typedef struct fixture {
+    ddph_mpi mpi;
+    ddph_hook hook;
+} fixture;
+
+static const ddph_services *fixture_init(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    f->mpi.world.rank = 0;
+    f->mpi.world.size = 1;
+    f->hook.mpi = &f->mpi;
+    static char model[] = "unit";
+    f->hook.model = model;
+    ddph__services_init(&f->hook);
+    return &f->hook.services;
+}
+
+START_TEST(table_describes_a_cpu_instance)
+{
+    fixture f;
+    const ddph_services *s = fixture_init(&f);
+    ck_assert_int_eq(s->device, DDPH_CPU);
+    ck_assert_ptr_null(s->native_stream);
+    ck_assert_ptr_eq(s->world, &f.mpi.world);
+    ck_assert_int_eq(s->world_size, 1);
+    ck_assert_uint_eq(s->struct_size, sizeof(ddph_services));
+    /* Every member a hook may call is set. */
+    ck_assert_ptr_nonnull(s->cast);
+    ck_assert_ptr_nonnull(s->topk);
+    ck_assert_ptr_nonnull(s->dequantize_int8);
+    ck_assert_ptr_nonnull(s->iallreduce);
+    ck_assert_ptr_nonnull(s->alloc);
+}
+END_TEST
+
+START_TEST(arithmetic_on_the_cpu)
+{
+    fixture f;
+    const ddph_services *s = fixture_init(&f);
+    float x[6] = {1, -8, 3, 0.5f, -2, 7}, v[2];
+    int32_t idx[2];
+    ck_assert_int_eq(s->topk(s, x, 6, 2, v, idx), DDPH_OK);
+    ck_assert_int_eq(idx[0], 1); /* |-8| and |7|, in index order */
+    ck_assert_int_eq(idx[1], 5);
+    ck_assert(v[0] == -8 && v[1] == 7);
+    ck_assert_int_eq(s->divide(s, x, DDPH_F32, 6, 2.0), DDPH_OK);
+    ck_assert(x[1] == -4);
+    float m = 0;
+    ck_assert_int_eq(s->absmax(s, x, 6, &m), DDPH_OK);
+    ck_assert(m == 4);
+    uint16_t half[6];
+    ck_assert_int_eq(s->cast(s, x, DDPH_F32, half, DDPH_F16, 6, 1.0), DDPH_OK);
+    float back[6];
+    ck_assert_int_eq(s->cast(s, half, DDPH_F16, back, DDPH_F32, 6, 1.0),
+                     DDPH_OK);
+    ck_assert(back[5] == 3.5f);
+    float *mem = s->alloc(s, 100 * sizeof(float));
+    ck_assert_ptr_nonnull(mem);
+    ck_assert(mem[99] == 0); /* zero-filled */
+    ck_assert_int_eq(s->copy(s, mem, x, sizeof x, DDPH_COPY_DEVICE), DDPH_OK);
+    ck_assert(mem[5] == 3.5f);
+    ck_assert_int_eq(s->zero(s, mem, sizeof x), DDPH_OK);
+    ck_assert(mem[5] == 0);
+    s->free(s, mem);
+}
+END_TEST
+
+START_TEST(bad_arguments_are_refused_with_a_message)
+{
+    fixture f;
+    const ddph_services *s = fixture_init(&f);
+    float x[8] = {0}, v[9];
+    int32_t idx[9];
+    ck_assert_int_eq(s->topk(s, x, 8, 9, v, idx), DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "topk: k = 9 of n = 8"));
+    int32_t ints[4] = {0};
+    ck_assert_int_eq(s->divide(s, ints, DDPH_I32, 4, 2.0), DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "not a floating dtype"));
+    int8_t q[4];
+    ck_assert_int_eq(s->quantize_int8(s, x, 4, 0.0f, q), DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "must be positive"));
+    ck_assert_int_eq(s->quantize_int8(s, x, 4, INFINITY, q), DDPH_ERR_INVALID);
+    ck_assert_int_eq(s->copy(s, x, x, 4, (ddph_copy_kind)42),
+                     DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "unknown ddph_copy_kind 42"));
+}
+END_TEST
+
+/* Plays the hook: its locals lie below the mark its caller (the host)
+ * left. */
+__attribute__((noinline)) static ddph_status
+hook_starts_on_its_stack(const ddph_services *s, ddph_request **req)
+{
+    float local[16] = {0};
+    ddph_status st =
+        s->iallreduce(s, s->world, local, 16, DDPH_F32, DDPH_SUM, req);
+    __asm__ volatile("" ::"r"(local) : "memory"); /* keep it on the stack */
+    return st;
+}
+
+START_TEST(nonblocking_on_the_hooks_own_stack_is_refused)
+{
+    fixture f;
+    const ddph_services *s = fixture_init(&f);
+    volatile char mark = 0;
+    f.hook.frame_top = (const char *)&mark;
+    ddph_request *req = (ddph_request *)&f;
+    ck_assert_int_eq(hook_starts_on_its_stack(s, &req), DDPH_ERR_STATE);
+    ck_assert_ptr_null(req);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "in the hook's own stack "
+                                                 "frame"));
+    ck_assert_ptr_null(f.hook.outstanding);
+}
+END_TEST
+
+Suite *services_suite(void)
+{
+    Suite *s = suite_create("services");
+    TCase *tc = tcase_create("cpu");
+    tcase_add_test(tc, table_describes_a_cpu_instance);
+    tcase_add_test(tc, arithmetic_on_the_cpu);
+    tcase_add_test(tc, bad_arguments_are_refused_with_a_message);
+    tcase_add_test(tc, nonblocking_on_the_hooks_own_stack_is_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
