@@ -139,8 +139,11 @@ static int raw_allreduce(float *buf, size_t n, int repeats, int rank,
     ncclComm_t comm = NULL;
     double *t = calloc((size_t)repeats, sizeof *t);
     CHECK(t == NULL, "calloc");
-    if (rank == 0)
-        CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    /* Every rank learns whether rank 0 got an id: none waits in the
+     * broadcast, or in ncclCommInitRank, alone. */
+    int have = rank != 0 || ncclGetUniqueId(&id) == ncclSuccess;
+    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    CHECK(!have, "ncclGetUniqueId (on rank 0)");
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     CHECK(ncclCommInitRank(&comm, world, id, rank), "ncclCommInitRank");
     for (int r = -2; r < repeats; r++) { /* two warm-up calls */
@@ -243,7 +246,18 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
         MPI_Comm_free(&node);
     }
     int gpu = local % count;
-    cudaSetDevice(gpu);
+    cudaError_t set = cudaSetDevice(gpu);
+    int all_set = set == cudaSuccess;
+    MPI_Allreduce(MPI_IN_PLACE, &all_set, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_set) {
+        fprintf(stderr, "ddphook bench gpu: cudaSetDevice(%d) failed on %s: "
+                        "%s\n",
+                gpu, set == cudaSuccess ? "another rank" : "this rank",
+                cudaGetErrorString(set));
+        if (!inited)
+            MPI_Finalize();
+        return 1;
+    }
     size_t n = (mib * 1048576 / 4) / 1024 * 1024; /* whole 1024-row matrix */
     if (rank == 0) {
         struct cudaDeviceProp prop;
