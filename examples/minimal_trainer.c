@@ -83,6 +83,10 @@ int main(int argc, char **argv)
         ddph_model_bucket_info(model, b, &info);
         wire += info.bytes_on_wire;
     }
+    /* The worst error of every rank, so that rank 0's line speaks for
+     * the job. */
+    if (ddph_allreduce_f64(ctx, &worst, 1, DDPH_MAX) != DDPH_OK)
+        goto fail;
     if (rank == 0)
         printf("minimal_trainer: %d ranks, %d steps, %d buckets, %llu bytes "
                "sent per rank, max |error| vs the true average %.3g\n",

@@ -30,7 +30,9 @@ if [ $rc -eq 77 ]; then
 fi
 pass=0
 fail=0
-# check [--ok SCENARIO] NAME COMMAND...: passes when COMMAND exits 0.
+# check [--ok SCENARIO | --ok-line RE] NAME COMMAND...: passes when
+# COMMAND exits 0.  With --ok-line, also when a line matched RE and
+# ddph_close's watchdog then ended MPI_Finalize's deadlock (said below).
 # With --ok, also when it printed "ok SCENARIO" and then exited non-zero
 # (not 124, the timeout wrapper's): test_runtime prints that line once
 # every rank has passed its checks and a barrier, and MPICH 4.0's
@@ -39,9 +41,13 @@ fail=0
 # on 2026-12-04; docs/reliability.md).  That exit is MPICH's, not a
 # check: such a run passes, and says so.
 check() {
-    scenario=
+    scenario= okline=
     if [ "$1" = --ok ]; then
         scenario=$2
+        shift 2
+    fi
+    if [ "$1" = --ok-line ]; then
+        okline=$2
         shift 2
     fi
     name=$1
@@ -55,6 +61,11 @@ check() {
         printf '%s\n' "$out" | grep -q "^ok $scenario\$"; then
         pass=$((pass + 1))
         echo "PASS: $name :: ok $scenario (then exit $rc in MPI_Finalize, after every check had passed)"
+    elif [ -n "$okline" ] && [ $rc -ne 124 ] &&
+        printf '%s\n' "$out" | grep -q -- "$okline" &&
+        printf '%s\n' "$out" | grep -q "MPI_Finalize did not return within"; then
+        pass=$((pass + 1))
+        echo "PASS: $name :: $(printf '%s\n' "$out" | grep -- "$okline") (then exit $rc: MPI_Finalize's deadlock, ended by ddph_close's watchdog)"
     else
         fail=$((fail + 1))
         echo "FAIL: $name (exit $rc)"
@@ -64,7 +75,12 @@ check() {
 
 printf '[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.1\ntimeout_s = 30\n' \
     "$DDPH_TEST_PLUGIN_DIR" >"$OUT/minimal.ini"
-check "minimal trainer, 2 hosts x 2 ranks at 1gbit" \
+# minimal_trainer's line gives the worst error over every rank; after it
+# only ddph_close is left, whose MPI_Finalize may deadlock between these
+# hosts (MPICH 4.0, docs/usage.md): its watchdog then ends the rank with
+# status 0 and hydra reports the job as failed (exit 255).
+check --ok-line "max |error| vs the true average 0\$" \
+    "minimal trainer, 2 hosts x 2 ranks at 1gbit" \
     timeout 120 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
     "$B/examples/minimal_trainer" "$OUT/minimal.ini"
 check --ok local-sgd-intra-node \
