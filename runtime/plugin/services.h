@@ -1,6 +1,8 @@
-/* services.h: the ddph_services table a hook instance is handed: the MPI
- * backend's collectives, the CPU device operations, scratch memory, logging
- * and option access, all tied to the instance through services.host. */
+/* services.h: the ddph_services table a hook instance is handed: the
+ * collectives (services.c: the MPI backend, or the GPU module's NCCL),
+ * the device operations and scratch memory (services_device.c: the CPU's,
+ * or the GPU module's), logging and option access, all tied to the
+ * instance through services.host. */
 #ifndef DDPH_SERVICES_H
 #define DDPH_SERVICES_H
 

@@ -2,10 +2,12 @@
  *
  * One GPU per rank, chosen by the rank's index among the ranks of its
  * host (an MPI shared-memory split).  The communicator is bootstrapped
- * through MPI (rank 0's ncclGetUniqueId broadcast).  Hooks run on one
- * communication stream; each collective is enqueued on it and polled
- * against timeout_s (cudaStreamQuery, ncclCommGetAsyncError), so a dead
- * peer is reported instead of hanging.  Part of the GPU backend module
+ * through MPI (rank 0's ncclGetUniqueId broadcast).  Every communicator
+ * is nonblocking, so its creation, splits and enqueues are settled
+ * against timeout_s too.  Hooks run on one communication stream; each
+ * collective is enqueued on it and polled against timeout_s
+ * (cudaStreamQuery, ncclCommGetAsyncError), so a dead peer is reported
+ * instead of hanging.  Part of the GPU backend module
  * (module.c gives the runtime these functions as comm/gpu.h's table). */
 #ifndef DDPH_BACKEND_NCCL_H
 #define DDPH_BACKEND_NCCL_H
