@@ -34,6 +34,7 @@
 #include "comm/backend_mpi.h"
 #include "bench_common.h"
 #include "commands.h"
+#include "core/context.h"
 #include "support/config.h"
 #include "device/cpu_ops.h"
 #include "presets.h"
@@ -320,16 +321,8 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     *recv_per_step = (double)(recv - recv0) / hb->repeats;
     *median_s = bench_median(t, hb->repeats);
     stats[0] = '\0';
-    ddph_stat st[32];
-    size_t nst = 0;
-    if (hb->stats && ddph_model_hook_stats(m, st, 32, &nst) == DDPH_OK) {
-        size_t used = 0;
-        for (size_t i = 0; i < nst && i < 32 && used < stats_cap; i++)
-            used += (size_t)snprintf(stats + used, stats_cap - used, "%s%s %g",
-                                     i ? ", " : "", st[i].name, st[i].value);
-        if (nst == 0)
-            snprintf(stats, stats_cap, "(no statistics)");
-    }
+    if (hb->stats)
+        ddph__model_stats_line(m, stats, stats_cap);
     ok = 1;
 out:
     if (!ok)

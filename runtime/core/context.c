@@ -158,24 +158,15 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
  * whatever DDPHOOK_LOG says (the key asked for it). */
 static void log_hook_stats(const ddph_ctx *ctx, ddph_model *m)
 {
-    ddph_stat stats[32];
-    size_t n = 0;
-    if (!m->finalized || ddph_model_hook_stats(m, stats, 32, &n) != DDPH_OK)
-        return;
     char line[2048];
-    int used = snprintf(line, sizeof line, "model '%s', hook '%s': ", m->name,
-                        ddph_model_hook_name(m));
-    for (size_t i = 0; i < n && i < 32 && used > 0 &&
-                       (size_t)used < sizeof line;
-         i++)
-        used += snprintf(line + used, sizeof line - (size_t)used, "%s%s %g",
-                         i ? ", " : "", stats[i].name, stats[i].value);
-    if (n == 0)
-        snprintf(line + used, sizeof line - (size_t)used, "no statistics");
+    ddph__model_stats_line(m, line, sizeof line);
+    if (!line[0])
+        return; /* not finalized */
     ddph_logger lg = ctx->log;
     if (lg.level > DDPH_LOG_INFO)
         lg.level = DDPH_LOG_INFO;
-    ddph__log(&lg, DDPH_LOG_INFO, "%s", line);
+    ddph__log(&lg, DDPH_LOG_INFO, "model '%s', hook '%s': %s", m->name,
+              ddph_model_hook_name(m), line);
 }
 
 ddph_status ddph_close(ddph_ctx *ctx)

@@ -174,6 +174,9 @@ ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
 
 /* model.c */
 void ddph__model_free(ddph_model *m);
+/* The hook's statistics for m as one line, "name value, ..." (at most 32,
+ * cut to cap), or "no statistics"; "" before finalize. */
+void ddph__model_stats_line(ddph_model *m, char *out, size_t cap);
 
 /* reducer.c */
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);

@@ -510,6 +510,20 @@ ddph_status ddph_model_hook_stats(ddph_model *m, ddph_stat *out, size_t max,
     return DDPH_OK;
 }
 
+void ddph__model_stats_line(ddph_model *m, char *out, size_t cap)
+{
+    ddph_stat stats[32];
+    size_t n = 0, used = 0;
+    out[0] = '\0';
+    if (ddph_model_hook_stats(m, stats, 32, &n) != DDPH_OK)
+        return;
+    if (n == 0)
+        snprintf(out, cap, "no statistics");
+    for (size_t i = 0; i < n && i < 32 && used < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%s %g",
+                                 i ? ", " : "", stats[i].name, stats[i].value);
+}
+
 void ddph__model_free(ddph_model *m)
 {
     if (!m)

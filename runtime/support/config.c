@@ -7,7 +7,6 @@
  * handler joins. */
 #include "build-config.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <ini.h>
