@@ -91,23 +91,17 @@ conform() {
     fi
 }
 P="$DDPH_TEST_PLUGIN_DIR"
-# Leaks and memory errors: every shipped hook once under valgrind.
+# Leaks and memory errors: every shipped hook under valgrind, on 1, 2 and
+# 4 ranks, judged as everywhere else (no --rtol: each hook's declared
+# tolerance or error feedback).
+SHIPPED="allreduce fp16 bf16 powersgd batched_powersgd topk int8"
 if command -v valgrind >/dev/null 2>&1; then
-    for h in allreduce fp16 bf16; do
-        conform 1 "$P/$h.so" --steps 3 --valgrind \
-            --suppressions "$S/sdk/valgrind.supp"
+    for n in 1 2 4; do
+        for h in $SHIPPED; do
+            conform "$n" "$P/$h.so" --steps 3 --valgrind \
+                --suppressions "$S/sdk/valgrind.supp"
+        done
     done
-    for h in powersgd batched_powersgd; do
-        conform 1 "$P/$h.so" --option start_powerSGD_iter=2 --rtol 10 --steps 3 \
-            --valgrind --suppressions "$S/sdk/valgrind.supp"
-    done
-    conform 1 "$P/topk.so" --option ratio=0.1 --rtol 10 --steps 3 \
-        --valgrind --suppressions "$S/sdk/valgrind.supp"
-    conform 1 "$P/int8.so" --steps 3 \
-        --valgrind --suppressions "$S/sdk/valgrind.supp"
-    # On 2 ranks too: the tester's own MPI state must be left clean.
-    conform 2 "$P/allreduce.so" --steps 3 --valgrind \
-        --suppressions "$S/sdk/valgrind.supp"
 else
     echo "note: valgrind not found: leak checks not run"
 fi
@@ -115,23 +109,45 @@ for n in 1 2 4; do
     conform "$n" "$P/allreduce.so"
     conform "$n" "$OUT/template/my_hook.so"
 done
-# The minor-2 hooks: lossless top-k, and int8 within its quantization step.
-# fp16, bf16 and int8 run without --rtol: the tester takes the tolerance
-# each declares in its table.
+# Every shipped hook with its defaults, and in the phases options choose:
+# lossless top-k; PowerSGD exact (before start_powerSGD_iter) and
+# compressing from step 2; no --rtol anywhere.
 for n in 2 4; do
+    conform "$n" "$P/topk.so"
     conform "$n" "$P/topk.so" --option ratio=1
     conform "$n" "$P/int8.so"
 done
 for n in 1 2; do
     conform "$n" "$P/fp16.so"
     conform "$n" "$P/bf16.so"
-    # Plain phase (exact), then the compressed phase: random gradients are
-    # full rank, so only a loose bound (finite, bounded) makes sense there.
     conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=100
-    conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=2 --rtol 10
-    conform "$n" "$P/batched_powersgd.so" --option start_powerSGD_iter=2 --rtol 10
+    conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=2
+    conform "$n" "$P/batched_powersgd.so" --option start_powerSGD_iter=2
     conform "$n" "$so" --option start_localSGD_iter=100
 done
+# Wrong compressors fail, each on the row that catches it: zeros from an
+# "exact" hook; any hook held to --rtol 10; zeros, and 0.9 of the average,
+# from hooks that claim error feedback.
+# refuse NAME ROW ARGS...: the tester fails ARGS with a FAIL line matching ROW.
+refuse() {
+    name=$1 row=$2
+    shift 2
+    if out=$(timeout 300 "$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+        ko "$name passed the tester"; printf '%s\n' "$out" | sed 's/^/    /'
+    elif printf '%s\n' "$out" | grep -q "^FAIL  $row" &&
+        ! printf '%s\n' "$out" | grep -q "conforms"; then
+        ok "$name fails :: $(printf '%s\n' "$out" | grep "^FAIL  $row" | head -n 1)"
+    else
+        ko "$name: no failing '$row' row, or 'conforms' printed"; printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+FK="$DDPH_TEST_FAKE_DIR"
+refuse "a hook that returns zeros" "f32 buckets: close to average" "$FK/zeroes.so"
+refuse "a hook that returns zeros, at --rtol 10" "tolerance" "$FK/zeroes.so" --rtol 10
+refuse "zeros under a claim of error feedback" "error feedback" "$FK/zeroes_ef.so"
+refuse "0.9 of the average under a claim of error feedback" "error feedback" "$FK/scaled_ef.so"
+refuse "zeros, under valgrind" "f32 buckets: close to average" "$FK/zeroes.so" --steps 3 \
+    --valgrind --suppressions "$S/sdk/valgrind.supp"
 # A declared tolerance is a bound, not a pass: fp16 held to an exact
 # hook's 1e-5 fails.
 if out=$("$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$P/fp16.so" --rtol 1e-5 </dev/null 2>&1); then

@@ -13,10 +13,14 @@
  *   whole average.
  * Per bucket and step a rank sends about 2 (W-1)/W * numel bytes plus a
  * few floats, a quarter of what an f32 reduce-scatter + allgather moves.
- * The second quantization (of the average) is not fed back: its error is
- * at most half a step of that chunk's scale.  When every value is a
- * multiple of the scale (e.g. integers with max |x| = 127 in each chunk)
- * the result is exact.  Works in f32 (a cast copy under the wrappers). */
+ * With error feedback both quantizations are fed back: each rank keeps
+ * its own rounding error (added to its next gradient), and the rank that
+ * averages a chunk keeps the error of re-quantizing it (added to that
+ * chunk's next average), so that the results summed over steps track the
+ * summed averages.  One step's error is at most half a step of each
+ * scale.  When every value is a multiple of the scale (e.g. integers with
+ * max |x| = 127 in each chunk) the result is exact.  Works in f32 (a cast
+ * copy under the wrappers). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,7 @@ typedef struct int8_bucket {
     int8_t *q;           /* W * chunk: this rank's quantized bucket */
     int8_t *received;    /* W * chunk: every rank's copy of my chunk */
     float *sum;          /* chunk: their average, f32 */
+    float *chunk_error;  /* chunk: the error of re-quantizing my average */
     int8_t *q_avg;       /* chunk: the average re-quantized */
     int8_t *all_avg;     /* W * chunk: every rank's averaged chunk */
     float *scalar;       /* 1: device word for the max allreduce */
@@ -45,6 +50,8 @@ typedef struct int8_state {
     int8_bucket *buckets;
     size_t *numel;
     float **errors; /* per bucket: its error buffer (for save/load) */
+    float **chunk_errors; /* per bucket: its chunk_error (for save/load) */
+    size_t *chunk_numel;  /* per bucket: its chunk */
     float *host_scales; /* W */
     double bytes_f32, bytes_int8; /* stats: what f32 would send, what went */
 } int8_state;
@@ -79,17 +86,21 @@ static void free_buckets(const ddph_services *s, int8_state *t)
     for (int i = 0; i < t->nbuckets; i++) {
         int8_bucket *b = &t->buckets[i];
         void *all[] = {b->error, b->work, b->q, b->received, b->sum,
-                       b->q_avg, b->all_avg, b->scalar, b->my_scale,
-                       b->scales};
+                       b->chunk_error, b->q_avg, b->all_avg, b->scalar,
+                       b->my_scale, b->scales};
         for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
             s->free(s, all[j]);
     }
     free(t->buckets);
     free(t->numel);
     free(t->errors);
+    free(t->chunk_errors);
+    free(t->chunk_numel);
     t->buckets = NULL;
     t->numel = NULL;
     t->errors = NULL;
+    t->chunk_errors = NULL;
+    t->chunk_numel = NULL;
     t->nbuckets = 0;
 }
 
@@ -121,7 +132,10 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
     t->buckets = calloc(nb, sizeof *t->buckets);
     t->numel = calloc(nb, sizeof *t->numel);
     t->errors = calloc(nb, sizeof *t->errors);
-    if (!t->buckets || !t->numel || !t->errors)
+    t->chunk_errors = calloc(nb, sizeof *t->chunk_errors);
+    t->chunk_numel = calloc(nb, sizeof *t->chunk_numel);
+    if (!t->buckets || !t->numel || !t->errors || !t->chunk_errors ||
+        !t->chunk_numel)
         return DDPH_ERR_NOMEM;
     t->nbuckets = layout->nbuckets;
     int ok = 1;
@@ -137,6 +151,9 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
         b->q = alloc_zero(s, padded, &ok);
         b->received = alloc_zero(s, padded, &ok);
         b->sum = alloc_zero(s, b->chunk * sizeof(float), &ok);
+        t->chunk_numel[i] = b->chunk;
+        b->chunk_error = t->chunk_errors[i] =
+            alloc_zero(s, b->chunk * sizeof(float), &ok);
         b->q_avg = alloc_zero(s, b->chunk, &ok);
         b->all_avg = alloc_zero(s, padded, &ok);
         b->scalar = alloc_zero(s, sizeof(float), &ok);
@@ -219,12 +236,22 @@ static ddph_status int8_on_bucket(void *state, const ddph_bucket *bk,
                                 r == 0 ? 0.0f : 1.0f, b->sum);
     if (st == DDPH_OK)
         st = s->divide(s, b->sum, DDPH_F32, c, (double)world);
+    if (st == DDPH_OK && t->error_feedback)
+        st = s->axpy(s, c, 1.0f, b->chunk_error, b->sum);
     float chunk_max = 0;
     if (st == DDPH_OK)
         st = s->absmax(s, b->sum, c, &chunk_max);
     float my_scale = scale_for(chunk_max);
     if (st == DDPH_OK)
         st = s->quantize_int8(s, b->sum, c, my_scale, b->q_avg);
+    /* chunk_error = sum - my_scale * q_avg, for this chunk's next step. */
+    if (st == DDPH_OK && t->error_feedback) {
+        st = s->copy(s, b->chunk_error, b->sum, c * sizeof(float),
+                     DDPH_COPY_DEVICE);
+        if (st == DDPH_OK)
+            st = s->dequantize_int8(s, b->q_avg, c, -my_scale, 1.0f,
+                                    b->chunk_error);
+    }
     if (st == DDPH_OK)
         st = s->copy(s, b->my_scale, &my_scale, sizeof my_scale,
                      DDPH_COPY_FROM_HOST);
@@ -265,21 +292,29 @@ static size_t int8_stats(void *state, ddph_stat *out, size_t max)
     return ddph_util_stats_put(all, sizeof all / sizeof all[0], out, max);
 }
 
-/* The error buffers, bucket by bucket, so that a resumed job continues
- * bit for bit. */
+/* The error buffers, bucket by bucket, then the chunks' re-quantization
+ * errors, so that a resumed job continues bit for bit. */
 static ddph_status int8_save(void *state, const ddph_services *s,
                              ddph_write_fn write, void *sink)
 {
     int8_state *t = state;
-    return ddph_util_save_errors(s, write, sink, t->nbuckets, t->errors, t->numel);
+    ddph_status st = ddph_util_save_errors(s, write, sink, t->nbuckets,
+                                           t->errors, t->numel);
+    return st ? st
+              : ddph_util_save_errors(s, write, sink, t->nbuckets,
+                                      t->chunk_errors, t->chunk_numel);
 }
 
 static ddph_status int8_load(void *state, const ddph_services *s,
                              ddph_read_fn read, void *source)
 {
     int8_state *t = state;
-    return ddph_util_load_errors(s, read, source, t->nbuckets, t->errors, t->numel,
-                            "int8");
+    ddph_status st = ddph_util_load_errors(s, read, source, t->nbuckets,
+                                           t->errors, t->numel, "int8");
+    return st ? st
+              : ddph_util_load_errors(s, read, source, t->nbuckets,
+                                      t->chunk_errors, t->chunk_numel,
+                                      "int8 (chunk errors)");
 }
 
 static const ddph_plugin_api_v1 int8_plugin = {
@@ -287,7 +322,7 @@ static const ddph_plugin_api_v1 int8_plugin = {
     .abi_minor = DDPH_PLUGIN_ABI_MINOR,
     .struct_size = sizeof(ddph_plugin_api_v1),
     .name = "int8",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .description = "int8 gradients with a per-bucket scale and error "
                    "feedback: all-to-all of int8 chunks, f32 sums, int8 "
                    "allgather",
@@ -299,6 +334,8 @@ static const ddph_plugin_api_v1 int8_plugin = {
     .load = int8_load,
     .stats = int8_stats,
     .on_layout = int8_on_layout,
+    /* What it does not send this step goes out later (error_feedback). */
+    .flags = DDPH_PLUGIN_ERROR_FEEDBACK,
     /* 127 levels of the bucket's largest |value|: half a level is 0.4%
      * of it, and each rank's rounding adds to the sum. */
     .tolerance = 5e-2,

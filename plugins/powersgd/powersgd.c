@@ -423,6 +423,8 @@ static const ddph_plugin_api_v1 psgd_plugin = {
     .save = psgd_save,
     .load = psgd_load,
     .stats = psgd_stats,
+    /* What it does not send this step goes out later (error feedback). */
+    .flags = DDPH_PLUGIN_ERROR_FEEDBACK,
 };
 
 /* Declines hosts older than ABI minor 1: the state lives in the bucket's

@@ -248,6 +248,8 @@ static const ddph_plugin_api_v1 topk_plugin = {
     .load = topk_load,
     .stats = topk_stats,
     .on_layout = topk_on_layout,
+    /* What it does not send this step goes out later (error feedback). */
+    .flags = DDPH_PLUGIN_ERROR_FEEDBACK,
 };
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)

@@ -155,6 +155,12 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err);
  * only when every rank has ended its work (after a barrier). */
 void ddph__mpi_finalize_watched(double limit_s);
 
+/* Whether this job's MPI_Finalize can hang as above: MPICH 3.4-4.1 on
+ * ch4:ucx, ranks on more than one host, UCX_TLS forcing TCP between them,
+ * and preload/mpich-finalize.so not loaded.  If so, msg (n bytes) says
+ * what to do.  Call after ddph__mpi_find_node. */
+int ddph__mpi_finalize_hazard(const ddph_mpi *m, char *msg, size_t n);
+
 /* Breaks the job because of a failure on this rank and tells every peer
  * (once: later calls only keep the first failure).  msg should name the
  * rank, and the bucket or the call that failed. */
@@ -235,6 +241,11 @@ ddph_status ddph__mpi_op_wait(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
 /* *done = 1 when op completed (and is ended); an error ends it too. */
 ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
                               ddph_err *err);
+/* Moves op along (MPI progresses only inside its calls) without ending
+ * it: its completed requests become MPI_REQUEST_NULL, which a later wait
+ * or test takes as done.  A failure, a broken job or the deadline is
+ * returned; op is then left for the wait that ends it. */
+ddph_status ddph__mpi_op_progress(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
 
 /* With a hook's collective `what` on g (with check_collectives): every
  * rank of g gives its fingerprint (the collective's number on g, kind,

@@ -4,6 +4,7 @@
 
 #include "comm/mpi_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -183,23 +184,84 @@ ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
     return DDPH_OK;
 }
 
-/* MPI_Finalize can block after the job is over: MPICH 4.0's ch4:ucx
- * closes its endpoints, waiting for each peer's acknowledgement, then
- * enters a blocking PMI barrier; a rank already in that barrier no longer
- * progresses UCX, so a peer still closing waits forever (seen over TCP on
- * tests/cluster/cluster.sh's hosts; MPICH removed the barrier in 4.2,
- * pmodels/mpich#6596).  A peer that dies after the last barrier does the
- * same.  Every rank has ended the job by then (the barrier of
- * ddph__mpi_leave passed), so a watchdog ends the process with status 0
- * after FINALIZE_GRACE_S, saying so. */
+/* MPI_Finalize can block after the job is over: MPICH 3.4 to 4.1's
+ * ch4:ucx closes its endpoints, waiting for each peer's acknowledgement
+ * (over UCX's TCP transport, a flush that the peer answers from its
+ * progress loop), then enters a blocking PMI barrier; a rank already in
+ * that barrier no longer progresses UCX, so a peer still closing waits
+ * forever (MPICH 4.2 reordered them; preload/mpich-finalize.so avoids it
+ * on older ones).  A peer that dies after the last barrier does the same.
+ * Every rank has ended the job by then (the barrier of ddph__mpi_leave
+ * passed), so a watchdog ends the process with status 0 after
+ * FINALIZE_GRACE_S, saying so. */
 #define FINALIZE_GRACE_S 10.0
+
+/* Whether MPI is MPICH older than 4.2 on ch4:ucx (the finalize above). */
+static int mpich_finalize_can_hang(char *version, size_t n)
+{
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, major = 0, minor = 0;
+    if (MPI_Get_library_version(lib, &len) != MPI_SUCCESS)
+        return 0;
+    const char *v = strstr(lib, "MPICH Version:");
+    if (!v || !strstr(lib, "ch4:ucx"))
+        return 0;
+    v += strlen("MPICH Version:");
+    v += strspn(v, " \t");
+    if (sscanf(v, "%d.%d", &major, &minor) != 2)
+        return 0;
+    snprintf(version, n, "%.*s", (int)strcspn(v, " \t\n"), v);
+    return (major == 3 && minor >= 4) || (major == 4 && minor < 2);
+}
+
+/* Whether UCX_TLS makes UCX use TCP and nothing else between hosts: no
+ * RDMA transport named, and not a "^exclude" list. */
+static int ucx_forced_to_tcp(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (!tls || tls[0] == '^')
+        return 0;
+    int tcp = 0;
+    for (const char *t = tls; *t;) {
+        size_t len = strcspn(t, ",");
+        if (len == 3 && strncmp(t, "tcp", 3) == 0)
+            tcp = 1;
+        else if (len >= 2 && (strncmp(t, "rc", 2) == 0 || strncmp(t, "ud", 2) == 0 ||
+                              strncmp(t, "dc", 2) == 0 || strncmp(t, "ib", 2) == 0))
+            return 0;
+        else if (len == 3 && strncmp(t, "all", 3) == 0)
+            return 0;
+        t += len + (t[len] == ',');
+    }
+    return tcp;
+}
+
+int ddph__mpi_finalize_hazard(const ddph_mpi *m, char *msg, size_t n)
+{
+    char version[32];
+    if (m->node_size >= m->world.size || !ucx_forced_to_tcp() ||
+        !mpich_finalize_can_hang(version, sizeof version))
+        return 0;
+    /* The preload library says it is there with a symbol of its own. */
+    if (dlsym(RTLD_DEFAULT, "ddph_mpich_finalize_preloaded"))
+        return 0;
+    snprintf(msg, n,
+             "MPICH %s's MPI_Finalize can hang between hosts over UCX's TCP "
+             "transport (UCX_TLS=%s); preload %s/mpich-finalize.so in every "
+             "rank (mpiexec -genv LD_PRELOAD ...) or use MPICH 4.2 or later "
+             "(docs/usage.md); without it, ddph_close ends a hung finalize "
+             "after %g s",
+             version, getenv("UCX_TLS"), DDPH_PRELOAD_DIR, FINALIZE_GRACE_S);
+    return 1;
+}
 
 void ddph__mpi_finalize_watched(double limit_s)
 {
     mpi_watch w = {.limit_s = limit_s,
                    .what = "MPI_Finalize",
                    .why = "MPICH's finalize deadlock after every rank had "
-                          "ended the job, or a peer that died since",
+                          "ended the job (docs/usage.md: preload "
+                          "mpich-finalize.so), or a peer that died since",
                    .exit_status = 0};
     pthread_t t;
     int watching = watch_start(&w, &t);

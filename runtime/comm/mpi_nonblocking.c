@@ -197,3 +197,19 @@ ddph_status ddph__mpi_op_test(ddph_mpi *m, ddph_mpi_op *op, int *done,
         memset(op, 0, sizeof *op); /* MPI may still use the arrays */
     return st;
 }
+
+ddph_status ddph__mpi_op_progress(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err)
+{
+    int done = 0;
+    ddph__activity_touch(); /* driven by a hook: bounded by its deadline */
+    int rc = ddph__mpi_test_all(op->nreqs, op->reqs, &done);
+    const char *what = op->what ? op->what : "progress";
+    if (rc != MPI_SUCCESS)
+        return ddph__mpi_failed(m, err, rc, what);
+    if (done)
+        return DDPH_OK;
+    ddph_status st = ddph__mpi_collective_fault(m, err);
+    if (st == DDPH_OK && ddph__now() > op->start + m->timeout_s)
+        st = ddph__mpi_timed_out(m, what, " of its start", err);
+    return st;
+}

@@ -140,6 +140,11 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         st = start_gpu(ctx, &e);
     if (st == DDPH_OK)
         size_blas(ctx);
+    if (st == DDPH_OK && ctx->mpi.world.rank == 0) {
+        char msg[512];
+        if (ddph__mpi_finalize_hazard(&ctx->mpi, msg, sizeof msg))
+            ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
+    }
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
     if (st == DDPH_OK)
         st = agree_lanes(ctx, &e);

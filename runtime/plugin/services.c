@@ -486,6 +486,29 @@ static ddph_status svc_test(const ddph_services *s, ddph_request *req,
     return keep(h, st, &e);
 }
 
+/* minor 4: every outstanding request of the call, moved along. */
+static ddph_status svc_progress(const ddph_services *s)
+{
+    ddph_hook *h = host(s);
+    for (ddph_request *r = h->outstanding; r; r = r->next) {
+        ddph_err e;
+        ddph_status st;
+        if (ON_GPU(h)) {
+            /* NCCL moves by itself; past the deadline, the wait reports
+             * (and aborts) what is stuck. */
+            if (GPU(h)->idle(h->gpu) ||
+                ddph__now() - r->started <= h->mpi->timeout_s)
+                continue;
+            st = GPU(h)->wait(h->gpu, r->group, r->what, &e);
+        } else {
+            st = ddph__mpi_op_progress(h->mpi, &r->op, &e);
+        }
+        if (st != DDPH_OK)
+            return keep(h, st, &e);
+    }
+    return DDPH_OK;
+}
+
 int ddph__services_settle(ddph_hook *h)
 {
     int n = 0;
@@ -552,6 +575,7 @@ void ddph__services_init(ddph_hook *h)
         .ialltoall = svc_ialltoall,
         .wait = svc_wait,
         .test = svc_test,
+        .progress = svc_progress,
     };
     ddph__services_device_init(&h->services);
 }

@@ -11,7 +11,8 @@
  *   - statistics the trainer can query (ddph_model_hook_stats);
  *   - nonblocking collectives (ABI minor 2, option overlap): the bucket is
  *     reduced in two halves, the second half divided while the first is
- *     on the wire, with a blocking fallback on older hosts.
+ *     on the wire (driven by minor 4's progress between pieces of the
+ *     division), with a blocking fallback on older hosts.
  *
  * Rename: change HOOK_NAME, the file name and the Makefile's target.  The
  * host finds the hook as <name>.so along [runtime] plugin_path, or by path:
@@ -90,6 +91,27 @@ static double *bucket_slot(my_state *st, int index)
     return &st->sq_norm[index];
 }
 
+/* Divides n elements at p by w in pieces, moving the outstanding
+ * collectives along between pieces (minor 4's progress): MPI moves data
+ * only inside MPI calls, so without it the first half would wait for the
+ * blocking allreduce below before it travels. */
+#define PIECE_ELEMENTS 65536
+static ddph_status divide_progressing(const ddph_services *s, char *p,
+                                      ddph_dtype dtype, size_t n, double w)
+{
+    int can_progress = DDPH_HAS_MEMBER(s, ddph_services, progress);
+    size_t es = ddph_util_dtype_size(dtype);
+    for (size_t done = 0; done < n; done += PIECE_ELEMENTS) {
+        size_t piece = n - done < PIECE_ELEMENTS ? n - done : PIECE_ELEMENTS;
+        ddph_status r = s->divide(s, p + done * es, dtype, piece, w);
+        if (!r && can_progress)
+            r = s->progress(s);
+        if (r)
+            return r;
+    }
+    return DDPH_OK;
+}
+
 /* The average of b across ranks: divide by the world size, then sum
  * (PyTorch's order).  With minor-2 services and `overlap`, in two halves:
  * the first half's allreduce travels while the second half is divided.
@@ -117,7 +139,7 @@ static ddph_status average(const my_state *st, const ddph_bucket *b,
     if (r)
         return r;
     /* Overlapped with the first half's allreduce. */
-    r = s->divide(s, second, b->dtype, b->numel - half, w);
+    r = divide_progressing(s, second, b->dtype, b->numel - half, w);
     if (!r)
         r = s->allreduce(s, s->world, second, b->numel - half, b->dtype,
                          DDPH_SUM);

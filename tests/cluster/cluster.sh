@@ -13,11 +13,13 @@
 # therefore sees a boot id of its own (a file bind-mounted over
 # /proc/sys/kernel/random/boot_id in its processes' mount namespace).
 # DDPH_CLUSTER_UCX_TLS replaces the transport list.  MPICH 4.0's
-# MPI_Finalize over TCP hangs now and then (docs/usage.md);
-# tests/cluster/soak.sh counts it.
+# MPI_Finalize over TCP hangs now and then (docs/usage.md): every process
+# of the job preloads the build's preload/.libs/mpich-finalize.so
+# (DDPH_CLUSTER_PRELOAD names another), which prevents it;
+# --no-finalize-fix runs without it (tests/cluster/soak.sh counts both).
 #
 #   sh tests/cluster/cluster.sh --hosts H --ranks-per-host R --rate RATE \
-#       [--latency MS] -- PROGRAM ARGS...
+#       [--latency MS] [--no-finalize-fix] -- PROGRAM ARGS...
 #
 # RATE is tc's syntax (100mbit, 1gbit, 10gbit) or "unlimited".  --latency
 # adds a one-way delay with netem where the kernel has it (it says so and
@@ -50,13 +52,14 @@ usage() {
     sed -n '2,/^set -u/p' "$me" | sed '$d; s/^# \{0,1\}//'
     exit "${1:-2}"
 }
-hosts=2 rph=1 rate=1gbit latency=""
+hosts=2 rph=1 rate=1gbit latency="" finalize_fix=yes
 while [ $# -gt 0 ]; do
     case $1 in
     --hosts) hosts=$2; shift 2 ;;
     --ranks-per-host) rph=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --latency) latency=$2; shift 2 ;;
+    --no-finalize-fix) finalize_fix=no; shift ;;
     -h | --help) usage 0 ;;
     --) shift; break ;;
     *) echo "cluster.sh: unknown option $1" >&2; usage ;;
@@ -145,6 +148,14 @@ echo "cluster.sh: $hosts hosts x $rph ranks, links shaped to $rate${latency:+, +
 export DDPH_CLUSTER_MAP="$map" DDPH_CLUSTER_PREFIX="$prefix" DDPH_CLUSTER_SCRIPT="$me"
 export DDPH_CLUSTER_BOOT_IDS="$boot_ids"
 export UCX_TLS="${DDPH_CLUSTER_UCX_TLS:-tcp,self,sm}" UCX_NET_DEVICES=eth0
+if [ "$finalize_fix" = yes ]; then
+    fix=${DDPH_CLUSTER_PRELOAD:-${DDPH_TEST_BUILDDIR:-$(dirname "$me")/../..}/preload/.libs/mpich-finalize.so}
+    if [ -f "$fix" ]; then
+        export LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$(readlink -f "$fix")"
+    else
+        echo "cluster.sh: $fix not found (build the tree): MPI_Finalize may hang (docs/usage.md)" >&2
+    fi
+fi
 set +e
 # In the background, so that a signal to this script runs its trap at once
 # (sh runs traps only between foreground commands, and mpiexec waits for

@@ -8,18 +8,21 @@
 # layout at 200 runs):
 #
 #   sudo sh tests/cluster/soak.sh [--runs N] [--rate RATE] [--limit S]
-#       [--layouts "1 2"] [-- PROGRAM ARGS...]
+#       [--layouts "1 2"] [--no-finalize-fix] [-- PROGRAM ARGS...]
 #
 # RATE as in cluster.sh (default 1gbit); S seconds per run (default 30);
-# --layouts the ranks per host to run (default "1 2").
+# --layouts the ranks per host to run (default "1 2"); --no-finalize-fix
+# runs without preload/mpich-finalize.so (cluster.sh), to see MPICH 4.0's
+# finalize hang.
 # DDPH_CLUSTER_UCX_TLS sets the transports (cluster.sh).
 # Exits 0 when no run hung or failed, 1 otherwise, 77 without root.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-runs=200 rate=1gbit limit=30 layouts="1 2"
+runs=200 rate=1gbit limit=30 layouts="1 2" fix=""
 while [ $# -gt 0 ]; do
     case $1 in
     --layouts) layouts=$2; shift 2 ;;
+    --no-finalize-fix) fix=--no-finalize-fix; shift ;;
     --) shift; break ;;
     --runs) runs=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
@@ -51,7 +54,7 @@ for rph in $layouts; do
     while [ $i -lt "$runs" ]; do
         i=$((i + 1))
         timeout -s TERM "$limit" sh "$here/cluster.sh" --hosts 2 \
-            --ranks-per-host $rph --rate "$rate" -- "$@" \
+            --ranks-per-host $rph --rate "$rate" $fix -- "$@" \
             > "$work/run.log" 2>&1
         rc=$?
         grep -q "MPI_Finalize did not return" "$work/run.log" &&
@@ -63,7 +66,7 @@ for rph in $layouts; do
         *) failed=$((failed + 1)); echo "run $i (2 x $rph): exit $rc"; tail -n 5 "$work/run.log" ;;
         esac
     done
-    echo "2 hosts x $rph ranks, $rate, UCX_TLS=${DDPH_CLUSTER_UCX_TLS:-tcp,self,sm}, $(basename "$1"): $runs runs, $hung hung, $failed failed, $watchdog ended by ddph_close's MPI_Finalize watchdog"
+    echo "2 hosts x $rph ranks, $rate, UCX_TLS=${DDPH_CLUSTER_UCX_TLS:-tcp,self,sm}, finalize fix ${fix:+not }preloaded, $(basename "$1"): $runs runs, $hung hung, $failed failed, $watchdog ended by ddph_close's MPI_Finalize watchdog"
     [ $((hung + failed)) -eq 0 ] || status=1
 done
 exit $status

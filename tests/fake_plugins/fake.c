@@ -1,5 +1,6 @@
 /* fake.c: hook plugins that are wrong on purpose, one per loader error
- * (and two that are right: an older minor, and one with options), built
+ * or broken behaviour (and two that are right: an older minor, and one
+ * with options), built
  * from this one file with a FAKE_* macro.  Only the tests load them. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stddef.h>
@@ -82,8 +83,26 @@ fake_on_bucket(void *state, const ddph_bucket *b,
         for (;;)
             pause();
 #endif
+#if defined(FAKE_ZEROES) || defined(FAKE_ZEROES_EF)
+    /* Reduces like allreduce, then returns zeros: a compressor that loses
+     * everything.  ddphook-plugin-test must fail it, with or without the
+     * error-feedback flag. */
+    {
+        ddph_status z = s->allreduce(s, s->world, b->buffer, b->numel,
+                                     b->dtype, DDPH_SUM);
+        size_t es = b->dtype == DDPH_F32 ? 4 : 2;
+        return z ? z : s->zero(s, b->buffer, b->numel * es);
+    }
+#endif
+#ifdef FAKE_SCALED_EF
+    /* 0.9 of the average, claiming error feedback: a compressor that loses
+     * a tenth of every gradient for good.  The tester must fail it. */
+    ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
+                               (double)s->world_size / 0.9);
+#else
     ddph_status st = s->divide(s, b->buffer, b->dtype, b->numel,
                                (double)s->world_size);
+#endif
 #ifdef FAKE_LEAKS_REQUEST
     /* Starts its allreduce without waiting for it: the host must wait for
      * it (the buffer is the bucket's) and fail the call. */
@@ -187,6 +206,9 @@ __attribute__((unused)) static const ddph_plugin_api_v1 fake_plugin = {
 #endif
 #ifdef FAKE_BAD_TOLERANCE
     .tolerance = -1,
+#endif
+#if defined(FAKE_ZEROES_EF) || defined(FAKE_SCALED_EF)
+    .flags = DDPH_PLUGIN_ERROR_FEEDBACK,
 #endif
 };
 

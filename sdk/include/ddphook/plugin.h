@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define DDPH_PLUGIN_ABI_MAJOR 1
-#define DDPH_PLUGIN_ABI_MINOR 3
+#define DDPH_PLUGIN_ABI_MINOR 4
 
 /* Name of the entry symbol for ABI major 1. */
 #define DDPH_PLUGIN_ENTRY_V1 "ddph_plugin_v1"
@@ -364,6 +364,17 @@ struct ddph_services {
     ddph_status (*dequantize_int8)(const ddph_services *s, const int8_t *q,
                                    size_t n, float scale, float beta,
                                    float *y);
+
+    /* ---- ABI minor 4 (check with DDPH_HAS_MEMBER before use) ---------- */
+    /* Moves the call's outstanding nonblocking collectives along.  MPI
+     * moves data only inside MPI calls: between starting a collective and
+     * waiting for it, a hook that computes for a while should call this
+     * every so often (every few hundred microseconds of work) so that the
+     * transfer overlaps the work.  Ends no request (wait or test still
+     * must); returns the first failure among them, or DDPH_ERR_TIMEOUT
+     * past one's timeout_s.  On the GPU (NCCL progresses by itself) it
+     * only checks for failures. */
+    ddph_status (*progress)(const ddph_services *s);
 };
 
 /* ---- the plugin table ------------------------------------------------------ */
@@ -453,6 +464,14 @@ typedef struct ddph_plugin_api_v1 {
  * b->divided_by to the world size; the hook divides only when
  * b->divided_by is 0 or absent (older hosts, views, GPU buckets). */
 #define DDPH_PLUGIN_DIVIDES_FIRST (1u << 3)
+
+/* flags (ABI minor 4): with its default options the hook keeps what it did
+ * not send as error feedback and sends it later, so that its results
+ * summed over steps track the summed exact averages: the difference stays
+ * bounded by what the ranks hold back, however many steps pass.
+ * ddphook-plugin-test then judges it on those sums (docs/plugin-guide.md)
+ * rather than on each step's distance from the average. */
+#define DDPH_PLUGIN_ERROR_FEEDBACK (1u << 4)
 
 typedef const ddph_plugin_api_v1 *(*ddph_plugin_entry_v1)(uint32_t host_minor);
 
