@@ -105,26 +105,27 @@ if command -v valgrind >/dev/null 2>&1; then
 else
     echo "note: valgrind not found: leak checks not run"
 fi
+# Every shipped hook and the template with their defaults on 1, 2 and 4
+# ranks, then in the phases options choose: lossless top-k; PowerSGD
+# compressing from step 2; no --rtol anywhere.
 for n in 1 2 4; do
-    conform "$n" "$P/allreduce.so"
+    for h in $SHIPPED; do
+        conform "$n" "$P/$h.so"
+    done
     conform "$n" "$OUT/template/my_hook.so"
 done
-# Every shipped hook with its defaults, and in the phases options choose:
-# lossless top-k; PowerSGD exact (before start_powerSGD_iter) and
-# compressing from step 2; no --rtol anywhere.
 for n in 2 4; do
-    conform "$n" "$P/topk.so"
     conform "$n" "$P/topk.so" --option ratio=1
-    conform "$n" "$P/int8.so"
 done
 for n in 1 2; do
-    conform "$n" "$P/fp16.so"
-    conform "$n" "$P/bf16.so"
-    conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=100
     conform "$n" "$P/powersgd.so" --option start_powerSGD_iter=2
     conform "$n" "$P/batched_powersgd.so" --option start_powerSGD_iter=2
     conform "$n" "$so" --option start_localSGD_iter=100
 done
+# The template under valgrind too.
+command -v valgrind >/dev/null 2>&1 &&
+    conform 2 "$OUT/template/my_hook.so" --steps 3 --valgrind \
+        --suppressions "$S/sdk/valgrind.supp"
 # Wrong compressors fail, each on the row that catches it: zeros from an
 # "exact" hook; any hook held to --rtol 10; zeros, and 0.9 of the average,
 # from hooks that claim error feedback.

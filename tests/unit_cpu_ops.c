@@ -11,6 +11,7 @@
 
 #include "device/cpu_ops.h"
 #include "device/cpu_simd.h"
+#include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 #include "unit.h"
 
@@ -527,6 +528,51 @@ START_TEST(int8_quantize_rounds_and_clamps)
 }
 END_TEST
 
+START_TEST(signs_pack_and_unpack_with_chunk_scales)
+{
+    /* 11 elements: one full byte and 3 bits; -0 and a NaN with its sign
+     * bit count as negative, +0 and a positive NaN as positive. */
+    const float x[] = {1.0f,  -2.0f, -0.0f, 0.0f, 3.0f, -NAN,
+                       NAN,   -1e-40f, 5.0f, -6.0f, 7.0f};
+    uint8_t bits[2] = {0xff, 0xff};
+    ddph__cpu_pack_signs(x, 11, bits);
+    ck_assert_int_eq(bits[0], 0x02 | 0x04 | 0x20 | 0x80);
+    ck_assert_int_eq(bits[1], 0x02); /* element 9; unused bits 0 */
+    /* Chunks of 4: scales 1, 2, 3 (the last chunk short). */
+    const float scales[] = {1.0f, 2.0f, 3.0f};
+    float y[11];
+    for (int i = 0; i < 11; i++)
+        y[i] = 10.0f;
+    ddph__cpu_unpack_signs(bits, 11, 4, scales, 0.0f, y);
+    const float want[] = {1, -1, -1, 1, 2, -2, 2, -2, 3, -3, 3};
+    for (int i = 0; i < 11; i++)
+        ck_assert(y[i] == want[i]);
+    ddph__cpu_unpack_signs(bits, 11, 4, scales, 0.5f, y);
+    ck_assert(y[0] == 1.5f && y[1] == -1.5f && y[10] == 4.5f);
+}
+END_TEST
+
+START_TEST(chunk_abs_sum_and_max)
+{
+    const float x[] = {1, -2, 3, -4, 5, -6, 7};
+    float out[3];
+    ck_assert_uint_eq(ddph__chunks(7, 3), 3);
+    ck_assert_uint_eq(ddph__chunks(0, 3), 0);
+    ddph__cpu_chunk_abs_sum(x, 7, 3, out);
+    ck_assert(out[0] == 6 && out[1] == 15 && out[2] == 7);
+    ddph__cpu_chunk_abs_max(x, 7, 3, out);
+    ck_assert(out[0] == 3 && out[1] == 6 && out[2] == 7);
+    /* A NaN ranks above +Inf; an Inf above every number. */
+    const float y[] = {1, NAN, -2, -INFINITY, 4, 1e30f};
+    ddph__cpu_chunk_abs_max(y, 6, 2, out);
+    ck_assert(isnan(out[0]) && isinf(out[1]) && out[2] == 1e30f);
+    /* The sum is taken in double: 2^24 + 1 + 1 is exact there. */
+    const float z[] = {16777216.0f, 1.0f, 1.0f};
+    ddph__cpu_chunk_abs_sum(z, 3, 3, out);
+    ck_assert(out[0] == 16777218.0f);
+}
+END_TEST
+
 Suite *cpu_ops_suite(void)
 {
     Suite *s = suite_create("cpu_ops");
@@ -545,6 +591,8 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, half_ops_match_scalar_on_every_path);
     tcase_add_test(tc, topk_picks_largest_magnitudes);
     tcase_add_test(tc, int8_quantize_rounds_and_clamps);
+    tcase_add_test(tc, signs_pack_and_unpack_with_chunk_scales);
+    tcase_add_test(tc, chunk_abs_sum_and_max);
     suite_add_tcase(s, tc);
     return s;
 }

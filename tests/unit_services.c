@@ -43,6 +43,9 @@ START_TEST(table_describes_a_cpu_instance)
     ck_assert_ptr_nonnull(s->topk);
     ck_assert_ptr_nonnull(s->dequantize_int8);
     ck_assert_ptr_nonnull(s->iallreduce);
+    ck_assert_ptr_nonnull(s->progress);
+    ck_assert_ptr_nonnull(s->pack_signs);
+    ck_assert_ptr_nonnull(s->chunk_abs_max);
     ck_assert_ptr_nonnull(s->alloc);
 }
 END_TEST
@@ -76,6 +79,23 @@ START_TEST(arithmetic_on_the_cpu)
     ck_assert_int_eq(s->zero(s, mem, sizeof x), DDPH_OK);
     ck_assert(mem[5] == 0);
     s->free(s, mem);
+    /* 1-bit compression of x (0.5 -4 1.5 0.25 -1 3.5) in chunks of 4:
+     * signs, the mean |x| a chunk as its scale, and back. */
+    uint8_t bits[1];
+    float sums[2], scales[2], y[6];
+    ck_assert_int_eq(s->pack_signs(s, x, 6, bits), DDPH_OK);
+    ck_assert_int_eq(bits[0], 0x12);
+    ck_assert_int_eq(s->chunk_abs_sum(s, x, 6, 4, sums), DDPH_OK);
+    ck_assert(sums[0] == 6.25f && sums[1] == 4.5f);
+    scales[0] = sums[0] / 4;
+    scales[1] = sums[1] / 2;
+    ck_assert_int_eq(s->unpack_signs(s, bits, 6, 4, scales, 0.0f, y), DDPH_OK);
+    ck_assert(y[0] == 1.5625f && y[1] == -1.5625f && y[4] == -2.25f &&
+              y[5] == 2.25f);
+    ck_assert_int_eq(s->chunk_abs_max(s, x, 6, 4, sums), DDPH_OK);
+    ck_assert(sums[0] == 4 && sums[1] == 3.5f);
+    /* Nothing outstanding: progress has nothing to move. */
+    ck_assert_int_eq(s->progress(s), DDPH_OK);
 }
 END_TEST
 
@@ -94,6 +114,9 @@ START_TEST(bad_arguments_are_refused_with_a_message)
     ck_assert_int_eq(s->quantize_int8(s, x, 4, 0.0f, q), DDPH_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(f.hook.message, "must be positive"));
     ck_assert_int_eq(s->quantize_int8(s, x, 4, INFINITY, q), DDPH_ERR_INVALID);
+    float sums[1];
+    ck_assert_int_eq(s->chunk_abs_sum(s, x, 4, 0, sums), DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "chunk_abs_sum: chunk must be"));
     ck_assert_int_eq(s->copy(s, x, x, 4, (ddph_copy_kind)42),
                      DDPH_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(f.hook.message, "unknown ddph_copy_kind 42"));

@@ -23,7 +23,7 @@
 /* Bumped when the table or the host struct changes in any way: the
  * module is built from the same tree as the library, and a different
  * version is refused. */
-#define DDPH__GPU_MODULE_VERSION 1
+#define DDPH__GPU_MODULE_VERSION 2
 
 /* The module's state for one context (struct defined by the module). */
 typedef struct ddph_gpu ddph_gpu;
@@ -136,6 +136,15 @@ typedef struct ddph_gpu_ops {
     ddph_status (*dequantize_int8)(ddph_gpu *g, const int8_t *q, size_t count,
                                    float scale, float beta, float *y,
                                    ddph_err *err);
+    ddph_status (*pack_signs)(ddph_gpu *g, const float *x, size_t count,
+                              uint8_t *bits, ddph_err *err);
+    ddph_status (*unpack_signs)(ddph_gpu *g, const uint8_t *bits, size_t count,
+                                size_t chunk, const float *scales, float beta,
+                                float *y, ddph_err *err);
+    /* want_max: the largest |x| per chunk, else the sum. */
+    ddph_status (*chunk_abs)(ddph_gpu *g, const float *x, size_t count,
+                             size_t chunk, int want_max, float *out,
+                             ddph_err *err);
 
     /* ---- memory and ordering: device/device.h's CUDA side ---- */
     const ddph_dev_cuda_ops *memory;

@@ -1,6 +1,6 @@
 /* services_device.c: the services a hook calls for arithmetic and memory
  * on its bucket's device (casts, divides, GEMM, orthogonalisation, top-k,
- * int8, copies, scratch memory): the CPU operations, or the GPU module's
+ * int8, signs and chunks, copies, scratch memory): the CPU operations, or the GPU module's
  * with backend = nccl.  The collectives are in services.c. */
 #include "build-config.h"
 
@@ -12,6 +12,7 @@
 
 #include "device/cpu_ops.h"
 #include "device/device.h"
+#include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 #include "plugin/services_common.h"
 
@@ -104,6 +105,78 @@ static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
                     &e);
     ddph__cpu_dequantize_int8(q, n, scale, beta, y);
     return DDPH_OK;
+}
+
+/* ---- signs and chunks (ABI minor 4) ---------------------------------------- */
+
+static ddph_status need_chunk(const ddph_services *s, const char *what,
+                              size_t chunk)
+{
+    if (chunk >= 1)
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: chunk must be at least 1 element", what);
+    return DDPH_ERR_INVALID;
+}
+
+static ddph_status svc_pack_signs(const ddph_services *s, const float *x,
+                                  size_t n, uint8_t *bits)
+{
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    GPU(host(s))->pack_signs(host(s)->gpu, x, n, bits, &e), &e);
+    ddph__cpu_pack_signs(x, n, bits);
+    return DDPH_OK;
+}
+
+static ddph_status svc_unpack_signs(const ddph_services *s, const uint8_t *bits,
+                                    size_t n, size_t chunk, const float *scales,
+                                    float beta, float *y)
+{
+    ddph_status bad = need_chunk(s, "unpack_signs", chunk);
+    if (bad != DDPH_OK)
+        return bad;
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    GPU(host(s))->unpack_signs(host(s)->gpu, bits, n, chunk,
+                                               scales, beta, y, &e),
+                    &e);
+    ddph__cpu_unpack_signs(bits, n, chunk, scales, beta, y);
+    return DDPH_OK;
+}
+
+static ddph_status chunk_abs(const ddph_services *s, const float *x, size_t n,
+                             size_t chunk, int want_max, float *out)
+{
+    ddph_status bad = need_chunk(s, want_max ? "chunk_abs_max" : "chunk_abs_sum",
+                                 chunk);
+    if (bad != DDPH_OK)
+        return bad;
+    ddph_err e;
+    if (ON_GPU(host(s)))
+        return keep(host(s),
+                    GPU(host(s))->chunk_abs(host(s)->gpu, x, n, chunk, want_max,
+                                            out, &e),
+                    &e);
+    if (want_max)
+        ddph__cpu_chunk_abs_max(x, n, chunk, out);
+    else
+        ddph__cpu_chunk_abs_sum(x, n, chunk, out);
+    return DDPH_OK;
+}
+
+static ddph_status svc_chunk_abs_sum(const ddph_services *s, const float *x,
+                                     size_t n, size_t chunk, float *out)
+{
+    return chunk_abs(s, x, n, chunk, 0, out);
+}
+
+static ddph_status svc_chunk_abs_max(const ddph_services *s, const float *x,
+                                     size_t n, size_t chunk, float *out)
+{
+    return chunk_abs(s, x, n, chunk, 1, out);
 }
 
 /* The arithmetic services take floating dtypes only. */
@@ -248,6 +321,10 @@ void ddph__services_device_init(ddph_services *s)
     s->absmax = svc_absmax;
     s->quantize_int8 = svc_quantize_int8;
     s->dequantize_int8 = svc_dequantize_int8;
+    s->pack_signs = svc_pack_signs;
+    s->unpack_signs = svc_unpack_signs;
+    s->chunk_abs_sum = svc_chunk_abs_sum;
+    s->chunk_abs_max = svc_chunk_abs_max;
     s->cast = svc_cast;
     s->divide = svc_divide;
     s->gemm = svc_gemm;

@@ -5,7 +5,8 @@
 # such: no MPICH, OpenBLAS, inih or autotools, and no network to fetch
 # them).  It builds the tree's current files, with the nccl backend, for
 # one GPU architecture, and writes ddphook-gpu-kit.tar.gz in the top
-# folder (about 30 MB): the real binaries (ddphook, test_gpu, gpu_trainer),
+# folder (about 30 MB): the real binaries (ddphook, test_gpu,
+# test_device_ops, gpu_trainer),
 # libddphook, the plugins, post_localsgd.so, and every shared library they
 # load that is neither CUDA's nor the C and C++ runtime's (MPICH and UCX,
 # OpenBLAS, LAPACKE, zlib, ...).  run.sh there finds the CUDA libraries
@@ -35,13 +36,13 @@ echo "kit: building for sm_$arch in $work/src (log: $work/build.log)"
     ./configure --with-cuda=/usr/local/cuda \
         NVCCFLAGS="-O2 -gencode arch=compute_$arch,code=sm_$arch -gencode arch=compute_$arch,code=compute_$arch" &&
     make -j"$(nproc)" &&
-    make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/post_localsgd.la
+    make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/test_device_ops tests/gpu/post_localsgd.la
 } >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; exit 1; }
 grep -q '^#define HAVE_NCCL 1' build-config.h ||
     { echo "kit: configure did not enable the nccl backend" >&2; exit 1; }
 
 # libtool leaves the uninstalled programs' real executables in .libs/.
-cp ddphook ddphook-bench-gpu tests/gpu/.libs/test_gpu \
+cp ddphook ddphook-bench-gpu tests/gpu/.libs/test_gpu tests/gpu/test_device_ops \
     examples/.libs/gpu_trainer "$kit/bin/"
 cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so "$kit/lib/"
 cp -L plugins/.libs/*.so "$kit/plugins/"

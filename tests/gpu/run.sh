@@ -1,7 +1,9 @@
 #!/bin/sh
 # run.sh: the check to run on a machine with a GPU (the `device` tool, or
 # any CUDA machine).  It runs the GPU tests (tests/gpu/test_gpu: every
-# shipped hook and post-local-SGD on GPU memory against the CPU backend),
+# shipped hook and post-local-SGD on GPU memory against the CPU backend;
+# tests/gpu/test_device_ops: every CUDA device operation against its CPU
+# twin),
 # the GPU trainer (examples/gpu_trainer under PowerSGD: the loss must
 # fall), the GPU benchmark (`ddphook bench gpu`: casts against cudaMemcpy,
 # allreduce and fp16 hooks against a raw ncclAllReduce) and, where the
@@ -92,6 +94,7 @@ use_kit() {
         done
     done
     DDPHOOK=$k/bin/ddphook TEST_GPU=$k/bin/test_gpu TRAINER=$k/bin/gpu_trainer
+    DEVICE_OPS=$k/bin/test_device_ops
     PLUGINS=$k/plugins LSGD=$k/lib/post_localsgd.so
     DDPH_BACKEND_DIR=$k/backends; export DDPH_BACKEND_DIR
 }
@@ -127,9 +130,10 @@ build_here() {
         step 60 configure ../configure --with-cuda=/usr/local/cuda "$nvcc_flags" ||
             { cat "$report"; exit 1; }
     fi
-    step 150 build sh -c "make -j$jobs && make -j$jobs tests/gpu/test_gpu tests/gpu/post_localsgd.la" ||
+    step 150 build sh -c "make -j$jobs && make -j$jobs tests/gpu/test_gpu tests/gpu/test_device_ops tests/gpu/post_localsgd.la" ||
         { tail -n 40 "$report"; exit 1; }
     DDPHOOK=$PWD/ddphook TEST_GPU=$PWD/tests/gpu/test_gpu
+    DEVICE_OPS=$PWD/tests/gpu/test_device_ops
     TRAINER=$PWD/examples/gpu_trainer PLUGINS=$PWD/plugins/.libs
     LSGD=$PWD/tests/gpu/.libs/post_localsgd.so
     DDPH_BACKEND_DIR=$PWD/runtime/comm/nccl/.libs; export DDPH_BACKEND_DIR
@@ -149,6 +153,8 @@ case $? in
 77) say "== overall: SKIP (test_gpu found no CUDA device)"; exit 77 ;;
 *) status=1 ;;
 esac
+# Every CUDA device operation against its CPU twin.
+step 60 "device operations against the CPU" "$DEVICE_OPS" || status=1
 multi=""
 if [ "${ngpu:-0}" -ge 2 ]; then
     if command -v mpiexec >/dev/null 2>&1; then

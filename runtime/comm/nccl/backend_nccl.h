@@ -138,5 +138,14 @@ ddph_status ddph__nccl_quantize_int8(ddph_nccl *n, const float *x,
 ddph_status ddph__nccl_dequantize_int8(ddph_nccl *n, const int8_t *q,
                                        size_t count, float scale, float beta,
                                        float *y, ddph_err *err);
+ddph_status ddph__nccl_pack_signs(ddph_nccl *n, const float *x, size_t count,
+                                  uint8_t *bits, ddph_err *err);
+ddph_status ddph__nccl_unpack_signs(ddph_nccl *n, const uint8_t *bits,
+                                    size_t count, size_t chunk,
+                                    const float *scales, float beta, float *y,
+                                    ddph_err *err);
+ddph_status ddph__nccl_chunk_abs(ddph_nccl *n, const float *x, size_t count,
+                                 size_t chunk, int want_max, float *out,
+                                 ddph_err *err);
 
 #endif

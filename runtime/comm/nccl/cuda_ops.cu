@@ -268,6 +268,63 @@ __global__ void dequantize_kernel(const signed char *q, size_t n, float scale,
     }
 }
 
+// sign_ops.h: one thread a byte of signs.
+__global__ void pack_signs_kernel(const float *x, size_t n, unsigned char *bits)
+{
+    size_t nbytes = (n + 7) / 8;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < nbytes;
+         j += (size_t)gridDim.x * blockDim.x) {
+        unsigned b = 0;
+        for (unsigned k = 0; k < 8 && j * 8 + k < n; k++)
+            b |= (__float_as_uint(x[j * 8 + k]) >> 31) << k;
+        bits[j] = static_cast<unsigned char>(b);
+    }
+}
+
+__global__ void unpack_signs_kernel(const unsigned char *bits, size_t n,
+                                    size_t chunk, const float *scales,
+                                    float beta, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = scales[i / chunk];
+        float d = (bits[i >> 3] >> (i & 7)) & 1u ? -s : s;
+        y[i] = beta == 0.0f ? d : __fadd_rn(__fmul_rn(beta, y[i]), d);
+    }
+}
+
+// One block a chunk (grid-stride over chunks): the sum of |x| in double,
+// or the largest magnitude key, reduced in shared memory.
+__global__ void chunk_abs_kernel(const float *x, size_t n, size_t chunk,
+                                 size_t nchunks, bool want_max, float *out)
+{
+    __shared__ double sums[256];
+    __shared__ unsigned keys[256];
+    for (size_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        size_t lo = c * chunk, hi = n - lo < chunk ? n : lo + chunk;
+        double sum = 0;
+        unsigned key = 0;
+        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            sum += fabs(static_cast<double>(x[i]));
+            key = max(key, magnitude_key(x[i]));
+        }
+        sums[threadIdx.x] = sum;
+        keys[threadIdx.x] = key;
+        __syncthreads();
+        for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+            if (threadIdx.x < half) {
+                sums[threadIdx.x] += sums[threadIdx.x + half];
+                keys[threadIdx.x] = max(keys[threadIdx.x], keys[threadIdx.x + half]);
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0)
+            out[c] = want_max ? __uint_as_float(keys[0])
+                              : static_cast<float>(sums[0]);
+        __syncthreads(); // sums/keys are reused for the next chunk
+    }
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -427,5 +484,39 @@ extern "C" int ddph__cuda_dequantize_int8(const signed char *q, size_t n,
     dequantize_kernel<<<blocks_for(n), 256, 0,
                         static_cast<cudaStream_t>(stream)>>>(q, n, scale, beta,
                                                              y);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_pack_signs(const float *x, size_t n,
+                                     unsigned char *bits, void *stream)
+{
+    if (n == 0)
+        return 0;
+    pack_signs_kernel<<<blocks_for((n + 7) / 8), 256, 0,
+                        static_cast<cudaStream_t>(stream)>>>(x, n, bits);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_unpack_signs(const unsigned char *bits, size_t n,
+                                       size_t chunk, const float *scales,
+                                       float beta, float *y, void *stream)
+{
+    if (n == 0)
+        return 0;
+    unpack_signs_kernel<<<blocks_for(n), 256, 0,
+                          static_cast<cudaStream_t>(stream)>>>(bits, n, chunk,
+                                                               scales, beta, y);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk,
+                                    int want_max, float *out, void *stream)
+{
+    size_t nchunks = chunk ? (n + chunk - 1) / chunk : 0;
+    if (nchunks == 0)
+        return 0;
+    unsigned blocks = nchunks > 65535 ? 65535u : static_cast<unsigned>(nchunks);
+    chunk_abs_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, n, chunk, nchunks, want_max != 0, out);
     return static_cast<int>(cudaGetLastError());
 }

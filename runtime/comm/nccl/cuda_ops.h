@@ -42,6 +42,15 @@ int ddph__cuda_quantize_int8(const float *x, size_t n, float scale,
                              signed char *q, void *stream);
 int ddph__cuda_dequantize_int8(const signed char *q, size_t n, float scale,
                                float beta, float *y, void *stream);
+/* sign_ops.h's operations, enqueued, with the same definitions (a
+ * chunk's sum in double, in another order: within 1 ulp of the CPU's). */
+int ddph__cuda_pack_signs(const float *x, size_t n, unsigned char *bits,
+                          void *stream);
+int ddph__cuda_unpack_signs(const unsigned char *bits, size_t n, size_t chunk,
+                            const float *scales, float beta, float *y,
+                            void *stream);
+int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk, int want_max,
+                         float *out, void *stream);
 
 #ifdef __cplusplus
 }

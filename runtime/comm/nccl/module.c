@@ -59,6 +59,9 @@ static const ddph_gpu_ops table = {
     .scatter_add = ddph__nccl_scatter_add,
     .quantize_int8 = ddph__nccl_quantize_int8,
     .dequantize_int8 = ddph__nccl_dequantize_int8,
+    .pack_signs = ddph__nccl_pack_signs,
+    .unpack_signs = ddph__nccl_unpack_signs,
+    .chunk_abs = ddph__nccl_chunk_abs,
     .memory = &ddph__cuda_memory,
 };
 

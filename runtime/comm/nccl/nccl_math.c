@@ -257,3 +257,30 @@ ddph_status ddph__nccl_dequantize_int8(ddph_nccl *n, const int8_t *q,
                                        beta, y, n->stream);
     return e ? ddph__cuda_fail(err, e, "dequantize kernel") : DDPH_OK;
 }
+
+ddph_status ddph__nccl_pack_signs(ddph_nccl *n, const float *x, size_t count,
+                                  uint8_t *bits, ddph_err *err)
+{
+    int e = ddph__cuda_pack_signs(x, count, bits, n->stream);
+    return e ? ddph__cuda_fail(err, e, "pack_signs kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_unpack_signs(ddph_nccl *n, const uint8_t *bits,
+                                    size_t count, size_t chunk,
+                                    const float *scales, float beta, float *y,
+                                    ddph_err *err)
+{
+    int e = ddph__cuda_unpack_signs(bits, count, chunk, scales, beta, y,
+                                    n->stream);
+    return e ? ddph__cuda_fail(err, e, "unpack_signs kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_chunk_abs(ddph_nccl *n, const float *x, size_t count,
+                                 size_t chunk, int want_max, float *out,
+                                 ddph_err *err)
+{
+    int e = ddph__cuda_chunk_abs(x, count, chunk, want_max, out, n->stream);
+    return e ? ddph__cuda_fail(err, e, want_max ? "chunk_abs_max kernel"
+                                                : "chunk_abs_sum kernel")
+             : DDPH_OK;
+}

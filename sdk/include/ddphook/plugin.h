@@ -375,6 +375,30 @@ struct ddph_services {
      * past one's timeout_s.  On the GPU (NCCL progresses by itself) it
      * only checks for failures. */
     ddph_status (*progress)(const ddph_services *s);
+
+    /* Device operations of sign and per-chunk compressors (minor 4), f32,
+     * on the services' device, with the same definitions on CPU and CUDA.
+     * Chunks: elements [j * chunk, (j + 1) * chunk), the last one short;
+     * ceil(n / chunk) of them; chunk >= 1.  Outputs in device memory. */
+    /* Bit i % 8 of bits[i / 8] = the sign bit of x[i] (1 for negative
+     * numbers, -0 and a NaN whose sign bit is set); ceil(n / 8) bytes, the
+     * unused bits of the last one 0. */
+    ddph_status (*pack_signs)(const ddph_services *s, const float *x,
+                              size_t n, uint8_t *bits);
+    /* y[i] = beta * y[i] + (bit i ? -1 : +1) * scales[i / chunk]; with
+     * beta = 0, y is only written. */
+    ddph_status (*unpack_signs)(const ddph_services *s, const uint8_t *bits,
+                                size_t n, size_t chunk, const float *scales,
+                                float beta, float *y);
+    /* out[j] = sum of |x[i]| over chunk j, accumulated in double and
+     * rounded to f32 (CPU and CUDA sum in different orders: they agree to
+     * within 1 ulp). */
+    ddph_status (*chunk_abs_sum)(const ddph_services *s, const float *x,
+                                 size_t n, size_t chunk, float *out);
+    /* out[j] = max |x[i]| over chunk j, compared as the bits of |x| (a
+     * NaN ranks above +Inf, so a chunk holding one gives a NaN). */
+    ddph_status (*chunk_abs_max)(const ddph_services *s, const float *x,
+                                 size_t n, size_t chunk, float *out);
 };
 
 /* ---- the plugin table ------------------------------------------------------ */

@@ -1,0 +1,352 @@
+/* test_device_ops.c: every CUDA device operation of the nccl backend
+ * (runtime/comm/nccl/cuda_ops.cu) against its CPU twin, on inputs that
+ * reach the edges: NaN, +-Inf, subnormals, values that overflow the half
+ * types, a divisor of 3 and scales other than 1, top-k ties, Gram-Schmidt
+ * with near-zero columns, and n above 65535 x 256 so that every
+ * grid-stride loop goes round more than once.  Bits must match except
+ * where the definitions say otherwise (Gram-Schmidt's and a chunk's sums
+ * are accumulated in another order: within a stated tolerance).  Exits 77,
+ * saying why, without a CUDA device. */
+#include "build-config.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/nccl/cuda_ops.h"
+#include "device/cpu_ops.h"
+#include "device/sign_ops.h"
+#include "device/sparse_ops.h"
+
+/* Past one full sweep of the largest grid (65535 blocks of 256). */
+#define BIG ((size_t)65535 * 256 * 2 + 13)
+
+static int failed;
+static cudaStream_t stream;
+
+static void check(int ok, const char *what, const char *detail)
+{
+    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "",
+           detail);
+    failed |= !ok;
+}
+
+static int cuda_ok(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 1;
+    printf("FAIL  %s: %s\n", what, cudaGetErrorString(e));
+    failed = 1;
+    return 0;
+}
+
+static void *dev_copy(const void *host, size_t bytes)
+{
+    void *d = NULL;
+    if (!cuda_ok(cudaMalloc(&d, bytes ? bytes : 1), "cudaMalloc"))
+        return NULL;
+    if (host)
+        cuda_ok(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "copy in");
+    return d;
+}
+
+static int back(void *host, const void *dev, size_t bytes)
+{
+    return cuda_ok(cudaStreamSynchronize(stream), "stream") &&
+           cuda_ok(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
+                   "copy out");
+}
+
+/* Deterministic floats with every kind of edge mixed in. */
+static void fill(float *x, size_t n, uint32_t seed)
+{
+    static const float edges[] = {NAN, -NAN, INFINITY, -INFINITY, 1e-40f,
+                                  -1e-45f, 70000.0f, -3.4e38f, 0.0f, -0.0f,
+                                  65504.0f, 5.96e-8f};
+    uint32_t h = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        h ^= h << 13;
+        h ^= h >> 17;
+        h ^= h << 5;
+        x[i] = i % 997 == 5 ? edges[(i / 997) % 12]
+                            : ((float)(h % 200001) - 100000.0f) / 1000.0f;
+    }
+}
+
+/* First differing byte, or -1. */
+static long first_diff(const void *a, const void *b, size_t bytes)
+{
+    const unsigned char *p = a, *q = b;
+    for (size_t i = 0; i < bytes; i++)
+        if (p[i] != q[i])
+            return (long)i;
+    return -1;
+}
+
+static void same_bits(const char *what, const void *cpu, const void *gpu,
+                      size_t bytes)
+{
+    char detail[128] = "";
+    long at = first_diff(cpu, gpu, bytes);
+    if (at >= 0)
+        snprintf(detail, sizeof detail, "byte %ld of %zu differs", at, bytes);
+    else
+        snprintf(detail, sizeof detail, "%zu bytes identical", bytes);
+    check(at < 0, what, detail);
+}
+
+static void casts_and_divides(const float *x, size_t n)
+{
+    static const int halves[] = {DDPH_F16, DDPH_BF16};
+    uint16_t *cpu = malloc(n * 2), *gpu = malloc(n * 2);
+    float *cpu_f = malloc(n * 4), *gpu_f = malloc(n * 4);
+    float *dx = dev_copy(x, n * 4);
+    uint16_t *dh = dev_copy(NULL, n * 2);
+    float *df = dev_copy(NULL, n * 4);
+    ddph_err e;
+    for (int k = 0; k < 2 && cpu && gpu && cpu_f && gpu_f && dx && dh && df; k++) {
+        char what[64];
+        int t = halves[k];
+        ddph__cpu_cast(x, DDPH_F32, cpu, t, n, 0.125, &e);
+        cuda_ok(ddph__cuda_cast(dx, DDPH_F32, dh, t, n, 0.125, stream), "cast");
+        snprintf(what, sizeof what, "cast f32 -> %s, scale 0.125",
+                 t == DDPH_F16 ? "f16" : "bf16");
+        if (back(gpu, dh, n * 2))
+            same_bits(what, cpu, gpu, n * 2);
+        ddph__cpu_cast(cpu, t, cpu_f, DDPH_F32, n, 3.0, &e);
+        cuda_ok(ddph__cuda_cast(dh, t, df, DDPH_F32, n, 3.0, stream), "cast");
+        snprintf(what, sizeof what, "cast %s -> f32, scale 3",
+                 t == DDPH_F16 ? "f16" : "bf16");
+        if (back(gpu_f, df, n * 4))
+            same_bits(what, cpu_f, gpu_f, n * 4);
+        ddph__cpu_divide(cpu, t, n, 3.0, &e);
+        cuda_ok(ddph__cuda_divide(dh, t, n, 3.0, stream), "divide");
+        snprintf(what, sizeof what, "divide %s by 3", t == DDPH_F16 ? "f16" : "bf16");
+        if (back(gpu, dh, n * 2))
+            same_bits(what, cpu, gpu, n * 2);
+    }
+    if (cpu_f && gpu_f && dx) {
+        memcpy(cpu_f, x, n * 4);
+        ddph__cpu_divide(cpu_f, DDPH_F32, n, 3.0, &e);
+        cuda_ok(ddph__cuda_divide(dx, DDPH_F32, n, 3.0, stream), "divide");
+        if (back(gpu_f, dx, n * 4))
+            same_bits("divide f32 by 3", cpu_f, gpu_f, n * 4);
+    }
+    cudaFree(dx);
+    cudaFree(dh);
+    cudaFree(df);
+    free(cpu);
+    free(gpu);
+    free(cpu_f);
+    free(gpu_f);
+}
+
+static void int8_and_absmax(const float *x, size_t n)
+{
+    int8_t *cpu = malloc(n), *gpu = malloc(n);
+    float *y_cpu = malloc(n * 4), *y_gpu = malloc(n * 4);
+    float *dx = dev_copy(x, n * 4);
+    int8_t *dq = dev_copy(NULL, n);
+    float *dy = dev_copy(x, n * 4);
+    if (cpu && gpu && y_cpu && y_gpu && dx && dq && dy) {
+        ddph__cpu_quantize_int8(x, n, 0.37f, cpu);
+        cuda_ok(ddph__cuda_quantize_int8(dx, n, 0.37f, (signed char *)dq, stream),
+                "quantize");
+        if (back(gpu, dq, n))
+            same_bits("quantize_int8, scale 0.37 (NaN, Inf, overflow)", cpu, gpu, n);
+        memcpy(y_cpu, x, n * 4);
+        ddph__cpu_dequantize_int8(cpu, n, 0.37f, 0.5f, y_cpu);
+        cuda_ok(ddph__cuda_dequantize_int8((const signed char *)dq, n, 0.37f,
+                                           0.5f, dy, stream),
+                "dequantize");
+        if (back(y_gpu, dy, n * 4))
+            same_bits("dequantize_int8, beta 0.5", y_cpu, y_gpu, n * 4);
+        /* absmax without and with the NaNs (the first NaN is at 5). */
+        for (int with_nan = 0; with_nan < 2; with_nan++) {
+            size_t m = with_nan ? n : 5;
+            float c = ddph__cpu_absmax(x, m), g = 0;
+            cuda_ok((cudaError_t)ddph__cuda_absmax(dx, m, &g, stream), "absmax");
+            char detail[96];
+            snprintf(detail, sizeof detail, "cpu %g, gpu %g", (double)c, (double)g);
+            check((isnan(c) && isnan(g)) || c == g,
+                  with_nan ? "absmax with NaN" : "absmax", detail);
+        }
+    }
+    cudaFree(dx);
+    cudaFree(dq);
+    cudaFree(dy);
+    free(cpu);
+    free(gpu);
+    free(y_cpu);
+    free(y_gpu);
+}
+
+static void signs_and_chunks(const float *x, size_t n)
+{
+    size_t nbytes = (n + 7) / 8, chunk = 1000, nc = ddph__chunks(n, chunk);
+    uint8_t *cpu = malloc(nbytes), *gpu = malloc(nbytes);
+    float *c_out = malloc(nc * 4), *g_out = malloc(nc * 4);
+    float *y_cpu = malloc(n * 4), *y_gpu = malloc(n * 4);
+    float *dx = dev_copy(x, n * 4), *dy = dev_copy(x, n * 4);
+    uint8_t *db = dev_copy(NULL, nbytes);
+    float *dout = dev_copy(NULL, nc * 4);
+    if (!cpu || !gpu || !c_out || !g_out || !y_cpu || !y_gpu || !dx || !dy ||
+        !db || !dout)
+        goto out;
+    ddph__cpu_pack_signs(x, n, cpu);
+    cuda_ok(ddph__cuda_pack_signs(dx, n, db, stream), "pack_signs");
+    if (back(gpu, db, nbytes))
+        same_bits("pack_signs (-0, NaN with its sign bit)", cpu, gpu, nbytes);
+    ddph__cpu_chunk_abs_max(x, n, chunk, c_out);
+    cuda_ok(ddph__cuda_chunk_abs(dx, n, chunk, 1, dout, stream), "chunk_abs");
+    if (back(g_out, dout, nc * 4))
+        same_bits("chunk_abs_max, chunks of 1000", c_out, g_out, nc * 4);
+    ddph__cpu_chunk_abs_sum(x, n, chunk, c_out);
+    cuda_ok(ddph__cuda_chunk_abs(dx, n, chunk, 0, dout, stream), "chunk_abs");
+    if (back(g_out, dout, nc * 4)) {
+        size_t bad = nc;
+        for (size_t j = 0; j < nc && bad == nc; j++) {
+            uint32_t a, b;
+            memcpy(&a, &c_out[j], 4);
+            memcpy(&b, &g_out[j], 4);
+            int nan_both = isnan(c_out[j]) && isnan(g_out[j]);
+            if (!nan_both && (a > b ? a - b : b - a) > 1)
+                bad = j;
+        }
+        char detail[96];
+        snprintf(detail, sizeof detail, bad == nc ? "%zu chunks within 1 ulp"
+                                                  : "chunk %zu differs by more than 1 ulp",
+                 bad == nc ? nc : bad);
+        check(bad == nc, "chunk_abs_sum, chunks of 1000", detail);
+        /* Finite scales for the unpack: the CPU's sums, as a hook would. */
+        for (size_t j = 0; j < nc; j++)
+            c_out[j] = isfinite(c_out[j]) ? c_out[j] / 1000 : 1.0f;
+        cuda_ok(cudaMemcpy(dout, c_out, nc * 4, cudaMemcpyHostToDevice), "copy in");
+        memcpy(y_cpu, x, n * 4);
+        ddph__cpu_unpack_signs(cpu, n, chunk, c_out, 0.5f, y_cpu);
+        cuda_ok(ddph__cuda_unpack_signs(db, n, chunk, dout, 0.5f, dy, stream),
+                "unpack_signs");
+        if (back(y_gpu, dy, n * 4))
+            same_bits("unpack_signs, beta 0.5, a scale a chunk", y_cpu, y_gpu, n * 4);
+    }
+out:
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(db);
+    cudaFree(dout);
+    free(cpu);
+    free(gpu);
+    free(c_out);
+    free(g_out);
+    free(y_cpu);
+    free(y_gpu);
+}
+
+/* Ties: many elements of one magnitude straddle the k-th place. */
+static void topk_gather_scatter(size_t n)
+{
+    size_t k = n / 100;
+    float *x = malloc(n * 4);
+    float *cv = malloc(k * 4), *gv = malloc(k * 4), *cy = calloc(n, 4),
+          *gy = malloc(n * 4);
+    int32_t *ci = malloc(k * 4), *gi = malloc(k * 4);
+    float *dx = NULL, *dv = NULL, *dy = NULL;
+    int32_t *di = NULL;
+    if (!x || !cv || !gv || !cy || !gy || !ci || !gi)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((i * 7919) % 200) * (i % 2 ? -0.5f : 0.5f);
+    dx = dev_copy(x, n * 4);
+    dv = dev_copy(NULL, k * 4);
+    di = dev_copy(NULL, k * 4);
+    dy = dev_copy(cy, n * 4);
+    ddph_err e;
+    if (!dx || !dv || !di || !dy || ddph__cpu_topk(x, n, k, cv, ci, &e) != DDPH_OK)
+        goto out;
+    cuda_ok(ddph__cuda_topk(dx, n, k, dv, di, stream), "topk");
+    if (back(gi, di, k * 4) && back(gv, dv, k * 4)) {
+        same_bits("topk 1% with ties: indices", ci, gi, k * 4);
+        same_bits("topk 1% with ties: values", cv, gv, k * 4);
+    }
+    ddph__cpu_scatter_add(cy, ci, cv, k, 2.0f);
+    cuda_ok(ddph__cuda_scatter_add(dy, di, dv, k, 2.0f, stream), "scatter_add");
+    if (back(gy, dy, n * 4))
+        same_bits("scatter_add of the selection, alpha 2", cy, gy, n * 4);
+    ddph__cpu_gather(x, ci, k, cv);
+    cuda_ok(ddph__cuda_gather(dx, di, k, dv, stream), "gather");
+    if (back(gv, dv, k * 4))
+        same_bits("gather of the selection", cv, gv, k * 4);
+out:
+    cudaFree(dx);
+    cudaFree(dv);
+    cudaFree(di);
+    cudaFree(dy);
+    free(x);
+    free(cv);
+    free(gv);
+    free(cy);
+    free(gy);
+    free(ci);
+    free(gi);
+}
+
+/* Near-zero columns: the norm is 0 or tiny, eps decides. */
+static void gram_schmidt(void)
+{
+    enum { R = 300, C = 6 };
+    float a[R * C], g[R * C];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            a[i * C + j] = j == 2 ? 0.0f
+                           : j == 4 ? 1e-30f * (float)(i % 3)
+                                    : sinf((float)(i * (j + 1))) + (float)j;
+    float *d = dev_copy(a, sizeof a);
+    ddph_err e;
+    if (!d || ddph__cpu_orthogonalize(a, R, C, 1e-8, &e) != DDPH_OK)
+        goto out;
+    cuda_ok(ddph__cuda_gram_schmidt(d, R, C, 1e-8, stream), "gram_schmidt");
+    if (back(g, d, sizeof g)) {
+        double worst = 0;
+        for (int i = 0; i < R * C; i++) {
+            if (isnan(a[i]) && isnan(g[i]))
+                continue;
+            double diff = fabs((double)a[i] - (double)g[i]);
+            worst = diff > worst || diff != diff ? diff : worst;
+        }
+        char detail[96];
+        snprintf(detail, sizeof detail, "max |cpu - gpu| %.3g (bound 1e-5)", worst);
+        check(worst <= 1e-5, "gram_schmidt, a zero and a 1e-30 column", detail);
+    }
+out:
+    cudaFree(d);
+}
+
+int main(void)
+{
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        printf("SKIP: test_device_ops: no CUDA device (%s)\n",
+               cudaGetErrorString(cudaGetLastError()));
+        return 77;
+    }
+    if (!cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate"))
+        return 1;
+    float *x = malloc(BIG * sizeof *x);
+    if (!x)
+        return 1;
+    fill(x, BIG, 1);
+    printf("test_device_ops: CUDA against CPU, n = %zu (2 sweeps of the "
+           "largest grid + 13)\n", (size_t)BIG);
+    casts_and_divides(x, BIG);
+    int8_and_absmax(x, BIG);
+    signs_and_chunks(x, BIG);
+    topk_gather_scatter(BIG);
+    gram_schmidt();
+    free(x);
+    cudaStreamDestroy(stream);
+    printf("%s\n", failed ? "test_device_ops: FAILED" : "test_device_ops: all passed");
+    return failed ? 1 : 0;
+}
