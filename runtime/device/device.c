@@ -57,6 +57,28 @@ void ddph__dev_free(ddph_device d, void *p)
         c->free(p);
 }
 
+ddph_status ddph__dev_alloc_on(ddph_device d, size_t bytes, void *stream,
+                               void **out, ddph_err *err)
+{
+    if (d == DDPH_CPU)
+        return ddph__dev_alloc(d, bytes, out, err);
+    const ddph_dev_cuda_ops *c = atomic_load(&cuda_ops);
+    if (!c)
+        return ddph__dev_alloc(d, bytes, out, err); /* says why */
+    return c->alloc_on(bytes ? bytes : 64, stream, out, err);
+}
+
+void ddph__dev_free_on(ddph_device d, void *p, void *stream)
+{
+    if (!p)
+        return;
+    const ddph_dev_cuda_ops *c = atomic_load(&cuda_ops);
+    if (d == DDPH_CPU || !c)
+        ddph__dev_free(d, p);
+    else
+        c->free_on(p, stream);
+}
+
 ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
                            size_t bytes, void *stream, ddph_err *err)
 {

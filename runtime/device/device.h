@@ -16,6 +16,11 @@
 typedef struct ddph_dev_cuda_ops {
     ddph_status (*alloc)(size_t bytes, void **out, ddph_err *err);
     void (*free)(void *p);
+    /* Stream-ordered, from the device's memory pool: no device-wide
+     * synchronisation (cudaMallocAsync, cudaFreeAsync). */
+    ddph_status (*alloc_on)(size_t bytes, void *stream, void **out,
+                            ddph_err *err);
+    void (*free_on)(void *p, void *stream);
     ddph_status (*copy)(void *dst, const void *src, size_t bytes,
                         void *stream, ddph_err *err);
     ddph_status (*event_create)(void **event, ddph_err *err);
@@ -40,6 +45,13 @@ void ddph__dev_use_cuda(const ddph_dev_cuda_ops *ops);
 ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
                             ddph_err *err);
 void ddph__dev_free(ddph_device d, void *p);
+/* The same, ordered on a stream (CUDA): the memory (zero-filled) is ready
+ * for work enqueued on `stream` after the call, and freed memory goes
+ * back to a pool that keeps it for the next allocation, without
+ * synchronising the device.  Hooks' scratch memory (services alloc/free). */
+ddph_status ddph__dev_alloc_on(ddph_device d, size_t bytes, void *stream,
+                               void **out, ddph_err *err);
+void ddph__dev_free_on(ddph_device d, void *p, void *stream);
 /* CPU: memcpy.  CUDA: device-to-device, asynchronous on stream. */
 ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
                            size_t bytes, void *stream, ddph_err *err);

@@ -295,19 +295,23 @@ static ddph_status svc_zero(const ddph_services *s, void *buf, size_t bytes)
     return DDPH_OK;
 }
 
+/* On the GPU, ordered on the hook's stream from a pool that keeps freed
+ * memory: a hook that allocates and frees every step (PowerSGD without
+ * warm start) neither synchronises the device nor goes to the driver. */
 static void *svc_alloc(const ddph_services *s, size_t bytes)
 {
     void *p = NULL;
     ddph_err e;
-    if (ddph__dev_alloc(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, bytes, &p,
-                        &e) != DDPH_OK)
+    if (ddph__dev_alloc_on(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, bytes,
+                           s->native_stream, &p, &e) != DDPH_OK)
         return NULL;
     return p;
 }
 
 static void svc_free(const ddph_services *s, void *p)
 {
-    ddph__dev_free(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, p);
+    ddph__dev_free_on(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, p,
+                      s->native_stream);
 }
 
 void ddph__services_device_init(ddph_services *s)

@@ -44,6 +44,10 @@ grep -q '^#define HAVE_NCCL 1' build-config.h ||
 # libtool leaves the uninstalled programs' real executables in .libs/.
 cp ddphook ddphook-bench-gpu tests/gpu/.libs/test_gpu tests/gpu/test_device_ops \
     examples/.libs/gpu_trainer "$kit/bin/"
+# MPICH's launcher, for the 2-rank runs on a machine with 2 GPUs and no
+# MPICH of its own (run.sh puts the kit's bin/ first on PATH).
+cp -L "$(command -v mpiexec)" "$kit/bin/mpiexec"
+cp -L "$(command -v hydra_pmi_proxy)" "$kit/bin/hydra_pmi_proxy"
 cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so "$kit/lib/"
 cp -L plugins/.libs/*.so "$kit/plugins/"
 # The GPU backend module, found through DDPH_BACKEND_DIR (run.sh sets it).

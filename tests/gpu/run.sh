@@ -75,7 +75,9 @@ use_kit() {
     tee -a "$report" <"$k/MANIFEST"
     say "here: $(ldd --version 2>&1 | head -n 1)"
     LD_LIBRARY_PATH=$k/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export LD_LIBRARY_PATH
+    # The kit's mpiexec and hydra_pmi_proxy (the MPICH it was built with).
+    PATH=$k/bin:$PATH
+    export LD_LIBRARY_PATH PATH
     rounds=0
     while unresolved=$(ldd "$k"/bin/* "$k"/lib/*.so* "$k"/backends/*.so 2>/dev/null |
                        awk '$3 == "not" {print $1}' | sort -u) &&

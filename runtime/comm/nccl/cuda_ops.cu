@@ -234,14 +234,25 @@ __global__ void scatter_add_kernel(float *y, const int *idx, const float *v,
 }
 
 // The largest key: |x| of finite values and Inf keep their order as
-// unsigned bits, and a NaN's bits are above +Inf's.
+// unsigned bits, and a NaN's bits are above +Inf's.  A block's largest is
+// reduced in shared memory, then one atomic a block (blockDim.x is 256).
 __global__ void absmax_kernel(const float *x, size_t n, unsigned *best)
 {
+    __shared__ unsigned block_best[256];
     unsigned m = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         m = max(m, magnitude_key(x[i]));
-    atomicMax(best, m);
+    block_best[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            block_best[threadIdx.x] =
+                max(block_best[threadIdx.x], block_best[threadIdx.x + half]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicMax(best, block_best[0]);
 }
 
 __global__ void quantize_kernel(const float *x, size_t n, float inv,

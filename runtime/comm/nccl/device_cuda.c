@@ -5,6 +5,8 @@
 #include "comm/nccl/device_cuda.h"
 
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
 
 #include "comm/nccl/backend_nccl.h"
 #include "comm/nccl/cuda_ops.h"
@@ -37,6 +39,49 @@ static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
 static void mem_free(void *p)
 {
     cudaFree(p);
+}
+
+/* The current device's default pool keeps what is freed (no release
+ * threshold), so that a hook's per-step scratch memory is reused instead
+ * of going back to the driver at every synchronisation. */
+static void keep_pool(void)
+{
+    int dev = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess)
+        return;
+    uint64_t keep_all = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+}
+
+static ddph_status mem_alloc_on(size_t bytes, void *stream, void **out,
+                                ddph_err *err)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, keep_pool);
+    void *p;
+    cudaStream_t st = (cudaStream_t)stream;
+    CUDA_OR_FAIL(cudaMallocAsync(&p, bytes, st), "cudaMallocAsync");
+    /* The services promise 64-byte alignment (pools give at least 256). */
+    if ((uintptr_t)p % 64 != 0) {
+        cudaFreeAsync(p, st);
+        return ddph__fail(err, DDPH_ERR_NOMEM,
+                          "cudaMallocAsync returned %p, not aligned to 64 "
+                          "bytes", p);
+    }
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, st);
+    if (e != cudaSuccess) {
+        cudaFreeAsync(p, st);
+        return ddph__cuda_fail(err, e, "cudaMemsetAsync");
+    }
+    *out = p;
+    return DDPH_OK;
+}
+
+static void mem_free_on(void *p, void *stream)
+{
+    cudaFreeAsync(p, (cudaStream_t)stream);
 }
 
 static ddph_status mem_copy(void *dst, const void *src, size_t bytes,
@@ -121,6 +166,8 @@ static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first,
 const ddph_dev_cuda_ops ddph__cuda_memory = {
     .alloc = mem_alloc,
     .free = mem_free,
+    .alloc_on = mem_alloc_on,
+    .free_on = mem_free_on,
     .copy = mem_copy,
     .event_create = event_create,
     .event_destroy = event_destroy,
