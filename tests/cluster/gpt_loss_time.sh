@@ -130,7 +130,7 @@ for rate in $(echo "$rates" | tr ',' ' '); do
                 [ "${hook#ddp:}" = "$hook" ] || style="lines dashtype 2"
                 plot="$plot '$dat' using 1:2 with $style title '$hook',"
             done
-            gnuplot -e "set terminal svg size 800,500; set output '$out/loss-time-$rate-$layout.svg'; set datafile separator ','; set xlabel 'training seconds'; set ylabel 'validation loss'; set title 'GPT, $layout at $rate'; ${plot%,}" 2>/dev/null
+            gnuplot -e "set terminal svg size 800,500 noenhanced; set output '$out/loss-time-$rate-$layout.svg'; set datafile separator ','; set xlabel 'training seconds'; set ylabel 'validation loss'; set title 'GPT, $layout at $rate'; ${plot%,}" 2>/dev/null
             rm -f "$out"/.*.dat
         fi
     done
