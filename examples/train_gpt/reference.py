@@ -172,6 +172,29 @@ def make_optimizer(model, L):
                              lr=1.0, betas=(0.9, 0.95), eps=1e-8)
 
 
+def train_step(net, model, opt, a, text, train_end, step, rank, local, T):
+    """One of train_gpt's optimizer steps on this rank's `local` sequences
+    of the batch: clipped to global norm 1, at the schedule's learning
+    rate (a.lr, a.steps, a.warmup).  Returns the rank's loss."""
+    xs, ys = zip(*(train_sequence(text, train_end, a.seed, step, 0,
+                                  rank * local + i, T)
+                   for i in range(local)))
+    x = torch.from_numpy(np.stack(xs))
+    y = torch.from_numpy(np.stack(ys))
+    opt.zero_grad(set_to_none=False)
+    loss = net(x, y)
+    loss.backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum()
+                          for p in model.parameters()))
+    if norm > 1:
+        for p in model.parameters():
+            p.grad.mul_(float(1 / norm))
+    for g in opt.param_groups:
+        g["lr"] = learning_rate(a, step)
+    opt.step()
+    return loss
+
+
 def train(rank, world, a, weights, out):
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
@@ -187,22 +210,8 @@ def train(rank, world, a, weights, out):
     local = a.batch // world
     losses = []
     for step in range(a.steps):
-        xs, ys = zip(*(train_sequence(text, train_end, a.seed, step, 0,
-                                      rank * local + i, a.context)
-                       for i in range(local)))
-        x = torch.from_numpy(np.stack(xs))
-        y = torch.from_numpy(np.stack(ys))
-        opt.zero_grad(set_to_none=False)
-        loss = net(x, y)
-        loss.backward()
-        norm = torch.sqrt(sum((p.grad.double() ** 2).sum()
-                              for p in model.parameters()))
-        if norm > 1:
-            for p in model.parameters():
-                p.grad.mul_(float(1 / norm))
-        for g in opt.param_groups:
-            g["lr"] = learning_rate(a, step)
-        opt.step()
+        loss = train_step(net, model, opt, a, text, train_end, step, rank,
+                          local, a.context)
         mean = loss.detach().double()
         if world > 1:
             dist.all_reduce(mean)

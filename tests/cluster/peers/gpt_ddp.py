@@ -123,26 +123,11 @@ def main():
     if rank == 0 and a.csv:
         out = open(a.csv, "w", newline="")
         out.write("step,seconds,train_loss,val_loss,bytes_sent,lr\n")
-    a.layers = L  # learning_rate() reads a.steps and a.warmup
     t0 = time.perf_counter()
     for step in range(a.steps):
-        xs, ys = zip(*(ref.train_sequence(text, train_end, a.seed, step, 0,
-                                          rank * local + i, T)
-                       for i in range(local)))
-        x = torch.from_numpy(np.stack(xs))
-        y = torch.from_numpy(np.stack(ys))
-        opt.zero_grad(set_to_none=False)
-        loss = net(x, y)
-        loss.backward()
-        norm = torch.sqrt(sum((q.grad.double() ** 2).sum()
-                              for q in model.parameters()))
-        if norm > 1:
-            for q in model.parameters():
-                q.grad.mul_(float(1 / norm))
+        loss = ref.train_step(net, model, opt, a, text, train_end, step, rank,
+                              local, T)
         lr = ref.learning_rate(a, step)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
         last = step == a.steps - 1
         if (step + 1) % a.eval_every == 0 or last:
             mean = loss.detach().double()
