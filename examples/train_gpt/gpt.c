@@ -7,6 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(HAVE_SLEEF) && !defined(GPT_DOUBLE) && \
+    (defined(__SSE2__) || defined(__aarch64__))
+#include <sleef.h>
+#define GPT_SLEEF 1
+#ifdef __SSE2__
+#define VLOAD _mm_loadu_ps
+#define VSTORE _mm_storeu_ps
+#else
+#define VLOAD vld1q_f32
+#define VSTORE vst1q_f32
+#endif
+#endif
+
 /* Element-wise math in the model's own precision: in float, as PyTorch
  * does on the CPU. */
 #ifdef GPT_DOUBLE
@@ -67,7 +80,8 @@ typedef struct layout {
     size_t ln1, ln1_mean, ln1_rstd;       /* per layer: BTC, BT, BT */
     size_t qkv, att, atty, attproj, res2; /* BT3C, BHTT, BTC, BTC, BTC */
     size_t ln2, ln2_mean, ln2_rstd;
-    size_t fch, fch_gelu, fcproj, res3;   /* BT4C, BT4C, BTC, BTC */
+    size_t fch, fch_sig, fch_gelu;        /* BT4C each */
+    size_t fcproj, res3;                  /* BTC, BTC */
     size_t per_layer;                     /* stride between layers */
     size_t layers;                        /* where layer 0 starts */
     size_t lnf, lnf_mean, lnf_rstd, logits; /* BTC, BT, BT, BTV */
@@ -96,6 +110,7 @@ static layout plan(const gpt_config *c, int B)
     TAKE(ln2_mean, BT);
     TAKE(ln2_rstd, BT);
     TAKE(fch, BT * 4 * C);
+    TAKE(fch_sig, BT * 4 * C);
     TAKE(fch_gelu, BT * 4 * C);
     TAKE(fcproj, BT * C);
     TAKE(res3, BT * C);
@@ -264,30 +279,48 @@ static void layernorm_backward(real *din, real *dw, real *db, const real *dout,
     }
 }
 
+/* y[i] = e^x[i] (y may be x).  SLEEF's four-lane expf (1 ulp) where the
+ * build has it: the exps of GELU and the softmaxes were a fifth of a
+ * step one call at a time. */
+static void exp_array(real *y, const real *x, size_t n)
+{
+    size_t i = 0;
+#ifdef GPT_SLEEF
+    for (; i + 4 <= n; i += 4)
+        VSTORE(y + i, Sleef_expf4_u10(VLOAD(x + i)));
+#endif
+    for (; i < n; i++)
+        y[i] = EXP(x[i]);
+}
+
 #define GELU_S 0.7978845608028654 /* sqrt(2 / pi) */
 
 /* GELU's tanh form through a sigmoid, 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u):
  * one exp instead of a tanh, which glibc computes with expm1 and which
- * took a quarter of a step. */
-static void gelu_forward(real *out, const real *in, size_t n)
+ * took a quarter of a step.  The sigmoid is kept for backward, which then
+ * needs no exp. */
+static void gelu_forward(real *out, real *sig, const real *in, size_t n)
 {
     const real s = (real)GELU_S, c = (real)0.044715;
     for (size_t i = 0; i < n; i++) {
         real x = in[i];
-        real sig = 1 / (1 + EXP(-2 * s * (x + c * x * x * x)));
-        out[i] = x * sig;
+        sig[i] = -2 * s * (x + c * x * x * x);
+    }
+    exp_array(sig, sig, n);
+    for (size_t i = 0; i < n; i++) {
+        sig[i] = 1 / (1 + sig[i]);
+        out[i] = in[i] * sig[i];
     }
 }
 
-static void gelu_backward(real *din, const real *in, const real *dout,
-                          size_t n)
+static void gelu_backward(real *din, const real *in, const real *sig,
+                          const real *dout, size_t n)
 {
     const real s = (real)GELU_S, c = (real)0.044715;
     for (size_t i = 0; i < n; i++) {
-        real x = in[i];
-        real sig = 1 / (1 + EXP(-2 * s * (x + c * x * x * x)));
+        real x = in[i], g = sig[i];
         /* d/dx x sig(2u) = sig + x 2 sig (1 - sig) u' */
-        real d = sig + 2 * x * sig * (1 - sig) * s * (1 + 3 * c * x * x);
+        real d = g + 2 * x * g * (1 - g) * s * (1 + 3 * c * x * x);
         din[i] += d * dout[i];
     }
 }
@@ -311,10 +344,11 @@ static void attention_forward(real *out, real *att, const real *qkv, int B,
                 real mx = row[0], sum = 0;
                 for (int u = 1; u <= t; u++)
                     mx = row[u] > mx ? row[u] : mx;
-                for (int u = 0; u <= t; u++) {
-                    row[u] = EXP(row[u] - mx);
+                for (int u = 0; u <= t; u++)
+                    row[u] -= mx;
+                exp_array(row, row, (size_t)t + 1);
+                for (int u = 0; u <= t; u++)
                     sum += row[u];
-                }
                 real inv = 1 / sum;
                 for (int u = 0; u <= t; u++)
                     row[u] *= inv;
@@ -408,7 +442,7 @@ void gpt_forward(gpt *m, const int *inputs, const int *targets, int B)
                           slice(P, c, GPT_LN2B, l), BT, C);
         linear_forward(L + a.fch, L + a.ln2, slice(P, c, GPT_FCW, l),
                        slice(P, c, GPT_FCB, l), BT, C, 4 * C);
-        gelu_forward(L + a.fch_gelu, L + a.fch, (size_t)BT * 4 * C);
+        gelu_forward(L + a.fch_gelu, L + a.fch_sig, L + a.fch, (size_t)BT * 4 * C);
         linear_forward(L + a.fcproj, L + a.fch_gelu,
                        slice(P, c, GPT_FCPROJW, l), slice(P, c, GPT_FCPROJB, l),
                        BT, 4 * C, C);
@@ -427,10 +461,11 @@ void gpt_forward(gpt *m, const int *inputs, const int *targets, int B)
         double sum = 0;
         for (int v = 1; v < V; v++)
             mx = z[v] > mx ? z[v] : mx;
-        for (int v = 0; v < V; v++) {
-            p[v] = EXP(z[v] - mx);
+        for (int v = 0; v < V; v++)
+            p[v] = z[v] - mx;
+        exp_array(p, p, (size_t)V);
+        for (int v = 0; v < V; v++)
             sum += p[v];
-        }
         real inv = (real)(1 / sum);
         for (int v = 0; v < V; v++)
             p[v] *= inv;
@@ -485,7 +520,7 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
                         slice(G, c, GPT_FCPROJB, l), DL + a.fcproj,
                         L + a.fch_gelu, slice(P, c, GPT_FCPROJW, l), BT, 4 * C,
                         C);
-        gelu_backward(DL + a.fch, L + a.fch, DL + a.fch_gelu,
+        gelu_backward(DL + a.fch, L + a.fch, L + a.fch_sig, DL + a.fch_gelu,
                       (size_t)BT * 4 * C);
         linear_backward(DL + a.ln2, slice(G, c, GPT_FCW, l),
                         slice(G, c, GPT_FCB, l), DL + a.fch, L + a.ln2,
