@@ -293,6 +293,42 @@ out:
     free(gi);
 }
 
+/* Top-k's other shapes: values only and indices only (the selection then
+ * keeps its indices in scratch), k = 1 and k = n, tiny n, and the edge
+ * values of fill() (NaN ranks above +Inf). */
+static void topk_edges(const float *x)
+{
+    static const size_t shapes[][2] = {{1, 1}, {5, 2}, {1000, 1},
+                                       {1000, 1000}, {70001, 700}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        size_t n = shapes[s][0], k = shapes[s][1];
+        float *cv = malloc(k * 4), *gv = malloc(k * 4);
+        int32_t *ci = malloc(k * 4), *gi = malloc(k * 4);
+        float *dx = dev_copy(x, n * 4), *dv = dev_copy(NULL, k * 4);
+        int32_t *di = dev_copy(NULL, k * 4);
+        ddph_err e;
+        char what[96];
+        if (cv && gv && ci && gi && dx && dv && di &&
+            ddph__cpu_topk(x, n, k, cv, ci, &e) == DDPH_OK) {
+            snprintf(what, sizeof what, "topk n %zu k %zu, values only", n, k);
+            if (cuda_ok(ddph__cuda_topk(dx, n, k, dv, NULL, stream), what) &&
+                back(gv, dv, k * 4))
+                same_bits(what, cv, gv, k * 4);
+            snprintf(what, sizeof what, "topk n %zu k %zu, indices only", n, k);
+            if (cuda_ok(ddph__cuda_topk(dx, n, k, NULL, di, stream), what) &&
+                back(gi, di, k * 4))
+                same_bits(what, ci, gi, k * 4);
+        }
+        cudaFree(dx);
+        cudaFree(dv);
+        cudaFree(di);
+        free(cv);
+        free(gv);
+        free(ci);
+        free(gi);
+    }
+}
+
 /* Near-zero columns: the norm is 0 or tiny, eps decides. */
 static void gram_schmidt(void)
 {
@@ -344,6 +380,7 @@ int main(void)
     int8_and_absmax(x, BIG);
     signs_and_chunks(x, BIG);
     topk_gather_scatter(BIG);
+    topk_edges(x);
     gram_schmidt();
     free(x);
     cudaStreamDestroy(stream);

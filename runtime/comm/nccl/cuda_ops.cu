@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
 
 #include "comm/nccl/cuda_ops.h"
 
@@ -138,15 +141,32 @@ __device__ unsigned magnitude_key(float x)
     return __float_as_uint(x) & 0x7fffffffu;
 }
 
-// Histogram of one byte of the keys whose higher bytes equal `prefix`.
-__global__ void key_histogram_kernel(const float *x, size_t n, unsigned prefix,
-                                     unsigned mask, int shift,
+// Top-k's radix select, a byte of the keys at a time from the top, as
+// the CPU path does, kept on the device: no round trip to the host.
+struct TopkState {
+    unsigned prefix, mask;   // the bytes chosen so far
+    unsigned long long want; // keys still to take at the prefix
+    unsigned long long above; // keys above it (all taken)
+};
+
+__global__ void topk_init_kernel(TopkState *s, unsigned long long k)
+{
+    s->prefix = 0;
+    s->mask = 0;
+    s->want = k;
+    s->above = 0;
+}
+
+// Histogram of one byte of the keys whose higher bytes equal the prefix.
+__global__ void key_histogram_kernel(const float *x, size_t n,
+                                     const TopkState *s, int shift,
                                      unsigned long long *hist)
 {
     __shared__ unsigned local[256];
     for (unsigned b = threadIdx.x; b < 256; b += blockDim.x)
         local[b] = 0;
     __syncthreads();
+    unsigned prefix = s->prefix, mask = s->mask;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         unsigned key = magnitude_key(x[i]);
@@ -159,63 +179,46 @@ __global__ void key_histogram_kernel(const float *x, size_t n, unsigned prefix,
             atomicAdd(&hist[b], static_cast<unsigned long long>(local[b]));
 }
 
-constexpr unsigned SELECT_THREADS = 1024;
-
-// Exclusive prefix sum of one value per thread (thread 0 walks the block:
-// 1024 additions, next to the O(n) passes around it).
-__device__ unsigned long long block_exclusive_scan(unsigned long long v,
-                                                   unsigned long long *part)
+// The byte at `shift` of the k-th largest key (one thread: 256 steps).
+__global__ void topk_choose_byte_kernel(const unsigned long long *hist,
+                                        int shift, TopkState *s)
 {
-    part[threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long run = 0;
-        for (unsigned i = 0; i < blockDim.x; i++) {
-            unsigned long long c = part[i];
-            part[i] = run;
-            run += c;
-        }
+    unsigned long long want = s->want, above = s->above;
+    int byte = 255;
+    for (; byte > 0 && hist[byte] < want; byte--) {
+        want -= hist[byte];
+        above += hist[byte];
     }
-    __syncthreads();
-    unsigned long long out = part[threadIdx.x];
-    __syncthreads();
-    return out;
+    s->want = want;
+    s->above = above;
+    s->prefix |= static_cast<unsigned>(byte) << shift;
+    s->mask |= 0xffu << shift;
 }
 
-// One block writes the chosen elements in ascending index order: every
-// key above t, and the first `ties` keys equal to t.  Each thread owns a
-// contiguous chunk, so prefix sums over the threads order the output.
-__global__ void select_kernel(const float *x, size_t n, unsigned t,
-                              unsigned long long ties, float *values,
-                              int *indices)
+// 1 where the key is the threshold's (the prefix, now all four bytes).
+__global__ void topk_ties_kernel(const float *x, size_t n, const TopkState *s,
+                                 int *tie)
 {
-    __shared__ unsigned long long part[SELECT_THREADS];
-    size_t chunk = (n + blockDim.x - 1) / blockDim.x;
-    size_t lo = threadIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
-    unsigned long long above = 0, equal = 0;
-    for (size_t i = lo; i < hi; i++) {
-        unsigned key = magnitude_key(x[i]);
-        above += key > t;
-        equal += key == t;
-    }
-    unsigned long long eq_before = block_exclusive_scan(equal, part);
-    unsigned long long eq_take =
-        eq_before >= ties ? 0 : (ties - eq_before < equal ? ties - eq_before : equal);
-    unsigned long long at = block_exclusive_scan(above + eq_take, part);
-    for (size_t i = lo; i < hi; i++) {
-        unsigned key = magnitude_key(x[i]);
-        bool take = key > t || (key == t && eq_take > 0);
-        if (!take)
-            continue;
-        if (key == t)
-            eq_take--;
-        if (indices)
-            indices[at] = static_cast<int>(i);
-        if (values)
-            values[at] = x[i];
-        at++;
-    }
+    unsigned t = s->prefix;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        tie[i] = magnitude_key(x[i]) == t;
 }
+
+// Whether index i is chosen: its key is above the threshold, or equal to
+// it and among the first `want` such (tie_rank: an exclusive scan of the
+// ties), so that exactly k are chosen, the lowest indices among ties.
+struct TopkChosen {
+    const float *x;
+    const int *tie_rank;
+    const TopkState *s;
+    __device__ bool operator()(int i) const
+    {
+        unsigned key = magnitude_key(x[i]), t = s->prefix;
+        return key > t ||
+               (key == t && static_cast<unsigned long long>(tie_rank[i]) < s->want);
+    }
+};
 
 __global__ void gather_kernel(const float *x, const int *idx, size_t k,
                               float *out)
@@ -388,44 +391,79 @@ extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
     return static_cast<int>(cudaGetLastError());
 }
 
+// Bytes rounded up to a multiple of 256: the scratch's pieces stay
+// aligned for any type.
+static size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
                                float *values, int *indices, void *stream)
 {
     if (k == 0)
         return 0;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    unsigned long long *hist = nullptr, host[256];
-    cudaError_t e = cudaMallocAsync(reinterpret_cast<void **>(&hist),
-                                    sizeof host, st);
-    unsigned prefix = 0, mask = 0;
-    unsigned long long want = k, above = 0;
-    // Radix select, a byte at a time from the top, as the CPU path does.
+    int count = static_cast<int>(n); // n <= INT32_MAX (ddph__topk_check)
+    thrust::counting_iterator<int> index(0);
+    // CUB's scratch sizes (computed on the host, nothing enqueued).
+    size_t scan_bytes = 0, select_bytes = 0;
+    cudaError_t e = cub::DeviceScan::ExclusiveSum(
+        nullptr, scan_bytes, static_cast<int *>(nullptr), count, st);
+    if (e == cudaSuccess)
+        e = cub::DeviceSelect::If(nullptr, select_bytes, index,
+                                  static_cast<int *>(nullptr),
+                                  static_cast<int *>(nullptr), count,
+                                  TopkChosen{}, st);
+    if (e != cudaSuccess)
+        return static_cast<int>(e);
+    // One stream-ordered allocation for everything: histogram, state,
+    // the count CUB writes, the ties' ranks, indices when the caller
+    // wants values only, and CUB's scratch.
+    size_t hist_at = 0;
+    size_t state_at = hist_at + aligned(256 * sizeof(unsigned long long));
+    size_t selected_at = state_at + aligned(sizeof(TopkState));
+    size_t ties_at = selected_at + aligned(sizeof(int));
+    size_t idx_at = ties_at + aligned(n * sizeof(int));
+    size_t cub_at = idx_at + (indices ? 0 : aligned(k * sizeof(int)));
+    size_t cub_bytes = scan_bytes > select_bytes ? scan_bytes : select_bytes;
+    char *scratch = nullptr;
+    e = cudaMallocAsync(reinterpret_cast<void **>(&scratch), cub_at + cub_bytes,
+                        st);
+    if (e != cudaSuccess)
+        return static_cast<int>(e);
+    auto *hist = reinterpret_cast<unsigned long long *>(scratch + hist_at);
+    auto *state = reinterpret_cast<TopkState *>(scratch + state_at);
+    auto *selected = reinterpret_cast<int *>(scratch + selected_at);
+    auto *ties = reinterpret_cast<int *>(scratch + ties_at);
+    int *idx = indices ? indices : reinterpret_cast<int *>(scratch + idx_at);
+    void *cub_scratch = scratch + cub_at;
+    topk_init_kernel<<<1, 1, 0, st>>>(state, k);
+    e = cudaGetLastError();
     for (int shift = 24; shift >= 0 && e == cudaSuccess; shift -= 8) {
-        e = cudaMemsetAsync(hist, 0, sizeof host, st);
+        e = cudaMemsetAsync(hist, 0, 256 * sizeof *hist, st);
         if (e != cudaSuccess)
             break;
-        key_histogram_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, prefix, mask,
-                                                           shift, hist);
-        if ((e = cudaGetLastError()) != cudaSuccess ||
-            (e = cudaMemcpyAsync(host, hist, sizeof host,
-                                 cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
-            (e = cudaStreamSynchronize(st)) != cudaSuccess)
-            break;
-        int byte = 255;
-        for (; byte > 0 && host[byte] < want; byte--) {
-            want -= host[byte];
-            above += host[byte];
-        }
-        prefix |= static_cast<unsigned>(byte) << shift;
-        mask |= 0xffu << shift;
-    }
-    if (e == cudaSuccess) {
-        select_kernel<<<1, SELECT_THREADS, 0, st>>>(x, n, prefix, k - above,
-                                                    values, indices);
+        key_histogram_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, state, shift,
+                                                           hist);
+        topk_choose_byte_kernel<<<1, 1, 0, st>>>(hist, shift, state);
         e = cudaGetLastError();
     }
-    if (hist)
-        cudaFreeAsync(hist, st);
+    if (e == cudaSuccess) {
+        topk_ties_kernel<<<blocks_for(n), 256, 0, st>>>(x, n, state, ties);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cub::DeviceScan::ExclusiveSum(cub_scratch, scan_bytes, ties, count,
+                                          st);
+    // Stable: the chosen indices come out in ascending order, as the CPU
+    // path gives them; exactly k of them.
+    if (e == cudaSuccess)
+        e = cub::DeviceSelect::If(cub_scratch, select_bytes, index, idx,
+                                  selected, count,
+                                  TopkChosen{x, ties, state}, st);
+    if (e == cudaSuccess && values) {
+        gather_kernel<<<blocks_for(k), 256, 0, st>>>(x, idx, k, values);
+        e = cudaGetLastError();
+    }
+    cudaFreeAsync(scratch, st);
     return static_cast<int>(e);
 }
 

@@ -28,9 +28,9 @@ int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols, double eps,
 int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
                                unsigned long long *first, void *stream);
 
-/* sparse_ops.h's operations, with the same definitions.  topk and absmax
- * wait for the stream (they read a histogram or the result on the host);
- * the others are enqueued. */
+/* sparse_ops.h's operations, with the same definitions.  absmax waits
+ * for the stream (its result goes to the host); the others, top-k's radix
+ * select and stable compaction (CUB) included, are enqueued. */
 int ddph__cuda_topk(const float *x, size_t n, size_t k, float *values,
                     int *indices, void *stream);
 int ddph__cuda_gather(const float *x, const int *idx, size_t k, float *out,

@@ -199,17 +199,14 @@ ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
 
 /* ---- sparse and quantized hooks --------------------------------------- */
 
-/* topk and absmax wait for the stream inside (the selection reads
- * histograms on the host): first the collectives before them, against
- * timeout_s, so that only the operation's own kernels are waited for
- * without a deadline. */
+/* topk is enqueued like the element-wise operations (its selection stays
+ * on the device).  absmax returns its result on the host, so it waits for
+ * the stream: first the work before it, against timeout_s, so that only
+ * its own kernel is waited for without a deadline. */
 ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
                             size_t k, float *values, int32_t *indices,
                             ddph_err *err)
 {
-    ddph_status st = ddph__nccl_wait(n, NULL, "topk (the work before it)", err);
-    if (st != DDPH_OK)
-        return st;
     int e = ddph__cuda_topk(x, count, k, values, indices, n->stream);
     return e ? ddph__cuda_fail(err, e, "topk kernels") : DDPH_OK;
 }
