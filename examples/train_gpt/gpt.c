@@ -7,17 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(HAVE_SLEEF) && !defined(GPT_DOUBLE) && \
-    (defined(__SSE2__) || defined(__aarch64__))
+/* SLEEF's four-lane expf on x86-64 (SSE2 is its baseline); elsewhere, and
+ * in the double build, libm's expf one at a time. */
+#if defined(HAVE_SLEEF) && !defined(GPT_DOUBLE) && defined(__SSE2__)
 #include <sleef.h>
 #define GPT_SLEEF 1
-#ifdef __SSE2__
-#define VLOAD _mm_loadu_ps
-#define VSTORE _mm_storeu_ps
-#else
-#define VLOAD vld1q_f32
-#define VSTORE vst1q_f32
-#endif
 #endif
 
 /* Element-wise math in the model's own precision: in float, as PyTorch
@@ -287,7 +281,7 @@ static void exp_array(real *y, const real *x, size_t n)
     size_t i = 0;
 #ifdef GPT_SLEEF
     for (; i + 4 <= n; i += 4)
-        VSTORE(y + i, Sleef_expf4_u10(VLOAD(x + i)));
+        _mm_storeu_ps(y + i, Sleef_expf4_u10(_mm_loadu_ps(x + i)));
 #endif
     for (; i < n; i++)
         y[i] = EXP(x[i]);
