@@ -130,7 +130,8 @@ START_TEST(init_that_never_connects_times_out)
     double took = ddph__now() - t0;
     ck_assert_msg(took >= TIMEOUT_S && took < TIMEOUT_S + 1,
                   "took %.3f s against timeout_s %.1f", took, TIMEOUT_S);
-    ck_assert_msg_has(err, "ncclCommInitRank did not complete within timeout_s");
+    ck_assert_msg_has(err,
+                      "ncclCommInitRank did not complete within timeout_s");
     ck_assert_int_eq(fake_seen.aborts, 1);
     ck_assert_int_eq(fake_seen.destroys, 0);
 }
@@ -262,7 +263,8 @@ START_TEST(enqueue_errors_are_named)
     ck_assert_int_eq(ddph__nccl_start_allgatherv(n, &n->world, buf, buf,
                                                  counts, DDPH_F32, &err),
                      DDPH_ERR_BACKEND);
-    ck_assert_msg_has(err, "ncclBroadcast (allgatherv) failed: invalid argument");
+    ck_assert_msg_has(err,
+                      "ncclBroadcast (allgatherv) failed: invalid argument");
     ddph__nccl_finalize(n, 1);
 }
 END_TEST

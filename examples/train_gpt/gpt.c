@@ -436,7 +436,8 @@ void gpt_forward(gpt *m, const int *inputs, const int *targets, int B)
                           slice(P, c, GPT_LN2B, l), BT, C);
         linear_forward(L + a.fch, L + a.ln2, slice(P, c, GPT_FCW, l),
                        slice(P, c, GPT_FCB, l), BT, C, 4 * C);
-        gelu_forward(L + a.fch_gelu, L + a.fch_sig, L + a.fch, (size_t)BT * 4 * C);
+        gelu_forward(L + a.fch_gelu, L + a.fch_sig, L + a.fch,
+                     (size_t)BT * 4 * C);
         linear_forward(L + a.fcproj, L + a.fch_gelu,
                        slice(P, c, GPT_FCPROJW, l), slice(P, c, GPT_FCPROJB, l),
                        BT, 4 * C, C);

@@ -119,7 +119,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 
 cudaError_t cudaFree(void *p) { return cudaSuccess; }
 
-/* ---- cuBLAS and cuSOLVER handles ------------------------------------------ */
+/* ---- cuBLAS and cuSOLVER handles ------------------------------------ */
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
 {
@@ -127,7 +127,10 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h)
+{
+    return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
 {
@@ -150,14 +153,15 @@ cusolverStatus_t cusolverDnSetStream(cusolverDnHandle_t h, cudaStream_t s)
     return CUSOLVER_STATUS_SUCCESS;
 }
 
-/* ---- NCCL ------------------------------------------------------------------ */
+/* ---- NCCL ------------------------------------------------------------- */
 
 const char *ncclGetErrorString(ncclResult_t r)
 {
     switch (r) {
     case ncclSuccess: return "no error";
     case ncclInProgress: return "NCCL operation in progress";
-    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
     case ncclInvalidArgument: return "invalid argument";
     case ncclSystemError: return "unhandled system error";
     default: return "some NCCL error";
