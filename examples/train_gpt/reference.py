@@ -300,6 +300,9 @@ def time_both(a, tmp):
     `warm` (start-up, first touches of memory and one-time BLAS set-up
     left out).  The C trainer's clock is its --csv `seconds` (validation
     on one sequence, every `warm` steps, is the only other work in it)."""
+    if a.steps < 2:
+        sys.exit("reference.py: --time needs --steps 2 or more")
+    a.world = 1
     warm = max(1, min(10, a.steps // 3))
     csv_path = os.path.join(tmp, "time.csv")
     run_c(a, tmp, ["--eval-every", str(warm), "--eval-batches", "1",
