@@ -196,18 +196,25 @@ def train_step(net, model, opt, a, text, train_end, step, rank, local, T):
     return loss
 
 
-def train(rank, world, a, weights, out):
+def replica(a, weights):
+    """This process's model from train_gpt's `weights` (on a.threads
+    torch threads), its AdamW, and the text: (model, opt, text,
+    train_end)."""
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
-    if world > 1:
-        dist.init_process_group("gloo", init_method="file://" + a.rendezvous,
-                                rank=rank, world_size=world)
     cfg = (256, a.context, a.width, a.heads, a.layers)
     model = GPT(*cfg)
     load_weights(model, weights, cfg)
-    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    opt = make_optimizer(model, a.layers)
     text, train_end = load_text(a.data)
+    return model, make_optimizer(model, a.layers), text, train_end
+
+
+def train(rank, world, a, weights, out):
+    if world > 1:
+        dist.init_process_group("gloo", init_method="file://" + a.rendezvous,
+                                rank=rank, world_size=world)
+    model, opt, text, train_end = replica(a, weights)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     local = a.batch // world
     losses = []
     for step in range(a.steps):
@@ -312,13 +319,7 @@ def time_both(a, tmp):
     c_ms = (secs[a.steps] - secs[warm]) * 1000 / (a.steps - warm)
     ckpt = os.path.join(tmp, "init")
     run_c(a, tmp, ["--save-init", ckpt, "--steps", "1"])
-    torch.manual_seed(0)
-    torch.set_num_threads(a.threads)
-    cfg = (256, a.context, a.width, a.heads, a.layers)
-    model = GPT(*cfg)
-    load_weights(model, ckpt + ".model", cfg)
-    opt = make_optimizer(model, a.layers)
-    text, train_end = load_text(a.data)
+    model, opt, text, train_end = replica(a, ckpt + ".model")
     for step in range(a.steps):
         if step == warm:
             t0 = time.perf_counter()

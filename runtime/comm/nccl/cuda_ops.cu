@@ -145,8 +145,8 @@ __device__ unsigned magnitude_key(float x)
 // the CPU path does, kept on the device: no round trip to the host.
 struct TopkState {
     unsigned prefix, mask;   // the bytes chosen so far
-    unsigned long long want; // keys still to take at the prefix
-    unsigned long long above; // keys above it (all taken)
+    unsigned long long want; // keys still to take at the prefix (the
+                             // keys above it are all taken)
 };
 
 __global__ void topk_init_kernel(TopkState *s, unsigned long long k)
@@ -154,7 +154,6 @@ __global__ void topk_init_kernel(TopkState *s, unsigned long long k)
     s->prefix = 0;
     s->mask = 0;
     s->want = k;
-    s->above = 0;
 }
 
 // Histogram of one byte of the keys whose higher bytes equal the prefix.
@@ -183,14 +182,11 @@ __global__ void key_histogram_kernel(const float *x, size_t n,
 __global__ void topk_choose_byte_kernel(const unsigned long long *hist,
                                         int shift, TopkState *s)
 {
-    unsigned long long want = s->want, above = s->above;
+    unsigned long long want = s->want;
     int byte = 255;
-    for (; byte > 0 && hist[byte] < want; byte--) {
+    for (; byte > 0 && hist[byte] < want; byte--)
         want -= hist[byte];
-        above += hist[byte];
-    }
     s->want = want;
-    s->above = above;
     s->prefix |= static_cast<unsigned>(byte) << shift;
     s->mask |= 0xffu << shift;
 }
