@@ -27,6 +27,7 @@
 
 #include <ddphook/plugin.h>
 
+#include "support/config.h"
 #include "support/util.h"
 
 struct ddph_shared_segment; /* shared_buckets.h */
@@ -124,6 +125,9 @@ typedef struct ddph_mpi {
      * message, microseconds of ddph__now): a rank whose collective timed
      * out asks every peer to answer, and names those that stay silent. */
     atomic_llong *heard_us;
+    /* The job's models by id (their finalize order, the same on every
+     * rank), named in fingerprint mismatches. */
+    char model_names[DDPH__MAX_NAMED_MODELS][64];
 } ddph_mpi;
 
 /* Initialises MPI if needed (MPI_THREAD_MULTIPLE), dups the world twice
@@ -138,10 +142,13 @@ enum { DDPH__DEPART_DATA_END = 1, DDPH__DEPART_TRAINER_CALL = 2 };
 /* This rank leaves the steps for now: its data ended (no more steps
  * follow), or it calls the trainer collective `what` (counted). */
 void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what);
-/* The last collective of a job: every rank meets in a barrier (on the
- * alarm communicator) within timeout_s, or the job is broken (and the
- * peers told). */
-ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err);
+/* The last collective of a job: every rank meets (on the alarm
+ * communicator) within timeout_s, or the job is broken (and the peers
+ * told).  `local` is the first error this rank's calls reported (DDPH_OK
+ * if none); *job gets the status of the lowest rank that reported one,
+ * *job_rank that rank (DDPH_OK and -1 when no rank reported one). */
+ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_status local,
+                            ddph_status *job, int *job_rank, ddph_err *err);
 /* Ends the job: on a healthy job every rank meets in a barrier (within
  * timeout_s, unless ddph__mpi_leave did it), then the communicators are
  * freed and MPI is finalized if ddph_open initialised it.  On a broken job, or when the barrier fails,
@@ -249,23 +256,56 @@ ddph_status ddph__mpi_op_progress(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
 
 /* With a hook's collective `what` on g (with check_collectives): every
  * rank of g gives its fingerprint (the collective's number on g, kind,
- * dtype, count, op, root, and the iteration and bucket the hook is
+ * dtype, count, op, root, and the model, iteration and bucket the hook is
  * reducing) on g's twin communicator, and all are compared.  The exchange
  * runs while the collective does: it is checked when the calling thread's
  * next hook collective starts, while the thread waits on a collective,
  * and at ddph__mpi_fingerprint_settle (after each hook call), so a
  * mismatched step never completes.  A rank that calls an extra, a missing
  * or a different collective fails the job on every rank, with
- * DDPH_ERR_MISMATCH naming the ranks and what each called; `model` names
- * the hook's model in the message. */
+ * DDPH_ERR_MISMATCH naming the ranks and what each called.  `model` is
+ * the model's id (ddph__mpi_model_named), -1 for none. */
 ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
                                   const char *what, ddph_dtype dtype,
                                   size_t count, int op, int root,
-                                  const char *model, int64_t iteration,
+                                  int64_t model, int64_t iteration,
                                   int64_t bucket, ddph_err *err);
 /* Waits for the calling thread's fingerprint exchange still in flight, if
  * any, and compares it (within timeout_s). */
 ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err);
+/* Names model id `id` in mismatch messages (ids past the table's end are
+ * shown as numbers). */
+void ddph__mpi_model_named(ddph_mpi *m, int64_t id, const char *name);
+
+/* A trainer call (`what`: "ddph_barrier", "ddph_allreduce_f64",
+ * "ddph_average_f64", "ddph_broadcast") about to run on the trainer
+ * communicator: with check_collectives every rank's call is compared
+ * first (its number, kind, count, dtype, op and root), so calls that
+ * differ fail on every rank, naming both, before they meet in MPI. */
+ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
+                                   ddph_dtype dtype, size_t count, int op,
+                                   int root, ddph_err *err);
+
+/* What defines a synchronising step, compared across ranks at its end. */
+typedef struct ddph_step_summary {
+    int64_t models;      /* a bit per model id stepped (a digest with the
+                            sign bit set past 62 models) */
+    int64_t passes;      /* backward passes synchronised (first model) */
+    int64_t digest;      /* hooks' identities, every model's passes */
+    int64_t trainer_calls; /* trainer calls made so far */
+    int64_t iteration;   /* the first model's synchronised steps so far */
+    int64_t first_model; /* its id */
+} ddph_step_summary;
+
+/* The end-of-step agreement (with check_collectives): one small exchange
+ * on each lane's twin communicator, in the same sequence as the lane's
+ * collectives' fingerprints.  A rank that skipped, added or reordered a
+ * collective, or whose step differs in s, meets a different record: the
+ * job fails on every rank in this very step, naming the rank and what
+ * differed.  Every lane's exchange is started before any is waited for. */
+ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
+                                 int n, const ddph_step_summary *s,
+                                 ddph_err *err);
 
 /* Raw bytes, for the runtime's own agreement checks. */
 ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,

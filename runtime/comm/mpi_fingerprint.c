@@ -18,13 +18,21 @@
 
 /* ---- collective fingerprints -------------------------------------------- */
 
-/* The collectives a hook can issue, by the names the services use. */
+/* The calls a rank's fingerprints name, by the names the services and the
+ * trainer calls use; "end of step" closes a synchronising step
+ * (ddph__mpi_step_agree). */
 static const char *const fp_kinds[] = {
-    "allreduce",  "allgather",  "broadcast",   "reduce_scatter", "allgatherv",
-    "alltoall",   "iallreduce", "iallgather",  "iallgatherv",    "ialltoall",
+    "allreduce",    "allgather",          "broadcast",        "reduce_scatter",
+    "allgatherv",   "alltoall",           "iallreduce",       "iallgather",
+    "iallgatherv",  "ialltoall",          "end of step",      "ddph_barrier",
+    "ddph_allreduce_f64", "ddph_average_f64", "ddph_broadcast",
 };
-/* sequence, kind, dtype, count, op, root, iteration, bucket */
-enum { FP_FIELDS = 8 };
+enum { FP_KIND_STEP_END = 10, FP_KIND_TRAINER_BROADCAST = 14 };
+/* sequence, kind, dtype, count, op, root, iteration, bucket, model; an end
+ * of step holds its summary in the middle fields (fp_step_fields). */
+enum { FP_FIELDS = 9 };
+/* The bucket field of a trainer call and of an end of step. */
+enum { FP_TRAINER_CALL = -3, FP_STEP_END = -2 };
 
 static const char *fp_op_name(int64_t op)
 {
@@ -32,27 +40,118 @@ static const char *fp_op_name(int64_t op)
            : op == DDPH_MIN ? ", min" : "";
 }
 
-/* "allreduce(f32, 4096, sum)" for one rank's record. */
-static void fp_describe(const int64_t *r, char *out, size_t cap)
+void ddph__mpi_model_named(ddph_mpi *m, int64_t id, const char *name)
+{
+    if (id < 0 || id >= DDPH__MAX_NAMED_MODELS)
+        return;
+    snprintf(m->model_names[id], sizeof m->model_names[id], "%s", name);
+}
+
+/* " of model 'x'" for a model id (nothing for -1). */
+static void fp_model(const ddph_mpi *m, int64_t id, char *out, size_t cap)
+{
+    if (id < 0)
+        out[0] = '\0';
+    else if (id < DDPH__MAX_NAMED_MODELS && m->model_names[id][0])
+        snprintf(out, cap, " of model '%s'", m->model_names[id]);
+    else
+        snprintf(out, cap, " of model #%lld", (long long)id);
+}
+
+/* The models of a step (a bit per model id) as "'a', 'b'". */
+static void fp_models(const ddph_mpi *m, int64_t mask, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    if (mask < 0) { /* ids past 62: a digest (ddph__step_models_mask) */
+        snprintf(out, cap, "models digest %llx", (unsigned long long)mask);
+        return;
+    }
+    for (int id = 0; id < 63 && used < cap; id++)
+        if (mask & ((int64_t)1 << id)) {
+            const char *name = id < DDPH__MAX_NAMED_MODELS &&
+                                       m->model_names[id][0]
+                                   ? m->model_names[id]
+                                   : "?";
+            used += (size_t)snprintf(out + used, cap - used, "%s'%s'",
+                                     used ? ", " : "", name);
+        }
+}
+
+/* One rank's record in words, e.g. "allreduce(f32, 4096, sum) as its
+ * collective #3 (iteration 2, bucket 1 of model 'm')". */
+static void fp_describe(const ddph_mpi *m, const int64_t *r, char *out,
+                        size_t cap)
 {
     size_t nk = sizeof fp_kinds / sizeof *fp_kinds;
     const char *kind = r[1] >= 0 && (size_t)r[1] < nk ? fp_kinds[r[1]] : "?";
+    char model[96];
+    if (r[1] == FP_KIND_STEP_END) {
+        char models[256];
+        fp_models(m, r[2], models, sizeof models);
+        snprintf(out, cap,
+                 "the end of its step (models %s, iteration %lld, %lld "
+                 "backward pass%s, %lld trainer call%s so far, hooks and "
+                 "passes digest %llx) after %lld collective%s",
+                 models, (long long)r[6], (long long)r[3],
+                 r[3] == 1 ? "" : "es", (long long)r[5],
+                 r[5] == 1 ? "" : "s", (unsigned long long)r[4],
+                 (long long)r[0], r[0] == 1 ? "" : "s");
+        return;
+    }
+    const char *dtype = r[2] >= 0 && r[2] < DDPH_DTYPE_COUNT
+                            ? ddph__dtype_name((ddph_dtype)r[2])
+                            : "?";
     char root[32] = "";
     if (r[5] >= 0)
         snprintf(root, sizeof root, ", root %lld", (long long)r[5]);
-    char where[64];
+    if (r[7] == FP_TRAINER_CALL) {
+        snprintf(out, cap, "%s(%lld x %s%s%s) as its trainer call #%lld",
+                 kind, (long long)r[3], dtype, fp_op_name(r[4]), root,
+                 (long long)r[0] + 1);
+        return;
+    }
+    fp_model(m, r[8], model, sizeof model);
+    char where[160];
     if (r[7] >= 0)
-        snprintf(where, sizeof where, "iteration %lld, bucket %lld",
-                 (long long)r[6], (long long)r[7]);
+        snprintf(where, sizeof where, "iteration %lld, bucket %lld%s",
+                 (long long)r[6], (long long)r[7], model);
     else
-        snprintf(where, sizeof where, "step %lld, after the optimizer",
-                 (long long)r[6]);
+        snprintf(where, sizeof where, "step %lld%s, after the optimizer",
+                 (long long)r[6], model);
     snprintf(out, cap, "%s(%s, %lld%s%s) as its collective #%lld (%s)", kind,
-             r[2] >= 0 && r[2] < DDPH_DTYPE_COUNT
-                 ? ddph__dtype_name((ddph_dtype)r[2])
-                 : "?",
-             (long long)r[3], fp_op_name(r[4]), root, (long long)r[0] + 1,
-             where);
+             dtype, (long long)r[3], fp_op_name(r[4]), root,
+             (long long)r[0] + 1, where);
+}
+
+/* Why two records differ, in the words a user can act on. */
+static const char *fp_hint(const int64_t *a, const int64_t *b)
+{
+    int a_end = a[1] == FP_KIND_STEP_END, b_end = b[1] == FP_KIND_STEP_END;
+    if (a[7] == FP_TRAINER_CALL || b[7] == FP_TRAINER_CALL) {
+        if (a[1] == b[1] && a[1] == FP_KIND_TRAINER_BROADCAST && a[3] != b[3])
+            return "the broadcast sizes differ";
+        return "a trainer call (ddph_barrier, ddph_allreduce_f64, "
+               "ddph_average_f64, ddph_broadcast) differs in kind, size, "
+               "operation or root, or is missing or extra on some rank";
+    }
+    if (a_end != b_end)
+        return "a hook skipped or added a collective on some rank";
+    if (!a_end)
+        return a[8] != b[8] ? "the ranks reduce different models here"
+                            : "a hook issued an extra, a missing or a "
+                              "different collective on some rank";
+    if (a[2] != b[2])
+        return "the ranks stepped different models";
+    if (a[3] != b[3] || a[6] != b[6])
+        return "the ranks synchronised different backward passes (a "
+               "DDPH_STEP_NO_SYNC or an accumulation window on some rank "
+               "only)";
+    if (a[5] != b[5])
+        return "the ranks made different numbers of trainer calls";
+    if (a[4] != b[4])
+        return "the hooks' builds or the models' backward passes differ";
+    return "the ranks issued different numbers of collectives";
 }
 
 /* The fingerprint exchange of this thread's last hook collective, in
@@ -67,13 +166,13 @@ static _Thread_local struct {
     MPI_Request req;
     int64_t *block; /* this rank's record, then every rank's; NULL: none */
     int size;
-    const char *what, *model;
+    const char *what;
 } pending_fp;
 
 /* Compares the records of a completed exchange; the first rank whose
  * record differs from rank 0's fails the job on every rank. */
 static ddph_status fp_compare(ddph_mpi *m, const int64_t *all, int size,
-                              const char *model, ddph_err *err)
+                              ddph_err *err)
 {
     size_t bytes = FP_FIELDS * sizeof *all;
     int odd = -1;
@@ -82,22 +181,23 @@ static ddph_status fp_compare(ddph_mpi *m, const int64_t *all, int size,
             odd = r;
     if (odd < 0)
         return DDPH_OK;
-    char same[128] = "", first[224], other[224];
+    char same[128] = "", first[400], other[400];
     size_t used = 0;
     for (int r = 0; r < size; r++)
         if (memcmp(all + (size_t)r * FP_FIELDS, all, bytes) == 0 &&
             used + 12 < sizeof same)
             used += (size_t)snprintf(same + used, sizeof same - used, "%s%d",
                                      used ? ", " : "", r);
-    fp_describe(all, first, sizeof first);
-    fp_describe(all + (size_t)odd * FP_FIELDS, other, sizeof other);
+    const int64_t *theirs = all + (size_t)odd * FP_FIELDS;
+    fp_describe(m, all, first, sizeof first);
+    fp_describe(m, theirs, other, sizeof other);
     char msg[DDPH__NOTICE_LEN];
     snprintf(msg, sizeof msg,
-             "the ranks' collectives differ (model '%s', group of %d ranks): "
-             "rank %d called %s where rank%s %s called %s (a hook issued an "
-             "extra, a missing or a different collective on some rank)",
-             model ? model : "?", size, odd, other,
-             strchr(same, ',') ? "s" : "", same, first);
+             "the ranks' %s differ (group of %d ranks): rank %d called %s "
+             "where rank%s %s called %s (%s)",
+             all[7] == FP_TRAINER_CALL ? "trainer calls" : "collectives",
+             size, odd, other, strchr(same, ',') ? "s" : "", same, first,
+             fp_hint(all, theirs));
     ddph_status st = ddph__fail(err, DDPH_ERR_MISMATCH, "%s", msg);
     ddph__mpi_fail_job(m, st, msg);
     return st;
@@ -107,7 +207,7 @@ static ddph_status fp_compare(ddph_mpi *m, const int64_t *all, int size,
 static ddph_status fp_finish(ddph_err *err)
 {
     ddph_status st = fp_compare(pending_fp.m, pending_fp.block + FP_FIELDS,
-                                pending_fp.size, pending_fp.model, err);
+                                pending_fp.size, err);
     free(pending_fp.block);
     pending_fp.block = NULL;
     return st;
@@ -140,15 +240,12 @@ ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err)
     return fp_finish(err);
 }
 
-ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
-                                  const char *what, ddph_dtype dtype,
-                                  size_t count, int op, int root,
-                                  const char *model, int64_t iteration,
-                                  int64_t bucket, ddph_err *err)
+/* Starts the exchange of one record on g's twin communicator; it becomes
+ * this thread's pending exchange. */
+static ddph_status fp_start(ddph_mpi *m, struct ddph_group *g,
+                            const char *what, const int64_t *record,
+                            ddph_err *err)
 {
-    if (!m->check_collectives || g->fingerprints == MPI_COMM_NULL ||
-        g->size < 2)
-        return DDPH_OK;
     /* The previous collective's exchange first: a mismatch there is the
      * one to report. */
     ddph_status st = ddph__mpi_fingerprint_settle(m, err);
@@ -157,17 +254,10 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
     st = ddph__mpi_collective_fault(m, err);
     if (st != DDPH_OK)
         return st;
-    int64_t kind = -1;
-    for (size_t k = 0; k < sizeof fp_kinds / sizeof *fp_kinds; k++)
-        if (strcmp(fp_kinds[k], what) == 0)
-            kind = (int64_t)k;
     int64_t *block = malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *block);
     if (!block)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    const int64_t record[FP_FIELDS] = {g->sequence++, kind,  (int64_t)dtype,
-                                       (int64_t)count, op,    root,
-                                       iteration,      bucket};
-    memcpy(block, record, sizeof record);
+    memcpy(block, record, FP_FIELDS * sizeof *block);
     int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T, block + FP_FIELDS,
                             FP_FIELDS, MPI_INT64_T, g->fingerprints,
                             &pending_fp.req);
@@ -179,6 +269,103 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
     pending_fp.block = block;
     pending_fp.size = g->size;
     pending_fp.what = what;
-    pending_fp.model = model;
     return DDPH_OK;
+}
+
+static int64_t fp_kind(const char *what)
+{
+    for (size_t k = 0; k < sizeof fp_kinds / sizeof *fp_kinds; k++)
+        if (strcmp(fp_kinds[k], what) == 0)
+            return (int64_t)k;
+    return -1;
+}
+
+static int fp_checked(const ddph_mpi *m, const struct ddph_group *g)
+{
+    return m->check_collectives && g->fingerprints != MPI_COMM_NULL &&
+           g->size >= 2;
+}
+
+ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
+                                  const char *what, ddph_dtype dtype,
+                                  size_t count, int op, int root,
+                                  int64_t model, int64_t iteration,
+                                  int64_t bucket, ddph_err *err)
+{
+    if (!fp_checked(m, g))
+        return DDPH_OK;
+    const int64_t record[FP_FIELDS] = {
+        g->sequence++, fp_kind(what), (int64_t)dtype, (int64_t)count, op,
+        root,          iteration,     bucket,         model};
+    return fp_start(m, g, what, record, err);
+}
+
+ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
+                                   ddph_dtype dtype, size_t count, int op,
+                                   int root, ddph_err *err)
+{
+    struct ddph_group *g = &m->trainer;
+    if (!fp_checked(m, g))
+        return DDPH_OK;
+    const int64_t record[FP_FIELDS] = {
+        g->sequence++, fp_kind(what), (int64_t)dtype,  (int64_t)count, op,
+        root,          -1,            FP_TRAINER_CALL, -1};
+    /* Compared before the call's own collective: calls that differ never
+     * meet in MPI, where they could hang or fail with MPI's words. */
+    ddph_status st = fp_start(m, g, what, record, err);
+    return st == DDPH_OK ? ddph__mpi_fingerprint_settle(m, err) : st;
+}
+
+ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
+                                 int n, const ddph_step_summary *s,
+                                 ddph_err *err)
+{
+    ddph_status st = ddph__mpi_fingerprint_settle(m, err);
+    if (st != DDPH_OK)
+        return st;
+    /* Every lane's exchange starts before any is waited for: a rank whose
+     * lane is still waiting in a collective that this rank skipped finds
+     * this record in place of the collective's fingerprint at once. */
+    MPI_Request reqs[DDPH__MAX_LANES];
+    int64_t *blocks[DDPH__MAX_LANES] = {0};
+    int started = 0;
+    for (int i = 0; i < n && i < DDPH__MAX_LANES && st == DDPH_OK; i++) {
+        struct ddph_group *g = groups[i];
+        if (!fp_checked(m, g))
+            continue;
+        int64_t *block =
+            malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *block);
+        if (!block) {
+            st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+            break;
+        }
+        const int64_t record[FP_FIELDS] = {
+            g->sequence++, FP_KIND_STEP_END, s->models,    s->passes,
+            s->digest,     s->trainer_calls, s->iteration, FP_STEP_END,
+            s->first_model};
+        memcpy(block, record, sizeof record);
+        int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T,
+                                block + FP_FIELDS, FP_FIELDS, MPI_INT64_T,
+                                g->fingerprints, &reqs[started]);
+        if (rc != MPI_SUCCESS) {
+            free(block);
+            st = ddph__mpi_failed(m, err, rc, "MPI_Iallgather");
+            break;
+        }
+        blocks[started++] = block;
+    }
+    if (started && st == DDPH_OK)
+        st = ddph__mpi_wait_timed_all(m, started, reqs, ddph__now(),
+                                      "the end-of-step agreement", err);
+    if (st != DDPH_OK && started)
+        return st; /* blocks abandoned: a late peer may still write */
+    for (int i = 0, k = 0; i < n && k < started && st == DDPH_OK; i++) {
+        if (!fp_checked(m, groups[i]))
+            continue;
+        st = fp_compare(m, blocks[k] + FP_FIELDS, groups[i]->size, err);
+        k++;
+    }
+    for (int k = 0; k < started; k++)
+        free(blocks[k]);
+    return st;
 }

@@ -142,6 +142,8 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     if (st != DDPH_OK)
         return st;
     st = dup_world(m, &m->trainer.comm, "MPI_Comm_idup", err);
+    if (st == DDPH_OK) /* the trainer calls' fingerprints */
+        st = dup_world(m, &m->trainer.fingerprints, "MPI_Comm_idup", err);
     if (st != DDPH_OK)
         return st;
     m->trainer.rank = m->world.rank;
@@ -269,9 +271,12 @@ void ddph__mpi_finalize_watched(double limit_s)
     watch_stop(&w, t, watching);
 }
 
-ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)
+ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_status local,
+                            ddph_status *job, int *job_rank, ddph_err *err)
 {
     m->left = 1;
+    *job = DDPH_OK;
+    *job_rank = -1;
     /* The peers wait for this rank's closing notice as it waits for
      * theirs: sent here if the caller did not (ddph_close sends it
      * earlier, before stopping the communication thread). */
@@ -281,11 +286,22 @@ ddph_status ddph__mpi_leave(ddph_mpi *m, ddph_err *err)
     if (st != DDPH_OK || m->alarm == MPI_COMM_NULL)
         return st;
     /* On the alarm communicator: a peer still in a step must never see
-     * this barrier match its step's collective. */
+     * this meeting match its step's collective.  It is a barrier that
+     * also brings every rank the worst status a call reported there. */
     MPI_Request req;
-    int rc = MPI_Ibarrier(m->alarm, &req);
+    /* The lowest rank that reported one, and its status (MINLOC keeps
+     * the "location" of the smallest value: here the status). */
+    int mine[2] = {local != DDPH_OK ? m->world.rank : m->world.size,
+                   (int)local};
+    int first[2] = {m->world.size, 0};
+    int rc = MPI_Iallreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, m->alarm,
+                            &req);
     st = rc == MPI_SUCCESS ? ddph__mpi_wait_timed(m, &req, "the barrier of ddph_close", err)
-                           : ddph__mpi_failed(m, err, rc, "MPI_Ibarrier");
+                           : ddph__mpi_failed(m, err, rc, "MPI_Iallreduce");
+    if (st == DDPH_OK && first[0] < m->world.size) {
+        *job = (ddph_status)first[1];
+        *job_rank = first[0];
+    }
     /* Every peer sent one closing notice before the barrier: take them
      * all, so that no message is left unmatched at MPI_Finalize (MPICH's
      * finalize then waits for its receiver). */
@@ -317,7 +333,11 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
     if (finalized)
         goto out;
     if (!m->left)
-        ddph__mpi_leave(m, err);
+    {
+        ddph_status job;
+        int job_rank;
+        ddph__mpi_leave(m, DDPH_OK, &job, &job_rank, err);
+    }
     if (atomic_load(&m->broken)) {
         /* No collective, no MPI_Finalize: they could wait forever for a
          * dead peer.  The requests and communicators die with the process. */
@@ -347,6 +367,8 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
     m->heard_us = NULL;
     if (m->trainer.owned)
         MPI_Comm_free(&m->trainer.comm);
+    if (m->trainer.fingerprints != MPI_COMM_NULL)
+        MPI_Comm_free(&m->trainer.fingerprints);
     if (m->alarm != MPI_COMM_NULL)
         MPI_Comm_free(&m->alarm);
     ddph__mpi_types_free(m);

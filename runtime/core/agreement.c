@@ -4,7 +4,9 @@
  * compared first (cheap); on a difference rank 0's text is broadcast, each
  * rank finds its first differing line, and the lowest such rank tells every
  * rank what differs.  The number and order of collectives is the same on
- * every rank whatever happens, so a mismatch can never hang. */
+ * every rank whatever happens, so a mismatch can never hang.  What follows
+ * a tab on a line names a thing for the message and is not compared (a
+ * plugin file's path). */
 #include "build-config.h"
 
 #include <stdio.h>
@@ -69,22 +71,45 @@ static char *describe(const ddph_ctx *ctx, const ddph_model *m,
     return text;
 }
 
+/* The compared part of the line at s, of length full: up to a tab. */
+static size_t compared_len(const char *s, size_t full)
+{
+    const char *tab = memchr(s, '\t', full);
+    return tab ? (size_t)(tab - s) : full;
+}
+
+/* The text without its uncompared parts: what the ranks' digests cover. */
+static uLong compared_crc(const char *text, size_t len)
+{
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    while (len > 0) {
+        const char *nl = memchr(text, '\n', len);
+        size_t full = nl ? (size_t)(nl - text) + 1 : len;
+        crc = crc32_z(crc, (const Bytef *)text, compared_len(text, full));
+        crc = crc32_z(crc, (const Bytef *)"\n", 1);
+        text += full;
+        len -= full;
+    }
+    return crc;
+}
+
 /* First line where a and b differ: copies both versions into out. */
-static void first_difference(const char *a, const char *b, int rank,
-                             char *out, size_t len)
+static int first_difference(const char *a, const char *b, int rank,
+                            char *out, size_t len)
 {
     int line = 1;
     for (;;) {
         const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
         size_t la = ea ? (size_t)(ea - a) : strlen(a);
         size_t lb = eb ? (size_t)(eb - b) : strlen(b);
-        if (la != lb || memcmp(a, b, la) != 0) {
+        size_t ca = compared_len(a, la), cb = compared_len(b, lb);
+        if (ca != cb || memcmp(a, b, ca) != 0) {
             snprintf(out, len,
                      "ranks disagree on the configuration: rank 0 has "
                      "'%.*s' where rank %d has '%.*s'",
                      (int)(la < 300 ? la : 300), la ? a : "(nothing)", rank,
                      (int)(lb < 300 ? lb : 300), lb ? b : "(nothing)");
-            return;
+            return 1;
         }
         if (!ea || !eb)
             break;
@@ -92,7 +117,7 @@ static void first_difference(const char *a, const char *b, int rank,
         b = eb + 1;
         line++;
     }
-    snprintf(out, len, "ranks disagree on the configuration (line %d)", line);
+    return 0;
 }
 
 ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
@@ -105,7 +130,7 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     if (!mine)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     int64_t crc[2];
-    crc[0] = (int64_t)crc32(0L, (const Bytef *)mine, (uInt)len);
+    crc[0] = (int64_t)compared_crc(mine, len);
     crc[1] = -crc[0];
     ddph_status st = ddph__mpi_allreduce_i64(mpi, crc, 2, DDPH_MAX, err);
     if (st != DDPH_OK || crc[0] == -crc[1]) { /* max == min: all equal */
@@ -129,10 +154,9 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     }
     char diff[1024] = "";
     int64_t first_rank = size;
-    if (st == DDPH_OK && strcmp(theirs, mine) != 0) {
-        first_difference(theirs, mine, rank, diff, sizeof diff);
+    if (st == DDPH_OK && first_difference(theirs, mine, rank, diff,
+                                          sizeof diff))
         first_rank = rank;
-    }
     if (st == DDPH_OK)
         st = ddph__mpi_allreduce_i64(mpi, &first_rank, 1, DDPH_MIN, err);
     if (st == DDPH_OK && first_rank < size)

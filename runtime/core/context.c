@@ -14,6 +14,7 @@
 #include "core/join.h"
 #include "core/replicas.h"
 #include "core/state_file.h"
+#include "core/step_check.h"
 #include "plugin/gpu_module.h"
 
 /* Warnings about the job file come from rank 0 only: every rank reads the
@@ -28,6 +29,12 @@ static void warn_rank0(void *user, const char *msg)
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
 {
     memcpy(ctx->error, err->msg, sizeof ctx->error);
+    /* The job's outcome (ddph_close): every error but an argument refused
+     * before anything happened and a non-finite gradient, which a trainer
+     * may answer by skipping the step (as AMP's loss scaling does). */
+    if (ctx->outcome == DDPH_OK && st != DDPH_ERR_INVALID &&
+        st != DDPH_ERR_NONFINITE)
+        ctx->outcome = st;
     ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
     /* A collective broke the job on this rank and no one told the peers
      * yet: they get this, the fullest message. */
@@ -226,9 +233,20 @@ ddph_status ddph_close(ddph_ctx *ctx)
         ddph__timeline_free(&ctx->timeline);
     /* Every rank meets here within timeout_s, or the job has failed (a
      * peer died after its last step): decided before anything is freed. */
+    /* ...and learns whether any rank's calls reported an error: the job's
+     * outcome is what ddph_close returns on every rank. */
+    ddph_status outcome = ctx->outcome;
     if (ctx->mpi_up && !broken) {
         ddph_err e;
-        broken = ddph__mpi_leave(mpi, &e) != DDPH_OK;
+        int worst_rank;
+        broken = ddph__mpi_leave(mpi, ctx->outcome, &outcome, &worst_rank,
+                                 &e) != DDPH_OK;
+        if (!broken && outcome != DDPH_OK)
+            ddph__log(&ctx->log, DDPH_LOG_ERROR,
+                      "ddph_close: the job failed: rank %d reported %s "
+                      "(its message is in that rank's log%s)",
+                      worst_rank, ddph_status_name(outcome),
+                      worst_rank == mpi->world.rank ? ", above" : "");
     }
     if (broken) {
         /* Collectives abandoned on the failure cannot be cancelled, and a
@@ -278,7 +296,7 @@ ddph_status ddph_close(ddph_ctx *ctx)
     pthread_cond_destroy(&ctx->done);
     pthread_mutex_destroy(&ctx->mu);
     free(ctx);
-    return st;
+    return st != DDPH_OK ? st : outcome;
 }
 
 const char *ddph_last_error(const ddph_ctx *ctx)
@@ -425,7 +443,14 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     ddph_model **list = realloc(ctx->step_models, (size_t)n * sizeof *list);
     if (!list)
         return DDPH_ERR_NOMEM;
-    memcpy(list, models, (size_t)n * sizeof *list);
+    /* In finalize order (ids), the same on every rank: buckets launch in
+     * this order (reducer.c), however the trainer lists the models. */
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && list[j - 1]->id > models[i]->id; j--)
+            list[j] = list[j - 1];
+        list[j] = models[i];
+    }
     ctx->step_models = list;
     ctx->nstep_models = n;
     ctx->syncs = decide_sync(ctx, models, n, flags);
@@ -501,6 +526,8 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
     ddph_err e;
     double wait_start = ddph__timeline_now(&ctx->timeline);
     ddph_status st = ddph__reducer_wait(ctx, &e);
+    if (st == DDPH_OK)
+        st = ddph__step_check(ctx, &e);
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, wait_start,
                           "step_wait");
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, ctx->step_start,

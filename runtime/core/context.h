@@ -72,6 +72,8 @@ struct ddph_model {
     ddph_param *params;
     int nparams, capparams;
     int finalized;
+    int64_t id;         /* finalize order, the same on every rank: the
+                           model in fingerprints and step agreements */
     ddph_rt_bucket *buckets;
     int nbuckets;
     struct ddph_shared_segment *shared; /* the buckets' memory, on one
@@ -135,7 +137,11 @@ struct ddph_ctx {
     void *step_end_event; /* CUDA: orders on_step_end with the trainer */
     ddph_model **models;
     int nmodels;
+    int64_t models_finalized;
     char error[DDPH__ERR_LEN];
+    /* The first error any call reported on this rank: ddph_close returns
+     * the job's outcome, every rank's errors included. */
+    ddph_status outcome;
     ddph_timeline timeline;
     uint64_t step_count;  /* steps begun, for the timeline */
     double step_start;    /* timeline clock at step_begin */

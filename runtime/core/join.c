@@ -3,6 +3,7 @@
 
 #include "core/join.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/backend_mpi.h"
@@ -140,6 +141,24 @@ ddph_status ddph_join(ddph_ctx *ctx)
             return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
                                    "ddph_join: model '%s' is not finalized",
                                    ctx->models[i]->name);
+    /* Passes accumulated since the last synchronisation would be lost,
+     * or kept out of step with the peers' windows into the next epoch:
+     * refused on every rank (the peers wait in this step's roll call). */
+    for (int i = 0; i < ctx->nmodels; i++) {
+        const ddph_model *m = ctx->models[i];
+        if (m->window == 0)
+            continue;
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "ddph_join on rank %d with %d accumulated backward pass%s "
+                 "of model '%s' not synchronised: flag the last batch's step "
+                 "DDPH_STEP_END_OF_DATA, so that it synchronises, before "
+                 "ddph_join",
+                 ctx->mpi.world.rank, m->window, m->window == 1 ? "" : "es",
+                 m->name);
+        ddph__mpi_fail_job(&ctx->mpi, DDPH_ERR_STATE, msg);
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "%s", msg);
+    }
     ctx->join_trained = (int64_t)atomic_load(&ctx->mpi.syncs_done);
     ctx->joined = 1;
     ddph_status st = DDPH_OK;
@@ -158,6 +177,14 @@ ddph_status ddph_join(ddph_ctx *ctx)
     }
     if (st == DDPH_OK)
         st = sync_final_model(ctx, &e);
+    /* The shadowed steps left the others' last average in this rank's
+     * gradient memory: zeros, so that a next epoch's first step adds
+     * nothing stale (as after a trainer's zero_grad). */
+    for (int i = 0; st == DDPH_OK && i < ctx->nmodels; i++) {
+        ddph_model *m = ctx->models[i];
+        for (int j = 0; st == DDPH_OK && j < m->nparams; j++)
+            st = zero_grad(m, &m->params[j], &e);
+    }
     ctx->joined = 0;
     ctx->join_active = ctx->mpi.world.size;
     ctx->join_scale = 1.0;

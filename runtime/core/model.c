@@ -389,6 +389,13 @@ ddph_status ddph_model_finalize(ddph_model *m)
         (st = ddph__replicas_broadcast(m, 0, &e)) != DDPH_OK)
         return ddph__ctx_fail(ctx, st, &e);
     m->finalized = 1;
+    /* Finalize is collective and in one order on every rank (the
+     * agreement compares the models' names): its order is the model's
+     * id across ranks. */
+    m->id = ctx->models_finalized++;
+    for (int i = 0; i < m->nlanes; i++)
+        m->lane_hooks[i]->model_id = m->id;
+    ddph__mpi_model_named(&ctx->mpi, m->id, m->name);
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %d parameters in %d buckets, hook '%s' from %s",
               m->name, m->nparams, m->nbuckets, m->hook->plugin->api.name,

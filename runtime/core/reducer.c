@@ -215,6 +215,31 @@ static int enqueue(ddph_ctx *ctx, ddph_model *m, int bucket)
     return 1;
 }
 
+/* With ctx->mu held: every complete bucket whose turn has come.  The
+ * step's models take turns in the order ddph_step_begin was given them
+ * (checked across ranks by the fingerprints), each model's buckets in
+ * index order, so every rank launches the same sequence whatever order
+ * its backward pass reaches the models in: two models of the same shapes
+ * can never meet in one collective.  Returns 0 when out of memory. */
+static int launch_ready(ddph_ctx *ctx)
+{
+    for (int k = 0; k < ctx->nstep_models; k++) {
+        ddph_model *m = ctx->step_models[k];
+        while (m->next_launch < m->nbuckets &&
+               m->buckets[m->next_launch].pending == 0) {
+            if (!enqueue(ctx, m, m->next_launch))
+                return 0;
+            ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, -1,
+                                  "%s bucket %d ready", m->name,
+                                  m->next_launch);
+            m->next_launch++;
+        }
+        if (m->next_launch < m->nbuckets)
+            return 1; /* the later models wait for this one */
+    }
+    return 1;
+}
+
 /* A gradient into its bucket: copied, or cast into a bucket kept in the
  * hook's half type, and divided by the world size for a hook that divides
  * first.  Host buckets go in blocks, each divided while still in cache. */
@@ -294,16 +319,7 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
     }
     pthread_mutex_lock(&ctx->mu);
     b->pending--;
-    int ok = 1;
-    while (ok && m->next_launch < m->nbuckets &&
-           m->buckets[m->next_launch].pending == 0) {
-        ok = enqueue(ctx, m, m->next_launch);
-        if (ok)
-            ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, -1,
-                                  "%s bucket %d ready", m->name,
-                                  m->next_launch);
-        m->next_launch += ok;
-    }
+    int ok = launch_ready(ctx);
     pthread_mutex_unlock(&ctx->mu);
     if (!ok)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory launching a "

@@ -12,8 +12,11 @@
 
 /* Refused inside a step; a failed job fails at once (in the helpers).
  * The peers hear of the call: one still in a step this rank has left
- * reports it at once (backend_mpi.h, departures). */
-static ddph_status usable(ddph_ctx *ctx, const char *what)
+ * reports it at once (backend_mpi.h, departures).  Then every rank's call
+ * is compared (kind, count, dtype, op, root): calls that differ fail on
+ * every rank before their collectives meet. */
+static ddph_status usable(ddph_ctx *ctx, const char *what, ddph_dtype dtype,
+                          size_t count, int op, int root)
 {
     if (ctx->in_step)
         return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
@@ -21,6 +24,13 @@ static ddph_status usable(ddph_ctx *ctx, const char *what)
                                "(call it between steps, on every rank)",
                                what);
     ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_TRAINER_CALL, what);
+    ddph_err e;
+    ddph_status st = ddph__mpi_trainer_call(&ctx->mpi, what, dtype, count, op,
+                                            root, &e);
+    if (st != DDPH_OK) {
+        ddph__err_prefix(&e, "%s (rank %d)", what, ctx->mpi.world.rank);
+        return ddph__ctx_fail(ctx, st, &e);
+    }
     return DDPH_OK;
 }
 
@@ -28,7 +38,7 @@ ddph_status ddph_barrier(ddph_ctx *ctx)
 {
     if (!ctx)
         return DDPH_ERR_INVALID;
-    ddph_status st = usable(ctx, "ddph_barrier");
+    ddph_status st = usable(ctx, "ddph_barrier", DDPH_U8, 0, -1, -1);
     ddph_err e;
     if (st == DDPH_OK &&
         (st = ddph__mpi_barrier(&ctx->mpi, &ctx->mpi.trainer, "ddph_barrier",
@@ -43,7 +53,7 @@ static ddph_status reduce_f64(ddph_ctx *ctx, double *values, int n,
     if (!ctx || (n > 0 && !values) || n < 0 ||
         (op != DDPH_SUM && op != DDPH_MAX && op != DDPH_MIN))
         return DDPH_ERR_INVALID;
-    ddph_status st = usable(ctx, what);
+    ddph_status st = usable(ctx, what, DDPH_F64, (size_t)n, (int)op, -1);
     ddph_err e;
     if (st == DDPH_OK &&
         (st = ddph__mpi_allreduce(&ctx->mpi, &ctx->mpi.trainer, values,
@@ -75,7 +85,7 @@ ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root)
                                "ddph_broadcast: root %d is not a rank of "
                                "this job (0 to %d)",
                                root, ctx->mpi.world.size - 1);
-    ddph_status st = usable(ctx, "ddph_broadcast");
+    ddph_status st = usable(ctx, "ddph_broadcast", DDPH_U8, bytes, -1, root);
     ddph_err e;
     if (st == DDPH_OK &&
         (st = ddph__mpi_broadcast(&ctx->mpi, &ctx->mpi.trainer, data, bytes,

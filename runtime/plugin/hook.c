@@ -23,6 +23,7 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     h->mpi = mpi;
+    h->model_id = -1;
     h->gpu = gpu;
     h->gpu_ops = gpu_ops;
     h->track = DDPH_TRACK_COMM;
@@ -267,5 +268,16 @@ void ddph__hook_describe(const ddph_hook *h, FILE *out)
     const ddph_plugin_api_v1 *api = &h->plugin->api;
     fprintf(out, "hook %s %s wrapper %s\n", api->name, api->version,
             ddph__wrapper_name(h->wrapper));
+    /* The build: flags, tolerance and the file's digest; the file's path
+     * (after the tab) names it in a difference but is not compared, since
+     * hosts may install it in different places. */
+    uint32_t flags = plugin_flags(h);
+    double tolerance = DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, tolerance)
+                           ? api->tolerance
+                           : 0;
+    fprintf(out, "hook build flags %#x tolerance %.17g crc32 %08x size %llu"
+                 "\t(%s)\n",
+            flags, tolerance, h->plugin->file_crc,
+            (unsigned long long)h->plugin->file_size, h->plugin->path);
     ddph__options_print(h->options, out, "hook option ");
 }

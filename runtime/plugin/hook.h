@@ -28,6 +28,8 @@ typedef struct ddph_hook {
     const ddph_gpu_ops *gpu_ops; /* the GPU module's table, with gpu */
     const ddph_logger *log;
     char *model;           /* for messages */
+    int64_t model_id;      /* in the collectives' fingerprints: the
+                              model's finalize order (-1 before) */
     ddph_timeline *timeline; /* the job's, for collective spans */
     int track;             /* its timeline track: DDPH_TRACK_COMM + lane */
     int is_lane_view;      /* a lane's view: shares plugin and state */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "plugin/elf_check.h"
 #include "plugin/safe_open.h"
@@ -259,6 +260,32 @@ static ddph_status check_table(const ddph_plugin *p, ddph_err *err)
     return ddph__options_check_schema(a->name, a->options, err);
 }
 
+/* The file's CRC-32 and size: two builds of one hook (same name, version
+ * and options) differ here, and the ranks compare it at finalize. */
+static ddph_status file_digest(int fd, const char *path, ddph_plugin *p,
+                               ddph_err *err)
+{
+    unsigned char buf[65536];
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    uint64_t size = 0;
+    for (;;) {
+        ssize_t n = pread(fd, buf, sizeof buf, (off_t)size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ddph__fail(err, DDPH_ERR_PLUGIN,
+                              "hook plugin %s: cannot read it: %s", path,
+                              strerror(errno));
+        if (n == 0)
+            break;
+        crc = crc32_z(crc, buf, (size_t)n);
+        size += (uint64_t)n;
+    }
+    p->file_crc = (uint32_t)crc;
+    p->file_size = size;
+    return DDPH_OK;
+}
+
 ddph_status ddph__plugin_load(const char *name_or_path,
                               const char *plugin_path, int allow_insecure,
                               ddph_plugin **out, ddph_err *err)
@@ -281,6 +308,8 @@ ddph_status ddph__plugin_load(const char *name_or_path,
     p->path = path;
     p->fd = -1;
     st = ddph__elf_check(fd, path, err);
+    if (st == DDPH_OK)
+        st = file_digest(fd, path, p, err);
     /* The very file checked: its descriptor, not its name again. */
     char by_fd[64];
     snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);

@@ -24,6 +24,8 @@ typedef struct ddph_plugin {
     int fd;               /* the descriptor it is named after, or -1 */
     ddph_plugin_api_v1 api;   /* host-sized copy */
     uint32_t plugin_size; /* the plugin's struct_size */
+    uint32_t file_crc;    /* CRC-32 of the file loaded, and its size */
+    uint64_t file_size;
 } ddph_plugin;
 
 /* Resolves name_or_path to a file.  On failure the message lists every

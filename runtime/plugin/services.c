@@ -112,8 +112,8 @@ static ddph_status checked(ddph_hook *h, ddph_group *g, const char *what,
     if (ON_GPU(h))
         return DDPH_OK;
     return ddph__mpi_fingerprint(h->mpi, g, what, dtype, count, op, root,
-                                 h->model, h->call_iteration, h->call_bucket,
-                                 e);
+                                 h->model_id, h->call_iteration,
+                                 h->call_bucket, e);
 }
 
 static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,

@@ -47,6 +47,9 @@ typedef struct ddph_model_section {
 
 /* [runtime] lanes: at most this many communication threads. */
 #define DDPH__MAX_LANES 8
+/* Models named in the collectives' fingerprint messages (more are
+ * numbered). */
+#define DDPH__MAX_NAMED_MODELS 64
 
 /* [runtime] timeout_s when the job file does not set it. */
 #define DDPH__DEFAULT_TIMEOUT_S 600.0

@@ -246,8 +246,24 @@ void ddph__options_free(ddph_options *o)
 
 void ddph__options_print(const ddph_options *o, FILE *out, const char *prefix)
 {
-    for (size_t i = 0; o && i < o->n; i++)
-        fprintf(out, "%s%s = %s\n", prefix, o->spec[i].name, o->values[i].s);
+    /* Values as values: "0.05" and "5e-2", "yes" and "true" are equal. */
+    for (size_t i = 0; o && i < o->n; i++) {
+        const ddph_option_value *v = &o->values[i];
+        fprintf(out, "%s%s = ", prefix, o->spec[i].name);
+        switch (o->spec[i].type) {
+        case DDPH_OPT_BOOL:
+            fprintf(out, "%s\n", v->b ? "true" : "false");
+            break;
+        case DDPH_OPT_INT:
+            fprintf(out, "%lld\n", (long long)v->i);
+            break;
+        case DDPH_OPT_REAL:
+            fprintf(out, "%.17g\n", v->r);
+            break;
+        default:
+            fprintf(out, "%s\n", v->s);
+        }
+    }
 }
 
 static const ddph_option_value *find(const ddph_options *o, const char *name)

@@ -58,7 +58,14 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
 /* Ends the job and frees every model and hook.  Accepts NULL.  Never
  * blocks for much longer than timeout_s:
  *  - on a healthy job every rank meets in a barrier (within timeout_s),
- *    then MPI is finalized if ddph_open initialised it; returns DDPH_OK.
+ *    then MPI is finalized if ddph_open initialised it.  Returns the
+ *    job's outcome on every rank: DDPH_OK when no call on any rank
+ *    reported an error, else the status the lowest such rank reported
+ *    first (a failed ddph_state_save, a refused ddph_join, a call out of
+ *    order, ...; that rank is logged), so `return ddph_close(ctx) ==
+ *    DDPH_OK ? 0 : 1` is a trainer's honest exit status.  Two errors do
+ *    not count: DDPH_ERR_INVALID (an argument refused before anything
+ *    happened) and DDPH_ERR_NONFINITE (a step the trainer may skip).
  *    MPI_Finalize runs under a watchdog: MPICH 4.0 can deadlock in it
  *    between hosts after a job that ended well, and if it has not
  *    returned after 10 s the process exits with status 0, saying so.
