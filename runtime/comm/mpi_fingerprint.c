@@ -144,9 +144,9 @@ static const char *fp_hint(const int64_t *a, const int64_t *b)
     if (a[2] != b[2])
         return "the ranks stepped different models";
     if (a[3] != b[3] || a[6] != b[6])
-        return "the ranks synchronised different backward passes (a "
+        return "the ranks synchronised different backward passes: a "
                "DDPH_STEP_NO_SYNC or an accumulation window on some rank "
-               "only)";
+               "only";
     if (a[5] != b[5])
         return "the ranks made different numbers of trainer calls";
     if (a[4] != b[4])

@@ -245,7 +245,51 @@ struct ddph_request {
     double started; /* ddph__now() at the start, for the deadline */
     struct ddph_group *group;
     ddph_mpi_op op; /* MPI; unused on the GPU, where the stream orders */
+    /* The memory it reads and the memory it writes until it ends. */
+    const char *reads, *writes;
+    size_t read_bytes, write_bytes;
 };
+
+/* A buffer of a nonblocking collective: where, and how many bytes. */
+typedef struct span {
+    const void *at;
+    size_t bytes;
+} span;
+
+static int overlap(const char *a, size_t an, const void *b, size_t bn)
+{
+    const char *bb = b;
+    return a && bb && an && bn && a < bb + bn && bb < a + an;
+}
+
+/* Two outstanding collectives of one call on the same memory, one of
+ * them writing it: what either sees is undefined (MPI forbids it; on a
+ * GPU stream it would depend on the order).  Refused when the second
+ * starts, naming both buffers. */
+static ddph_status no_overlap(ddph_hook *h, const char *what, span rd,
+                              span wr)
+{
+    for (const ddph_request *o = h->outstanding; o; o = o->next) {
+        span mine = wr, theirs = {o->writes, o->write_bytes};
+        const char *verb = "writes";
+        if (overlap(o->writes, o->write_bytes, wr.at, wr.bytes))
+            ;
+        else if (overlap(o->writes, o->write_bytes, rd.at, rd.bytes))
+            mine = rd;
+        else if (overlap(o->reads, o->read_bytes, wr.at, wr.bytes))
+            theirs = (span){o->reads, o->read_bytes}, verb = "reads";
+        else
+            continue;
+        snprintf(h->message, sizeof h->message,
+                 "%s: its %s buffer %p (%zu bytes) overlaps %p (%zu bytes), "
+                 "which the outstanding %s of this call %s: wait for that "
+                 "request before starting another on the same memory",
+                 what, mine.at == wr.at ? "receive" : "send", mine.at,
+                 mine.bytes, theirs.at, theirs.bytes, o->what, verb);
+        return DDPH_ERR_STATE;
+    }
+    return DDPH_OK;
+}
 
 static ddph_request *request_new(ddph_hook *h, const char *what,
                                  struct ddph_group *g, size_t count,
@@ -331,12 +375,13 @@ static ddph_status not_on_stack(ddph_hook *h, const char *what,
  * (count: its elements, for the timeline).  NULL with *st and h->message
  * set when the collective must not start. */
 static ddph_request *request_begin(ddph_hook *h, const char *what,
-                                   ddph_group *g, const void *send,
-                                   const void *recv, ddph_dtype dtype,
-                                   size_t count, int op, ddph_status *st)
+                                   ddph_group *g, span rd, span wr,
+                                   ddph_dtype dtype, size_t count, int op,
+                                   ddph_status *st)
 {
     ddph_err e;
-    if ((*st = not_on_stack(h, what, send, recv)) != DDPH_OK)
+    if ((*st = not_on_stack(h, what, rd.at, wr.at)) != DDPH_OK ||
+        (*st = no_overlap(h, what, rd, wr)) != DDPH_OK)
         return NULL;
     if ((*st = checked(h, g, what, dtype, count, op, -1, &e)) != DDPH_OK) {
         keep(h, *st, &e);
@@ -344,6 +389,12 @@ static ddph_request *request_begin(ddph_hook *h, const char *what,
     }
     ddph_request *r = request_new(h, what, g, count, dtype);
     *st = r ? DDPH_OK : DDPH_ERR_NOMEM;
+    if (r) {
+        r->reads = rd.at;
+        r->read_bytes = rd.bytes;
+        r->writes = wr.at;
+        r->write_bytes = wr.bytes;
+    }
     return r;
 }
 
@@ -355,7 +406,8 @@ static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
     ddph_err e;
     ddph_status st;
     *req = NULL;
-    ddph_request *r = request_begin(h, "iallreduce", g, buf, NULL, dtype, count,
+    span all = {buf, count * ddph__dtype_size(dtype)};
+    ddph_request *r = request_begin(h, "iallreduce", g, all, all, dtype, count,
                                     (int)op, &st);
     if (!r)
         return st;
@@ -375,8 +427,10 @@ static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
     ddph_err e;
     ddph_status st;
     *req = NULL;
-    ddph_request *r =
-        request_begin(h, "iallgather", g, send, recv, dtype, count, -1, &st);
+    size_t es = ddph__dtype_size(dtype);
+    ddph_request *r = request_begin(
+        h, "iallgather", g, (span){send, count * es},
+        (span){recv, count * (size_t)g->size * es}, dtype, count, -1, &st);
     if (!r)
         return st;
     count_allgather(h, g, count, dtype);
@@ -396,8 +450,10 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
     ddph_err e;
     ddph_status st;
     *req = NULL;
-    ddph_request *r = request_begin(h, "iallgatherv", g, send, recv, dtype,
-                                    counts_total(g, counts), -1, &st);
+    size_t es = ddph__dtype_size(dtype), total = counts_total(g, counts);
+    ddph_request *r = request_begin(
+        h, "iallgatherv", g, (span){send, counts[g->rank] * es},
+        (span){recv, total * es}, dtype, total, -1, &st);
     if (!r)
         return st;
     r->count = count_allgatherv(h, g, counts, dtype);
@@ -416,8 +472,10 @@ static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
     ddph_err e;
     ddph_status st;
     *req = NULL;
-    ddph_request *r =
-        request_begin(h, "ialltoall", g, send, recv, dtype, count, -1, &st);
+    size_t bytes = count * (size_t)g->size * ddph__dtype_size(dtype);
+    ddph_request *r = request_begin(h, "ialltoall", g, (span){send, bytes},
+                                    (span){recv, bytes}, dtype, count, -1,
+                                    &st);
     if (!r)
         return st;
     count_alltoall(h, g, count, dtype);

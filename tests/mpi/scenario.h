@@ -80,4 +80,17 @@ void run_two_models(void);
 void run_trace(void);
 void run_nonfinite(void);
 
+/* scenarios_trust.c */
+void run_models_crossing(void);
+void run_no_sync_one_rank(void);
+void run_helper_root(void);
+void run_helper_size(void);
+void run_helper_op(void);
+void run_helper_count(void);
+void run_helper_kind(void);
+void run_helper_extra(void);
+void run_join_stale(void);
+void run_join_open_window(void);
+void run_close_outcome(void);
+
 #endif

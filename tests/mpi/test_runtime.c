@@ -102,6 +102,36 @@ static const scenario registry[] = {
     {"nonfinite", run_nonfinite, "2,4", 0, 120,
      "a NaN propagates by default; with check_finite rank 0's step_wait names "
      "bucket and parameter"},
+    {"models-crossing", run_models_crossing, "2,4", 0, 120,
+     "two models of the same shapes whose backward order depends on the "
+     "rank: each is averaged with itself (buckets launch in finalize "
+     "order)"},
+    {"no-sync-one-rank", run_no_sync_one_rank, "2,4", 1, 120,
+     "the last rank flags one step NO_SYNC: that step fails on every rank, "
+     "naming the backward passes"},
+    {"helper-root", run_helper_root, "2,4", 1, 120,
+     "ddph_broadcast with the last rank's own root: fails on every rank, "
+     "naming both calls"},
+    {"helper-size", run_helper_size, "2,4", 1, 120,
+     "ddph_broadcast of 32 bytes against 64: 'the broadcast sizes differ'"},
+    {"helper-op", run_helper_op, "2,4", 1, 120,
+     "ddph_allreduce_f64 MAX against SUM: fails on every rank"},
+    {"helper-count", run_helper_count, "2,4", 1, 120,
+     "ddph_average_f64 of 1 value against 2: fails on every rank"},
+    {"helper-kind", run_helper_kind, "2,4", 1, 120,
+     "ddph_barrier against ddph_average_f64: fails on every rank"},
+    {"helper-extra", run_helper_extra, "2,4", 1, 120,
+     "one extra ddph_average_f64 on the last rank before the loss average: "
+     "no rank's step returns DDPH_OK"},
+    {"join-stale", run_join_stale, "2,4", 0, 120,
+     "after ddph_join the joined rank's gradients are zero; the next epoch "
+     "averages exactly"},
+    {"join-open-window", run_join_open_window, "2,4", 1, 120,
+     "ddph_join with an accumulation window open: refused on every rank, "
+     "saying to flag DDPH_STEP_END_OF_DATA"},
+    {"close-outcome", run_close_outcome, "2,4", 0, 120,
+     "ddph_close returns the job's outcome on every rank: after a finalize "
+     "disagreement, and after an error on the last rank only"},
     {"local-sgd", run_local_sgd, "", 0, 120,
      "the post_localsgd example hook ($DDPH_TEST_LOCALSGD) on 4 ranks "
      "(tests/sdk.sh)"},

@@ -1,0 +1,129 @@
+/* misstep.c: an allreduce hook that one rank runs differently on purpose,
+ * for the per-step agreement tests (tests/step_agreement.sh).  Options:
+ *   mode   none | skip | extra | reorder | overlap
+ *   at     the iteration it misbehaves at (-1: every iteration)
+ *   rank   the rank that misbehaves (-1: the last)
+ * skip: that rank issues no collective; extra: it sums its bucket twice;
+ * reorder: it sums the bucket's second half before the first (the others
+ * the first half first); overlap: every rank starts a nonblocking sum of
+ * the bucket and a second one over its middle half before waiting.
+ * Built twice: misstep.so, and misstep_sums.so (MISSTEP_SUMS: the same
+ * name, version and options, but it sums without averaging), the "other
+ * build" of one hook. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <ddphook/plugin.h>
+
+typedef struct misstep {
+    char mode;   /* first letter of the mode; 0 for none */
+    int64_t at;
+    int64_t rank;
+} misstep;
+
+static ddph_status misstep_create(const ddph_services *s,
+                                  const ddph_options *o, void **state)
+{
+    misstep *m = malloc(sizeof *m);
+    if (!m)
+        return DDPH_ERR_NOMEM;
+    const char *mode = s->opt_string(o, "mode");
+    m->mode = mode && mode[0] != 'n' ? mode[0] : 0;
+    m->at = s->opt_int(o, "at");
+    m->rank = s->opt_int(o, "rank");
+    if (m->rank < 0)
+        m->rank = s->world_size - 1;
+    *state = m;
+    return DDPH_OK;
+}
+
+static void misstep_destroy(const ddph_services *s, void *state)
+{
+    (void)s;
+    free(state);
+}
+
+static char *element(const ddph_bucket *b, size_t i)
+{
+    return (char *)b->buffer + i * (b->dtype == DDPH_F32 ? 4 : 2);
+}
+
+static ddph_status sum(const ddph_services *s, const ddph_bucket *b,
+                       size_t from, size_t n)
+{
+    return s->allreduce(s, s->world, element(b, from), n, b->dtype,
+                        DDPH_SUM);
+}
+
+static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
+                                     const ddph_services *s)
+{
+    const misstep *m = state;
+    int now = m->at < 0 || (int64_t)b->iteration == m->at;
+    int me = now && s->rank == m->rank;
+    size_t half = b->numel / 2;
+    ddph_status st = DDPH_OK;
+    if (m->mode == 'o' && now) {
+        ddph_request *all = NULL, *middle = NULL;
+        st = s->iallreduce(s, s->world, b->buffer, b->numel, b->dtype,
+                           DDPH_SUM, &all);
+        if (st == DDPH_OK)
+            st = s->iallreduce(s, s->world, element(b, b->numel / 4), half,
+                               b->dtype, DDPH_SUM, &middle);
+        if (middle)
+            s->wait(s, middle);
+        if (all) {
+            ddph_status w = s->wait(s, all);
+            st = st ? st : w;
+        }
+    } else if (me && m->mode == 's') {
+        /* no collective at all */
+    } else if (me && m->mode == 'r') {
+        st = sum(s, b, half, b->numel - half);
+        if (st == DDPH_OK)
+            st = sum(s, b, 0, half);
+    } else if (m->mode == 'r') {
+        st = sum(s, b, 0, half);
+        if (st == DDPH_OK)
+            st = sum(s, b, half, b->numel - half);
+    } else {
+        st = sum(s, b, 0, b->numel);
+        if (st == DDPH_OK && me && m->mode == 'e')
+            st = sum(s, b, 0, b->numel);
+    }
+#ifdef MISSTEP_SUMS
+    return st;
+#else
+    return st ? st
+              : s->divide(s, b->buffer, b->dtype, b->numel,
+                          (double)s->world_size);
+#endif
+}
+
+static const ddph_option_spec misstep_options[] = {
+    {"mode", DDPH_OPT_STRING, "none", 0, 0,
+     "none | skip | extra | reorder | overlap"},
+    {"at", DDPH_OPT_INT, "-1", -1, 1e9, "the iteration (-1: every one)"},
+    {"rank", DDPH_OPT_INT, "-1", -1, 1e6, "the rank (-1: the last)"},
+    {NULL, 0, NULL, 0, 0, NULL},
+};
+
+static const ddph_plugin_api_v1 misstep_plugin = {
+    .abi_major = DDPH_PLUGIN_ABI_MAJOR,
+    .abi_minor = DDPH_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(ddph_plugin_api_v1),
+    .name = "misstep",
+    .version = "1.0.0",
+    .description = "allreduce, run differently by one rank on purpose",
+    .options = misstep_options,
+    .create = misstep_create,
+    .destroy = misstep_destroy,
+    .on_bucket = misstep_on_bucket,
+};
+
+DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
+{
+    (void)host_minor;
+    return &misstep_plugin;
+}
