@@ -264,12 +264,14 @@ ddph_status ddph__mpi_op_progress(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
  * mismatched step never completes.  A rank that calls an extra, a missing
  * or a different collective fails the job on every rank, with
  * DDPH_ERR_MISMATCH naming the ranks and what each called.  `model` is
- * the model's id (ddph__mpi_model_named), -1 for none. */
+ * the model's id (ddph__mpi_model_named), -1 for none; `offset` the byte
+ * where the data starts in the hook's bucket, -1 outside it. */
 ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
                                   const char *what, ddph_dtype dtype,
                                   size_t count, int op, int root,
                                   int64_t model, int64_t iteration,
-                                  int64_t bucket, ddph_err *err);
+                                  int64_t bucket, int64_t offset,
+                                  ddph_err *err);
 /* Waits for the calling thread's fingerprint exchange still in flight, if
  * any, and compares it (within timeout_s). */
 ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err);

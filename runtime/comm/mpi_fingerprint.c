@@ -28,9 +28,10 @@ static const char *const fp_kinds[] = {
     "ddph_allreduce_f64", "ddph_average_f64", "ddph_broadcast",
 };
 enum { FP_KIND_STEP_END = 10, FP_KIND_TRAINER_BROADCAST = 14 };
-/* sequence, kind, dtype, count, op, root, iteration, bucket, model; an end
- * of step holds its summary in the middle fields (fp_step_fields). */
-enum { FP_FIELDS = 9 };
+/* sequence, kind, dtype, count, op, root, iteration, bucket, model, byte
+ * offset in the bucket; an end of step holds its summary in the middle
+ * fields (ddph__mpi_step_agree). */
+enum { FP_FIELDS = 10 };
 /* The bucket field of a trainer call and of an end of step. */
 enum { FP_TRAINER_CALL = -3, FP_STEP_END = -2 };
 
@@ -112,8 +113,12 @@ static void fp_describe(const ddph_mpi *m, const int64_t *r, char *out,
         return;
     }
     fp_model(m, r[8], model, sizeof model);
-    char where[160];
-    if (r[7] >= 0)
+    char where[200];
+    if (r[7] >= 0 && r[9] >= 0)
+        snprintf(where, sizeof where,
+                 "iteration %lld, bucket %lld%s, from its byte %lld",
+                 (long long)r[6], (long long)r[7], model, (long long)r[9]);
+    else if (r[7] >= 0)
         snprintf(where, sizeof where, "iteration %lld, bucket %lld%s",
                  (long long)r[6], (long long)r[7], model);
     else
@@ -138,9 +143,11 @@ static const char *fp_hint(const int64_t *a, const int64_t *b)
     if (a_end != b_end)
         return "a hook skipped or added a collective on some rank";
     if (!a_end)
-        return a[8] != b[8] ? "the ranks reduce different models here"
-                            : "a hook issued an extra, a missing or a "
-                              "different collective on some rank";
+        return a[8] != b[8]   ? "the ranks reduce different models here"
+               : a[9] != b[9] ? "the ranks reduce different parts of the "
+                                "bucket here (collectives in another order)"
+                              : "a hook issued an extra, a missing or a "
+                                "different collective on some rank";
     if (a[2] != b[2])
         return "the ranks stepped different models";
     if (a[3] != b[3] || a[6] != b[6])
@@ -290,13 +297,14 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
                                   const char *what, ddph_dtype dtype,
                                   size_t count, int op, int root,
                                   int64_t model, int64_t iteration,
-                                  int64_t bucket, ddph_err *err)
+                                  int64_t bucket, int64_t offset,
+                                  ddph_err *err)
 {
     if (!fp_checked(m, g))
         return DDPH_OK;
     const int64_t record[FP_FIELDS] = {
         g->sequence++, fp_kind(what), (int64_t)dtype, (int64_t)count, op,
-        root,          iteration,     bucket,         model};
+        root,          iteration,     bucket,         model, offset};
     return fp_start(m, g, what, record, err);
 }
 
@@ -309,7 +317,7 @@ ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
         return DDPH_OK;
     const int64_t record[FP_FIELDS] = {
         g->sequence++, fp_kind(what), (int64_t)dtype,  (int64_t)count, op,
-        root,          -1,            FP_TRAINER_CALL, -1};
+        root,          -1,            FP_TRAINER_CALL, -1,             -1};
     /* Compared before the call's own collective: calls that differ never
      * meet in MPI, where they could hang or fail with MPI's words. */
     ddph_status st = fp_start(m, g, what, record, err);
@@ -342,7 +350,7 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
         const int64_t record[FP_FIELDS] = {
             g->sequence++, FP_KIND_STEP_END, s->models,    s->passes,
             s->digest,     s->trainer_calls, s->iteration, FP_STEP_END,
-            s->first_model};
+            s->first_model, -1};
         memcpy(block, record, sizeof record);
         int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T,
                                 block + FP_FIELDS, FP_FIELDS, MPI_INT64_T,

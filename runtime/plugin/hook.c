@@ -205,10 +205,13 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
     }
     h->call_bucket = b->index;
     h->call_iteration = (int64_t)b->iteration;
+    h->call_buffer = b->buffer;
+    h->call_buffer_bytes = b->numel * ddph__dtype_size(b->dtype);
     volatile char frame_mark = 0;
     h->frame_top = (const char *)&frame_mark;
     st = settle(h, "on_bucket", api->on_bucket(h->state, b, s));
     h->frame_top = NULL;
+    h->call_buffer = NULL;
     if (st == DDPH_OK && wire != grad_dtype) {
         st = s->cast(s, scratch, wire, grads, grad_dtype, b->numel, 1.0);
         if (st != DDPH_OK)

@@ -41,6 +41,10 @@ typedef struct ddph_hook {
     /* What the hook is working on, for the collectives' fingerprints:
      * the bucket's index (-1 in on_step_end) and the iteration or step. */
     int64_t call_bucket, call_iteration;
+    /* The buffer on_bucket was handed (NULL outside it), for the offsets
+     * in the fingerprints. */
+    const char *call_buffer;
+    size_t call_buffer_bytes;
     /* The host's stack just above the hook's frames during a call (NULL
      * outside): buffers between it and the stack pointer are the hook's
      * own locals (services.c refuses them for nonblocking collectives). */

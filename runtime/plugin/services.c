@@ -106,14 +106,22 @@ static void count_alltoall(ddph_hook *h, const ddph_group *g, size_t count,
  * collective fails the job on every rank, and the hook call with it.  op
  * and root are -1 where they do not apply. */
 static ddph_status checked(ddph_hook *h, ddph_group *g, const char *what,
-                           ddph_dtype dtype, size_t count, int op, int root,
-                           ddph_err *e)
+                           const void *buf, ddph_dtype dtype, size_t count,
+                           int op, int root, ddph_err *e)
 {
     if (ON_GPU(h))
         return DDPH_OK;
+    /* Where in the bucket a reduction's data lies: two pieces of one size
+     * swapped on one rank would otherwise match.  (Not for the gathers and
+     * broadcasts, whose buffers may lie at a place of each rank's own.) */
+    const char *p = buf, *at = h->call_buffer;
+    int reduces = op >= 0 && root < 0;
+    int64_t offset = reduces && at && p >= at && p < at + h->call_buffer_bytes
+                         ? (int64_t)(p - at)
+                         : -1;
     return ddph__mpi_fingerprint(h->mpi, g, what, dtype, count, op, root,
                                  h->model_id, h->call_iteration,
-                                 h->call_bucket, e);
+                                 h->call_bucket, offset, e);
 }
 
 static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
@@ -123,7 +131,7 @@ static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
     ddph_hook *h = host(s);
     ddph_err e;
     ddph_status fp =
-        checked(h, g, "allreduce", dtype, count, (int)op, -1, &e);
+        checked(h, g, "allreduce", buf, dtype, count, (int)op, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     double t0 = span_start(h);
@@ -140,7 +148,7 @@ static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    ddph_status fp = checked(h, g, "allgather", dtype, count, -1, -1, &e);
+    ddph_status fp = checked(h, g, "allgather", send, dtype, count, -1, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     double t0 = span_start(h);
@@ -158,7 +166,7 @@ static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    ddph_status fp = checked(h, g, "broadcast", dtype, count, -1, root, &e);
+    ddph_status fp = checked(h, g, "broadcast", buf, dtype, count, -1, root, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     double t0 = span_start(h);
@@ -180,7 +188,7 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
     ddph_hook *h = host(s);
     ddph_err e;
     ddph_status fp =
-        checked(h, g, "reduce_scatter", dtype, count, (int)op, -1, &e);
+        checked(h, g, "reduce_scatter", send, dtype, count, (int)op, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     double t0 = span_start(h);
@@ -201,7 +209,7 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    ddph_status fp = checked(h, g, "allgatherv", dtype, counts_total(g, counts),
+    ddph_status fp = checked(h, g, "allgatherv", send, dtype, counts_total(g, counts),
                              -1, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
@@ -220,7 +228,7 @@ static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    ddph_status fp = checked(h, g, "alltoall", dtype, count, -1, -1, &e);
+    ddph_status fp = checked(h, g, "alltoall", send, dtype, count, -1, -1, &e);
     if (fp != DDPH_OK)
         return keep(h, fp, &e);
     double t0 = span_start(h);
@@ -383,7 +391,7 @@ static ddph_request *request_begin(ddph_hook *h, const char *what,
     if ((*st = not_on_stack(h, what, rd.at, wr.at)) != DDPH_OK ||
         (*st = no_overlap(h, what, rd, wr)) != DDPH_OK)
         return NULL;
-    if ((*st = checked(h, g, what, dtype, count, op, -1, &e)) != DDPH_OK) {
+    if ((*st = checked(h, g, what, rd.at, dtype, count, op, -1, &e)) != DDPH_OK) {
         keep(h, *st, &e);
         return NULL;
     }

@@ -1,0 +1,85 @@
+#!/bin/sh
+# step_agreement.sh: no step returns DDPH_OK unless every rank did the
+# same step, for what a hook does (runtime/core/step_check.h).  On 2 and 4
+# ranks, through `ddphook replay` of a 3-step trace with the misstep test
+# hook, the last rank misbehaving:
+#  - it skips its collective, adds one, or sums its bucket's halves in the
+#    other order, at the first, a middle and the last iteration: every
+#    rank fails in that very iteration, naming the rank;
+#  - every rank starts two overlapping nonblocking sums: refused, naming
+#    both buffers;
+#  - it loads another build of the hook (same name, version, options):
+#    refused at finalize on every rank, naming both files.
+# (Models, NO_SYNC, trainer calls, Join and ddph_close: test_runtime's
+# scenarios.)
+set -u
+if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
+    echo "SKIP: mpiexec not found (apt-get install mpich)"
+    exit 77
+fi
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+F=${DDPH_TEST_FAKE_DIR:?}
+OUT="$B/tests/out/step_agreement"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pass=0
+fail=0
+# job NAME HOOK_FILE [OPTION LINES]: writes $OUT/NAME.ini
+job() {
+    printf '[runtime]\ntimeout_s = 30\nbucket_cap_mb = 1\n[hook]\nname = %s\n[hook.misstep]\n%s\n' \
+        "$2" "${3:-}" > "$OUT/$1.ini"
+}
+# reported W PATTERN OUTPUT: every one of the W ranks logged PATTERN.
+reported() {
+    n=$(printf '%s\n' "$3" | grep -Ec "ddphook\[rank [0-9]*\]: error: .*$2")
+    [ "$n" -ge "$1" ]
+}
+for w in 2 4; do
+    last=$((w - 1))
+    "$B/tests/tools/make_trace" "$OUT/t$w" "$w" 3 1 w=256,300 b=300
+    for mode in skip extra reorder; do
+        for at in 0 1 2; do
+            job "$mode$at" "$F/misstep.so" "mode = $mode
+at = $at"
+            # -disable-auto-cleanup: hydra must not end the ranks that
+            # have not reported yet when the first exits non-zero.
+            out=$(timeout 120 "$MPIEXEC" -disable-auto-cleanup -n "$w" "$B/ddphook" replay \
+                --job "$OUT/$mode$at.ini" --trace "$OUT/t$w" --out "$OUT/o-$mode$at-$w" </dev/null 2>&1)
+            rc=$?
+            want="the ranks' collectives differ \(group of $w ranks\): rank $last called .*iteration $at"
+            if [ "$rc" -ne 0 ] && reported "$w" "$want" "$out"; then
+                pass=$((pass + 1)); echo "PASS: $mode at iteration $at on $w ranks: every rank fails in that iteration, naming rank $last"
+            else
+                fail=$((fail + 1)); echo "FAIL: $mode at iteration $at on $w ranks (exit $rc)"
+                printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+            fi
+        done
+    done
+    job overlap "$F/misstep.so" "mode = overlap"
+    out=$(timeout 120 "$MPIEXEC" -disable-auto-cleanup -n "$w" "$B/ddphook" replay \
+        --job "$OUT/overlap.ini" --trace "$OUT/t$w" --out "$OUT/o-overlap-$w" </dev/null 2>&1)
+    rc=$?
+    want="iallreduce: its receive buffer 0x[0-9a-f]* \([0-9]* bytes\) overlaps 0x[0-9a-f]* \([0-9]* bytes\), which the outstanding iallreduce of this call writes"
+    if [ "$rc" -ne 0 ] && reported 1 "$want" "$out"; then
+        pass=$((pass + 1)); echo "PASS: overlapping nonblocking sums on $w ranks: refused, naming both buffers"
+    else
+        fail=$((fail + 1)); echo "FAIL: overlapping nonblocking sums on $w ranks (exit $rc)"
+        printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+    fi
+    job build "$F/misstep.so"
+    job other "$F/misstep_sums.so"
+    out=$(timeout 120 "$MPIEXEC" -disable-auto-cleanup -n "$last" "$B/ddphook" replay \
+        --job "$OUT/build.ini" --trace "$OUT/t$w" --out "$OUT/o-build-$w" : \
+        -n 1 "$B/ddphook" replay --job "$OUT/other.ini" --trace "$OUT/t$w" \
+        --out "$OUT/o-build-$w" </dev/null 2>&1)
+    rc=$?
+    want="rank 0 has 'hook build flags 0 tolerance 0 crc32 [0-9a-f]* size [0-9]*	\($F/misstep.so\)' where rank $last has 'hook build flags 0 tolerance 0 crc32 [0-9a-f]* size [0-9]*	\($F/misstep_sums.so\)'"
+    if [ "$rc" -ne 0 ] && reported "$w" "$want" "$out"; then
+        pass=$((pass + 1)); echo "PASS: another build of the hook on rank $last of $w: refused at finalize on every rank, naming both files"
+    else
+        fail=$((fail + 1)); echo "FAIL: another build of the hook on rank $last of $w (exit $rc)"
+        printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+    fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -eq 22 ]
