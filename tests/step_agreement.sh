@@ -9,7 +9,9 @@
 #  - every rank starts two overlapping nonblocking sums: refused, naming
 #    both buffers;
 #  - it loads another build of the hook (same name, version, options):
-#    refused at finalize on every rank, naming both files.
+#    refused at finalize on every rank, naming both files;
+#  - PowerSGD and batched PowerSGD with it on another OpenBLAS kernel
+#    (OPENBLAS_CORETYPE): the same bits on every rank.
 # (Models, NO_SYNC, trainer calls, Join and ddph_close: test_runtime's
 # scenarios.)
 set -u
@@ -80,6 +82,31 @@ at = $at"
         fail=$((fail + 1)); echo "FAIL: another build of the hook on rank $last of $w (exit $rc)"
         printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
     fi
+    # PowerSGD with the last rank on another OpenBLAS kernel (a cluster of
+    # mixed CPU generations): every rank's averaged gradients are the same
+    # bits (its orthogonalisation and P Q^T are ddphook's own arithmetic).
+    for hook in powersgd batched_powersgd; do
+        printf '[runtime]\nplugin_path = %s\ntimeout_s = 60\n[hook]\nname = %s\n[hook.%s]\nstart_powerSGD_iter = 2\nmatrix_approximation_rank = 4\n' \
+            "$DDPH_TEST_PLUGIN_DIR" "$hook" "$hook" > "$OUT/$hook.ini"
+        "$B/tests/tools/make_trace" "$OUT/p$w" "$w" 4 1 w=256,300 v=300,128 b=300
+        o="$OUT/o-$hook-$w"
+        out=$(timeout 120 "$MPIEXEC" -n "$last" "$B/ddphook" replay --job "$OUT/$hook.ini" \
+            --trace "$OUT/p$w" --out "$o" : -n 1 env OPENBLAS_CORETYPE=Prescott \
+            "$B/ddphook" replay --job "$OUT/$hook.ini" --trace "$OUT/p$w" --out "$o" </dev/null 2>&1)
+        rc=$?
+        differ=0
+        for r in $(seq 1 "$last"); do
+            for s in 0 1 2 3; do
+                cmp -s "$o/rank0.step$s.out.f32" "$o/rank$r.step$s.out.f32" || differ=$((differ + 1))
+            done
+        done
+        if [ "$rc" -eq 0 ] && [ "$differ" -eq 0 ]; then
+            pass=$((pass + 1)); echo "PASS: $hook with rank $last on OpenBLAS's Prescott kernels: every rank's 4 steps the same bits"
+        else
+            fail=$((fail + 1)); echo "FAIL: $hook with rank $last on OpenBLAS's Prescott kernels (exit $rc, $differ files differ from rank 0's)"
+            printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+        fi
+    done
 done
 echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -eq 22 ]
+[ "$fail" -eq 0 ] && [ "$pass" -eq 26 ]

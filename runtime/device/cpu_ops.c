@@ -2,12 +2,12 @@
 #include "build-config.h"
 
 #include "device/cpu_ops.h"
+#include "device/cpu_portable.h"
 #include "device/cpu_simd.h"
 
 #include <cblas.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,6 +318,9 @@ ddph_status ddph__cpu_gemm(int trans_a, int trans_b, size_t m, size_t n,
         return ddph__fail(err, DDPH_ERR_INVALID, "gemm: dimension too large");
     if (m == 0 || n == 0)
         return DDPH_OK;
+    if (k <= DDPH__PORTABLE_GEMM_MAX_K) /* the same bits on every CPU */
+        return ddph__portable_gemm(trans_a, trans_b, m, n, k, alpha, a, lda,
+                                   b, ldb, beta, c, ldc, err);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
                 alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
@@ -369,22 +372,9 @@ ddph_status ddph__cpu_orthogonalize(float *x, size_t rows, size_t cols,
         gram_schmidt(x, rows, cols, eps);
         return DDPH_OK;
     }
-    if (rows > INT32_MAX)
-        return ddph__fail(err, DDPH_ERR_INVALID, "orthogonalize: too large");
-    float *tau = malloc(cols * sizeof *tau);
-    if (!tau)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "orthogonalize: out of memory");
-    lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, (lapack_int)rows,
-                                     (lapack_int)cols, x, (lapack_int)cols, tau);
-    if (info == 0)
-        info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, (lapack_int)rows,
-                              (lapack_int)cols, (lapack_int)cols, x,
-                              (lapack_int)cols, tau);
-    free(tau);
-    if (info != 0)
-        return ddph__fail(err, DDPH_ERR_BACKEND,
-                          "orthogonalize: LAPACK QR failed (info %d)", (int)info);
-    return DDPH_OK;
+    /* Its input is the same on every rank and its result is kept: the
+     * portable QR, not LAPACK's CPU-specific kernels (cpu_portable.h). */
+    return ddph__portable_qr(x, rows, cols, err);
 }
 
 int ddph__cpu_blas_threads(int ranks_on_host)
