@@ -527,7 +527,7 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
     double wait_start = ddph__timeline_now(&ctx->timeline);
     ddph_status st = ddph__reducer_wait(ctx, &e);
     if (st == DDPH_OK)
-        st = ddph__step_check(ctx, &e);
+        st = ddph__step_check(ctx, 0, &e);
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, wait_start,
                           "step_wait");
     ddph__timeline_record(&ctx->timeline, DDPH_TRACK_COMPUTE, ctx->step_start,
@@ -596,6 +596,13 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
         if (st == DDPH_OK && ctx->step_end_event)
             st = ddph__dev_stream_after(ctx->compute_stream, ctx->comm_stream,
                                         ctx->step_end_event, &e);
+    }
+    /* The hooks' collectives after the optimizer were the same on every
+     * rank (every rank takes part, as below). */
+    if (ctx->syncs) {
+        ddph_err later;
+        ddph_status cs = ddph__step_check(ctx, 1, st ? &later : &e);
+        st = st ? st : cs;
     }
     /* After the optimizer, every N-th synchronised step: the replicas are
      * compared (replicas.h).  Every rank takes part, even one whose hook

@@ -22,10 +22,18 @@ static int64_t hook_identity(const ddph_hook *h)
     return mix(d, (uint64_t)h->wrapper);
 }
 
-ddph_status ddph__step_check(ddph_ctx *ctx, ddph_err *err)
+ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
+                             ddph_err *err)
 {
     if (!ctx->mpi.check_collectives || ctx->mpi.world.size < 2)
         return DDPH_OK;
+    if (after_optimizer) {
+        int any = 0; /* only hooks with on_step_end issue collectives then */
+        for (int k = 0; k < ctx->nstep_models; k++)
+            any |= ctx->step_models[k]->hook->plugin->api.on_step_end != NULL;
+        if (!any)
+            return DDPH_OK;
+    }
     /* Under join a joined rank shadows the others' steps with one pass of
      * zeros whatever they accumulated: passes are not compared then (the
      * roll call checks the models). */
@@ -36,6 +44,7 @@ ddph_status ddph__step_check(ddph_ctx *ctx, ddph_err *err)
     s.iteration = (int64_t)first->iteration;
     s.passes = passes_count ? first->window + 1 : 0;
     s.trainer_calls = (int64_t)atomic_load(&ctx->mpi.trainer_calls);
+    s.digest = after_optimizer ? 1 : 0;
     for (int k = 0; k < ctx->nstep_models; k++) {
         const ddph_model *m = ctx->step_models[k];
         if (m->id < 63 && s.models >= 0)
@@ -52,6 +61,8 @@ ddph_status ddph__step_check(ddph_ctx *ctx, ddph_err *err)
     ddph_status st =
         ddph__mpi_step_agree(&ctx->mpi, groups, ctx->nlanes, &s, err);
     if (st != DDPH_OK)
-        ddph__err_prefix(err, "step_wait (rank %d)", ctx->mpi.world.rank);
+        ddph__err_prefix(err, "%s (rank %d)",
+                         after_optimizer ? "step_end" : "step_wait",
+                         ctx->mpi.world.rank);
     return st;
 }

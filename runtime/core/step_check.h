@@ -12,9 +12,12 @@
 
 #include "core/context.h"
 
-/* Collective, from ddph_step_wait after every bucket's hook returned:
- * DDPH_ERR_MISMATCH on every rank (the job fails) when the ranks' steps
- * differ, naming the rank and what differed. */
-ddph_status ddph__step_check(ddph_ctx *ctx, ddph_err *err);
+/* Collective, from ddph_step_wait after every bucket's hook returned, and
+ * from ddph_step_end after the hooks' on_step_end (`after_optimizer`;
+ * only when a hook of the step has one): DDPH_ERR_MISMATCH on every rank
+ * (the job fails) when the ranks' steps differ, naming the rank and what
+ * differed. */
+ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
+                             ddph_err *err);
 
 #endif
