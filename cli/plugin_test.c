@@ -829,7 +829,7 @@ static int rerun_under_valgrind(int argc, char **argv, const char *supp,
     static char supp_arg[4200];
     int n = 0;
     args[n++] = "valgrind";
-    /* MPICH's own start-up allocations (docs/reliability.md). */
+    /* MPICH's own start-up allocations (notes/reliability-tests.md). */
     if (!supp && access(DDPH_DATA_DIR "/valgrind.supp", R_OK) == 0)
         supp = DDPH_DATA_DIR "/valgrind.supp";
     if (supp) {

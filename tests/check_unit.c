@@ -26,19 +26,27 @@ const char *unit_env(const char *name)
     return v;
 }
 
+/* Every suite of unit_list.h, in its order.  Fewer tests than
+ * DDPH_UNIT_MIN_TESTS fail the run: a suite or test case that went missing
+ * would otherwise pass by running nothing. */
 int main(void)
 {
-    SRunner *sr = srunner_create(status_suite());
-    srunner_add_suite(sr, config_suite());
-    srunner_add_suite(sr, buckets_suite());
-    srunner_add_suite(sr, loader_suite());
-    srunner_add_suite(sr, cpu_ops_suite());
-    srunner_add_suite(sr, rng_suite());
-    srunner_add_suite(sr, psgd_cpu_suite());
-    srunner_add_suite(sr, services_suite());
-    srunner_add_suite(sr, timeline_suite());
+    static Suite *(*const suites[])(void) = {
+#define DDPH_UNIT_ENTRY(name) name##_suite,
+        DDPH_UNIT_SUITES(DDPH_UNIT_ENTRY)
+#undef DDPH_UNIT_ENTRY
+    };
+    SRunner *sr = srunner_create(suites[0]());
+    for (size_t i = 1; i < sizeof suites / sizeof suites[0]; i++)
+        srunner_add_suite(sr, suites[i]());
     srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    int failed = srunner_ntests_failed(sr), run = srunner_ntests_run(sr);
     srunner_free(sr);
+    if (run < DDPH_UNIT_MIN_TESTS) {
+        fprintf(stderr, "check_unit: %d tests ran, fewer than the %d of "
+                        "tests/unit_list.h's DDPH_UNIT_MIN_TESTS\n",
+                run, DDPH_UNIT_MIN_TESTS);
+        return EXIT_FAILURE;
+    }
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -36,6 +36,15 @@ run() {
 }
 scenarios=$("$B/tests/mpi/test_runtime" --list) ||
     { echo "FAIL: test_runtime --list"; exit 1; }
+# The registry held this many scenarios when this line last changed: fewer
+# (an empty or broken --list) would pass by running nothing.  Raise it
+# with the scenarios you add.
+MIN_SCENARIOS=27
+listed=$(printf '%s\n' "$scenarios" | grep -c .)
+if [ "$listed" -lt $MIN_SCENARIOS ]; then
+    echo "FAIL: test_runtime --list gives $listed scenarios, fewer than $MIN_SCENARIOS"
+    exit 1
+fi
 for n in 2 3 4; do
     while read -r name ranks fails limit; do
         case ",$ranks," in
@@ -71,5 +80,5 @@ EOF
     run "$n" --fails join-average "$B/tests/mpi/join_trainer" "$DDPH_TEST_PLUGIN_DIR" allreduce 1 1 average
 done
 # Lost and failing ranks: tests/faults.sh.
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+echo "$pass passed, $fail failed ($listed scenarios listed)"
+[ $fail -eq 0 ] && [ $pass -ge $listed ]

@@ -1,19 +1,15 @@
-/* unit.h: the Check suites of tests/check_unit, one per runtime module,
+/* unit.h: the Check suites of tests/check_unit (listed in unit_list.h),
  * and helpers they share. */
 #ifndef DDPH_TESTS_UNIT_H
 #define DDPH_TESTS_UNIT_H
 
 #include <check.h>
 
-Suite *status_suite(void);
-Suite *config_suite(void);
-Suite *buckets_suite(void);
-Suite *loader_suite(void);
-Suite *cpu_ops_suite(void);
-Suite *rng_suite(void);
-Suite *psgd_cpu_suite(void);
-Suite *services_suite(void);
-Suite *timeline_suite(void);
+#include "unit_list.h"
+
+#define DDPH_UNIT_DECLARE(name) Suite *name##_suite(void);
+DDPH_UNIT_SUITES(DDPH_UNIT_DECLARE)
+#undef DDPH_UNIT_DECLARE
 
 /* Writes text to a fresh temporary file; returns its path (static buffer
  * per call site: copy it if two are needed at once). */

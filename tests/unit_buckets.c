@@ -1,5 +1,5 @@
 /* unit_buckets.c: bucket assignment, including the four upstream vectors
- * of test_c10d_common.py (PYTORCH_SEMANTICS.md §4). */
+ * of test_c10d_common.py (docs/pytorch-semantics.md §4). */
 #include "build-config.h"
 
 #include "core/buckets.h"

@@ -1,6 +1,8 @@
-/* unit_status.c: status names and messages come from the one table. */
+/* unit_status.c: status names and messages come from the one table; the
+ * version macros are the release's. */
 #include "build-config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <ddphook/ddphook.h>
@@ -25,11 +27,24 @@ START_TEST(every_code_has_name_and_message)
 }
 END_TEST
 
+/* <ddphook/version.h> is generated from configure's AC_INIT, as are
+ * `ddphook version` and pkg-config's version (PACKAGE_VERSION). */
+START_TEST(version_macros_are_the_release)
+{
+    char composed[64];
+    snprintf(composed, sizeof composed, "%d.%d.%d", DDPH_VERSION_MAJOR,
+             DDPH_VERSION_MINOR, DDPH_VERSION_PATCH);
+    ck_assert_str_eq(DDPH_VERSION_STRING, PACKAGE_VERSION);
+    ck_assert_str_eq(composed, PACKAGE_VERSION);
+}
+END_TEST
+
 Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
     TCase *tc = tcase_create("Core");
     tcase_add_test(tc, every_code_has_name_and_message);
+    tcase_add_test(tc, version_macros_are_the_release);
     suite_add_tcase(s, tc);
     return s;
 }

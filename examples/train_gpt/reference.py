@@ -10,10 +10,20 @@ offsets) and trains with the same AdamW, clipping and learning-rate
 schedule: on 1 rank plainly, on W ranks under DistributedDataParallel
 (gloo), whose default allreduce matches ddphook's allreduce hook.  It
 prints both losses step by step and exits 1 if any differs by more than
---rtol (1e-4) relative.
+--rtol (1e-6) relative.
 
     /usr/bin/python3 examples/train_gpt/reference.py --world 2 --steps 20 \\
         --trainer examples/train_gpt/train_gpt --plugin-path plugins/.libs
+
+--accum K runs K micro-batches an optimizer step on both sides
+([accumulate] steps = K in train_gpt's job; no_sync() but for the last
+under DistributedDataParallel).  --large-weights X starts both from
+random weights of standard deviation X instead of train_gpt's
+initialisation (LayerNorm gains 1 + that noise), written as a train_gpt
+checkpoint that it resumes from: at the default N(0, 0.02) GELU and
+softmax are nearly linear, and a wrong GELU constant or attention scale
+would go unseen; the first loss is then a check of the forward pass
+alone.
 
 --time instead times the optimizer steps of both after the first few (1
 rank, --threads OpenBLAS and torch threads on both sides) and prints
@@ -22,6 +32,7 @@ ms/step for each.
 Needs Debian's python3-torch (1.13).
 """
 import argparse
+import contextlib
 import csv
 import os
 import struct
@@ -29,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 import numpy as np
 import torch
@@ -156,6 +168,29 @@ def load_weights(model, path, cfg):
     assert at == n
 
 
+def write_large_weights(a, path):
+    """Rewrites train_gpt's checkpoint `path` with N(0, a.large_weights)
+    weights (LayerNorm gains 1 + that noise), AdamW's moments zero and
+    step 0, and its crc32."""
+    with open(path, "rb") as f:
+        head = bytearray(f.read(48))
+    n = struct.unpack("<q", head[40:48])[0]
+    head[32:40] = struct.pack("<q", 0)
+    rng = np.random.RandomState(a.seed)
+    params = (rng.standard_normal(n) * a.large_weights).astype(np.float32)
+    model = GPT(256, a.context, a.width, a.heads, a.layers)
+    tensors = model.by_name(a.layers)
+    at = 0
+    for name in TENSORS:
+        for t in tensors[name]:
+            if name in ("ln1w", "ln2w", "lnfw"):
+                params[at:at + t.numel()] += 1
+            at += t.numel()
+    body = bytes(head) + params.tobytes() + bytes(8 * n)
+    with open(path, "wb") as f:
+        f.write(body + struct.pack("<I", zlib.crc32(body)))
+
+
 def learning_rate(a, step):
     warmup = a.steps // 10 if a.warmup < 0 else a.warmup
     if step < warmup:
@@ -175,21 +210,32 @@ def make_optimizer(model, L):
 
 def train_step(net, model, opt, a, text, train_end, step, rank, local, T):
     """One of train_gpt's optimizer steps on this rank's `local` sequences
-    of the batch: clipped to global norm 1, at the schedule's learning
-    rate (a.lr, a.steps, a.warmup).  Returns the rank's loss."""
-    xs, ys = zip(*(train_sequence(text, train_end, a.seed, step, 0,
-                                  rank * local + i, T)
-                   for i in range(local)))
-    x = torch.from_numpy(np.stack(xs))
-    y = torch.from_numpy(np.stack(ys))
+    of each of a.accum micro-batches: the gradients summed over them
+    (synchronised on the last only), their mean clipped to global norm 1,
+    at the schedule's learning rate (a.lr, a.steps, a.warmup).  Returns
+    the rank's loss, the mean over the micro-batches."""
     opt.zero_grad(set_to_none=False)
-    loss = net(x, y)
-    loss.backward()
+    loss = 0.0
+    for micro in range(a.accum):
+        xs, ys = zip(*(train_sequence(text, train_end, a.seed, step, micro,
+                                      rank * local + i, T)
+                       for i in range(local)))
+        x = torch.from_numpy(np.stack(xs))
+        y = torch.from_numpy(np.stack(ys))
+        last = micro == a.accum - 1
+        sync = net.no_sync() if not last and net is not model \
+            else contextlib.nullcontext()
+        with sync:
+            micro_loss = net(x, y)
+            micro_loss.backward()
+        loss += micro_loss.detach().double() / a.accum
+    # train_gpt: norm = |sum of grads| / accum, scale = min(1, 1/norm) / accum
     norm = torch.sqrt(sum((p.grad.double() ** 2).sum()
-                          for p in model.parameters()))
-    if norm > 1:
+                          for p in model.parameters())) / a.accum
+    scale = (1 / norm if norm > 1 else 1.0) / a.accum
+    if scale != 1:
         for p in model.parameters():
-            p.grad.mul_(float(1 / norm))
+            p.grad.mul_(float(scale))
     for g in opt.param_groups:
         g["lr"] = learning_rate(a, step)
     opt.step()
@@ -220,7 +266,7 @@ def train(rank, world, a, weights, out):
     for step in range(a.steps):
         loss = train_step(net, model, opt, a, text, train_end, step, rank,
                           local, a.context)
-        mean = loss.detach().double()
+        mean = loss.clone()
         if world > 1:
             dist.all_reduce(mean)
             mean /= world
@@ -235,7 +281,8 @@ def run_c(a, tmp, extra):
     job = os.path.join(tmp, "job.ini")
     with open(job, "w") as f:
         f.write("[runtime]\nplugin_path = %s\n[hook]\nname = allreduce\n"
-                % os.path.abspath(a.plugin_path))
+                "[accumulate]\nsteps = %d\n"
+                % (os.path.abspath(a.plugin_path), a.accum))
     cmd = ["mpiexec", "-n", str(a.world), a.trainer, "--config", job,
            "--steps", str(a.steps), "--seed", str(a.seed), "--batch",
            str(a.batch), "--layers", str(a.layers), "--width", str(a.width),
@@ -261,7 +308,11 @@ def main():
     p.add_argument("--context", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=-1)
-    p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-6)
+    p.add_argument("--accum", type=int, default=1,
+                   help="micro-batches an optimizer step on both sides")
+    p.add_argument("--large-weights", type=float, default=0.0,
+                   metavar="X", help="start both from N(0, X) weights")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--time", action="store_true",
                    help="time a step of each instead (1 rank)")
@@ -278,8 +329,20 @@ def main():
         a.rendezvous = os.path.join(tmp, "rendezvous")
         ckpt = os.path.join(tmp, "init")
         csv_path = os.path.join(tmp, "losses.csv")
-        run_c(a, tmp, ["--save-init", ckpt, "--csv", csv_path,
-                       "--eval-every", "1", "--eval-batches", str(a.world)])
+        every = ["--csv", csv_path, "--eval-every", "1", "--eval-batches",
+                 str(a.world)]
+        if a.large_weights > 0:
+            # A checkpoint of train_gpt's (its hook state from one step of
+            # a throw-away run), its weights replaced; both sides start
+            # from step 0 of it.
+            run_c(a, tmp, ["--stop-at", "1", "--save", ckpt,
+                           "--eval-batches", str(a.world)])
+            write_large_weights(a, ckpt + ".model")
+            with open(csv_path, "w") as f:  # --resume appends rows only
+                f.write("step,seconds,train_loss,val_loss,bytes_sent,lr\n")
+            run_c(a, tmp, ["--resume", ckpt] + every)
+        else:
+            run_c(a, tmp, ["--save-init", ckpt] + every)
         with open(csv_path) as f:
             c_losses = [float(r["train_loss"]) for r in csv.DictReader(f)]
         out = os.path.join(tmp, "torch.npy")
@@ -296,8 +359,12 @@ def main():
         worst = max(worst, rel)
         print("%4d  %.7f      %.7f      %.2e" % (i + 1, c, t, rel))
     ok = len(c_losses) == a.steps and worst <= a.rtol
-    print("%s: %d ranks, %d steps, largest relative difference %.2e (rtol %g)"
-          % ("agree" if ok else "DIFFER", a.world, a.steps, worst, a.rtol))
+    how = ("" if a.accum == 1 else ", %d micro-batches a step" % a.accum) + \
+        ("" if a.large_weights <= 0
+         else ", from N(0, %g) weights" % a.large_weights)
+    print("%s: %d ranks, %d steps%s, largest relative difference %.2e "
+          "(rtol %g)" % ("agree" if ok else "DIFFER", a.world, a.steps, how,
+                         worst, a.rtol))
     return 0 if ok else 1
 
 

@@ -1,5 +1,5 @@
 /* compress_hook.h: the body shared by the fp16 and bf16 compression hooks
- * (PyTorch's fp16_compress_hook / bf16_compress_hook, PYTORCH_SEMANTICS.md
+ * (PyTorch's fp16_compress_hook / bf16_compress_hook, docs/pytorch-semantics.md
  * §1): cast the bucket to the half type, divide by the world size in that
  * type, sum across ranks in that type (half the bytes on the wire), cast the
  * result back into the bucket.  Each plugin includes this once and defines

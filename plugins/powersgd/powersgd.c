@@ -1,5 +1,5 @@
 /* powersgd: PyTorch's powerSGD_hook and batched_powerSGD_hook
- * (PYTORCH_SEMANTICS.md §2), step by step.  Built twice from this file:
+ * (docs/pytorch-semantics.md §2), step by step.  Built twice from this file:
  * powersgd.so with compress_tensor.c, and batched_powersgd.so with
  * compress_batched.c and PSGD_BATCHED defined (its name and options).
  *

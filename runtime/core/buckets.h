@@ -1,9 +1,9 @@
 /* buckets.h: which gradients travel together.  This is PyTorch's
- * compute_bucket_assignment_by_size (PYTORCH_SEMANTICS.md §4): tensors are
- * grouped by (dtype, device) and walked in the order given; a bucket closes
- * as soon as its size reaches the current limit (so it may overshoot), and
- * each (dtype, device) group then moves to the next limit, staying on the
- * last one.  Leftover open buckets are appended in order of their group's
+ * compute_bucket_assignment_by_size (docs/pytorch-semantics.md §4):
+ * tensors are grouped by (dtype, device) and walked in the order given; a
+ * bucket closes as soon as its size reaches the current limit (so it may
+ * overshoot), and each (dtype, device) group then moves to the next
+ * limit, staying on the last one.  Leftover open buckets are appended in order of their group's
  * first appearance.  Optionally the buckets are sorted by their smallest
  * tensor index (what PyTorch does when no order is imposed). */
 #ifndef DDPH_BUCKETS_H

@@ -194,7 +194,8 @@ ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
     ddph_dtype grad_dtype = b->dtype;
     ddph_status st;
     /* fp16_compress_wrapper: the inner hook sees a low-precision copy; the
-     * result is cast back into the gradients (PYTORCH_SEMANTICS.md §1). */
+     * result is cast back into the gradients (docs/pytorch-semantics.md
+     * §1). */
     const ddph_services *s = &h->services;
     if (wire != b->dtype) {
         st = s->cast(s, grads, grad_dtype, scratch, wire, b->numel, 1.0);

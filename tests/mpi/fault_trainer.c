@@ -134,7 +134,7 @@ static int survive(ddph_ctx *ctx, ddph_status st, const char *during)
            ddph_status_name(cs), wall());
     /* _exit, not return: with a peer stopped (SIGSTOP), the transport's
      * own exit-time clean-up once kept a survivor from ending after it had
-     * returned from main (docs/reliability.md). */
+     * returned from main (notes/reliability-tests.md). */
     fflush(NULL);
     _exit(4);
 }

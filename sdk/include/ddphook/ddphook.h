@@ -29,14 +29,11 @@
 
 #include <ddphook/status.h>
 #include <ddphook/types.h>
+#include <ddphook/version.h> /* DDPH_VERSION_MAJOR, _MINOR, _PATCH, _STRING */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define DDPH_VERSION_MAJOR 0
-#define DDPH_VERSION_MINOR 2
-#define DDPH_VERSION_PATCH 0
 
 typedef struct ddph_ctx ddph_ctx;     /* a job: one per process */
 typedef struct ddph_model ddph_model; /* owned by its ctx */
