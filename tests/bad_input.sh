@@ -148,6 +148,23 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     sed -i 's/shape = 4,3/shape = 4,4/' "$OUT/shape/trace.ini"
     expect "shape mismatch" "rank0.step0.f32 has 64 bytes; trace.ini's parameters make 20 floats = 80 bytes" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/shape" --out "$OUT/o2"
+    # --out never follows a planted link, nor writes into a folder
+    # another user owns.
+    mkdir -p "$OUT/victim_dir"
+    ln -s "$OUT/victim_dir" "$OUT/planted_out"
+    expect "replay --out a planted link" \
+        "--out $OUT/planted_out is a symbolic link (refused" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/planted_out"
+    if [ -n "$(ls "$OUT/victim_dir")" ]; then
+        fail=$((fail + 1)); echo "FAIL: replay wrote into a planted link's target"
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        mkdir -p "$OUT/theirs"
+        chown 65534 "$OUT/theirs"
+        expect "replay --out a folder another user owns" \
+            "--out $OUT/theirs is a folder another user owns (refused" \
+            "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/theirs"
+    fi
     cp -R "$OUT/t" "$OUT/badshape"
     sed -i 's/shape = 4,3/shape = 4,x/' "$OUT/badshape/trace.ini"
     expect "malformed shape" "shape = '4,x' is not a,b,... of non-negative integers" \

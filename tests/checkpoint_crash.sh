@@ -194,7 +194,7 @@ else
 fi
 
 # A few random kills (the long loop: tests/checkpoint_kill_loop.sh).
-if out=$(KILLS=${CKPT_KILLS:-4} CKPT_NUMEL=$NUMEL sh "$DDPH_TEST_SRCDIR/tests/checkpoint_kill_loop.sh" 2>&1); then
+if out=$(KILLS=${CKPT_KILLS:-4} CKPT_NUMEL=$NUMEL KILL_LOOP_OUT="$OUT/kill_loop" sh "$DDPH_TEST_SRCDIR/tests/checkpoint_kill_loop.sh" 2>&1); then
     ok "random kills :: $(printf '%s\n' "$out" | tail -n 1)"
 else
     bad "random kills" "$out"

@@ -11,7 +11,8 @@
 #   KILLS=50 sh tests/checkpoint_kill_loop.sh
 #
 # KILLS (50) kills that landed before the run ended; STEPS (8); CKPT_NUMEL
-# (262144) floats of state a rank; DDPH_TEST_BUILDDIR (.), MPIEXEC
+# (262144) floats of state a rank; KILL_LOOP_OUT (tests/out/...) its
+# folder; DDPH_TEST_BUILDDIR (.), MPIEXEC
 # (mpiexec), DDPH_TEST_PLUGIN_DIR (plugins/.libs) as under make check.
 # Prints one line per kill and "N kills, M inside a save, 0 lost" last.
 set -u
@@ -23,7 +24,7 @@ STEPS=${STEPS:-8}
 NUMEL=${CKPT_NUMEL:-262144}
 W=4
 T="$B/tests/mpi/ckpt_trainer"
-OUT="$B/tests/out/checkpoint_kill_loop"
+OUT=${KILL_LOOP_OUT:-$B/tests/out/checkpoint_kill_loop}
 if ! command -v "$MPIEXEC" >/dev/null 2>&1 || [ ! -x "$T" ]; then
     echo "SKIP: needs $MPIEXEC and $T (make check builds it)"
     exit 77
