@@ -457,6 +457,31 @@ static ddph_status tidy(rank_set *set, int chosen, ddph_err *err)
     return changed ? ddph__dir_sync(final->path, "state file", err) : DDPH_OK;
 }
 
+/* The agreement between the two phases: every rank wrote its .next file.
+ * When it shows that a rank failed, no rank commits, and every rank
+ * removes its .next: the last save stays the checkpoint.  When the
+ * agreement itself breaks (a rank died during it), the ranks that
+ * completed it may be committing, so .next stays: a load then takes
+ * whichever of the two saves every rank holds, and the next save tidies. */
+static ddph_status wrote_everywhere(ddph_ctx *ctx, ddph_status local,
+                                    const char *next, ddph_err *err)
+{
+    int64_t first = local == DDPH_OK ? ctx->mpi.world.size
+                                     : ctx->mpi.world.rank;
+    ddph_err e;
+    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, &first, 1, DDPH_MIN,
+                                             &e);
+    if (st != DDPH_OK)
+        return ddph__fail(err, st, "%s", e.msg);
+    if (first == ctx->mpi.world.size)
+        return DDPH_OK;
+    unlink(next);
+    /* Every rank is here: the failing rank's message to all. */
+    st = agree(ctx, local, err);
+    return st != DDPH_OK ? st
+                         : ddph__fail(err, DDPH_ERR_IO, "state_save failed");
+}
+
 /* What a save and a load start with, on this rank: the call is allowed
  * now, and this rank's files are scanned. */
 static ddph_status begin(ddph_ctx *ctx, const char *what, const char *path,
@@ -501,10 +526,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
         if (local == DDPH_OK)
             local = ddph__file_write_atomic(set.s[SLOT_NEXT].path, b.data,
                                             b.len, "state file", err);
-        st = agree(ctx, local, err);
-        /* Not every rank wrote its file: the last save stays the one. */
-        if (st != DDPH_OK)
-            unlink(set.s[SLOT_NEXT].path);
+        st = wrote_everywhere(ctx, local, set.s[SLOT_NEXT].path, err);
     }
     free(b.data);
     /* The commit: every rank holds the new generation, so a crash from
