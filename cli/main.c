@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ddphook/ddphook.h>
 
@@ -16,7 +17,9 @@
 #include "comm/backend_mpi.h"
 #include "plugin/hook.h"
 #include "core/job_check.h"
+#include "plugin/elf_check.h"
 #include "plugin/loader.h"
+#include "plugin/safe_open.h"
 #include "support/log.h"
 #include "plugin/gpu_module.h"
 #include "support/options.h"
@@ -103,33 +106,129 @@ static void print_options_table(const ddph_option_spec *spec, FILE *out)
     }
 }
 
-/* ddphook check's tally: errors go to stderr as they are found. */
+/* ddphook check's tally: every error of the file, printed at the end in
+ * line order (the job file's own errors, its hooks' options and the
+ * hooks' create() are found in that order, not in the file's). */
+typedef struct check_error_line {
+    int line; /* 0: not of one line */
+    size_t order;
+    char *msg;
+} check_error_line;
+
 typedef struct check_run {
     const ddph_config *cfg;
-    int errors;
+    const char *path;
+    check_error_line *errors;
+    size_t nerrors, cap;
     int verbose;
     ddph_mpi *mpi; /* one-rank MPI for the hooks' create(); NULL if down */
     ddph_logger log;
 } check_run;
 
-/* At most this many refused keys are listed per hook section. */
-#define CHECK_MAX_LISTED 50
+static void check_error_at(void *user, int line, const char *msg)
+{
+    check_run *run = user;
+    if (run->nerrors == run->cap) {
+        size_t cap = run->cap ? 2 * run->cap : 16;
+        check_error_line *grown = realloc(run->errors, cap * sizeof *grown);
+        if (!grown) {
+            fprintf(stderr, "ddphook check: out of memory\n");
+            exit(1);
+        }
+        run->errors = grown;
+        run->cap = cap;
+    }
+    check_error_line *e = &run->errors[run->nerrors];
+    e->line = line;
+    e->order = run->nerrors;
+    e->msg = ddph__strdup(msg);
+    run->nerrors++;
+}
 
+/* A message that starts with "FILE:LINE:" sorts at that line. */
 static void check_error(void *user, const char *msg)
 {
     check_run *run = user;
-    if (++run->errors <= CHECK_MAX_LISTED)
-        fprintf(stderr, "ddphook check: %s\n", msg);
+    size_t n = strlen(run->path);
+    int line = 0;
+    if (strncmp(msg, run->path, n) == 0 && msg[n] == ':')
+        line = atoi(msg + n + 1);
+    check_error_at(user, line, msg);
+}
+
+static int by_line(const void *a, const void *b)
+{
+    const check_error_line *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static void check_print_errors(check_run *run)
+{
+    qsort(run->errors, run->nerrors, sizeof *run->errors, by_line);
+    for (size_t i = 0; i < run->nerrors; i++) {
+        fprintf(stderr, "ddphook check: %s\n",
+                run->errors[i].msg ? run->errors[i].msg : "out of memory");
+        free(run->errors[i].msg);
+    }
+    free(run->errors);
 }
 
 /* One chosen hook: it loads, every key of its section is valid, and its
  * own create() accepts the options (the code a job runs at
  * ddph_model_finalize), as a one-rank job.  With --verbose its resolved
  * options are printed. */
+/* A plugin that fails the owner and mode checks, in a job that allows
+ * insecure plugins: check runs no code from it (dlopen would run its
+ * constructors), so only its ELF is read, as the loader does before
+ * dlopen.  1: it was such a plugin (reported here), 0: a trusted one. */
+static int check_untrusted(check_run *run, const char *name, int line)
+{
+    const ddph_config *cfg = run->cfg;
+    char *path = NULL;
+    ddph_err e;
+    int fd = -1;
+    if (!cfg->allow_insecure_plugins ||
+        ddph__plugin_resolve(name, cfg->plugin_path, &path, &e) != DDPH_OK)
+        return 0;
+    ddph_status st = ddph__safe_open("hook plugin", path, 1, &fd, &e);
+    if (st != DDPH_ERR_INSECURE) {
+        if (fd >= 0)
+            close(fd);
+        free(path);
+        return 0;
+    }
+    char where[64] = "";
+    if (line > 0)
+        snprintf(where, sizeof where, ":%d", line);
+    if ((st = ddph__safe_open("hook plugin", path, 0, &fd, &e)) == DDPH_OK)
+        st = ddph__elf_check(fd, path, &e);
+    if (st != DDPH_OK) {
+        char msg[DDPH__ERR_LEN + 64];
+        snprintf(msg, sizeof msg, "%s%s: %s", cfg->path, where, e.msg);
+        check_error(run, msg);
+    } else {
+        fprintf(stderr, "ddphook check: warning: %s%s: hook plugin %s is "
+                        "not loaded: another user owns or can write it or "
+                        "its folders (allowed by allow_insecure_plugins), "
+                        "and check runs no code from such a file; its ELF "
+                        "exports the plugin entry %s, but its options and "
+                        "create() were not checked\n",
+                cfg->path, where, path, DDPH_PLUGIN_ENTRY_V1);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return 1;
+}
+
 static void check_hook(check_run *run, const char *name, int line,
                        ddph_wrapper wrapper, const char *who)
 {
     const ddph_config *cfg = run->cfg;
+    if (check_untrusted(run, name, line))
+        return;
     ddph_plugin *p;
     ddph_err e;
     ddph_status st = ddph__plugin_load(name, cfg->plugin_path,
@@ -140,22 +239,18 @@ static void check_hook(check_run *run, const char *name, int line,
         check_error(run, e.msg);
         return;
     }
-    int before = run->errors;
+    size_t before = run->nerrors;
     const ddph_hook_section *hs = ddph__config_hook_section(cfg, p->api.name);
     ddph__options_each_error(p->api.name, p->api.options, hs, cfg->path,
                              check_error, run);
-    if (run->errors - before > CHECK_MAX_LISTED)
-        fprintf(stderr, "ddphook check: ... and %d more refused keys in "
-                        "[hook.%s]\n",
-                run->errors - before - CHECK_MAX_LISTED, p->api.name);
-    if (run->errors == before && run->mpi) {
+    if (run->nerrors == before && run->mpi) {
         ddph_hook *h = NULL;
         if (ddph__hook_create(cfg, name, line, wrapper, who, run->mpi, NULL,
                               NULL, &run->log, &h, &e) != DDPH_OK)
             check_error(run, e.msg);
         ddph__hook_destroy(h);
     }
-    if (run->verbose && run->errors == before) {
+    if (run->verbose && run->nerrors == before) {
         ddph_options *o;
         if (ddph__options_build(p->api.name, p->api.options, hs, cfg->path,
                                 &o, &e) == DDPH_OK) {
@@ -179,17 +274,19 @@ static void warn_stderr(void *user, const char *msg)
 
 /* backend = nccl needs the GPU backend module and a GPU here (a job
  * file checked on a login node without one says so, as the job would). */
-static int check_backend(const ddph_config *cfg)
+static void check_backend(check_run *run)
 {
+    const ddph_config *cfg = run->cfg;
     if (cfg->backend != DDPH_BACKEND_NCCL)
-        return 1;
+        return;
     ddph_err e;
     const ddph_gpu_ops *gpu = NULL;
     if (ddph__gpu_load(&gpu, &e) == DDPH_OK && gpu->probe(&e) == DDPH_OK)
-        return 1;
-    fprintf(stderr, "ddphook check: %s:%d: [runtime] backend = nccl: %s\n",
-            cfg->path, cfg->backend_line, e.msg);
-    return 0;
+        return;
+    char msg[DDPH__ERR_LEN + 512];
+    snprintf(msg, sizeof msg, "%s:%d: [runtime] backend = nccl: %s",
+             cfg->path, cfg->backend_line, e.msg);
+    check_error_at(run, cfg->backend_line, msg);
 }
 
 static const char check_usage[] =
@@ -198,8 +295,11 @@ static const char check_usage[] =
     "Validates a job file without training: every key, every hook it\n"
     "loads, every option of every hook (each refused key with its file:line,\n"
     "in line order), and each hook's own create() on these options, as a\n"
-    "one-rank job.  Errors come first, on stderr; the last line is the\n"
-    "verdict.  Exit status 0 when the job would start, 1 when not.\n"
+    "one-rank job.  Every error of the file, in line order, on stderr;\n"
+    "the last line is the verdict, with their number.  A plugin that\n"
+    "another user owns or can write (allow_insecure_plugins) is not\n"
+    "loaded: its ELF is read instead.  Exit status 0 when the job would\n"
+    "start, 1 when not.\n"
     "\n"
     "  --verbose   also print the resolved configuration (defaults filled\n"
     "              in) and each hook's resolved options\n";
@@ -228,16 +328,22 @@ int cmd_check(int argc, char **argv)
     }
     ddph_config cfg;
     ddph_err e;
-    if (ddph__config_load(job, &cfg, &e) != DDPH_OK) {
+    check_run run = {.cfg = &cfg, .path = job, .verbose = verbose};
+    /* The file's own errors do not stop the check: its hooks and their
+     * options are checked too, so that one run lists every error. */
+    if (ddph__config_load_all(job, &cfg, check_error_at, &run, &e) < 0) {
+        check_print_errors(&run);
         fprintf(stderr, "ddphook check: %s\n", e.msg);
         printf("%s: 1 error: the job would not start\n", job);
         return 1;
     }
-    check_run run = {.cfg = &cfg, .verbose = verbose};
     ddph__logger_init(&run.log);
-    if (!check_backend(&cfg))
-        run.errors++;
-    if (ddph__job_check_hook_sections(&cfg, warn_stderr, NULL, &e) != DDPH_OK)
+    check_backend(&run);
+    /* Hook names come from trusted plugins only (nothing else is run). */
+    ddph_config trusted = cfg;
+    trusted.allow_insecure_plugins = 0;
+    if (ddph__job_check_hook_sections(&trusted, warn_stderr, NULL, &e) !=
+        DDPH_OK)
         check_error(&run, e.msg);
     /* The hooks' create() runs against a one-rank job, as the job's own
      * would against its world. */
@@ -263,14 +369,17 @@ int cmd_check(int argc, char **argv)
     }
     if (run.mpi)
         ddph__mpi_finalize(run.mpi, &e);
-    if (run.errors)
-        printf("%s%s: %d error%s: the job would not start\n",
-               verbose ? "\n; " : "", cfg.path, run.errors,
-               run.errors == 1 ? "" : "s");
+    size_t nerrors = run.nerrors;
+    fflush(stdout);
+    check_print_errors(&run);
+    if (nerrors)
+        printf("%s%s: %zu error%s: the job would not start\n",
+               verbose ? "\n; " : "", cfg.path, nerrors,
+               nerrors == 1 ? "" : "s");
     else
         printf("%s%s: OK\n", verbose ? "\n; " : "", cfg.path);
     ddph__config_free(&cfg);
-    return run.errors ? 1 : 0;
+    return nerrors ? 1 : 0;
 }
 
 static const char plugins_usage[] =

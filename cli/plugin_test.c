@@ -141,6 +141,9 @@ static const char *write_job(tester *t, const char *wrapper, double cap_mb)
     FILE *f = fopen(path, "w");
     if (!f)
         return NULL;
+    /* The plugin is the one the operator named on the command line: their
+     * word for loading it from a build folder, as root too. */
+    setenv(DDPH_INSECURE_AS_ROOT_ENV, "1", 1);
     fprintf(f, "[runtime]\nbucket_cap_mb = %g\nfirst_bucket_cap_mb = %g\n"
                "timeout_s = 60\nallow_insecure_plugins = true\n[hook]\n",
             cap_mb, cap_mb / 2);

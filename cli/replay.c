@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <ddphook/ddphook.h>
 
@@ -37,7 +38,9 @@ static const char replay_usage[] =
     "\n"
     "  --job FILE     the job INI (hook, buckets, accumulation)\n"
     "  --trace DIR    the trace folder (trace.ini + rank{R}.step{S}.f32)\n"
-    "  --out DIR      where outputs go (created if missing)\n"
+    "  --out DIR      where outputs go: created if missing; an existing\n"
+    "                 one must be a folder (not a link) of yours that no\n"
+    "                 one else can write\n"
     "  --model NAME   the model's name, for [model.NAME] sections (model)\n"
     "  --save-state PATH --save-after S\n"
     "                 after trace step S, save the hook state (PowerSGD's\n"
@@ -60,6 +63,39 @@ static int write_out(const char *dir, int rank, int step, const float *v,
         return 0;
     }
     return 1;
+}
+
+/* --out: made here (other ranks of this host make it too), or an existing
+ * folder that this user owns and no one else can write.  A link is never
+ * followed: root writing outputs into a folder another user planted a
+ * link to would write where that user chose. */
+static int make_out_dir(const char *out)
+{
+    if (mkdir(out, 0755) == 0)
+        return 1;
+    if (errno != EEXIST) {
+        fprintf(stderr, "ddphook replay: --out %s: %s\n", out,
+                strerror(errno));
+        return 0;
+    }
+    struct stat sb;
+    const char *why = NULL;
+    if (lstat(out, &sb) != 0)
+        why = strerror(errno);
+    else if (S_ISLNK(sb.st_mode))
+        why = "is a symbolic link";
+    else if (!S_ISDIR(sb.st_mode))
+        why = "exists and is not a folder";
+    else if (sb.st_uid != geteuid())
+        why = "is a folder another user owns";
+    else if (sb.st_mode & (S_IWGRP | S_IWOTH))
+        why = "is a folder others can write";
+    if (why)
+        fprintf(stderr, "ddphook replay: --out %s %s (refused: name a "
+                        "new folder, or one of yours that only you can "
+                        "write)\n",
+                out, why);
+    return why == NULL;
 }
 
 int cmd_replay(int argc, char **argv)
@@ -178,10 +214,8 @@ int cmd_replay(int argc, char **argv)
             goto fail;
         grads[i] = p;
     }
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "ddphook replay: %s: %s\n", out, strerror(errno));
+    if (!make_out_dir(out))
         goto done;
-    }
     input = malloc((t.total ? t.total : 1) * sizeof *input);
     step_grad = malloc(max_numel * es);
     if (!input || !step_grad) {

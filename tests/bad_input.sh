@@ -81,6 +81,56 @@ elif [ "$(printf '%s\n' "$out" | grep -c "^ddphook check: $OUT/opts.ini:[0-9]*:"
 else
     fail=$((fail + 1)); echo "FAIL: check of two bad options:"; printf '%s\n' "$out" | sed 's/^/    /'
 fi
+# Every error of a file in one run, the plain INI errors, the hook's
+# options and a [hook.NAME] typo together, in line order; the count is
+# the number of errors printed.
+printf '[runtime]\nplugin_path = %s\ntimout_s = 5\n[hook]\nname = powersgd\n[hook.powersgd]\nmatrix_aproximation_rank = 2\n[hook.topkk]\nratio = 0.1\n[runtime]\nbucket_cap_mb = x\n' "$P" > "$OUT/many_errors.ini"
+out=$("$B/ddphook" check "$OUT/many_errors.ini" 2>&1 </dev/null)
+lines=$(printf '%s\n' "$out" | sed -n "s|^ddphook check: $OUT/many_errors.ini:\([0-9]*\): .*|\1|p" | tr '\n' ' ')
+if [ "$lines" = "3 7 8 11 " ] &&
+   printf '%s\n' "$out" | tail -1 | grep -q "^$OUT/many_errors.ini: 4 errors: the job would not start\$"; then
+    pass=$((pass + 1)); echo "PASS: check lists every error of a file (lines $lines) and counts 4"
+else
+    fail=$((fail + 1)); echo "FAIL: check of a file with 4 errors (lines: $lines)"; printf '%s\n' "$out" | sed 's/^/    /'
+fi
+# Continuation lines parse in linear time: plugin_path over 8,000 lines
+# and a hook option over 40,000 (6 MB); each was 43 s and 126 s.
+awk -v d="$P" 'BEGIN { print "[runtime]"; printf "plugin_path = %s:", d;
+    for (i = 0; i < 8000; i++) printf "\n  /nonexistent/folder/number/%06d:", i; print "";
+    print "[hook]"; print "name = powersgd"; print "[hook.powersgd]"; printf "matrix_approximation_rank = 1";
+    for (i = 0; i < 40000; i++) printf "\n  %0150d", 0; print "" }' > "$OUT/continued.ini"
+t0=$(date +%s.%N)
+out=$(timeout 60 "$B/ddphook" check "$OUT/continued.ini" 2>&1 </dev/null)
+t1=$(date +%s.%N)
+took=$(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}')
+if printf '%s\n' "$out" | grep -q "continued.ini:8006: \[hook.powersgd\] matrix_approximation_rank (int): '10000" &&
+   echo "$took" | awk '{exit !($1 < 5)}'; then
+    pass=$((pass + 1)); echo "PASS: $(wc -c < "$OUT/continued.ini") bytes of continuation lines checked in $took s"
+else
+    fail=$((fail + 1)); echo "FAIL: continuation lines: $took s"; printf '%s\n' "$out" | tail -3 | sed 's/^/    /'
+fi
+rm -f "$OUT/continued.ini"
+# check runs no code from a plugin another user could have written: as
+# root, allow_insecure_plugins needs the operator's word; with it, the
+# plugin's ELF is read, and it is not loaded.
+if [ "$(id -u)" = 0 ]; then
+    mkdir -p "$OUT/evil"
+    cp "$DDPH_TEST_FAKE_DIR/attacker.so" "$OUT/evil/attacker.so"
+    chown 65534 "$OUT/evil/attacker.so"
+    printf '[runtime]\nallow_insecure_plugins = true\nplugin_path = %s\n[hook]\nname = %s\n' "$P" "$OUT/evil/attacker.so" > "$OUT/insecure.ini"
+    expect "allow_insecure_plugins as root without the operator's word" \
+        "insecure.ini:2: \[runtime\] allow_insecure_plugins = true is refused for a job run as root unless the operator agrees: set DDPHOOK_ALLOW_INSECURE_AS_ROOT=1" \
+        "$B/ddphook" check "$OUT/insecure.ini"
+    out=$(DDPHOOK_ALLOW_INSECURE_AS_ROOT=1 "$B/ddphook" check "$OUT/insecure.ini" 2>&1 </dev/null)
+    if printf '%s\n' "$out" | grep -q "insecure.ini:5: hook plugin $OUT/evil/attacker.so is not loaded: another user owns or can write it" &&
+       printf '%s\n' "$out" | tail -1 | grep -q ": OK\$"; then
+        pass=$((pass + 1)); echo "PASS: check reads another user's plugin's ELF and does not load it"
+    else
+        fail=$((fail + 1)); echo "FAIL: check of another user's plugin"; printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+else
+    echo "SKIP: another user's plugin: chown needs root"
+fi
 printf '[runtime]\nplugin_path = %s\n[hook]\nname = powersgd\n[hook.powersgd]\nmatrix_approximation_rank = 2\nstart_powerSGD_iter = 1\n' "$P" > "$OUT/create.ini"
 expect "check runs the hook's own create() (start_powerSGD_iter = 1)" \
     "^ddphook check: $OUT/create.ini:7: hook 'powersgd' (.*): create failed: start_powerSGD_iter = 1: it must be > 1" \
@@ -98,6 +148,23 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     sed -i 's/shape = 4,3/shape = 4,4/' "$OUT/shape/trace.ini"
     expect "shape mismatch" "rank0.step0.f32 has 64 bytes; trace.ini's parameters make 20 floats = 80 bytes" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/shape" --out "$OUT/o2"
+    # --out never follows a planted link, nor writes into a folder
+    # another user owns.
+    mkdir -p "$OUT/victim_dir"
+    ln -s "$OUT/victim_dir" "$OUT/planted_out"
+    expect "replay --out a planted link" \
+        "--out $OUT/planted_out is a symbolic link (refused" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/planted_out"
+    if [ -n "$(ls "$OUT/victim_dir")" ]; then
+        fail=$((fail + 1)); echo "FAIL: replay wrote into a planted link's target"
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        mkdir -p "$OUT/theirs"
+        chown 65534 "$OUT/theirs"
+        expect "replay --out a folder another user owns" \
+            "--out $OUT/theirs is a folder another user owns (refused" \
+            "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/t" --out "$OUT/theirs"
+    fi
     cp -R "$OUT/t" "$OUT/badshape"
     sed -i 's/shape = 4,3/shape = 4,x/' "$OUT/badshape/trace.ini"
     expect "malformed shape" "shape = '4,x' is not a,b,... of non-negative integers" \

@@ -7,6 +7,7 @@
 
 #include <ddphook/ddphook.h>
 
+#include "plugin/hook.h"
 #include "unit.h"
 
 START_TEST(every_code_has_name_and_message)
@@ -39,12 +40,31 @@ START_TEST(version_macros_are_the_release)
 }
 END_TEST
 
+/* A hook's status outside the table is the plugin's fault, said with the
+ * hook, the call and the value; the table's own pass through. */
+START_TEST(hook_status_outside_the_abi)
+{
+    ddph_plugin plugin = {.api = {.name = "fake"}};
+    ddph_hook hook = {.plugin = &plugin};
+    ck_assert_int_eq(ddph__hook_status(&hook, "on_bucket", -12345),
+                     DDPH_ERR_PLUGIN);
+    ck_assert_str_eq(hook.message, "hook 'fake' on_bucket returned -12345, "
+                                   "which is not a ddph_status "
+                                   "(ddphook/status.h)");
+    ck_assert_int_eq(ddph__hook_status(&hook, "save", 7), DDPH_ERR_PLUGIN);
+    ck_assert_int_eq(ddph__hook_status(&hook, "load", DDPH_ERR_IO),
+                     DDPH_ERR_IO);
+    ck_assert_int_eq(ddph__hook_status(&hook, "create", DDPH_OK), DDPH_OK);
+}
+END_TEST
+
 Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
     TCase *tc = tcase_create("Core");
     tcase_add_test(tc, every_code_has_name_and_message);
     tcase_add_test(tc, version_macros_are_the_release);
+    tcase_add_test(tc, hook_status_outside_the_abi);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,9 +3,15 @@
 
 #include "core/state_file.h"
 
+#include "plugin/safe_open.h"
 #include "support/safe_file.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +19,11 @@
 #include <zlib.h>
 
 #define STATE_MAGIC "DDPHSTAT"
-#define STATE_VERSION 2u
+#define STATE_VERSION 3u
+/* Magic, version, world size, rank, generation, save id. */
+#define STATE_HEADER_BYTES 36u
+/* Save ids are random below this, so that -id fits an int64. */
+#define STATE_ID_LIMIT ((uint64_t)1 << 62)
 /* A state file larger than this is not one (the payloads are error
  * feedback and small matrices: far below it). */
 #define STATE_MAX_BYTES ((size_t)1 << 36)
@@ -100,12 +110,12 @@ static int get_str_eq(buffer *b, const char *want)
     return eq;
 }
 
-static char *rank_path(const char *path, int rank)
+static char *rank_path(const char *path, int rank, const char *suffix)
 {
-    size_t n = strlen(path) + 32;
+    size_t n = strlen(path) + strlen(suffix) + 32;
     char *p = malloc(n);
     if (p)
-        snprintf(p, n, "%s.rank%d", path, rank);
+        snprintf(p, n, "%s.rank%d%s", path, rank, suffix);
     return p;
 }
 
@@ -146,8 +156,8 @@ static ddph_status check_between_steps(ddph_ctx *ctx, const char *what,
     return DDPH_OK;
 }
 
-static ddph_status encode(ddph_ctx *ctx, uint64_t generation, buffer *b,
-                          ddph_err *err)
+static ddph_status encode(ddph_ctx *ctx, uint64_t generation, uint64_t id,
+                          buffer *b, ddph_err *err)
 {
     ddph_status st = buf_write(b, STATE_MAGIC, 8);
     if (!st)
@@ -158,6 +168,8 @@ static ddph_status encode(ddph_ctx *ctx, uint64_t generation, buffer *b,
         st = put_u32(b, (uint32_t)ctx->mpi.world.rank);
     if (!st)
         st = put_u64(b, generation);
+    if (!st)
+        st = put_u64(b, id);
     if (!st)
         st = put_u32(b, (uint32_t)ctx->nmodels);
     for (int i = 0; i < ctx->nmodels && st == DDPH_OK; i++) {
@@ -178,8 +190,10 @@ static ddph_status encode(ddph_ctx *ctx, uint64_t generation, buffer *b,
         buffer payload = {0};
         if (!st && api->save) {
             m->hook->message[0] = '\0';
-            st = api->save(m->hook->state, &m->hook->services, buf_write,
-                           &payload);
+            st = ddph__hook_status(m->hook, "save",
+                                   api->save(m->hook->state,
+                                             &m->hook->services, buf_write,
+                                             &payload));
             if (st)
                 st = ddph__fail(err, st,
                                 "hook '%s' save failed on model '%s': %s",
@@ -195,38 +209,10 @@ static ddph_status encode(ddph_ctx *ctx, uint64_t generation, buffer *b,
     }
     /* The checksum covers every byte before it, header included. */
     if (!st)
-        st = put_u32(b, (uint32_t)crc32(0L, b->data, (uInt)b->len));
+        st = put_u32(b, (uint32_t)crc32_z(0L, b->data, b->len));
     if (st == DDPH_ERR_NOMEM)
         return ddph__fail(err, st, "state_save: out of memory");
     return st;
-}
-
-ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
-{
-    err->msg[0] = '\0';
-    ddph_status st = check_between_steps(ctx, "state_save", err);
-    /* One generation for every rank's file of this save: a load refuses a
-     * set of files from different saves. */
-    uint64_t generation = 0;
-    if (ctx->mpi.world.rank == 0 &&
-        getrandom(&generation, sizeof generation, 0) != sizeof generation)
-        generation = (uint64_t)ddph__now() * 1000003u ^ (uint64_t)getpid();
-    ddph_err berr;
-    ddph_status bst = ddph__mpi_bcast_bytes(&ctx->mpi, &generation,
-                                            sizeof generation, 0, &berr);
-    if (bst != DDPH_OK)
-        return ddph__fail(err, bst, "%s", berr.msg);
-    buffer b = {0};
-    if (st == DDPH_OK)
-        st = encode(ctx, generation, &b, err);
-    char *final = rank_path(path, ctx->mpi.world.rank);
-    if (st == DDPH_OK && !final)
-        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    if (st == DDPH_OK)
-        st = ddph__file_write_atomic(final, b.data, b.len, "state file", err);
-    free(final);
-    free(b.data);
-    return agree(ctx, st, err);
 }
 
 /* The largest file this job's layout allows: the header, each model's
@@ -236,6 +222,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 #define STATE_BYTES_PER_ELEMENT 64u  /* 16 four-byte values */
 #define STATE_BYTES_PER_BUCKET 65536u
 #define STATE_BYTES_PER_MODEL ((size_t)1 << 20)
+#define STATE_LIMIT_WHY "a state file of this job's models can hold"
 static size_t largest_state_file(const ddph_ctx *ctx)
 {
     size_t total = 64;
@@ -251,35 +238,340 @@ static size_t largest_state_file(const ddph_ctx *ctx)
     return total < STATE_MAX_BYTES ? total : STATE_MAX_BYTES;
 }
 
-/* Checks everything in this rank's file against this job, without
- * touching any hook (so nothing is half loaded if another rank's file is
- * bad).  Leaves b->pos at the first model and *generation set. */
-static ddph_status validate(ddph_ctx *ctx, const char *file, buffer *b,
-                            uint64_t *generation, ddph_err *err)
+/* ---- the files of one rank ----------------------------------------------
+ * PATH.rank<R> holds the last committed save, PATH.rank<R>.next a save
+ * that is written but perhaps not committed on every rank.  A save writes
+ * .next on every rank (synced, folder too), agrees that every rank did,
+ * and only then renames .next over PATH.rank<R>: at every moment each rank
+ * holds the newest save that every rank completed, in one of its two
+ * files.  A load takes the newest generation that every rank holds. */
+enum { SLOT_FINAL, SLOT_NEXT, NSLOTS };
+
+typedef struct slot {
+    char *path;
+    int fd; /* -1: absent or refused */
+    uint64_t generation, id;
+} slot;
+
+typedef struct rank_set {
+    slot s[NSLOTS];
+    ddph_status st; /* the first reason a present file was refused */
+    ddph_err err;
+} rank_set;
+
+/* Checks the header (the first STATE_HEADER_BYTES of b) against this job. */
+static ddph_status parse_header(const ddph_ctx *ctx, const char *file,
+                                buffer *b, uint64_t *generation, uint64_t *id,
+                                ddph_err *err)
 {
-    uint32_t version = 0, world = 0, rank = 0, nmodels = 0, crc = 0;
+    uint32_t version = 0, world = 0, rank = 0;
     if (b->len < 8 + 4 || memcmp(b->data, STATE_MAGIC, 8) != 0 ||
         (b->pos = 8, !get_u32(b, &version)) || version != STATE_VERSION)
         return ddph__fail(err, DDPH_ERR_IO,
                           "%s is not a ddphook state file of format version "
                           "%u",
                           file, STATE_VERSION);
-    buffer tail = {.data = b->data, .len = b->len, .pos = b->len - 4};
-    get_u32(&tail, &crc);
-    if (b->len < 36 || crc != (uint32_t)crc32(0L, b->data, (uInt)(b->len - 4)))
-        return ddph__fail(err, DDPH_ERR_IO,
-                          "%s: checksum mismatch (corrupt or altered file)",
-                          file);
-    b->len -= 4; /* the models end exactly at the checksum */
-    if (!get_u32(b, &world) || !get_u32(b, &rank) || !get_u64(b, generation) ||
-        !get_u32(b, &nmodels))
+    if (!get_u32(b, &world) || !get_u32(b, &rank) ||
+        !get_u64(b, generation) || !get_u64(b, id))
         return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
-    if (world != (uint32_t)ctx->mpi.world.size || rank != (uint32_t)ctx->mpi.world.rank)
+    if (world != (uint32_t)ctx->mpi.world.size ||
+        rank != (uint32_t)ctx->mpi.world.rank)
         return ddph__fail(err, DDPH_ERR_MISMATCH,
                           "%s was saved by rank %u of %u ranks; this is rank "
                           "%d of %d",
                           file, rank, world, ctx->mpi.world.rank,
                           ctx->mpi.world.size);
+    if (*generation > INT64_MAX || *id >= STATE_ID_LIMIT)
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s: generation or save id out of range (corrupt "
+                          "or forged file)",
+                          file);
+    return DDPH_OK;
+}
+
+static void set_refuse(rank_set *set, ddph_status st, const ddph_err *e)
+{
+    if (set->st == DDPH_OK) {
+        set->st = st;
+        set->err = *e;
+    }
+}
+
+/* Opens this rank's two files, if present, with the owner and mode checks
+ * of plugins (unless allow_insecure_state) and reads their headers.  A
+ * refused file is closed and its reason kept in set->st. */
+static ddph_status scan(ddph_ctx *ctx, const char *path, rank_set *set)
+{
+    static const char *const suffix[NSLOTS] = {"", ".next"};
+    const ddph_trust trust = {.kind = "state file",
+                              .escape = "allow_insecure_state",
+                              .check = !ctx->cfg.allow_insecure_state,
+                              .final_link = 0};
+    memset(set, 0, sizeof *set);
+    for (int i = 0; i < NSLOTS; i++)
+        set->s[i].fd = -1;
+    int present = 0;
+    for (int i = 0; i < NSLOTS; i++) {
+        slot *sl = &set->s[i];
+        if (!(sl->path = rank_path(path, ctx->mpi.world.rank, suffix[i])))
+            return DDPH_ERR_NOMEM;
+        struct stat sb;
+        if (lstat(sl->path, &sb) != 0 && errno == ENOENT)
+            continue;
+        present = 1;
+        ddph_err e;
+        ddph_status st = ddph__safe_open_as(&trust, sl->path, &sl->fd, &e);
+        if (st != DDPH_OK) {
+            set_refuse(set, st == DDPH_ERR_INSECURE ? st : DDPH_ERR_IO, &e);
+            continue;
+        }
+        unsigned char head[STATE_HEADER_BYTES];
+        ssize_t n = 0;
+        if (fstat(sl->fd, &sb) != 0 ||
+            (uint64_t)sb.st_size > largest_state_file(ctx))
+            st = ddph__fail(&e, DDPH_ERR_IO,
+                            "%s: %lld bytes is more than %zu, the most %s "
+                            "(refused before reading)",
+                            sl->path, (long long)sb.st_size,
+                            largest_state_file(ctx), STATE_LIMIT_WHY);
+        else
+            n = pread(sl->fd, head, sizeof head, 0);
+        buffer b = {.data = head, .len = n > 0 ? (size_t)n : 0};
+        if (st == DDPH_OK)
+            st = parse_header(ctx, sl->path, &b, &sl->generation, &sl->id,
+                              &e);
+        if (st != DDPH_OK) {
+            set_refuse(set, st, &e);
+            close(sl->fd);
+            sl->fd = -1;
+        }
+    }
+    if (!present) {
+        ddph_err e;
+        set_refuse(set,
+                   ddph__fail(&e, DDPH_ERR_IO, "%s: %s", set->s[0].path,
+                              strerror(ENOENT)),
+                   &e);
+    }
+    return DDPH_OK;
+}
+
+static void set_close(rank_set *set)
+{
+    for (int i = 0; i < NSLOTS; i++) {
+        if (set->s[i].fd >= 0)
+            close(set->s[i].fd);
+        free(set->s[i].path);
+    }
+}
+
+/* Collective: the newest generation that every rank holds (the same save
+ * id everywhere), *chosen its slot here or -1; *newest the newest
+ * generation any rank holds, -1 if none. */
+static ddph_status newest_common(ddph_ctx *ctx, const rank_set *set,
+                                 int *chosen, int64_t *newest, ddph_err *err)
+{
+    *chosen = -1;
+    *newest = -1;
+    int64_t bound = INT64_MAX;
+    for (int round = 0;; round++) {
+        int64_t top = -1;
+        for (int i = 0; i < NSLOTS; i++) {
+            int64_t g = (int64_t)set->s[i].generation;
+            if (set->s[i].fd >= 0 && g < bound && g > top)
+                top = g;
+        }
+        ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, &top, 1,
+                                                 DDPH_MAX, err);
+        if (st != DDPH_OK)
+            return st;
+        if (round == 0)
+            *newest = top;
+        if (top < 0)
+            return DDPH_OK;
+        int have = -1;
+        for (int i = NSLOTS - 1; i >= 0; i--)
+            if (set->s[i].fd >= 0 && (int64_t)set->s[i].generation == top)
+                have = i;
+        /* Missing anywhere, or two different saves of one generation. */
+        int64_t id = have < 0 ? -1 : (int64_t)set->s[have].id;
+        int64_t v[3] = {have < 0, id, have < 0 ? INT64_MIN : -id};
+        st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 3, DDPH_MAX, err);
+        if (st != DDPH_OK)
+            return st;
+        if (v[0] == 0 && v[1] == -v[2]) {
+            *chosen = have;
+            return DDPH_OK;
+        }
+        bound = top;
+    }
+}
+
+/* Temporaries a killed save left: NAME.XXXXXX and NAME.next.XXXXXX
+ * (mkstemp's six letters) beside this rank's file NAME. */
+static void remove_temporaries(const char *final)
+{
+    char *dir_copy = ddph__strdup(final), *base_copy = ddph__strdup(final);
+    DIR *dir = dir_copy ? opendir(dirname(dir_copy)) : NULL;
+    const char *base = base_copy ? basename(base_copy) : "";
+    size_t n = strlen(base);
+    struct dirent *de;
+    while (dir && base_copy && (de = readdir(dir)) != NULL) {
+        const char *rest = de->d_name + n;
+        if (strncmp(de->d_name, base, n) != 0 || *rest != '.')
+            continue;
+        rest += strncmp(rest, ".next.", 6) == 0 ? 6 : 1;
+        size_t k = 0;
+        while (k < 6 && ((rest[k] >= 'a' && rest[k] <= 'z') ||
+                         (rest[k] >= 'A' && rest[k] <= 'Z') ||
+                         (rest[k] >= '0' && rest[k] <= '9')))
+            k++;
+        if (k == 6 && rest[6] == '\0' && strcmp(rest, "next") != 0)
+            unlinkat(dirfd(dir), de->d_name, 0);
+    }
+    if (dir)
+        closedir(dir);
+    free(dir_copy);
+    free(base_copy);
+}
+
+/* Before a save: the newest complete generation goes to PATH.rank<R> (a
+ * save interrupted while it was being committed leaves it in .next on
+ * some ranks), an incomplete one and the temporaries are removed. */
+static ddph_status tidy(rank_set *set, int chosen, ddph_err *err)
+{
+    slot *final = &set->s[SLOT_FINAL], *next = &set->s[SLOT_NEXT];
+    int changed = 0;
+    if (chosen == SLOT_NEXT) {
+        if (rename(next->path, final->path) != 0)
+            return ddph__fail(err, DDPH_ERR_IO,
+                              "state_save: cannot complete the commit of "
+                              "%s: %s",
+                              next->path, strerror(errno));
+        changed = 1;
+    } else if (next->fd >= 0 || access(next->path, F_OK) == 0) {
+        unlink(next->path);
+        changed = 1;
+    }
+    remove_temporaries(final->path);
+    return changed ? ddph__dir_sync(final->path, "state file", err) : DDPH_OK;
+}
+
+/* The agreement between the two phases: every rank wrote its .next file.
+ * When it shows that a rank failed, no rank commits, and every rank
+ * removes its .next: the last save stays the checkpoint.  When the
+ * agreement itself breaks (a rank died during it), the ranks that
+ * completed it may be committing, so .next stays: a load then takes
+ * whichever of the two saves every rank holds, and the next save tidies. */
+static ddph_status wrote_everywhere(ddph_ctx *ctx, ddph_status local,
+                                    const char *next, ddph_err *err)
+{
+    int64_t first = local == DDPH_OK ? ctx->mpi.world.size
+                                     : ctx->mpi.world.rank;
+    ddph_err e;
+    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, &first, 1, DDPH_MIN,
+                                             &e);
+    if (st != DDPH_OK)
+        return ddph__fail(err, st, "%s", e.msg);
+    if (first == ctx->mpi.world.size)
+        return DDPH_OK;
+    unlink(next);
+    /* Every rank is here: the failing rank's message to all. */
+    st = agree(ctx, local, err);
+    return st != DDPH_OK ? st
+                         : ddph__fail(err, DDPH_ERR_IO, "state_save failed");
+}
+
+/* What a save and a load start with, on this rank: the call is allowed
+ * now, and this rank's files are scanned. */
+static ddph_status begin(ddph_ctx *ctx, const char *what, const char *path,
+                         rank_set *set, ddph_err *err)
+{
+    err->msg[0] = '\0';
+    ddph_status st = check_between_steps(ctx, what, err);
+    if (scan(ctx, path, set) != DDPH_OK && st == DDPH_OK)
+        st = ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory", what);
+    return st;
+}
+
+ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
+{
+    rank_set set;
+    ddph_status st = begin(ctx, "state_save", path, &set, err);
+    /* A file in a folder others can write is refused before anything is
+     * written to it; other bad files are replaced. */
+    if (st == DDPH_OK && set.st == DDPH_ERR_INSECURE)
+        st = ddph__fail(err, set.st, "%s", set.err.msg);
+    st = agree(ctx, st, err);
+    int chosen = -1;
+    int64_t newest = -1;
+    if (st == DDPH_OK)
+        st = newest_common(ctx, &set, &chosen, &newest, err);
+    if (st == DDPH_OK)
+        st = agree(ctx, tidy(&set, chosen, err), err);
+    /* The generation orders the saves of this path; the id, random and
+     * the same on every rank, tells two saves of one generation apart. */
+    uint64_t id = 0;
+    if (st == DDPH_OK) {
+        if (ctx->mpi.world.rank == 0 &&
+            getrandom(&id, sizeof id, 0) != sizeof id)
+            id = (uint64_t)ddph__now() * 1000003u ^ (uint64_t)getpid();
+        id %= STATE_ID_LIMIT;
+        st = ddph__mpi_bcast_bytes(&ctx->mpi, &id, sizeof id, 0, err);
+    }
+    buffer b = {0};
+    if (st == DDPH_OK) {
+        ddph_status local = encode(ctx, (uint64_t)(newest < 0 ? 1 : newest + 1),
+                                   id, &b, err);
+        if (local == DDPH_OK)
+            local = ddph__file_write_atomic(set.s[SLOT_NEXT].path, b.data,
+                                            b.len, "state file", err);
+        st = wrote_everywhere(ctx, local, set.s[SLOT_NEXT].path, err);
+    }
+    free(b.data);
+    /* The commit: every rank holds the new generation, so a crash from
+     * here on leaves it complete (in .next or in place) on every rank. */
+    if (st == DDPH_OK) {
+        ddph_status local = DDPH_OK;
+        if (rename(set.s[SLOT_NEXT].path, set.s[SLOT_FINAL].path) != 0)
+            local = ddph__fail(err, DDPH_ERR_IO,
+                               "state_save: cannot rename %s into place: %s",
+                               set.s[SLOT_NEXT].path, strerror(errno));
+        else
+            local = ddph__dir_sync(set.s[SLOT_FINAL].path, "state file", err);
+        st = agree(ctx, local, err);
+    }
+    set_close(&set);
+    return st;
+}
+
+/* Checks everything in this rank's file against this job and the chosen
+ * slot's header, without touching any hook (so nothing is half loaded if
+ * another rank's file is bad).  Leaves b->pos at the first model. */
+static ddph_status validate(ddph_ctx *ctx, const slot *sl, buffer *b,
+                            ddph_err *err)
+{
+    const char *file = sl->path;
+    uint32_t nmodels = 0, crc = 0;
+    uint64_t generation = 0, id = 0;
+    if (b->len < STATE_HEADER_BYTES + 8)
+        return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
+    buffer tail = {.data = b->data, .len = b->len, .pos = b->len - 4};
+    get_u32(&tail, &crc);
+    /* crc32_z: the whole file, whatever its size (crc32 takes a uInt). */
+    if (crc != (uint32_t)crc32_z(0L, b->data, b->len - 4))
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s: checksum mismatch (corrupt or altered file)",
+                          file);
+    b->len -= 4; /* the models end exactly at the checksum */
+    ddph_status st = parse_header(ctx, file, b, &generation, &id, err);
+    if (st != DDPH_OK)
+        return st;
+    if (generation != sl->generation || id != sl->id)
+        return ddph__fail(err, DDPH_ERR_IO, "%s changed while it was read",
+                          file);
+    if (!get_u32(b, &nmodels))
+        return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
     if (nmodels != (uint32_t)ctx->nmodels)
         return ddph__fail(err, DDPH_ERR_MISMATCH,
                           "%s holds %u models; this job has %d", file, nmodels,
@@ -334,31 +626,52 @@ static ddph_status validate(ddph_ctx *ctx, const char *file, buffer *b,
 
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
-    err->msg[0] = '\0';
-    ddph_status st = check_between_steps(ctx, "state_load", err);
-    char *file = rank_path(path, ctx->mpi.world.rank);
-    if (st == DDPH_OK && !file)
-        st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    buffer b = {0};
-    uint64_t generation = 0;
+    rank_set set;
+    ddph_status st = agree(ctx, begin(ctx, "state_load", path, &set, err),
+                           err);
+    int chosen = -1;
+    int64_t newest = -1;
     if (st == DDPH_OK)
-        st = ddph__file_read_regular(file, largest_state_file(ctx),
-                                     "a state file of this job's models "
-                                     "can hold",
-                                     &b.data, &b.len, err);
-    if (st == DDPH_OK)
-        st = validate(ctx, file, &b, &generation, err);
-    st = agree(ctx, st, err);
-    /* Every rank's file must come from the same save. */
-    if (st == DDPH_OK) {
-        int64_t g[2] = {(int64_t)(generation >> 1), -(int64_t)(generation >> 1)};
-        st = ddph__mpi_allreduce_i64(&ctx->mpi, g, 2, DDPH_MAX, err);
-        if (st == DDPH_OK && g[0] != -g[1])
+        st = newest_common(ctx, &set, &chosen, &newest, err);
+    /* No generation on every rank: a refused file is the reason if there
+     * is one (the lowest rank's), else the files come from different
+     * saves. */
+    if (st == DDPH_OK && chosen < 0) {
+        if (set.st != DDPH_OK)
+            *err = set.err;
+        st = agree(ctx, set.st, err);
+        if (st == DDPH_OK)
             st = ddph__fail(err, DDPH_ERR_MISMATCH,
-                            "%s.rank*: the ranks' files come from different "
-                            "saves (a save failed or was interrupted on some "
-                            "rank); refusing to mix them",
+                            "%s.rank*: no save is complete on every rank: "
+                            "the ranks' files come from different saves (a "
+                            "save failed or was interrupted on some rank "
+                            "before any had completed); refusing to mix "
+                            "them",
                             path);
+    }
+    const slot *sl = chosen >= 0 ? &set.s[chosen] : NULL;
+    const char *file = sl ? sl->path : path;
+    buffer b = {0};
+    if (st == DDPH_OK) {
+        ddph_status local = ddph__fd_read_regular(
+            sl->fd, sl->path, largest_state_file(ctx), STATE_LIMIT_WHY,
+            &b.data, &b.len, err);
+        if (local == DDPH_OK)
+            local = validate(ctx, sl, &b, err);
+        st = agree(ctx, local, err);
+    }
+    if (st == DDPH_OK && ctx->mpi.world.rank == 0) {
+        if (newest > (int64_t)sl->generation)
+            ddph__log(&ctx->log, DDPH_LOG_WARN,
+                      "state_load: %s.rank*: generation %lld is not "
+                      "complete on every rank (a save was interrupted); "
+                      "loading generation %llu, the newest complete one",
+                      path, (long long)newest,
+                      (unsigned long long)sl->generation);
+        else
+            ddph__log(&ctx->log, DDPH_LOG_INFO,
+                      "state_load: %s.rank*: loading generation %llu", path,
+                      (unsigned long long)sl->generation);
     }
     /* All or nothing on every rank: each hook's state as it is now is
      * kept (its own save) until every rank has loaded every model; if any
@@ -388,8 +701,10 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         b.pos += (size_t)len;
         if (api->load) {
             m->hook->message[0] = '\0';
-            st = api->save(m->hook->state, &m->hook->services, buf_write,
-                           &kept[i]);
+            st = ddph__hook_status(m->hook, "save",
+                                   api->save(m->hook->state,
+                                             &m->hook->services, buf_write,
+                                             &kept[i]));
             if (st != DDPH_OK) {
                 st = ddph__fail(err, st,
                                 "state_load: hook '%s' could not keep model "
@@ -402,8 +717,10 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
             }
             touched = i + 1;
             m->hook->message[0] = '\0';
-            st = api->load(m->hook->state, &m->hook->services, buf_read,
-                           &payload);
+            st = ddph__hook_status(m->hook, "load",
+                                   api->load(m->hook->state,
+                                             &m->hook->services, buf_read,
+                                             &payload));
             if (st != DDPH_OK)
                 st = ddph__fail(err, st,
                                 "%s: hook '%s' load failed on model '%s': %s",
@@ -447,6 +764,6 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
     free(kept);
     free(kept_iteration);
     free(b.data);
-    free(file);
+    set_close(&set);
     return st;
 }

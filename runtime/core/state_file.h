@@ -1,21 +1,35 @@
 /* state_file.h: hook state checkpoints.  Each rank writes its own file,
  * PATH.rank<R>, since hook state (error feedback, for one) differs per rank.
- * Layout, little-endian: "DDPHSTAT", u32 format version (2), u32 world
- * size, u32 rank, u64 generation (one random number per save, the same on
- * every rank), u32 model count, then per model: name, hook name, hook
- * version (u32 length + bytes each), iteration (u64), bucket count (u32)
- * and each bucket's element count (u64), payload length (u64), payload;
- * last, the crc32 of every byte before it (u32).
+ * Layout, little-endian: "DDPHSTAT", u32 format version (3), u32 world
+ * size, u32 rank, u64 generation (1 for the first save of PATH, then one
+ * more than the newest generation any rank held), u64 save id (random,
+ * the same on every rank of one save), u32 model count, then per model:
+ * name, hook name, hook version (u32 length + bytes each), iteration
+ * (u64), bucket count (u32) and each bucket's element count (u64), payload
+ * length (u64), payload; last, the crc32 of every byte before it (u32,
+ * crc32_z: files past 4 GiB included).
+ *
+ * Saving has two phases, so that a crash or a full disk at any point
+ * leaves a loadable set: every rank writes PATH.rank<R>.next (a temporary
+ * made exclusively beside it, synced, renamed, folder synced); the ranks
+ * agree that all did; only then each renames .next over PATH.rank<R>.  If
+ * a rank fails before the agreement, every rank removes its .next and the
+ * last save stays.  A save first completes what an interrupted one left
+ * (the newest generation every rank holds moves into place; incomplete
+ * files and temporaries go).  Loading takes the newest generation that
+ * every rank holds, in either file, and logs which.
+ *
  * Both calls are collective and refused inside a step or an accumulation
  * window; every rank succeeds or every rank fails with the failing rank's
- * message.  Saving writes a temporary file made exclusively beside the
- * target, syncs it and renames it (safe_file.h); loading refuses anything
- * that is not a regular file, a file larger than the job's layout allows
- * (before reading it), a checksum, world size, rank, layout or generation
- * that does not match, trailing bytes, and a hook payload that the hook's
- * load() does not read to its end.  Loading is all or nothing on every
- * rank: each hook's state is kept (its own save) until every rank has
- * loaded every model, and put back everywhere if any rank failed. */
+ * message.  State files are opened with the plugins' owner and mode checks
+ * (safe_open.h; [runtime] allow_insecure_state skips them); a link in
+ * place of the file is refused.  Loading refuses anything that is not a
+ * regular file, a file larger than the job's layout allows (before
+ * reading it), a checksum, world size, rank or layout that does not match,
+ * trailing bytes, and a hook payload that the hook's load() does not read
+ * to its end.  Loading is all or nothing on every rank: each hook's state
+ * is kept (its own save) until every rank has loaded every model, and put
+ * back everywhere if any rank failed. */
 #ifndef DDPH_STATE_FILE_H
 #define DDPH_STATE_FILE_H
 

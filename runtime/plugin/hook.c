@@ -3,6 +3,7 @@
 
 #include "plugin/hook.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +48,8 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
              api->name, model);
     ddph__services_init(h);
     h->message[0] = '\0';
-    st = api->create(&h->services, h->options, &h->state);
+    st = ddph__hook_status(h, "create",
+                           api->create(&h->services, h->options, &h->state));
     if (st != DDPH_OK) {
         /* Where the job file set what create refused: the option its
          * message names, else the hook's section, else the line that
@@ -158,10 +160,34 @@ int ddph__hook_divides_first(const ddph_hook *h, ddph_dtype store_dtype)
            bucket_dtype_of_flags(flags, store_dtype) == store_dtype;
 }
 
+static int known_status(int st)
+{
+    switch (st) {
+#define DDPH__STATUS_CASE(name, value, msg) case value:
+        DDPH_STATUS_MAP(DDPH__STATUS_CASE)
+#undef DDPH__STATUS_CASE
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+ddph_status ddph__hook_status(ddph_hook *h, const char *call, int st)
+{
+    if (known_status(st))
+        return (ddph_status)st;
+    snprintf(h->message, sizeof h->message,
+             "hook '%s' %s returned %d, which is not a ddph_status "
+             "(ddphook/status.h)",
+             h->plugin->api.name, call, st);
+    return DDPH_ERR_PLUGIN;
+}
+
 /* A call that returned with nonblocking requests outstanding: they are
  * waited for (their buffers belong to the bucket), and the call fails. */
 static ddph_status settle(ddph_hook *h, const char *call, ddph_status st)
 {
+    st = ddph__hook_status(h, call, st);
     int left = ddph__services_settle(h);
     /* The fingerprint of the call's last collective (backend_mpi.h): a
      * call whose collectives did not match its peers' fails. */

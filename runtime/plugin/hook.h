@@ -79,6 +79,11 @@ ddph_status ddph__hook_lane_view(const ddph_hook *h, int lane,
  * is a buffer of b->numel half elements for the wrapper (NULL without).
  * Returns the plugin's status; the message is in err.  *sent and
  * *received get the bytes the call's collectives moved each way. */
+/* A status a hook's `call` returned, as the host may pass it on: one the
+ * ABI does not define (status.h) becomes DDPH_ERR_PLUGIN, with h->message
+ * naming the hook, the call and the value. */
+ddph_status ddph__hook_status(ddph_hook *h, const char *call, int st);
+
 ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
                                  uint64_t *sent, uint64_t *received,
                                  ddph_err *err);

@@ -30,8 +30,10 @@ static int trusted_owner(uid_t uid)
 typedef struct walk {
     const char *kind;  /* "hook plugin", "GPU backend module": messages */
     const char *given; /* the path as given, for messages */
+    const char *escape; /* the [runtime] key that skips the checks */
     char where[PATH_MAX]; /* the path walked so far, links resolved */
-    int check;            /* 0: allow_insecure_plugins */
+    int check;            /* 0: the escape key is set */
+    int final_link;       /* 0: a link as the last component is refused */
 } walk;
 
 static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
@@ -62,21 +64,22 @@ static ddph_status check_folder(walk *w, const struct stat *sb, int own_folder,
         return walk_fail(w, err, DDPH_ERR_INSECURE,
                          "%s %s is owned by uid %u, neither root nor you, "
                          "who could replace it (set [runtime] "
-                         "allow_insecure_plugins = true to load it anyway)",
+                         "%s = true to load it anyway)",
                          own_folder ? "its folder" : "the folder", w->where,
-                         (unsigned)sb->st_uid);
+                         (unsigned)sb->st_uid, w->escape);
     if ((sb->st_mode & (S_IWGRP | S_IWOTH)) &&
         (own_folder || !(sb->st_mode & S_ISVTX)))
         return walk_fail(w, err, DDPH_ERR_INSECURE,
                          "%s %s is writable by %s, who could replace it%s "
                          "(chmod go-w the folder, or set [runtime] "
-                         "allow_insecure_plugins = true)",
+                         "%s = true)",
                          own_folder ? "its folder" : "the folder", w->where,
                          who_writes(sb->st_mode),
                          sb->st_mode & S_ISVTX ? " (sticky, as /tmp, is not "
-                                                 "enough for the plugin's "
+                                                 "enough for the file's "
                                                  "own folder)"
-                                               : "");
+                                               : "",
+                         w->escape);
     return DDPH_OK;
 }
 
@@ -100,7 +103,22 @@ static void where_pop(walk *w)
 ddph_status ddph__safe_open(const char *kind, const char *given, int check,
                             int *fd_out, ddph_err *err)
 {
-    walk w = {.kind = kind, .given = given, .check = check};
+    const ddph_trust trust = {.kind = kind,
+                              .escape = "allow_insecure_plugins",
+                              .check = check,
+                              .final_link = 1};
+    return ddph__safe_open_as(&trust, given, fd_out, err);
+}
+
+ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
+                               int *fd_out, ddph_err *err)
+{
+    walk w = {.kind = trust->kind,
+              .given = given,
+              .escape = trust->escape,
+              .check = trust->check,
+              .final_link = trust->final_link};
+    int check = trust->check;
     snprintf(w.where, sizeof w.where, "/");
     /* The components still to walk; a link's target is put in front. */
     char todo[2 * PATH_MAX];
@@ -156,6 +174,12 @@ ddph_status ddph__safe_open(const char *kind, const char *given, int check,
                 close(next);
             break;
         }
+        if (S_ISLNK(sb.st_mode) && last && !w.final_link) {
+            close(next);
+            st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
+                           "is a symbolic link (refused)");
+            break;
+        }
         if (S_ISLNK(sb.st_mode)) {
             char target[PATH_MAX];
             ssize_t tn = readlinkat(next, "", target, sizeof target - 1);
@@ -164,9 +188,8 @@ ddph_status ddph__safe_open(const char *kind, const char *given, int check,
                 st = walk_fail(&w, err, DDPH_ERR_INSECURE,
                                "the link %s is owned by uid %u, neither root "
                                "nor you, who could point it elsewhere (set "
-                               "[runtime] allow_insecure_plugins = true to "
-                               "load it anyway)",
-                               w.where, (unsigned)sb.st_uid);
+                               "[runtime] %s = true to load it anyway)",
+                               w.where, (unsigned)sb.st_uid, w.escape);
                 break;
             }
             if (tn < 0 || ++links > MAX_LINKS) {
@@ -218,14 +241,13 @@ ddph_status ddph__safe_open(const char *kind, const char *given, int check,
         if (check && !trusted_owner(sb.st_uid))
             st = walk_fail(&w, err, DDPH_ERR_INSECURE,
                            "the file is owned by uid %u, neither root nor "
-                           "you (set [runtime] allow_insecure_plugins = true "
-                           "to load it anyway)",
-                           (unsigned)sb.st_uid);
+                           "you (set [runtime] %s = true to load it anyway)",
+                           (unsigned)sb.st_uid, w.escape);
         else if (check && (sb.st_mode & (S_IWGRP | S_IWOTH)))
             st = walk_fail(&w, err, DDPH_ERR_INSECURE,
                            "the file is writable by %s (chmod go-w it, or "
-                           "set [runtime] allow_insecure_plugins = true)",
-                           who_writes(sb.st_mode));
+                           "set [runtime] %s = true)",
+                           who_writes(sb.st_mode), w.escape);
         else if (fstat(dir, &folder) != 0)
             st = walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s", strerror(errno));
         else {

@@ -22,6 +22,19 @@
 ddph_status ddph__safe_open(const char *kind, const char *path, int check,
                             int *fd, ddph_err *err);
 
+/* The same walk for another kind of file (a hook state file): `kind`
+ * names it in messages, `escape` is the [runtime] key that turns the owner
+ * and mode checks off (check 0), final_link 0 refuses a link as the last
+ * component. */
+typedef struct ddph_trust {
+    const char *kind;
+    const char *escape;
+    int check;
+    int final_link;
+} ddph_trust;
+ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *path,
+                               int *fd, ddph_err *err);
+
 /* A runtime module (the GPU backend): opened as above (never insecure)
  * and dlopen'd through its descriptor, which stays open: it is never
  * unloaded. */

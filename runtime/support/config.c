@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "support/config.h"
 #include "support/config_keys.h"
@@ -121,14 +122,21 @@ typedef struct parse_state {
                            reported again as belonging elsewhere */
     int indented;     /* the line read starts with a space or a tab */
     /* The key of the last handler call, its value so far (continuation
-     * lines are appended) and its line. */
+     * lines are appended), its line, and whether it still waits to be set
+     * (a key is set once, when a line that cannot continue it is read:
+     * setting it again at each continuation line made a long value cost
+     * its length squared). */
     char last_section[INIH_MAX_SECTION];
     char *last_key, *joined;
+    size_t joined_len, joined_cap;
     int key_line;
+    int pending;
     ddph_config *cfg;
     ddph_err *err;
     ddph_status status;
     int nerrors;
+    ddph_config_error_fn each_error; /* NULL: errors go into err */
+    void *each_user;
     void *seen; /* tsearch tree of seen_key: sections and keys */
 } parse_state;
 
@@ -142,6 +150,15 @@ __attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (ps->each_error) {
+        char line[DDPH__ERR_LEN + 64];
+        snprintf(line, sizeof line, "%s:%d: %s", ps->path, ps->line, msg);
+        ps->each_error(ps->each_user, ps->line, line);
+        ps->nerrors++;
+        if (ps->status == DDPH_OK)
+            ps->status = DDPH_ERR_CONFIG;
+        return 0;
+    }
     if (ps->nerrors++ == 0) {
         ps->status = ddph__fail(ps->err, DDPH_ERR_CONFIG, "%s:%d: %s",
                                 ps->path, ps->line, msg);
@@ -158,6 +175,17 @@ __attribute__((format(printf, 2, 3))) static int fail_at(parse_state *ps,
 }
 
 static void check_section_line(parse_state *ps, const char *line);
+static void set_pending_key(parse_state *ps);
+
+/* A line that is neither blank, a comment nor indented ends the value
+ * of the key before it. */
+static int ends_value(const char *line)
+{
+    if (*line == ' ' || *line == '\t')
+        return 0;
+    size_t n = strspn(line, "\r\n");
+    return line[n] != '\0' && line[n] != ';' && line[n] != '#';
+}
 
 /* inih's reader: one line per call into inih's buffer of `num` bytes,
  * counted and checked.  A longer line is an error (inih would cut it and
@@ -166,8 +194,11 @@ static char *counting_reader(char *str, int num, void *stream)
 {
     parse_state *ps = stream;
     int n = 0, c = EOF, too_long = 0;
-    while ((c = getc(ps->file)) != EOF) {
+    /* getc_unlocked: a lock per character was most of a long file's
+     * parse (the stream is this parse's own). */
+    while ((c = getc_unlocked(ps->file)) != EOF) {
         if (c == '\0') {
+            set_pending_key(ps);
             ps->line++;
             fail_at(ps, "NUL byte in the line (is this a text file?)");
             return NULL;
@@ -181,8 +212,12 @@ static char *counting_reader(char *str, int num, void *stream)
         if (c == '\n')
             break;
     }
-    if (n == 0 && !too_long)
+    if (n == 0 && !too_long) {
+        set_pending_key(ps);
         return NULL;
+    }
+    if (too_long || ends_value(str))
+        set_pending_key(ps);
     ps->line++;
     if (too_long) {
         fail_at(ps, "line longer than %d characters: write a long value over "
@@ -195,6 +230,10 @@ static char *counting_reader(char *str, int num, void *stream)
     str[n] = '\0';
     ps->indented = str[0] == ' ' || str[0] == '\t';
     check_section_line(ps, str);
+    /* Said here, so that every such line is listed (inih returns only
+     * the first line it could not parse). */
+    if (ends_value(str) && str[0] != '[' && !str[strcspn(str, "=:")])
+        fail_at(ps, "syntax error: expected '[section]' or 'key = value'");
     return str;
 }
 
@@ -285,23 +324,32 @@ static char *resolve_path_list(const parse_state *ps, const char *value)
         return NULL;
     }
     out[0] = '\0';
+    size_t len = 0; /* of out: appending stays linear in the list */
     char *save = NULL;
     for (char *tok = strtok_r(tmp, ":", &save); tok;
          tok = strtok_r(NULL, ":", &save)) {
         char *abs = resolve_path(ps, tok);
-        if (!abs || strlen(out) + strlen(abs) + 2 > cap) {
+        size_t n = abs ? strlen(abs) : 0;
+        if (!abs || len + n + 2 > cap) {
             free(abs);
             free(tmp);
             free(out);
             return NULL;
         }
-        if (out[0])
-            strcat(out, ":");
-        strcat(out, abs);
+        if (len)
+            out[len++] = ':';
+        memcpy(out + len, abs, n + 1);
+        len += n;
         free(abs);
     }
     free(tmp);
     return out;
+}
+
+static int operator_agrees(void)
+{
+    const char *v = getenv(DDPH_INSECURE_AS_ROOT_ENV);
+    return v && strcmp(v, "1") == 0;
 }
 
 static int set_key(parse_state *ps, const key_spec *k, const char *value)
@@ -338,6 +386,14 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
         if (!ddph__parse_bool(value, &v))
             return fail_at(ps, "[%s] %s = '%s' is not true or false",
                            k->section, k->key, value);
+        /* A job file another user wrote must not turn off, for root, the
+         * checks that keep that user's files out of root's process. */
+        if (v && strncmp(k->key, "allow_insecure_", 15) == 0 &&
+            geteuid() == 0 && !operator_agrees())
+            return fail_at(ps, "[%s] %s = true is refused for a job run as "
+                               "root unless the operator agrees: set %s=1 "
+                               "in its environment",
+                           k->section, k->key, DDPH_INSECURE_AS_ROOT_ENV);
         *(int *)(base + k->offset) = v;
         return 1;
     }
@@ -404,7 +460,7 @@ static int handle_fixed_section(parse_state *ps, const char *section,
 }
 
 static int handle_hook_option(parse_state *ps, const char *hook,
-                              const char *name, const char *value, int again)
+                              const char *name, const char *value)
 {
     ddph_config *cfg = ps->cfg;
     ddph_hook_section *hs = NULL;
@@ -423,14 +479,6 @@ static int handle_hook_option(parse_state *ps, const char *hook,
         hs->line = ps->section_line;
         if (!hs->hook)
             return fail_at(ps, "out of memory");
-    }
-    if (again && hs->nkv > 0) { /* the last key, continued */
-        char *v = ddph__strdup(value);
-        if (!v)
-            return fail_at(ps, "out of memory");
-        free(hs->kv[hs->nkv - 1].value);
-        hs->kv[hs->nkv - 1].value = v;
-        return 1;
     }
     if (hs->nkv == hs->capkv) { /* doubling: a section of n keys is O(n) */
         size_t cap = hs->capkv ? 2 * hs->capkv : 8;
@@ -510,7 +558,7 @@ static int handle_model(parse_state *ps, const char *model, const char *name,
 }
 
 static int dispatch(parse_state *ps, const char *section, const char *name,
-                    const char *value, int again);
+                    const char *value);
 
 /* "word = ..." or "word: ...": a key line someone indented, not the rest
  * of a value. */
@@ -536,12 +584,16 @@ static int handler(void *user, const char *section, const char *name,
     if (!*section)
         return fail_at(ps, "key '%s' is outside any [section]", name);
     /* inih calls an indented line after a key a continuation of it: its
-     * text is appended to the value, and the key set again with the whole
-     * value, at the key's own line. */
+     * text is appended to the value; the key is set with the whole value,
+     * at its own line, once a line that ends the value is read. */
     int continued = ps->indented && ps->last_key &&
                     strcmp(ps->last_key, name) == 0 &&
                     strcmp(ps->last_section, section) == 0;
-    int line = ps->line;
+    if (continued && !ps->pending)
+        return fail_at(ps, "an indented line continues the value of '%s' "
+                           "(line %d) after a line that is not part of it: "
+                           "remove its indentation or the line between",
+                       name, ps->key_line);
     if (continued && looks_like_key(value))
         return fail_at(ps, "an indented line continues the value of '%s' "
                            "(line %d), but '%s' looks like a key of its own: "
@@ -553,41 +605,60 @@ static int handler(void *user, const char *section, const char *name,
                            "'%s' would become part of the value: put it on "
                            "a line of its own",
                        name);
+    size_t more = strlen(value);
     if (continued) {
-        size_t have = strlen(ps->joined), more = strlen(value);
-        char *grown = realloc(ps->joined, have + more + 1);
-        if (!grown)
-            return fail_at(ps, "out of memory");
-        memcpy(grown + have, value, more + 1);
-        ps->joined = grown;
-        ps->line = ps->key_line;
-    } else {
-        if (!check_duplicate(ps, section, name))
-            return 0;
-        free(ps->last_key);
-        free(ps->joined);
-        ps->last_key = ddph__strdup(name);
-        ps->joined = ddph__strdup(value);
-        if (!ps->last_key || !ps->joined)
-            return fail_at(ps, "out of memory");
-        snprintf(ps->last_section, sizeof ps->last_section, "%s", section);
-        ps->key_line = ps->line;
+        if (ps->joined_len + more + 1 > ps->joined_cap) {
+            size_t cap = 2 * (ps->joined_len + more + 1);
+            char *grown = realloc(ps->joined, cap);
+            if (!grown)
+                return fail_at(ps, "out of memory");
+            ps->joined = grown;
+            ps->joined_cap = cap;
+        }
+        memcpy(ps->joined + ps->joined_len, value, more + 1);
+        ps->joined_len += more;
+        return 1;
     }
-    int ok = dispatch(ps, section, name, ps->joined, continued);
-    ps->line = line;
-    return ok;
+    set_pending_key(ps);
+    if (!check_duplicate(ps, section, name))
+        return 0;
+    free(ps->last_key);
+    free(ps->joined);
+    ps->last_key = ddph__strdup(name);
+    ps->joined = ddph__strdup(value);
+    ps->joined_len = more;
+    ps->joined_cap = more + 1;
+    if (!ps->last_key || !ps->joined)
+        return fail_at(ps, "out of memory");
+    snprintf(ps->last_section, sizeof ps->last_section, "%s", section);
+    ps->key_line = ps->line;
+    ps->pending = 1;
+    return 1;
 }
 
-/* Sets key `name` of `section` to `value`; `again`: a continuation line
- * made the value longer, and the key is set once more. */
+/* Sets the key whose value is complete, at its own line. */
+static void set_pending_key(parse_state *ps)
+{
+    if (!ps->pending)
+        return;
+    ps->pending = 0;
+    if (ps->status != DDPH_OK && ps->status != DDPH_ERR_CONFIG)
+        return;
+    int line = ps->line;
+    ps->line = ps->key_line;
+    dispatch(ps, ps->last_section, ps->last_key, ps->joined);
+    ps->line = line;
+}
+
+/* Sets key `name` of `section` to `value`. */
 static int dispatch(parse_state *ps, const char *section, const char *name,
-                    const char *value, int again)
+                    const char *value)
 {
     if (strcmp(section, "runtime") == 0 || strcmp(section, "accumulate") == 0 ||
         strcmp(section, "hook") == 0)
         return handle_fixed_section(ps, section, name, value);
     if (strncmp(section, "hook.", 5) == 0 && section[5])
-        return handle_hook_option(ps, section + 5, name, value, again);
+        return handle_hook_option(ps, section + 5, name, value);
     if (strncmp(section, "model.", 6) == 0 && section[6])
         return handle_model(ps, section + 6, name, value);
     static const char *const sections[] = {"runtime", "accumulate", "hook"};
@@ -644,14 +715,19 @@ ddph_status ddph__config_load(const char *path, ddph_config *cfg,
     return st;
 }
 
-ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
-                               ddph_err *err)
+/* The parse of ddph__config_parse and ddph__config_load_all; with
+ * each_error, what parsed is kept whatever the errors, and *nerrors is
+ * their number. */
+static ddph_status parse_stream(FILE *f, const char *path, ddph_config *cfg,
+                                ddph_config_error_fn each_error, void *user,
+                                int *nerrors, ddph_err *err)
 {
     ddph_status st = ddph__config_defaults(cfg, err);
     if (st != DDPH_OK)
         return st;
     parse_state ps = {.file = f, .path = path, .cfg = cfg, .err = err,
-                      .status = DDPH_OK};
+                      .status = DDPH_OK, .each_error = each_error,
+                      .each_user = user};
     const char *slash = strrchr(path, '/');
     if (slash) {
         size_t n = (size_t)(slash - path);
@@ -662,13 +738,13 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
         }
     }
     int rc = ini_parse_stream(counting_reader, &ps, handler, &ps);
-    if (ps.status == DDPH_OK && ferror(f))
+    set_pending_key(&ps);
+    if (ps.status != DDPH_ERR_NOMEM && ferror(f))
         ps.status = ddph__fail(err, DDPH_ERR_IO, "%s: read error", path);
-    if (ps.status == DDPH_OK && rc > 0)
-        ps.status = ddph__fail(err, DDPH_ERR_CONFIG,
-                               "%s:%d: syntax error: expected '[section]' or "
-                               "'key = value'",
-                               path, rc);
+    if (rc > 0 && ps.status == DDPH_OK) { /* a line inih alone refused */
+        ps.line = rc;
+        fail_at(&ps, "syntax error: expected '[section]' or 'key = value'");
+    }
     if (ps.status == DDPH_OK && rc < 0)
         ps.status = ddph__fail(err, DDPH_ERR_NOMEM, "%s: inih failed (%d)",
                                path, rc);
@@ -676,15 +752,42 @@ ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
     free(ps.dir);
     free(ps.last_key);
     free(ps.joined);
-    if (ps.status == DDPH_OK) {
+    if (ps.status == DDPH_OK || (each_error && ps.status == DDPH_ERR_CONFIG)) {
         free(cfg->path);
         cfg->path = ddph__strdup(path);
         if (!cfg->path)
             ps.status = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
-    if (ps.status != DDPH_OK)
+    *nerrors = ps.nerrors;
+    if (ps.status != DDPH_OK &&
+        !(each_error && ps.status == DDPH_ERR_CONFIG))
         ddph__config_free(cfg);
     return ps.status;
+}
+
+ddph_status ddph__config_parse(FILE *f, const char *path, ddph_config *cfg,
+                               ddph_err *err)
+{
+    int nerrors;
+    return parse_stream(f, path, cfg, NULL, NULL, &nerrors, err);
+}
+
+int ddph__config_load_all(const char *path, ddph_config *cfg,
+                          ddph_config_error_fn each_error, void *user,
+                          ddph_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        memset(cfg, 0, sizeof *cfg);
+        ddph__fail(err, DDPH_ERR_CONFIG, "%s: cannot open job file: %s", path,
+                   strerror(errno));
+        return -1;
+    }
+    int nerrors = 0;
+    ddph_status st = parse_stream(f, path, cfg, each_error, user, &nerrors,
+                                  err);
+    fclose(f);
+    return st == DDPH_OK || st == DDPH_ERR_CONFIG ? nerrors : -1;
 }
 
 void ddph__config_free(ddph_config *cfg)

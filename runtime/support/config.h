@@ -45,6 +45,11 @@ typedef struct ddph_model_section {
     int accumulate_steps;
 } ddph_model_section;
 
+/* [runtime] allow_insecure_plugins and allow_insecure_state are refused
+ * in a job run as root unless this variable of the environment is "1":
+ * the operator's word, not the job file's. */
+#define DDPH_INSECURE_AS_ROOT_ENV "DDPHOOK_ALLOW_INSECURE_AS_ROOT"
+
 /* [runtime] lanes: at most this many communication threads. */
 #define DDPH__MAX_LANES 8
 /* Models named in the collectives' fingerprint messages (more are
@@ -67,6 +72,7 @@ typedef struct ddph_config {
     char *plugin_path; /* ':'-separated directories */
     double timeout_s;
     int allow_insecure_plugins;
+    int allow_insecure_state;
     char *trace; /* Chrome/Perfetto timeline file, or NULL */
     int check_finite;
     int log_stats; /* each model's hook statistics logged at close */
@@ -99,6 +105,17 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err);
  * freed and err names file and line. */
 ddph_status ddph__config_load(const char *path, ddph_config *cfg,
                               ddph_err *err);
+
+/* For `ddphook check`: parses as ddph__config_load does, but hands every
+ * error, a full "FILE:LINE: message" line, to each_error(user, line, msg)
+ * as it is found (no limit on their number), and keeps in *cfg whatever
+ * did parse (free it with ddph__config_free).  Returns how many errors,
+ * or -1 when the file cannot be read at all or memory ran out (cfg is
+ * then freed and err says why). */
+typedef void (*ddph_config_error_fn)(void *user, int line, const char *msg);
+int ddph__config_load_all(const char *path, ddph_config *cfg,
+                          ddph_config_error_fn each_error, void *user,
+                          ddph_err *err);
 
 /* Writes "key = value" and a newline for a job file of the runtime's own
  * (ddphook bench, the plugin tester): a value longer than a job file's

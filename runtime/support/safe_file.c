@@ -55,15 +55,26 @@ ddph_status ddph__file_write_atomic(const char *path, const void *data,
         unlink(tmp);
     } else {
         /* The rename itself must survive a crash. */
-        char *dir = ddph__strdup(path);
-        int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
+        st = ddph__dir_sync(path, what, err);
     }
     free(tmp);
+    return st;
+}
+
+ddph_status ddph__dir_sync(const char *path, const char *what, ddph_err *err)
+{
+    char *dir = ddph__strdup(path);
+    if (!dir)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int bad = dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL);
+    ddph_status st = bad ? ddph__fail(err, DDPH_ERR_IO,
+                                      "%s %s: cannot sync its folder: %s",
+                                      what, path, strerror(errno))
+                         : DDPH_OK;
+    if (dfd >= 0)
+        close(dfd);
+    free(dir);
     return st;
 }
 
@@ -79,6 +90,18 @@ ddph_status ddph__file_read_regular(const char *path, size_t max_bytes,
         return ddph__fail(err, DDPH_ERR_IO, "%s: %s", path,
                           errno == ELOOP ? "is a symbolic link (refused)"
                                          : strerror(errno));
+    ddph_status st = ddph__fd_read_regular(fd, path, max_bytes, limit_why,
+                                           data, len, err);
+    close(fd);
+    return st;
+}
+
+ddph_status ddph__fd_read_regular(int fd, const char *path, size_t max_bytes,
+                                  const char *limit_why, unsigned char **data,
+                                  size_t *len, ddph_err *err)
+{
+    *data = NULL;
+    *len = 0;
     struct stat sb;
     ddph_status st = DDPH_OK;
     unsigned char *buf = NULL;
@@ -95,7 +118,8 @@ ddph_status ddph__file_read_regular(const char *path, size_t max_bytes,
     else if (!(buf = malloc((size_t)sb.st_size + 1)))
         st = ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory", path);
     while (st == DDPH_OK && got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+        ssize_t r = pread(fd, buf + got, (size_t)sb.st_size - got,
+                          (off_t)got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -104,7 +128,6 @@ ddph_status ddph__file_read_regular(const char *path, size_t max_bytes,
         else
             got += (size_t)r;
     }
-    close(fd);
     if (st != DDPH_OK) {
         free(buf);
         return st;

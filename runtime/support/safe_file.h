@@ -20,6 +20,10 @@ ddph_status ddph__file_write_atomic(const char *path, const void *data,
                                     size_t len, const char *what,
                                     ddph_err *err);
 
+/* Syncs the folder that holds `path`, so that a rename there survives a
+ * crash. */
+ddph_status ddph__dir_sync(const char *path, const char *what, ddph_err *err);
+
 /* Reads the whole regular file `path` into *data (malloc'd, *len bytes),
  * refusing a file of more than max_bytes before reading it; `limit_why`
  * says where the limit comes from, for the message. */
@@ -27,5 +31,11 @@ ddph_status ddph__file_read_regular(const char *path, size_t max_bytes,
                                     const char *limit_why,
                                     unsigned char **data, size_t *len,
                                     ddph_err *err);
+
+/* The same for a file already open (from the start, whatever its offset):
+ * `path` only names it in messages. */
+ddph_status ddph__fd_read_regular(int fd, const char *path, size_t max_bytes,
+                                  const char *limit_why, unsigned char **data,
+                                  size_t *len, ddph_err *err);
 
 #endif

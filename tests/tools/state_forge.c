@@ -109,7 +109,7 @@ static void expect_untouched(void)
     size_t n = f ? fread(d, 1, orig_len + 1, f) : 0;
     if (f)
         fclose(f);
-    size_t header = 8 + 4 + 4 + 4 + 8 + 4;
+    size_t header = 8 + 4 + 4 + 4 + 8 + 8 + 4;
     if (n != orig_len || memcmp(d + header, orig + header,
                                 orig_len - header - 4) != 0) {
         fprintf(stderr, "FAIL: a refused load changed the hook's state or "
@@ -133,7 +133,7 @@ static void attempt(size_t n)
     memcpy(d + payload_at + n, orig + payload_at + payload_len,
            orig_len - payload_at - payload_len);
     put_le(d + len_at, n, 8);
-    put_le(d + total - 4, (uint32_t)crc32(0L, d, (uInt)(total - 4)), 4);
+    put_le(d + total - 4, (uint32_t)crc32_z(0L, d, total - 4), 4);
     unlink(file);
     FILE *f = fopen(file, "wb");
     if (!f || fwrite(d, 1, total, f) != total || fclose(f) != 0) {
@@ -232,7 +232,7 @@ int main(int argc, char **argv)
     fclose(f);
     /* The header (state_file.h), then model 0: three strings, the
      * iteration, the buckets' sizes, the payload's length. */
-    size_t at = 8 + 4 + 4 + 4 + 8 + 4;
+    size_t at = 8 + 4 + 4 + 4 + 8 + 8 + 4;
     at = skip_str(skip_str(skip_str(at)));
     at += 8;
     uint32_t nbuckets = (uint32_t)get_le(orig + at, 4);

@@ -66,7 +66,7 @@ static void attempt(const char *what, size_t at)
 
 static void fix_crc(unsigned char *d, size_t n)
 {
-    uint32_t c = (uint32_t)crc32(0L, d, (uInt)(n - 4));
+    uint32_t c = (uint32_t)crc32_z(0L, d, n - 4);
     for (int k = 0; k < 4; k++)
         d[n - 4 + k] = (unsigned char)(c >> (8 * k));
 }
@@ -221,10 +221,10 @@ int main(int argc, char **argv)
             forged_loaded++;
     }
     /* The runtime's length fields, found by walking the layout
-     * (state_file.h): model count at 28, then three strings, iteration,
+     * (state_file.h): model count at 36, then three strings, iteration,
      * bucket count, bucket sizes, payload length. */
-    size_t at = 32, fields[16], nf = 0;
-    fields[nf++] = 28;
+    size_t at = 40, fields[16], nf = 0;
+    fields[nf++] = 36;
     for (int k = 0; k < 3; k++) {
         fields[nf++] = at;
         at += 4 + (size_t)(orig[at] | orig[at + 1] << 8);
