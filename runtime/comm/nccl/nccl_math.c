@@ -130,6 +130,11 @@ static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
         return ddph__fail(err, DDPH_ERR_BACKEND,
                           "orthogonalize: launching the QR failed");
     int host_info = 0;
+    /* A copy into pageable memory returns only when done, so the work
+     * before it is waited for first, against timeout_s. */
+    st = ddph__nccl_wait(n, NULL, "orthogonalize", err);
+    if (st != DDPH_OK)
+        return st;
     e = cudaMemcpyAsync(&host_info, info, sizeof host_info,
                         cudaMemcpyDeviceToHost, STREAM(n));
     if (e != cudaSuccess)
@@ -180,6 +185,16 @@ ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
                             : kind == DDPH_COPY_FROM_HOST
                                 ? cudaMemcpyHostToDevice
                                 : cudaMemcpyDeviceToDevice;
+    /* To or from pageable host memory, cudaMemcpyAsync returns only
+     * when the copy is done (or staged), behind whatever the stream runs:
+     * that work is waited for first, against timeout_s, so that a stuck
+     * collective is reported instead of holding the copy for ever. */
+    if (k != cudaMemcpyDeviceToDevice) {
+        ddph_status st = ddph__nccl_wait(n, NULL, "copy (the work before it)",
+                                         err);
+        if (st != DDPH_OK)
+            return st;
+    }
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, STREAM(n));
     if (e != cudaSuccess)
         return ddph__cuda_fail(err, e, "cudaMemcpyAsync");
