@@ -168,6 +168,18 @@ START_TEST(no_device_is_unsupported)
 }
 END_TEST
 
+START_TEST(blocking_environment_is_refused)
+{
+    setenv("NCCL_COMM_BLOCKING", "1", 1);
+    ddph_nccl *n = NULL;
+    ddph_err err = {0};
+    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_INVALID);
+    ck_assert_msg_has(err, "NCCL_COMM_BLOCKING=1 is set");
+    ck_assert_int_eq(fake_seen[0].inits, 0);
+    unsetenv("NCCL_COMM_BLOCKING");
+}
+END_TEST
+
 START_TEST(unique_id_failure_stops_before_init)
 {
     fake.unique_id = ncclSystemError;
@@ -1084,6 +1096,7 @@ int main(void)
     tcase_add_test(tc, init_error_is_named);
     tcase_add_test(tc, no_device_is_unsupported);
     tcase_add_test(tc, unique_id_failure_stops_before_init);
+    tcase_add_test(tc, blocking_environment_is_refused);
     tcase_add_test(tc, stuck_stream_times_out_and_aborts);
     tcase_add_test(tc, async_error_while_waiting_is_reported_at_once);
     tcase_add_test(tc, peer_failure_ends_the_wait);

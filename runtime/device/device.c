@@ -128,6 +128,12 @@ ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
     return st != DDPH_OK ? st : ddph__dev_event_wait(waiter, event, err);
 }
 
+ddph_status ddph__dev_check_on(const void *p, int device, ddph_err *err)
+{
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->check_on(p, device, err) : DDPH_ERR_UNSUPPORTED;
+}
+
 ddph_status ddph__dev_bind(int device, ddph_err *err)
 {
     const ddph_dev_cuda_ops *c = cuda(err);

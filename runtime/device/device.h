@@ -36,10 +36,16 @@ typedef struct ddph_dev_cuda_ops {
                                   ddph_err *err);
     ddph_status (*nonfinite_fetch)(uint64_t *out, const uint64_t *first,
                                    size_t n, void *stream, ddph_err *err);
+    /* DDPH_OK when p is GPU memory usable on `device` (its own, or
+     * managed); an error saying where it is otherwise. */
+    ddph_status (*check_on)(const void *p, int device, ddph_err *err);
 } ddph_dev_cuda_ops;
 
 /* Process-wide, once: the module is never unloaded. */
 void ddph__dev_use_cuda(const ddph_dev_cuda_ops *ops);
+
+/* Whether p is GPU memory of `device` (CUDA; see check_on above). */
+ddph_status ddph__dev_check_on(const void *p, int device, ddph_err *err);
 
 /* Zero-filled. */
 ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,

@@ -319,6 +319,16 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
     if (cudaGetDevice(&caller_device) != cudaSuccess)
         caller_device = -1;
     st = choose_device(n, count, err);
+    /* NCCL_COMM_BLOCKING=1 overrides config.blocking = 0: every call
+     * would then block in NCCL, out of timeout_s's reach. */
+    const char *blocking = getenv("NCCL_COMM_BLOCKING");
+    if (st == DDPH_OK && blocking && atoi(blocking) != 0)
+        st = ddph__fail(err, DDPH_ERR_INVALID,
+                        "NCCL_COMM_BLOCKING=%s is set: it makes NCCL's "
+                        "communicators blocking, which timeout_s cannot "
+                        "bound; unset it (the nccl backend needs them "
+                        "nonblocking)",
+                        blocking);
     cudaStream_t s = NULL;
     cublasHandle_t h = NULL;
     cusolverDnHandle_t solver = NULL;

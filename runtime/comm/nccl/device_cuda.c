@@ -163,6 +163,26 @@ static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first,
     return DDPH_OK;
 }
 
+static ddph_status check_on(const void *p, int device, ddph_err *err)
+{
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess)
+        return ddph__cuda_fail(err, e, "cudaPointerGetAttributes");
+    if (a.type == cudaMemoryTypeManaged ||
+        (a.type == cudaMemoryTypeDevice && a.device == device))
+        return DDPH_OK;
+    if (a.type == cudaMemoryTypeDevice)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "%p is memory of GPU %d, but this rank's GPU is "
+                          "%d (the rank's index among its host's ranks, "
+                          "modulo the GPUs it sees): allocate the gradients "
+                          "there",
+                          p, a.device, device);
+    return ddph__fail(err, DDPH_ERR_INVALID,
+                      "%p is host memory, not GPU memory (DDPH_CUDA)", p);
+}
+
 const ddph_dev_cuda_ops ddph__cuda_memory = {
     .alloc = mem_alloc,
     .free = mem_free,
@@ -178,4 +198,5 @@ const ddph_dev_cuda_ops ddph__cuda_memory = {
     .nonfinite_reset = nonfinite_reset,
     .nonfinite_find = nonfinite_find,
     .nonfinite_fetch = nonfinite_fetch,
+    .check_on = check_on,
 };
