@@ -203,6 +203,11 @@ START_TEST(stuck_stream_times_out_and_aborts)
     double took = ddph__now() - t0;
     ck_assert_msg(took >= TIMEOUT_S && took < TIMEOUT_S + 1, "took %.3f s",
                   took);
+    /* Polled with a back-off, not a busy spin of a core (about 7000
+     * polls in 0.3 s; a spin makes hundreds of thousands). */
+    ck_assert_msg(fake_seen[0].stream_polls < 20000,
+                  "%d polls of the stream in %.2f s", fake_seen[0].stream_polls,
+                  took);
     ck_assert_msg_has(err, "allreduce did not complete within timeout_s");
     ck_assert_int_eq(fake_seen[0].aborts, 1);
     ck_assert_ptr_null(n->world.nccl);

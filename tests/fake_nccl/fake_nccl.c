@@ -525,6 +525,10 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 
 cudaError_t cudaFree(void *p) { return cudaSuccess; }
 
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return cudaSuccess; }
+
+cudaError_t cudaFreeHost(void *p) { return cudaSuccess; }
+
 /* ---- cuBLAS and cuSOLVER handles ------------------------------------ */
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h)

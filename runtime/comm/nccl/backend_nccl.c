@@ -158,6 +158,18 @@ static struct ddph_group *failed_comm(ddph_nccl *n, ncclResult_t *result)
     return NULL;
 }
 
+/* The stream has drained: the last QR's info word is there to read
+ * (orthogonalize copies it without waiting, into pinned memory). */
+static ddph_status qr_checked(ddph_nccl *n, ddph_err *err)
+{
+    if (!n->qr_info || *n->qr_info == 0)
+        return DDPH_OK;
+    int info = *n->qr_info;
+    *n->qr_info = 0;
+    return ddph__fail(err, DDPH_ERR_BACKEND,
+                      "orthogonalize: cuSOLVER QR failed (info %d)", info);
+}
+
 /* Waits for the communication stream, against timeout_s; a failed or
  * stuck communicator is aborted and reported (every one of them when the
  * wait names no group). */
@@ -169,7 +181,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
         n->host.activity_touch(); /* a bounded wait, not a stuck hook */
         cudaError_t e = cudaStreamQuery(STREAM(n));
         if (e == cudaSuccess)
-            return DDPH_OK;
+            return qr_checked(n, err);
         if (e != cudaErrorNotReady)
             return ddph__cuda_fail(err, e, what);
         /* "Not ready" is left as the thread's last error: cleared, or the
@@ -438,8 +450,11 @@ void ddph__nccl_finalize(ddph_nccl *n, int abort)
         cublasDestroy((cublasHandle_t)n->blas);
     if (n->solver)
         cusolverDnDestroy((cusolverDnHandle_t)n->solver);
+    /* In stream order: cudaFree would synchronise the device. */
     if (n->qr_scratch)
-        cudaFree(n->qr_scratch);
+        cudaFreeAsync(n->qr_scratch, STREAM(n));
+    if (n->qr_info)
+        cudaFreeHost(n->qr_info);
     if (n->stream)
         cudaStreamDestroy(STREAM(n));
     free(n);

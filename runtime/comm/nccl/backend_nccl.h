@@ -24,6 +24,9 @@ typedef struct ddph_gpu {
     void *solver;            /* cusolverDnHandle_t on that stream */
     void *qr_scratch;        /* device scratch of orthogonalize's QR */
     size_t qr_scratch_cap;   /* bytes */
+    /* Pinned: cuSOLVER's info word of the last QR, copied without a wait
+     * and checked when the stream has drained (0: fine). */
+    int *qr_info;
     int device;
     double timeout_s;
     struct ddph_group *groups; /* splits, freed at finalize */
