@@ -374,6 +374,63 @@ static void topk_edges(const float *x)
     }
 }
 
+/* The copy-back's batched copies: 70 of them (two launches), of every
+ * alignment and of lengths 0 to over a grid's sweep, against memcpy. */
+static void copy_batch(void)
+{
+    enum { N = 70 };
+    size_t total = 0, bytes[N], at[N];
+    for (int i = 0; i < N; i++) {
+        bytes[i] = i == 69 ? (size_t)65535 * 256 * 2 + 5 : (size_t)(i * 37 % 1000);
+        at[i] = total + (size_t)(i % 4);
+        total = at[i] + bytes[i] + 16;
+    }
+    unsigned char *host = malloc(total), *want = calloc(total, 1),
+                  *got = malloc(total);
+    unsigned char *dsrc = NULL, *ddst = NULL;
+    if (host && want && got) {
+        for (size_t i = 0; i < total; i++)
+            host[i] = (unsigned char)(i * 131 + 7);
+        dsrc = dev_copy(host, total);
+        ddst = dev_copy(NULL, total);
+    }
+    if (dsrc && ddst && cuda_ok(cudaMemset(ddst, 0, total), "cudaMemset")) {
+        void *dst[N];
+        const void *src[N];
+        for (int i = 0; i < N; i++) {
+            /* Each copy lands 3 bytes further on than it starts. */
+            src[i] = dsrc + at[i];
+            dst[i] = ddst + at[i] + 3;
+            memcpy(want + at[i] + 3, host + at[i], bytes[i]);
+        }
+        cuda_ok(ddph__cuda_copy_batch(dst, src, bytes, N, stream), "copy_batch");
+        if (back(got, ddst, total))
+            same_bits("copy_batch, 70 copies of every alignment", want, got,
+                      total);
+        /* And aligned to 16, lengths of 16s: the 16-byte path. */
+        size_t bytes16[N];
+        memset(want, 0, total);
+        cuda_ok(cudaMemset(ddst, 0, total), "cudaMemset");
+        for (int i = 0; i < N; i++) {
+            size_t from = at[i] / 16 * 16;
+            src[i] = dsrc + from;
+            dst[i] = ddst + from;
+            bytes16[i] = bytes[i] / 16 * 16;
+            memcpy(want + from, host + from, bytes16[i]);
+        }
+        cuda_ok(ddph__cuda_copy_batch(dst, src, bytes16, N, stream),
+                "copy_batch");
+        if (back(got, ddst, total))
+            same_bits("copy_batch, 70 copies aligned to 16 bytes", want, got,
+                      total);
+    }
+    cudaFree(dsrc);
+    cudaFree(ddst);
+    free(host);
+    free(want);
+    free(got);
+}
+
 /* Near-zero columns: the norm is 0 or tiny, eps decides. */
 static void gram_schmidt(void)
 {
@@ -427,6 +484,7 @@ int main(void)
     topk_gather_scatter(BIG);
     topk_edges(x);
     gram_schmidt();
+    copy_batch();
     free(x);
     cudaStreamDestroy(stream);
     printf("%s\n", failed ? "test_device_ops: FAILED" : "test_device_ops: all passed");

@@ -213,6 +213,15 @@ static ddph_status check_on(const void *p, int device, ddph_err *err)
                       "%p is host memory, not GPU memory (DDPH_CUDA)", p);
 }
 
+static ddph_status copy_batch(void *const *dst, const void *const *src,
+                              const size_t *bytes, size_t n, void *stream,
+                              ddph_err *err)
+{
+    CUDA_OR_FAIL((cudaError_t)ddph__cuda_copy_batch(dst, src, bytes, n, stream),
+                 "copy_batch kernel");
+    return DDPH_OK;
+}
+
 const ddph_dev_cuda_ops ddph__cuda_memory = {
     .alloc = mem_alloc,
     .free = mem_free,
@@ -229,4 +238,5 @@ const ddph_dev_cuda_ops ddph__cuda_memory = {
     .nonfinite_find = nonfinite_find,
     .nonfinite_fetch = nonfinite_fetch,
     .check_on = check_on,
+    .copy_batch = copy_batch,
 };
