@@ -138,6 +138,12 @@ static void abort_all(ddph_nccl *n)
     }
 }
 
+/* Every group of n with a communicator: the world, then the splits. */
+static struct ddph_group *next_group(ddph_nccl *n, struct ddph_group *g)
+{
+    return g == &n->world ? n->groups : g->next;
+}
+
 /* The first communicator of n (the world, then the splits) whose
  * asynchronous error is set, or NULL: every communicator shares the one
  * stream, so a failure on any of them stops all the work queued behind
@@ -145,7 +151,7 @@ static void abort_all(ddph_nccl *n)
 static struct ddph_group *failed_comm(ddph_nccl *n, ncclResult_t *result)
 {
     for (struct ddph_group *g = &n->world; g;
-         g = g == &n->world ? n->groups : g->next) {
+         g = next_group(n, g)) {
         ncclResult_t async = ncclSuccess;
         if (g->nccl &&
             ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) ==
@@ -413,7 +419,7 @@ static void end_comms(ddph_nccl *n, int abort)
     double deadline = ddph__now() + n->timeout_s;
     /* Finalize all first: their peers finalize in whatever order. */
     for (struct ddph_group *g = &n->world; g;
-         g = g == &n->world ? n->groups : g->next) {
+         g = next_group(n, g)) {
         if (!g->nccl || abort)
             continue;
         ncclResult_t r = ncclCommFinalize((ncclComm_t)g->nccl);
@@ -423,7 +429,7 @@ static void end_comms(ddph_nccl *n, int abort)
         }
     }
     for (struct ddph_group *g = &n->world; g;
-         g = g == &n->world ? n->groups : g->next) {
+         g = next_group(n, g)) {
         if (!g->nccl)
             continue;
         ncclComm_t c = (ncclComm_t)g->nccl;
