@@ -14,12 +14,19 @@
  *     mpiexec -n 2 ./gpu_trainer examples/configs/gpu_powersgd.ini [STEPS]
  *
  * One GPU per rank.  Prints the loss every few steps and the runtime's
- * statistics at the end; exits 77 without a CUDA device. */
+ * statistics at the end; exits 77 without a CUDA device.
+ *
+ *     gpu_trainer JOB.ini STEPS --host
+ *
+ * computes the same on the GPU but hands the runtime host copies of the
+ * gradients (the job's backend = mpi): the CPU backend's run of the same
+ * training, to compare the final loss with (tests/gpu/run.sh does). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <ddphook/ddphook.h>
 
@@ -58,6 +65,16 @@ static float *upload(const float *host, size_t n)
     return d;
 }
 
+/* --host: the gradient g (device) copied into h for the runtime. */
+static int to_host(int on_host, float *h, const float *g, size_t n,
+                   cudaStream_t stream)
+{
+    return !on_host ||
+           (cudaMemcpyAsync(h, g, n * sizeof(float), cudaMemcpyDeviceToHost,
+                            stream) == cudaSuccess &&
+            cudaStreamSynchronize(stream) == cudaSuccess);
+}
+
 int main(int argc, char **argv)
 {
     int count = 0;
@@ -66,10 +83,11 @@ int main(int argc, char **argv)
         return 77;
     }
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_trainer JOB.ini [STEPS]\n");
+        fprintf(stderr, "usage: gpu_trainer JOB.ini [STEPS [--host]]\n");
         return 2;
     }
     int steps = argc > 2 ? atoi(argv[2]) : 200;
+    int on_host = argc > 3 && strcmp(argv[3], "--host") == 0;
     ddph_ctx *ctx;
     if (ddph_open(argv[1], &argc, &argv, &ctx) != DDPH_OK)
         return 1; /* ddph_open has printed why (and chosen this rank's GPU) */
@@ -77,7 +95,7 @@ int main(int argc, char **argv)
     cudaStream_t stream = NULL;
     cublasHandle_t blas = NULL;
     float *x = NULL, *y = NULL, *w[2] = {0}, *g[2] = {0}, *hid = NULL,
-          *res = NULL, *dhid = NULL;
+          *res = NULL, *dhid = NULL, *hg[2] = {0};
     static const int64_t shape[2][2] = {{IN, HIDDEN}, {HIDDEN, OUT}};
     size_t numel[2] = {IN * HIDDEN, HIDDEN * OUT};
     /* Data and initial weights, made on the host once. */
@@ -106,6 +124,8 @@ int main(int argc, char **argv)
         w[l] = upload(h, numel[l]);
         if (cudaMalloc((void **)&g[l], numel[l] * sizeof(float)) != cudaSuccess)
             goto out;
+        if (on_host && !(hg[l] = malloc(numel[l] * sizeof(float))))
+            goto out;
     }
     if (!x || !y || !w[0] || !w[1] ||
         cudaMalloc((void **)&hid, (size_t)BATCH * HIDDEN * 4) != cudaSuccess ||
@@ -119,13 +139,15 @@ int main(int argc, char **argv)
     }
     /* The runtime enqueues its copies on our stream and waits for it. */
     ddph_model *model;
-    if (ddph_set_stream(ctx, stream) != DDPH_OK ||
+    if ((!on_host && ddph_set_stream(ctx, stream) != DDPH_OK) ||
         ddph_model_create(ctx, "linear2", &model) != DDPH_OK)
         goto out;
     for (int l = 0; l < 2; l++)
-        if (ddph_model_add_param(model, l ? "w2" : "w1", g[l], shape[l], 2,
-                                 DDPH_F32, DDPH_CUDA, NULL) != DDPH_OK ||
-            ddph_model_set_param_data(model, l, w[l]) != DDPH_OK)
+        if (ddph_model_add_param(model, l ? "w2" : "w1", on_host ? hg[l] : g[l],
+                                 shape[l], 2, DDPH_F32,
+                                 on_host ? DDPH_CPU : DDPH_CUDA,
+                                 NULL) != DDPH_OK ||
+            (!on_host && ddph_model_set_param_data(model, l, w[l]) != DDPH_OK))
             goto out;
     if (ddph_model_finalize(model) != DDPH_OK)
         goto out;
@@ -144,13 +166,15 @@ int main(int argc, char **argv)
         /* backward, last layer first: dW2 = hid^T res / B, ready at once */
         ok = ok && gemm(blas, 1, 0, HIDDEN, OUT, BATCH, scale, hid, HIDDEN, res,
                         OUT, 0, g[1], OUT);
-        ok = ok && ddph_grad_ready(model, 1) == DDPH_OK;
+        ok = ok && to_host(on_host, hg[1], g[1], numel[1], stream) &&
+             ddph_grad_ready(model, 1) == DDPH_OK;
         /* dhid = res W2^T; dW1 = X^T dhid / B */
         ok = ok && gemm(blas, 0, 1, BATCH, HIDDEN, OUT, 1, res, OUT, w[1], OUT,
                         0, dhid, HIDDEN) &&
              gemm(blas, 1, 0, IN, HIDDEN, BATCH, scale, x, IN, dhid, HIDDEN, 0,
                   g[0], HIDDEN);
-        ok = ok && ddph_grad_ready(model, 0) == DDPH_OK;
+        ok = ok && to_host(on_host, hg[0], g[0], numel[0], stream) &&
+             ddph_grad_ready(model, 0) == DDPH_OK;
         /* The loss, once backward is enqueued (the host waits for it). */
         float dot = 0;
         ok = ok && cublasSdot(blas, BATCH * OUT, res, 1, res, 1, &dot) ==
@@ -161,6 +185,9 @@ int main(int argc, char **argv)
             goto out;
         }
         /* SGD on the averaged gradients, then step_end (model averaging) */
+        for (int l = 0; l < 2 && ok && on_host; l++)
+            ok = cudaMemcpyAsync(g[l], hg[l], numel[l] * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream) == cudaSuccess;
         const float minus_lr = -LR;
         for (int l = 0; l < 2 && ok; l++)
             ok = cublasSaxpy(blas, (int)numel[l], &minus_lr, g[l], 1, w[l], 1) ==
@@ -202,6 +229,7 @@ out:
     for (int l = 0; l < 2; l++) {
         cudaFree(w[l]);
         cudaFree(g[l]);
+        free(hg[l]);
     }
     free(h);
     free(hy);

@@ -4,12 +4,20 @@
  * settled or aborted within timeout_s, NCCL's and CUDA's errors named in
  * the message, a stale "not ready" cleared, a rank outside a split still
  * joining it.  One rank; the host side (MPI) is faked too. */
+#include "build-config.h"
+
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <ddphook/plugin.h>
+
 #include "comm/nccl/backend_nccl.h"
+#include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
 
 #define TIMEOUT_S 0.3
@@ -94,8 +102,8 @@ static float buf[16];
 START_TEST(init_is_nonblocking_and_clears_not_ready)
 {
     ddph_nccl *n = started();
-    ck_assert_int_eq(fake_seen.inits, 1);
-    ck_assert_int_eq(fake_seen.init_blocking, 0);
+    ck_assert_int_eq(fake_seen[0].inits, 1);
+    ck_assert_int_eq(fake_seen[0].init_blocking, 0);
     /* The stream answers "not ready" three times: CUDA keeps that as the
      * thread's last error, which the next launch would report. */
     fake.stream_busy = 3;
@@ -103,7 +111,7 @@ START_TEST(init_is_nonblocking_and_clears_not_ready)
     ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_OK);
-    ck_assert_int_eq(fake_seen.stream_polls, 4);
+    ck_assert_int_eq(fake_seen[0].stream_polls, 4);
     ck_assert_int_eq(fake_peek_last_error(), cudaSuccess);
     /* ddph__nccl_idle leaves no stale error either. */
     fake.stream_busy = 1;
@@ -114,8 +122,8 @@ START_TEST(init_is_nonblocking_and_clears_not_ready)
     ck_assert_int_eq(fake_peek_last_error(), cudaSuccess);
     ck_assert_int_eq(ddph__nccl_idle(n), 1);
     ddph__nccl_finalize(n, 0);
-    ck_assert_int_eq(fake_seen.destroys, 1);
-    ck_assert_int_eq(fake_seen.aborts, 0);
+    ck_assert_int_eq(fake_seen[0].destroys, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 0);
 }
 END_TEST
 
@@ -132,8 +140,8 @@ START_TEST(init_that_never_connects_times_out)
                   "took %.3f s against timeout_s %.1f", took, TIMEOUT_S);
     ck_assert_msg_has(err,
                       "ncclCommInitRank did not complete within timeout_s");
-    ck_assert_int_eq(fake_seen.aborts, 1);
-    ck_assert_int_eq(fake_seen.destroys, 0);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
+    ck_assert_int_eq(fake_seen[0].destroys, 0);
 }
 END_TEST
 
@@ -145,7 +153,7 @@ START_TEST(init_error_is_named)
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_BACKEND);
     ck_assert_msg_has(err, "ncclCommInitRank failed: remote process exited");
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
 }
 END_TEST
 
@@ -156,7 +164,19 @@ START_TEST(no_device_is_unsupported)
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_UNSUPPORTED);
     ck_assert_msg_has(err, "no CUDA device on this rank");
-    ck_assert_int_eq(fake_seen.inits, 0);
+    ck_assert_int_eq(fake_seen[0].inits, 0);
+}
+END_TEST
+
+START_TEST(blocking_environment_is_refused)
+{
+    setenv("NCCL_COMM_BLOCKING", "1", 1);
+    ddph_nccl *n = NULL;
+    ddph_err err = {0};
+    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_INVALID);
+    ck_assert_msg_has(err, "NCCL_COMM_BLOCKING=1 is set");
+    ck_assert_int_eq(fake_seen[0].inits, 0);
+    unsetenv("NCCL_COMM_BLOCKING");
 }
 END_TEST
 
@@ -167,7 +187,7 @@ START_TEST(unique_id_failure_stops_before_init)
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_BACKEND);
     ck_assert_msg_has(err, "ncclGetUniqueId failed: unhandled system error");
-    ck_assert_int_eq(fake_seen.inits, 0);
+    ck_assert_int_eq(fake_seen[0].inits, 0);
 }
 END_TEST
 
@@ -183,18 +203,23 @@ START_TEST(stuck_stream_times_out_and_aborts)
     double took = ddph__now() - t0;
     ck_assert_msg(took >= TIMEOUT_S && took < TIMEOUT_S + 1, "took %.3f s",
                   took);
+    /* Polled with a back-off, not a busy spin of a core (about 7000
+     * polls in 0.3 s; a spin makes hundreds of thousands). */
+    ck_assert_msg(fake_seen[0].stream_polls < 20000,
+                  "%d polls of the stream in %.2f s", fake_seen[0].stream_polls,
+                  took);
     ck_assert_msg_has(err, "allreduce did not complete within timeout_s");
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
     ck_assert_ptr_null(n->world.nccl);
     /* The aborted communicator is never used again. */
-    int enqueues = fake_seen.enqueues;
+    int enqueues = fake_seen[0].enqueues;
     ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_ERR_BACKEND);
     ck_assert_msg_has(err, "aborted after an earlier failure");
-    ck_assert_int_eq(fake_seen.enqueues, enqueues);
+    ck_assert_int_eq(fake_seen[0].enqueues, enqueues);
     ddph__nccl_finalize(n, 1); /* aborts nothing twice (the fake would stop) */
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
 }
 END_TEST
 
@@ -210,7 +235,7 @@ START_TEST(async_error_while_waiting_is_reported_at_once)
                      DDPH_ERR_BACKEND);
     ck_assert(ddph__now() - t0 < TIMEOUT_S);
     ck_assert_msg_has(err, "allreduce failed: remote process exited");
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
     ddph__nccl_finalize(n, 1);
 }
 END_TEST
@@ -227,7 +252,7 @@ START_TEST(peer_failure_ends_the_wait)
                      DDPH_ERR_HOOK);
     ck_assert(ddph__now() - t0 < TIMEOUT_S);
     ck_assert_msg_has(err, "rank 1 failed");
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
     ddph__nccl_finalize(n, 1);
 }
 END_TEST
@@ -237,19 +262,19 @@ START_TEST(enqueue_in_progress_is_settled)
     ddph_nccl *n = started();
     fake.returns = ncclInProgress;
     fake.pending = 5;
-    int polls = fake_seen.async_polls;
+    int polls = fake_seen[0].async_polls;
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_OK);
-    ck_assert_int_ge(fake_seen.async_polls - polls, 6);
+    ck_assert_int_ge(fake_seen[0].async_polls - polls, 6);
     /* One that stays in progress: reported at timeout_s, not waited on. */
     fake.pending = -1;
     ck_assert_int_eq(ddph__nccl_start_allgather(n, &n->world, buf, buf, 4,
                                                 DDPH_F32, &err),
                      DDPH_ERR_TIMEOUT);
     ck_assert_msg_has(err, "ncclAllGather did not complete within timeout_s");
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
     ddph__nccl_finalize(n, 1);
 }
 END_TEST
@@ -278,9 +303,9 @@ START_TEST(negative_colour_still_joins_the_split)
      * parent has called it: this one must, with NCCL_SPLIT_NOCOLOR. */
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, -1, 0, &g, &err),
                      DDPH_ERR_INVALID);
-    ck_assert_int_eq(fake_seen.splits, 1);
-    ck_assert_int_eq(fake_seen.split_color, NCCL_SPLIT_NOCOLOR);
-    ck_assert_int_eq(fake_seen.split_blocking, 0);
+    ck_assert_int_eq(fake_seen[0].splits, 1);
+    ck_assert_int_eq(fake_seen[0].split_color, NCCL_SPLIT_NOCOLOR);
+    ck_assert_int_eq(fake_seen[0].split_blocking, 0);
     ck_assert_ptr_null(g);
     ck_assert_msg_has(err, "in no group");
     ddph__nccl_finalize(n, 0);
@@ -293,14 +318,14 @@ START_TEST(split_makes_a_communicator)
     struct ddph_group *g = NULL;
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 3, 0, &g, &err), DDPH_OK);
-    ck_assert_int_eq(fake_seen.split_color, 3);
+    ck_assert_int_eq(fake_seen[0].split_color, 3);
     ck_assert_ptr_nonnull(g);
     ck_assert_ptr_nonnull(g->nccl);
     ck_assert_int_eq(ddph__nccl_allreduce(n, g, buf, 16, DDPH_F32, DDPH_SUM,
                                           &err),
                      DDPH_OK);
     ddph__nccl_finalize(n, 0);
-    ck_assert_int_eq(fake_seen.destroys, 2);
+    ck_assert_int_eq(fake_seen[0].destroys, 2);
 }
 END_TEST
 
@@ -312,7 +337,7 @@ START_TEST(split_failing_on_every_rank_calls_no_nccl)
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 2, 0, &g, &err),
                      DDPH_ERR_NOMEM);
-    ck_assert_int_eq(fake_seen.splits, 0);
+    ck_assert_int_eq(fake_seen[0].splits, 0);
     ddph__nccl_finalize(n, 0);
 }
 END_TEST
@@ -327,8 +352,742 @@ START_TEST(split_that_never_completes_times_out)
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 1, 0, &g, &err),
                      DDPH_ERR_TIMEOUT);
     ck_assert_msg_has(err, "ncclCommSplit did not complete within timeout_s");
-    ck_assert_int_eq(fake_seen.aborts, 1);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
     ddph__nccl_finalize(n, 1);
+}
+END_TEST
+
+/* ---- several ranks: threads over the fake's real data movement -------- */
+
+/* The MPI side of W ranks in one process: every exchange through `team`,
+ * a barrier on each side of it. */
+static struct team {
+    int w;
+    pthread_barrier_t bar;
+    int64_t slots[FAKE_MAX_RANKS][64];
+    char bytes[256];
+    int color[FAKE_MAX_RANKS], key[FAKE_MAX_RANKS];
+} team;
+
+typedef struct rank_ctx {
+    ddph_services s; /* first: the services mock's `s` is the rank */
+    int rank;
+    ddph_mpi mpi;
+    ddph_nccl *n;
+    struct ddph_group split_group;
+    ddph_gpu_host host;
+    char message[512];
+    ddph_status st;
+    ddph_err err;
+    double took;
+    int caller_device;
+    int world_works; /* after a failure elsewhere */
+} rank_ctx;
+
+static rank_ctx ranks[FAKE_MAX_RANKS];
+
+static ddph_status team_allreduce(ddph_mpi *m, int64_t *v, size_t n,
+                                  ddph_redop op, ddph_err *err)
+{
+    if (n > 64)
+        return ddph__fail(err, DDPH_ERR_INVALID, "team: %zu values", n);
+    memcpy(team.slots[m->world.rank], v, n * sizeof *v);
+    pthread_barrier_wait(&team.bar);
+    for (size_t i = 0; i < n; i++) {
+        int64_t acc = team.slots[0][i];
+        for (int r = 1; r < team.w; r++) {
+            int64_t x = team.slots[r][i];
+            acc = op == DDPH_SUM   ? acc + x
+                  : op == DDPH_MAX ? (x > acc ? x : acc)
+                                   : (x < acc ? x : acc);
+        }
+        v[i] = acc;
+    }
+    pthread_barrier_wait(&team.bar);
+    return DDPH_OK;
+}
+
+static ddph_status team_bcast(ddph_mpi *m, void *data, size_t bytes, int root,
+                              ddph_err *err)
+{
+    if (m->world.rank == root)
+        memcpy(team.bytes, data, bytes);
+    pthread_barrier_wait(&team.bar);
+    if (m->world.rank != root)
+        memcpy(data, team.bytes, bytes);
+    pthread_barrier_wait(&team.bar);
+    return DDPH_OK;
+}
+
+static ddph_status team_split(ddph_mpi *m, struct ddph_group *parent,
+                              int color, int key, struct ddph_group **out,
+                              ddph_err *err)
+{
+    int me = m->world.rank;
+    team.color[me] = color;
+    team.key[me] = key;
+    pthread_barrier_wait(&team.bar);
+    int rank = 0, size = 0;
+    for (int r = 0; r < team.w; r++)
+        if (team.color[r] == color) {
+            size++;
+            if (team.key[r] < key || (team.key[r] == key && r < me))
+                rank++;
+        }
+    pthread_barrier_wait(&team.bar);
+    if (color < 0)
+        return ddph__fail(err, DDPH_ERR_INVALID, "colour %d: no group", color);
+    struct ddph_group *g = &ranks[me].split_group;
+    memset(g, 0, sizeof *g);
+    g->rank = rank;
+    g->size = size;
+    *out = g;
+    return DDPH_OK;
+}
+
+static void team_start(int w)
+{
+    memset(&team, 0, sizeof team);
+    team.w = w;
+    pthread_barrier_init(&team.bar, NULL, (unsigned)w);
+    for (int r = 0; r < w; r++) {
+        rank_ctx *c = &ranks[r];
+        memset(c, 0, sizeof *c);
+        c->rank = r;
+        c->mpi.timeout_s = TIMEOUT_S;
+        c->mpi.world.rank = r;
+        c->mpi.world.size = w;
+        c->mpi.node_rank = r; /* one host */
+        c->mpi.node_size = w;
+        c->host = host;
+        c->host.mpi = &c->mpi;
+        c->host.allreduce_i64 = team_allreduce;
+        c->host.bcast_bytes = team_bcast;
+        c->host.split = team_split;
+    }
+}
+
+typedef void (*rank_fn)(rank_ctx *c);
+static rank_fn team_fn;
+
+static void *rank_main(void *arg)
+{
+    rank_ctx *c = arg;
+    fake_set_rank(c->rank);
+    team_fn(c);
+    return NULL;
+}
+
+/* fn on W threads, one a rank; returns when all have. */
+static void team_run(int w, rank_fn fn)
+{
+    pthread_t t[FAKE_MAX_RANKS];
+    team_fn = fn;
+    for (int r = 0; r < w; r++)
+        ck_assert_int_eq(pthread_create(&t[r], NULL, rank_main, &ranks[r]), 0);
+    for (int r = 0; r < w; r++)
+        pthread_join(t[r], NULL);
+}
+
+static void rank_init(rank_ctx *c)
+{
+    c->st = ddph__nccl_init(&c->host, &c->n, &c->err);
+}
+
+/* Every rank's status: `want`, its message holding `text`. */
+static void all_ranks(int w, ddph_status want, const char *text)
+{
+    for (int r = 0; r < w; r++) {
+        ck_assert_msg(ranks[r].st == want, "rank %d of %d: status %d (%s), "
+                      "not %d", r, w, ranks[r].st, ranks[r].err.msg, want);
+        if (text)
+            ck_assert_msg(strstr(ranks[r].err.msg, text),
+                          "rank %d of %d: '%s' lacks '%s'", r, w,
+                          ranks[r].err.msg, text);
+    }
+}
+
+static const int worlds[] = {2, 4};
+
+/* Every collective the backend offers, with real data: each value says
+ * which rank and element it came from, so a wrong count or offset shows. */
+static void rank_collectives(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    ddph_nccl *n = c->n;
+    int w = n->world.size, me = c->rank;
+    ddph_err *err = &c->err;
+    char *bad = c->message;
+    float a[7], g[4 * FAKE_MAX_RANKS], rs[3 * FAKE_MAX_RANKS], out[3];
+    int32_t b[5];
+    ddph_status st = DDPH_OK;
+#define EXPECT(cond, ...)                                                  \
+    do {                                                                   \
+        if (st == DDPH_OK && !(cond)) {                                    \
+            snprintf(bad, sizeof c->message, __VA_ARGS__);                 \
+            st = DDPH_ERR_STATE;                                           \
+        }                                                                  \
+    } while (0)
+    for (int i = 0; i < 7; i++)
+        a[i] = (float)(me * 10 + i);
+    st = ddph__nccl_allreduce(n, &n->world, a, 7, DDPH_F32, DDPH_SUM, err);
+    for (int i = 0; i < 7 && st == DDPH_OK; i++)
+        EXPECT(a[i] == (float)(10 * w * (w - 1) / 2 + w * i),
+               "allreduce sum [%d] = %g", i, (double)a[i]);
+    float four[4];
+    for (int i = 0; i < 4; i++)
+        four[i] = (float)(me * 100 + i);
+    if (st == DDPH_OK)
+        st = ddph__nccl_allgather(n, &n->world, four, g, 4, DDPH_F32, err);
+    for (int r = 0; r < w && st == DDPH_OK; r++)
+        for (int i = 0; i < 4; i++)
+            EXPECT(g[4 * r + i] == (float)(r * 100 + i),
+                   "allgather [%d][%d] = %g", r, i, (double)g[4 * r + i]);
+    for (int i = 0; i < 5; i++)
+        b[i] = me == w - 1 ? 1000 + i : -1;
+    if (st == DDPH_OK)
+        st = ddph__nccl_broadcast(n, &n->world, b, 5, DDPH_I32, w - 1, err);
+    for (int i = 0; i < 5 && st == DDPH_OK; i++)
+        EXPECT(b[i] == 1000 + i, "broadcast [%d] = %d", i, b[i]);
+    for (int i = 0; i < 3 * w; i++)
+        rs[i] = (float)(me + i);
+    if (st == DDPH_OK)
+        st = ddph__nccl_reduce_scatter(n, &n->world, rs, out, 3, DDPH_F32,
+                                       DDPH_SUM, err);
+    for (int i = 0; i < 3 && st == DDPH_OK; i++)
+        EXPECT(out[i] == (float)(w * (w - 1) / 2 + w * (3 * me + i)),
+               "reduce_scatter [%d] = %g", i, (double)out[i]);
+    /* allgatherv: rank r sends r + 1 values, at offset r (r + 1) / 2. */
+    size_t counts[FAKE_MAX_RANKS];
+    float mine[FAKE_MAX_RANKS], all[FAKE_MAX_RANKS * FAKE_MAX_RANKS];
+    for (int r = 0; r < w; r++)
+        counts[r] = (size_t)r + 1;
+    for (int i = 0; i <= me; i++)
+        mine[i] = (float)(me * 1000 + i);
+    if (st == DDPH_OK)
+        st = ddph__nccl_allgatherv(n, &n->world, mine, all, counts, DDPH_F32,
+                                   err);
+    for (int r = 0, at = 0; r < w && st == DDPH_OK; at += r + 1, r++)
+        for (int i = 0; i <= r; i++)
+            EXPECT(all[at + i] == (float)(r * 1000 + i),
+                   "allgatherv [%d] (rank %d's %d) = %g", at + i, r, i,
+                   (double)all[at + i]);
+    /* alltoall: block j of rank r's send goes to rank j, into block r. */
+    int8_t send[3 * FAKE_MAX_RANKS], recv[3 * FAKE_MAX_RANKS];
+    for (int j = 0; j < w; j++)
+        for (int i = 0; i < 3; i++)
+            send[3 * j + i] = (int8_t)(me * 16 + j * 4 + i);
+    if (st == DDPH_OK)
+        st = ddph__nccl_start_alltoall(n, &n->world, send, recv, 3, DDPH_I8,
+                                       err);
+    if (st == DDPH_OK)
+        st = ddph__nccl_wait(n, &n->world, "alltoall", err);
+    for (int r = 0; r < w && st == DDPH_OK; r++)
+        for (int i = 0; i < 3; i++)
+            EXPECT(recv[3 * r + i] == (int8_t)(r * 16 + me * 4 + i),
+                   "alltoall from rank %d [%d] = %d", r, i, recv[3 * r + i]);
+    /* fmaxf: a NaN on one rank is dropped by NCCL's MAX. */
+    float m = me == 1 ? NAN : (float)me;
+    if (st == DDPH_OK)
+        st = ddph__nccl_allreduce(n, &n->world, &m, 1, DDPH_F32, DDPH_MAX,
+                                  err);
+    int top = w == 2 ? 0 : w - 1; /* the largest rank but 1 */
+    EXPECT(m == (float)top, "MAX over ranks with a NaN = %g, not %d (fmaxf)",
+           (double)m, top);
+    /* A split into even and odd ranks; its own collectives. */
+    struct ddph_group *half = NULL;
+    if (st == DDPH_OK)
+        st = ddph__nccl_split(n, &n->world, me % 2, me, &half, err);
+    int64_t v = me;
+    if (st == DDPH_OK)
+        st = ddph__nccl_allreduce(n, half, &v, 1, DDPH_I64, DDPH_SUM, err);
+    int64_t want = 0;
+    for (int r = me % 2; r < w; r += 2)
+        want += r;
+    EXPECT(v == want, "allreduce on the split: %lld, not %lld", (long long)v,
+           (long long)want);
+    c->st = st;
+    if (st == DDPH_ERR_STATE)
+        snprintf(c->err.msg, sizeof c->err.msg, "%s", c->message);
+    ddph__nccl_finalize(n, st != DDPH_OK);
+#undef EXPECT
+}
+
+START_TEST(collectives_move_real_data)
+{
+    int w = worlds[_i];
+    team_start(w);
+    team_run(w, rank_collectives);
+    all_ranks(w, DDPH_OK, NULL);
+    for (int r = 0; r < w; r++) {
+        ck_assert_int_eq(fake_seen[r].aborts, 0);
+        ck_assert_int_eq(fake_seen[r].destroys, 2); /* world and split */
+        ck_assert_int_eq(fake_seen[r].destroy_unfinalized, 0);
+        ck_assert_int_lt(fake_seen[r].stream_priority, 0); /* the highest */
+    }
+}
+END_TEST
+
+/* NCCL may answer ncclInProgress to the calls inside a group: the group
+ * must go on (a rank that stopped there would leave its peers waiting for
+ * the rest), and the communicator be settled before its next call. */
+START_TEST(in_progress_inside_groups)
+{
+    int w = worlds[_i];
+    fake.in_group = ncclInProgress;
+    team_start(w);
+    team_run(w, rank_collectives);
+    all_ranks(w, DDPH_OK, NULL);
+}
+END_TEST
+
+/* ---- int8 over the fake: a NaN on one rank -------------------------- */
+
+#define CTX(s) ((rank_ctx *)(void *)(s))
+
+/* Device memory is host memory here; the device operations wait for the
+ * stream first, as the kernels would run after what is queued on it. */
+static ddph_status mock_sync(const ddph_services *s)
+{
+    ddph_nccl *n = CTX(s)->n;
+    return ddph__nccl_wait(n, NULL, "device operation", &CTX(s)->err);
+}
+
+static int mock_group_size(const ddph_group *g) { return g->size; }
+static int mock_opt_bool(const ddph_options *o, const char *name) { return 1; }
+
+static void *mock_alloc(const ddph_services *s, size_t bytes)
+{
+    return calloc(1, bytes);
+}
+
+static void mock_free(const ddph_services *s, void *p) { free(p); }
+
+static void mock_set_error(const ddph_services *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(CTX(s)->message, sizeof CTX(s)->message, fmt, ap);
+    va_end(ap);
+}
+
+static ddph_status mock_zero(const ddph_services *s, void *p, size_t bytes)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        memset(p, 0, bytes);
+    return st;
+}
+
+static ddph_status mock_copy(const ddph_services *s, void *dst,
+                             const void *src, size_t bytes,
+                             ddph_copy_kind kind)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        memmove(dst, src, bytes);
+    return st;
+}
+
+static ddph_status mock_absmax(const ddph_services *s, const float *x,
+                               size_t n, float *out)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        *out = ddph__cpu_absmax(x, n);
+    return st;
+}
+
+static ddph_status mock_axpy(const ddph_services *s, size_t n, float alpha,
+                             const float *x, float *y)
+{
+    ddph_status st = mock_sync(s);
+    for (size_t i = 0; i < n && st == DDPH_OK; i++)
+        y[i] += alpha * x[i];
+    return st;
+}
+
+static ddph_status mock_divide(const ddph_services *s, void *p,
+                               ddph_dtype dtype, size_t n, double divisor)
+{
+    ddph_status st = mock_sync(s);
+    for (size_t i = 0; i < n && st == DDPH_OK; i++)
+        ((float *)p)[i] /= (float)divisor;
+    return st;
+}
+
+static ddph_status mock_quantize(const ddph_services *s, const float *x,
+                                 size_t n, float scale, int8_t *q)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        ddph__cpu_quantize_int8(x, n, scale, q);
+    return st;
+}
+
+static ddph_status mock_dequantize(const ddph_services *s, const int8_t *q,
+                                   size_t n, float scale, float beta,
+                                   float *y)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        ddph__cpu_dequantize_int8(q, n, scale, beta, y);
+    return st;
+}
+
+static ddph_status keep_err(const ddph_services *s, ddph_status st)
+{
+    if (st != DDPH_OK)
+        snprintf(CTX(s)->message, sizeof CTX(s)->message, "%s",
+                 CTX(s)->err.msg);
+    return st;
+}
+
+static ddph_status mock_allreduce(const ddph_services *s, ddph_group *g,
+                                  void *data, size_t count, ddph_dtype dtype,
+                                  ddph_redop op)
+{
+    return keep_err(s, ddph__nccl_allreduce(CTX(s)->n, g, data, count, dtype,
+                                            op, &CTX(s)->err));
+}
+
+/* Requests: the stream runs everything in order, so any pointer will do. */
+static ddph_status mock_ialltoall(const ddph_services *s, ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_request **req)
+{
+    *req = (ddph_request *)(void *)CTX(s);
+    return keep_err(s, ddph__nccl_start_alltoall(CTX(s)->n, g, send, recv,
+                                                 count, dtype, &CTX(s)->err));
+}
+
+static ddph_status mock_iallgather(const ddph_services *s, ddph_group *g,
+                                   const void *send, void *recv, size_t count,
+                                   ddph_dtype dtype, ddph_request **req)
+{
+    *req = (ddph_request *)(void *)CTX(s);
+    return keep_err(s, ddph__nccl_start_allgather(CTX(s)->n, g, send, recv,
+                                                  count, dtype, &CTX(s)->err));
+}
+
+static ddph_status mock_wait(const ddph_services *s, ddph_request *req)
+{
+    return keep_err(s, ddph__nccl_wait(CTX(s)->n, NULL, "wait",
+                                       &CTX(s)->err));
+}
+
+const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor);
+
+#define INT8_NUMEL 37
+
+static int nan_rank; /* -1: none */
+
+static void rank_int8(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    ddph_services *s = &c->s;
+    s->struct_size = sizeof *s;
+    s->abi_minor = DDPH_PLUGIN_ABI_MINOR;
+    s->rank = c->rank;
+    s->world_size = c->n->world.size;
+    s->world = (ddph_group *)&c->n->world;
+    s->group_size = mock_group_size;
+    s->opt_bool = mock_opt_bool;
+    s->alloc = mock_alloc;
+    s->free = mock_free;
+    s->set_error = mock_set_error;
+    s->zero = mock_zero;
+    s->copy = mock_copy;
+    s->absmax = mock_absmax;
+    s->axpy = mock_axpy;
+    s->divide = mock_divide;
+    s->quantize_int8 = mock_quantize;
+    s->dequantize_int8 = mock_dequantize;
+    s->allreduce = mock_allreduce;
+    s->ialltoall = mock_ialltoall;
+    s->iallgather = mock_iallgather;
+    s->wait = mock_wait;
+    const ddph_plugin_api_v1 *api = ddph_plugin_v1(DDPH_PLUGIN_ABI_MINOR);
+    float grad[INT8_NUMEL];
+    for (int i = 0; i < INT8_NUMEL; i++)
+        grad[i] = (float)((i * 7 + c->rank * 3) % 19) - 9.0f;
+    if (c->rank == nan_rank)
+        grad[5] = NAN;
+    ddph_bucket b = {.struct_size = sizeof b, .index = 0, .count = 1,
+                     .is_last = 1, .dtype = DDPH_F32, .device = DDPH_CUDA,
+                     .buffer = grad, .numel = INT8_NUMEL};
+    ddph_layout layout = {sizeof layout, "m", 1, &b};
+    void *state = NULL;
+    ddph_status st = api->create(s, NULL, &state);
+    if (st == DDPH_OK)
+        st = api->on_layout(state, &layout, s);
+    if (st == DDPH_OK)
+        st = api->on_bucket(state, &b, s);
+    /* Without a NaN: the average of the ranks' gradients, to the hook's
+     * tolerance of its largest value (9). */
+    for (int i = 0; i < INT8_NUMEL && st == DDPH_OK; i++) {
+        double want = 0;
+        for (int r = 0; r < s->world_size; r++)
+            want += (double)((i * 7 + r * 3) % 19) - 9.0;
+        want /= s->world_size;
+        if (fabs(grad[i] - want) > 9 * 5e-2) {
+            snprintf(c->message, sizeof c->message, "int8 [%d] = %g, not %g",
+                     i, (double)grad[i], want);
+            st = DDPH_ERR_STATE;
+        }
+    }
+    api->destroy(s, state);
+    c->st = st;
+    snprintf(c->err.msg, sizeof c->err.msg, "%s", c->message);
+    ddph__nccl_finalize(c->n, 0);
+}
+
+START_TEST(int8_averages_over_nccl)
+{
+    int w = worlds[_i];
+    nan_rank = -1;
+    team_start(w);
+    team_run(w, rank_int8);
+    all_ranks(w, DDPH_OK, NULL);
+}
+END_TEST
+
+/* NCCL's MAX (fmaxf) drops a NaN: int8 must still see it, on every rank,
+ * instead of quantizing it to 0 and keeping it in its error memory. */
+START_TEST(int8_sees_a_nan_on_one_rank)
+{
+    int w = worlds[_i];
+    nan_rank = w - 1;
+    team_start(w);
+    team_run(w, rank_int8);
+    all_ranks(w, DDPH_ERR_HOOK, "holds a NaN or Inf on some rank");
+}
+END_TEST
+
+/* ---- splits, teardown, asynchronous errors --------------------------- */
+
+static void rank_split_child_stuck(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    struct ddph_group *g = NULL;
+    c->st = ddph__nccl_split(c->n, &c->n->world, c->rank % 2, c->rank, &g,
+                             &c->err);
+    /* The world goes on: only the child was aborted. */
+    float x = 1;
+    ddph_err e2;
+    if (c->n->world.nccl &&
+        ddph__nccl_allreduce(c->n, &c->n->world, &x, 1, DDPH_F32, DDPH_SUM,
+                             &e2) == DDPH_OK &&
+        x == (float)c->n->world.size)
+        c->world_works = 1;
+    ddph__nccl_finalize(c->n, 0);
+}
+
+START_TEST(split_timeout_aborts_only_the_child)
+{
+    int w = worlds[_i];
+    fake.child_pending = -1; /* the new communicators never connect */
+    team_start(w);
+    team_run(w, rank_split_child_stuck);
+    all_ranks(w, DDPH_ERR_TIMEOUT,
+              "ncclCommSplit (the new communicator) did not complete");
+    for (int r = 0; r < w; r++) {
+        ck_assert_msg(ranks[r].world_works,
+                      "rank %d: the world was not usable after the split's "
+                      "timeout", r);
+        ck_assert_int_eq(fake_seen[r].aborts, 1); /* the child */
+        ck_assert_int_eq(fake_seen[r].destroys, 1); /* the world */
+    }
+}
+END_TEST
+
+/* Rank 0's allreduce is never joined (its peers are gone): its teardown
+ * must end within timeout_s, aborting, not block in ncclCommDestroy. */
+static void rank_teardown(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    float x = 1;
+    if (c->rank == 0)
+        c->st = ddph__nccl_start_allreduce(c->n, &c->n->world, &x, 1,
+                                           DDPH_F32, DDPH_SUM, &c->err);
+    pthread_barrier_wait(&team.bar);
+    double t0 = ddph__now();
+    ddph__nccl_finalize(c->n, c->rank != 0); /* the peers: gone */
+    c->took = ddph__now() - t0;
+}
+
+START_TEST(teardown_ends_by_the_deadline)
+{
+    int w = worlds[_i];
+    team_start(w);
+    team_run(w, rank_teardown);
+    all_ranks(w, DDPH_OK, NULL);
+    ck_assert_msg(ranks[0].took < TIMEOUT_S + 1,
+                  "rank 0's teardown took %.2f s (timeout_s %.1f)",
+                  ranks[0].took, TIMEOUT_S);
+    ck_assert_int_eq(fake_seen[0].finalizes, 1);
+    ck_assert_int_eq(fake_seen[0].destroy_unfinalized, 0);
+    ck_assert_int_eq(fake_seen[0].aborts, 1);
+}
+END_TEST
+
+static void rank_clean_teardown(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    float x = 1;
+    c->st = ddph__nccl_allreduce(c->n, &c->n->world, &x, 1, DDPH_F32,
+                                 DDPH_SUM, &c->err);
+    ddph__nccl_finalize(c->n, 0);
+}
+
+START_TEST(teardown_finalizes_then_destroys)
+{
+    int w = worlds[_i];
+    team_start(w);
+    team_run(w, rank_clean_teardown);
+    all_ranks(w, DDPH_OK, NULL);
+    for (int r = 0; r < w; r++) {
+        ck_assert_int_eq(fake_seen[r].finalizes, 1);
+        ck_assert_int_eq(fake_seen[r].destroys, 1);
+        ck_assert_int_eq(fake_seen[r].destroy_unfinalized, 0);
+        ck_assert_int_eq(fake_seen[r].aborts, 0);
+    }
+}
+END_TEST
+
+/* A hook's test as the services run it (plugin/services.c): not idle and
+ * before the deadline, "not done"; otherwise the wait, which reports. */
+static ddph_status hook_test(ddph_nccl *n, double started, int *done,
+                             ddph_err *err)
+{
+    int idle = ddph__nccl_idle(n);
+    *done = 0;
+    if (idle == 0 && ddph__now() - started <= n->timeout_s)
+        return DDPH_OK;
+    *done = 1;
+    return ddph__nccl_wait(n, &n->world, "iallreduce", err);
+}
+
+static void rank_async_error(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    float x = 1;
+    ddph_status st = ddph__nccl_allreduce(c->n, &c->n->world, &x, 1,
+                                          DDPH_F32, DDPH_SUM, &c->err);
+    double t0 = ddph__now();
+    if (st == DDPH_OK) /* the second collective: struck in its middle */
+        st = ddph__nccl_start_allreduce(c->n, &c->n->world, &x, 1, DDPH_F32,
+                                        DDPH_SUM, &c->err);
+    int done = 0;
+    while (st == DDPH_OK && !done)
+        st = hook_test(c->n, t0, &done, &c->err);
+    c->took = ddph__now() - t0;
+    c->st = st;
+    ddph__nccl_finalize(c->n, 1);
+}
+
+START_TEST(async_error_reaches_a_hooks_test)
+{
+    int w = worlds[_i];
+    fake.fail_op = 2;
+    fake.fail_comm = 0;
+    team_start(w);
+    team_run(w, rank_async_error);
+    all_ranks(w, DDPH_ERR_BACKEND, "remote process exited");
+    for (int r = 0; r < w; r++)
+        ck_assert_msg(ranks[r].took < TIMEOUT_S / 2,
+                      "rank %d learnt of the error after %.2f s (timeout_s "
+                      "%.1f)", r, ranks[r].took, TIMEOUT_S);
+}
+END_TEST
+
+/* An error on a split's communicator stops the stream that the world's
+ * work shares: a wait on the world reports it instead of timing out. */
+static void rank_error_elsewhere(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    struct ddph_group *g = NULL;
+    float x = 1, y = 1;
+    ddph_status st = ddph__nccl_split(c->n, &c->n->world, 0, c->rank, &g,
+                                      &c->err);
+    double t0 = ddph__now();
+    if (st == DDPH_OK)
+        st = ddph__nccl_start_allreduce(c->n, g, &x, 1, DDPH_F32, DDPH_SUM,
+                                        &c->err);
+    if (st == DDPH_OK)
+        st = ddph__nccl_start_allreduce(c->n, &c->n->world, &y, 1, DDPH_F32,
+                                        DDPH_SUM, &c->err);
+    if (st == DDPH_OK)
+        st = ddph__nccl_wait(c->n, &c->n->world, "allreduce", &c->err);
+    c->took = ddph__now() - t0;
+    c->st = st;
+    ddph__nccl_finalize(c->n, 1);
+}
+
+START_TEST(async_error_on_another_communicator_is_reported)
+{
+    int w = worlds[_i];
+    fake.fail_op = 1;
+    fake.fail_comm = 1; /* the split's */
+    team_start(w);
+    team_run(w, rank_error_elsewhere);
+    all_ranks(w, DDPH_ERR_BACKEND, "remote process exited");
+    for (int r = 0; r < w; r++)
+        ck_assert_msg(ranks[r].took < TIMEOUT_S / 2, "rank %d: %.2f s", r,
+                      ranks[r].took);
+}
+END_TEST
+
+/* ---- the GPU of each rank ---------------------------------------------- */
+
+static void rank_init_on_device_1(rank_ctx *c)
+{
+    cudaSetDevice(1); /* the trainer's choice on its own thread */
+    rank_init(c);
+    cudaGetDevice(&c->caller_device);
+    if (c->st == DDPH_OK)
+        ddph__nccl_finalize(c->n, 0);
+}
+
+START_TEST(more_ranks_than_gpus_is_named)
+{
+    int w = worlds[_i];
+    fake.one_host = 1;
+    fake.device_count = w / 2; /* two ranks on each GPU */
+    team_start(w);
+    team_run(w, rank_init);
+    all_ranks(w, DDPH_ERR_BACKEND, "would share GPU");
+    for (int r = 0; r < w; r++)
+        ck_assert_int_eq(fake_seen[r].inits, 0);
+}
+END_TEST
+
+START_TEST(one_gpu_per_rank_and_the_callers_device_kept)
+{
+    int w = worlds[_i];
+    fake.one_host = 1;
+    fake.device_count = w;
+    team_start(w);
+    team_run(w, rank_init_on_device_1);
+    all_ranks(w, DDPH_OK, NULL);
+    for (int r = 0; r < w; r++)
+        ck_assert_msg(ranks[r].caller_device == 1,
+                      "rank %d: the caller's device is now %d, not 1", r,
+                      ranks[r].caller_device);
 }
 END_TEST
 
@@ -343,6 +1102,7 @@ int main(void)
     tcase_add_test(tc, init_error_is_named);
     tcase_add_test(tc, no_device_is_unsupported);
     tcase_add_test(tc, unique_id_failure_stops_before_init);
+    tcase_add_test(tc, blocking_environment_is_refused);
     tcase_add_test(tc, stuck_stream_times_out_and_aborts);
     tcase_add_test(tc, async_error_while_waiting_is_reported_at_once);
     tcase_add_test(tc, peer_failure_ends_the_wait);
@@ -353,6 +1113,24 @@ int main(void)
     tcase_add_test(tc, split_failing_on_every_rank_calls_no_nccl);
     tcase_add_test(tc, split_that_never_completes_times_out);
     suite_add_tcase(s, tc);
+    TCase *ranks_tc = tcase_create("ranks");
+    tcase_set_timeout(ranks_tc, 30);
+    tcase_add_checked_fixture(ranks_tc, setup, NULL);
+    int nw = (int)(sizeof worlds / sizeof worlds[0]);
+    tcase_add_loop_test(ranks_tc, collectives_move_real_data, 0, nw);
+    tcase_add_loop_test(ranks_tc, in_progress_inside_groups, 0, nw);
+    tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
+    tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);
+    tcase_add_loop_test(ranks_tc, split_timeout_aborts_only_the_child, 0, nw);
+    tcase_add_loop_test(ranks_tc, teardown_ends_by_the_deadline, 0, nw);
+    tcase_add_loop_test(ranks_tc, teardown_finalizes_then_destroys, 0, nw);
+    tcase_add_loop_test(ranks_tc, async_error_reaches_a_hooks_test, 0, nw);
+    tcase_add_loop_test(ranks_tc, async_error_on_another_communicator_is_reported,
+                        0, nw);
+    tcase_add_loop_test(ranks_tc, more_ranks_than_gpus_is_named, 0, nw);
+    tcase_add_loop_test(ranks_tc, one_gpu_per_rank_and_the_callers_device_kept,
+                        0, nw);
+    suite_add_tcase(s, ranks_tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -39,7 +39,7 @@ typedef struct int8_bucket {
     float *chunk_error;  /* chunk: the error of re-quantizing my average */
     int8_t *q_avg;       /* chunk: the average re-quantized */
     int8_t *all_avg;     /* W * chunk: every rank's averaged chunk */
-    float *scalar;       /* 1: device word for the max allreduce */
+    float *scalar;       /* 1: device word for the max allreduce (i32) */
     float *my_scale;     /* 1: this rank's chunk scale */
     float *scales;       /* W: every rank's chunk scale */
 } int8_bucket;
@@ -168,18 +168,27 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
 }
 
 /* max |x| of x[0..n) on this rank, then the largest over all ranks (the
- * same value everywhere, so every rank takes the same path after). */
+ * same value everywhere, so every rank takes the same path after).  The
+ * magnitudes are reduced as their bit patterns, an i32 MAX: for floats
+ * without a sign bit the patterns sort as the values do, and a NaN sorts
+ * above +Inf.  An f32 MAX would not do: NCCL's is fmaxf, which drops a
+ * NaN, and MPI_MAX's answer depends on the operands' order. */
 static ddph_status global_absmax(const ddph_services *s, int8_bucket *b,
                                  const float *x, size_t n, float *out)
 {
     float m = 0;
     ddph_status st = s->absmax(s, x, n, &m);
+    uint32_t bits;
+    memcpy(&bits, &m, sizeof bits);
+    int32_t key = (int32_t)(bits & 0x7fffffffu);
     if (st == DDPH_OK)
-        st = s->copy(s, b->scalar, &m, sizeof m, DDPH_COPY_FROM_HOST);
+        st = s->copy(s, b->scalar, &key, sizeof key, DDPH_COPY_FROM_HOST);
     if (st == DDPH_OK)
-        st = s->allreduce(s, s->world, b->scalar, 1, DDPH_F32, DDPH_MAX);
+        st = s->allreduce(s, s->world, b->scalar, 1, DDPH_I32, DDPH_MAX);
     if (st == DDPH_OK)
-        st = s->copy(s, out, b->scalar, sizeof *out, DDPH_COPY_TO_HOST);
+        st = s->copy(s, &key, b->scalar, sizeof key, DDPH_COPY_TO_HOST);
+    bits = (uint32_t)key;
+    memcpy(out, &bits, sizeof bits);
     return st;
 }
 

@@ -23,7 +23,7 @@
 /* Bumped when the table or the host struct changes in any way: the
  * module is built from the same tree as the library, and a different
  * version is refused. */
-#define DDPH__GPU_MODULE_VERSION 2
+#define DDPH__GPU_MODULE_VERSION 3
 
 /* The module's state for one context (struct defined by the module). */
 typedef struct ddph_gpu ddph_gpu;
@@ -99,6 +99,8 @@ typedef struct ddph_gpu_ops {
                                   ddph_dtype dtype, ddph_err *err);
     ddph_status (*wait)(ddph_gpu *g, struct ddph_group *grp, const char *what,
                         ddph_err *err);
+    /* 1: the stream ran all it was given; 0: still running; -1: failed
+     * (wait then reports why without waiting for timeout_s). */
     int (*idle)(ddph_gpu *g);
     ddph_status (*split)(ddph_gpu *g, struct ddph_group *parent, int color,
                          int key, struct ddph_group **out, ddph_err *err);

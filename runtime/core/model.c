@@ -84,6 +84,14 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
                                           "NULL (allowed only with "
                                           "gradient_as_bucket_view = true)",
                                           m->name, name);
+    /* Gradients on another GPU (allocated before ddph_open chose this
+     * rank's) would fail in NCCL with an illegal address: named here. */
+    ddph_err where;
+    if (device == DDPH_CUDA && grad &&
+        ddph__dev_check_on(grad, ctx->cuda_device, &where) != DDPH_OK)
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "model '%s' parameter '%s': grad %s",
+                               m->name, name, where.msg);
     size_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0)

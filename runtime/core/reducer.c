@@ -515,15 +515,26 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                 copy_back(m, bk);
                 continue;
             }
+            /* A batch of copies a launch on the GPU, not one each. */
             size_t es = ddph__dtype_size(bk->dtype);
+            enum { BATCH = 64 };
+            void *dst[BATCH];
+            const void *src[BATCH];
+            size_t bytes[BATCH], n = 0;
             for (int j = 0; j < bk->nparams; j++) {
                 ddph_param *p = &m->params[bk->params[j]];
+                dst[n] = p->grad;
+                src[n] = (char *)bk->storage + p->offset * es;
+                bytes[n++] = p->numel * es;
+                if (n < BATCH && j + 1 < bk->nparams)
+                    continue;
                 ddph_err later; /* the first failure keeps its message */
-                ddph_status cs = ddph__dev_copy(
-                    p->device, p->grad, (char *)bk->storage + p->offset * es,
-                    p->numel * es, ctx->comm_stream, st ? &later : err);
+                ddph_status cs = ddph__dev_copy_batch(
+                    p->device, dst, src, bytes, n, ctx->comm_stream,
+                    st ? &later : err);
                 if (st == DDPH_OK)
                     st = cs;
+                n = 0;
             }
         }
     }

@@ -128,6 +128,26 @@ ddph_status ddph__dev_stream_after(void *waiter, void *stream, void *event,
     return st != DDPH_OK ? st : ddph__dev_event_wait(waiter, event, err);
 }
 
+ddph_status ddph__dev_copy_batch(ddph_device d, void *const *dst,
+                                 const void *const *src, const size_t *bytes,
+                                 size_t n, void *stream, ddph_err *err)
+{
+    if (d == DDPH_CPU) {
+        for (size_t i = 0; i < n; i++)
+            memcpy(dst[i], src[i], bytes[i]);
+        return DDPH_OK;
+    }
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->copy_batch(dst, src, bytes, n, stream, err)
+             : DDPH_ERR_UNSUPPORTED;
+}
+
+ddph_status ddph__dev_check_on(const void *p, int device, ddph_err *err)
+{
+    const ddph_dev_cuda_ops *c = cuda(err);
+    return c ? c->check_on(p, device, err) : DDPH_ERR_UNSUPPORTED;
+}
+
 ddph_status ddph__dev_bind(int device, ddph_err *err)
 {
     const ddph_dev_cuda_ops *c = cuda(err);

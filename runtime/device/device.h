@@ -36,10 +36,25 @@ typedef struct ddph_dev_cuda_ops {
                                   ddph_err *err);
     ddph_status (*nonfinite_fetch)(uint64_t *out, const uint64_t *first,
                                    size_t n, void *stream, ddph_err *err);
+    /* DDPH_OK when p is GPU memory usable on `device` (its own, or
+     * managed); an error saying where it is otherwise. */
+    ddph_status (*check_on)(const void *p, int device, ddph_err *err);
+    /* n device-to-device copies on stream, batched into few launches. */
+    ddph_status (*copy_batch)(void *const *dst, const void *const *src,
+                              const size_t *bytes, size_t n, void *stream,
+                              ddph_err *err);
 } ddph_dev_cuda_ops;
 
 /* Process-wide, once: the module is never unloaded. */
 void ddph__dev_use_cuda(const ddph_dev_cuda_ops *ops);
+
+/* n copies (dst[i] <- src[i], bytes[i]): CPU memcpy; CUDA, on stream, in
+ * one kernel launch for up to 64 of them (not one cudaMemcpyAsync each). */
+ddph_status ddph__dev_copy_batch(ddph_device d, void *const *dst,
+                                 const void *const *src, const size_t *bytes,
+                                 size_t n, void *stream, ddph_err *err);
+/* Whether p is GPU memory of `device` (CUDA; see check_on above). */
+ddph_status ddph__dev_check_on(const void *p, int device, ddph_err *err);
 
 /* Zero-filled. */
 ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,

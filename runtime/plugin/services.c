@@ -534,9 +534,9 @@ static ddph_status svc_test(const ddph_services *s, ddph_request *req,
     ddph_err e;
     ddph_status st;
     if (ON_GPU(h)) {
-        /* The stream is idle: every request on it completed.  Past the
-         * deadline, the wait reports (and aborts) what is stuck. */
-        if (!GPU(h)->idle(h->gpu) &&
+        /* The stream is idle: every request on it completed.  Failed, or
+         * past the deadline: the wait reports (and aborts) what is. */
+        if (GPU(h)->idle(h->gpu) == 0 &&
             ddph__now() - req->started <= h->mpi->timeout_s)
             return DDPH_OK;
         st = GPU(h)->wait(h->gpu, req->group, req->what, &e);
@@ -560,10 +560,11 @@ static ddph_status svc_progress(const ddph_services *s)
         ddph_err e;
         ddph_status st;
         if (ON_GPU(h)) {
-            /* NCCL moves by itself; past the deadline, the wait reports
-             * (and aborts) what is stuck. */
-            if (GPU(h)->idle(h->gpu) ||
-                ddph__now() - r->started <= h->mpi->timeout_s)
+            /* NCCL moves by itself; failed, or past the deadline: the
+             * wait reports (and aborts) what is. */
+            int idle = GPU(h)->idle(h->gpu);
+            if (idle > 0 ||
+                (idle == 0 && ddph__now() - r->started <= h->mpi->timeout_s))
                 continue;
             st = GPU(h)->wait(h->gpu, r->group, r->what, &e);
         } else {

@@ -1,70 +1,436 @@
-/* fake_nccl.c: see fake_nccl.h.  One process, one thread: no collective
- * moves data; the fake only answers as the scripts say and counts. */
+/* fake_nccl.c: see fake_nccl.h.  Ranks are threads; one lock guards every
+ * communicator and stream; data moves when the last rank of a collective
+ * enqueues it (or, for send/recv, when both sides have). */
+#include "build-config.h"
+
 #include "fake_nccl.h"
 
 #include <cublas_v2.h>
 #include <cusolverDn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 fake_script fake;
-fake_record fake_seen;
+fake_record fake_seen[FAKE_MAX_RANKS];
 
-struct ncclComm {
-    int pending; /* ncclInProgress answers left (-1: for ever) */
-    ncclResult_t settles;
-    int ended;
+#define R FAKE_MAX_RANKS
+#define MAX_COMMS 256
+#define MAX_CLIQUES 64
+#define MAX_OPS 4096
+
+/* The streams a rank made: work parts still to complete. */
+struct fake_stream {
+    int pending;
 };
 
-/* Communicators are never freed: a test looks at them after an abort. */
-#define MAX_COMMS 64
+enum kind { ALLREDUCE, ALLGATHER, BROADCAST, REDUCE_SCATTER };
+
+/* One collective of a clique, by its sequence number. */
+struct coll {
+    struct clique *q;
+    int seq, arrived, done;
+    enum kind kind;
+    size_t count;
+    ncclDataType_t type;
+    ncclRedOp_t op;
+    int root;
+    const void *send[R];
+    void *recv[R];
+    struct fake_stream *stream[R];
+    int open[R]; /* that rank's part is still on its stream */
+};
+
+/* One send/recv pair: the k-th message from src to dst. */
+struct p2p {
+    struct clique *q;
+    int src, dst, k, have_send, have_recv, done;
+    const void *sbuf;
+    void *rbuf;
+    size_t bytes;
+    struct fake_stream *ss, *rs;
+};
+
+/* One ncclCommSplit of a clique, by its sequence number. */
+struct split_round {
+    struct clique *q;
+    int seq, arrived, done;
+    int color[R], key[R];
+    struct ncclComm *child[R];
+};
+
+/* The ranks that share one communicator. */
+struct clique {
+    int key, nranks, joined, index;
+    struct ncclComm *member[R];
+    ncclResult_t error; /* struck on every member */
+    int sends[R][R], recvs[R][R];
+};
+
+struct ncclComm {
+    struct clique *q;
+    int rank, seq, split_seq, blocking;
+    int pending;
+    ncclResult_t settles;
+    int ended, aborted, finalizing;
+    int open; /* its parts not yet completed */
+    struct split_round *split_wait;
+    ncclComm_t *deliver;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct ncclComm comms[MAX_COMMS];
 static int ncomms;
-static int stream_left;
-static cudaError_t last_error;
-static int stream_token, blas_token, solver_token;
+static struct clique cliques[MAX_CLIQUES];
+static int ncliques, next_key;
+static struct coll colls[MAX_OPS];
+static int ncolls;
+static struct p2p p2ps[MAX_OPS];
+static int np2ps;
+static struct split_round rounds[MAX_CLIQUES];
+static int nrounds;
+static struct fake_stream streams[MAX_COMMS];
+static int nstreams;
+
+static _Thread_local int my_rank;
+static _Thread_local cudaError_t last_error;
+static _Thread_local int stream_left;
+static _Thread_local int group_depth;
+static _Thread_local struct ncclComm *group_comm;
+static _Thread_local int current_device;
+static int blas_token, solver_token;
+
+static void die(const char *why)
+{
+    fprintf(stderr, "fake NCCL: %s\n", why);
+    abort();
+}
 
 void fake_reset(void)
 {
+    pthread_mutex_lock(&mu);
     memset(&fake, 0, sizeof fake);
-    memset(&fake_seen, 0, sizeof fake_seen);
+    memset(fake_seen, 0, sizeof fake_seen);
     memset(comms, 0, sizeof comms);
-    ncomms = 0;
+    memset(cliques, 0, sizeof cliques);
+    memset(colls, 0, sizeof colls);
+    memset(p2ps, 0, sizeof p2ps);
+    memset(rounds, 0, sizeof rounds);
+    memset(streams, 0, sizeof streams);
+    ncomms = ncliques = ncolls = np2ps = nrounds = nstreams = 0;
+    next_key = 0;
+    pthread_mutex_unlock(&mu);
+    my_rank = 0;
     stream_left = 0;
     last_error = cudaSuccess;
+    group_depth = 0;
+    current_device = 0;
     fake.device_count = 1;
     fake.unique_id = ncclSuccess;
     fake.returns = ncclSuccess;
     fake.settles = ncclSuccess;
+    fake.in_group = ncclSuccess;
+    fake.child_settles = ncclSuccess;
     fake.stream_ends = cudaSuccess;
     fake.async_while_busy = ncclSuccess;
+    fake.fail_with = ncclRemoteError;
+}
+
+void fake_set_rank(int rank)
+{
+    my_rank = rank;
+    stream_left = 0;
+    last_error = cudaSuccess;
+    group_depth = 0;
+    current_device = 0;
 }
 
 cudaError_t fake_peek_last_error(void) { return last_error; }
 
-static ncclComm_t new_comm(void)
+int fake_comm_ended(ncclComm_t c) { return c->ended; }
+
+int fake_comm_aborted(ncclComm_t c) { return c->aborted; }
+
+static fake_record *seen(void) { return &fake_seen[my_rank]; }
+
+/* ---- communicators (under mu) ------------------------------------------ */
+
+static struct clique *clique_for(int key, int nranks)
+{
+    for (int i = 0; i < ncliques; i++)
+        if (cliques[i].key == key)
+            return &cliques[i];
+    if (ncliques == MAX_CLIQUES || nranks > R)
+        die("too many communicators or ranks");
+    struct clique *q = &cliques[ncliques];
+    q->key = key;
+    q->nranks = nranks;
+    q->index = ncliques++;
+    return q;
+}
+
+static struct ncclComm *new_comm(struct clique *q, int rank)
 {
     if (ncomms == MAX_COMMS)
-        abort();
+        die("too many communicators");
     struct ncclComm *c = &comms[ncomms++];
-    c->pending = fake.pending;
-    c->settles = fake.settles;
+    c->q = q;
+    c->rank = rank;
+    q->member[rank] = c;
+    q->joined++;
     return c;
 }
 
-/* An enqueue: the stream is busy as scripted; a returned ncclInProgress
- * leaves the communicator pending. */
-static ncclResult_t enqueue(ncclComm_t comm)
+static void need_usable(ncclComm_t comm)
 {
     if (!comm || comm->ended)
-        abort(); /* the backend must never use an ended communicator */
-    fake_seen.enqueues++;
+        die("a call on an ended communicator");
+}
+
+/* NCCL: no call on a nonblocking communicator before it has settled. */
+static void need_settled(ncclComm_t comm)
+{
+    need_usable(comm);
+    if (comm->pending != 0 || comm->split_wait ||
+        comm->q->joined < comm->q->nranks || comm->finalizing)
+        die("a call on a communicator that has not settled");
+}
+
+/* A part of rank r's work done (or dropped by an abort). */
+static void close_part(struct ncclComm *c, struct fake_stream *s, int *open)
+{
+    if (!*open)
+        return;
+    *open = 0;
+    s->pending--;
+    c->open--;
+    pthread_cond_broadcast(&cv);
+}
+
+static size_t type_size(ncclDataType_t t)
+{
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+
+/* out[i] = in_0[i] op in_1[i] op ... in rank order; MAX and MIN on floats
+ * are fmaxf/fmin, as NCCL's (a NaN operand is dropped). */
+#define REDUCE(T, MAXF, MINF)                                              \
+    do {                                                                   \
+        T *o = out;                                                        \
+        for (size_t i = 0; i < count; i++) {                               \
+            T acc = ((const T *)in[0])[off + i];                           \
+            for (int r = 1; r < nranks; r++) {                             \
+                T v = ((const T *)in[r])[off + i];                         \
+                acc = op == ncclSum ? (T)(acc + v)                         \
+                      : op == ncclMax ? MAXF(acc, v)                       \
+                                      : MINF(acc, v);                      \
+            }                                                              \
+            o[i] = acc;                                                    \
+        }                                                                  \
+    } while (0)
+#define IMAX(a, b) ((a) > (b) ? (a) : (b))
+#define IMIN(a, b) ((a) < (b) ? (a) : (b))
+
+static void reduce(const void *const *in, int nranks, size_t off,
+                   size_t count, ncclDataType_t type, ncclRedOp_t op,
+                   void *out)
+{
+    switch (type) {
+    case ncclFloat32: REDUCE(float, fmaxf, fminf); break;
+    case ncclFloat64: REDUCE(double, fmax, fmin); break;
+    case ncclInt32: REDUCE(int32_t, IMAX, IMIN); break;
+    case ncclInt64: REDUCE(int64_t, IMAX, IMIN); break;
+    case ncclInt8: REDUCE(int8_t, IMAX, IMIN); break;
+    case ncclUint8: REDUCE(uint8_t, IMAX, IMIN); break;
+    default: die("no reduction for this type in the fake");
+    }
+}
+
+static void run(struct coll *k)
+{
+    struct clique *q = k->q;
+    int w = q->nranks;
+    size_t es = type_size(k->type), bytes = k->count * es;
+    if (k->kind == ALLREDUCE || k->kind == REDUCE_SCATTER) {
+        size_t total = k->kind == ALLREDUCE ? k->count : k->count * (size_t)w;
+        char *tmp = malloc(total * es + 1);
+        if (!tmp)
+            die("out of memory");
+        reduce(k->send, w, 0, total, k->type, k->op, tmp);
+        for (int r = 0; r < w; r++)
+            memmove(k->recv[r],
+                    k->kind == ALLREDUCE ? tmp : tmp + (size_t)r * bytes,
+                    bytes);
+        free(tmp);
+    } else if (k->kind == ALLGATHER) {
+        for (int r = 0; r < w; r++)
+            for (int i = 0; i < w; i++)
+                memmove((char *)k->recv[r] + (size_t)i * bytes, k->send[i],
+                        bytes);
+    } else {
+        for (int r = 0; r < w; r++)
+            if (r != k->root)
+                memmove(k->recv[r], k->send[k->root], bytes);
+        memmove(k->recv[k->root], k->send[k->root], bytes);
+    }
+    k->done = 1;
+    for (int r = 0; r < w; r++)
+        close_part(q->member[r], k->stream[r], &k->open[r]);
+}
+
+static struct fake_stream *as_stream(cudaStream_t s)
+{
+    struct fake_stream *f = (struct fake_stream *)(void *)s;
+    if (f < streams || f >= streams + MAX_COMMS)
+        die("not a stream of the fake");
+    return f;
+}
+
+/* Rank comm->rank's part of a collective. */
+static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
+                         void *recv, size_t count, ncclDataType_t type,
+                         ncclRedOp_t op, int root, cudaStream_t s)
+{
+    pthread_mutex_lock(&mu);
+    need_settled(comm);
+    ncclResult_t answer = group_depth ? fake.in_group : fake.returns;
+    if (answer != ncclSuccess && answer != ncclInProgress) {
+        pthread_mutex_unlock(&mu);
+        return answer; /* refused: nothing enqueued */
+    }
+    struct clique *q = comm->q;
+    int seq = comm->seq++;
+    struct coll *k = NULL;
+    for (int i = 0; i < ncolls && !k; i++)
+        if (colls[i].q == q && colls[i].seq == seq)
+            k = &colls[i];
+    if (!k) {
+        if (ncolls == MAX_OPS)
+            die("too many collectives");
+        k = &colls[ncolls++];
+        k->q = q;
+        k->seq = seq;
+        k->kind = kind;
+        k->count = count;
+        k->type = type;
+        k->op = op;
+        k->root = root;
+        if (fake.fail_op && q->index == fake.fail_comm &&
+            seq == fake.fail_op - 1)
+            q->error = fake.fail_with; /* mid-collective */
+    } else if (k->kind != kind || k->count != count || k->type != type ||
+               k->root != root) {
+        die("ranks enqueued different collectives at one place");
+    }
+    int r = comm->rank;
+    k->send[r] = send;
+    k->recv[r] = recv;
+    k->stream[r] = as_stream(s);
+    k->open[r] = 1;
+    k->stream[r]->pending++;
+    comm->open++;
+    seen()->enqueues++;
     stream_left = fake.stream_busy;
-    if (fake.returns == ncclInProgress) {
+    if (++k->arrived == q->nranks && !q->error)
+        run(k);
+    if (group_depth)
+        group_comm = comm;
+    else if (answer == ncclInProgress) {
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
-    return fake.returns;
+    pthread_mutex_unlock(&mu);
+    return answer;
+}
+
+static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
+                             void *rbuf, size_t count, ncclDataType_t type,
+                             int peer, cudaStream_t s)
+{
+    pthread_mutex_lock(&mu);
+    need_settled(comm);
+    ncclResult_t answer = group_depth ? fake.in_group : fake.returns;
+    if (answer != ncclSuccess && answer != ncclInProgress) {
+        pthread_mutex_unlock(&mu);
+        return answer;
+    }
+    struct clique *q = comm->q;
+    int me = comm->rank;
+    int src = sending ? me : peer, dst = sending ? peer : me;
+    int k = sending ? q->sends[src][dst]++ : q->recvs[src][dst]++;
+    struct p2p *p = NULL;
+    for (int i = 0; i < np2ps && !p; i++)
+        if (p2ps[i].q == q && p2ps[i].src == src && p2ps[i].dst == dst &&
+            p2ps[i].k == k)
+            p = &p2ps[i];
+    if (!p) {
+        if (np2ps == MAX_OPS)
+            die("too many sends");
+        p = &p2ps[np2ps++];
+        p->q = q;
+        p->src = src;
+        p->dst = dst;
+        p->k = k;
+    }
+    size_t bytes = count * type_size(type);
+    if (sending) {
+        p->sbuf = sbuf;
+        p->ss = as_stream(s);
+        p->have_send = 1;
+        p->ss->pending++;
+    } else {
+        p->rbuf = rbuf;
+        p->rs = as_stream(s);
+        p->have_recv = 1;
+        p->rs->pending++;
+    }
+    if (p->bytes && p->bytes != bytes)
+        die("a send and its receive differ in size");
+    p->bytes = bytes;
+    comm->open++;
+    seen()->enqueues++;
+    stream_left = fake.stream_busy;
+    if (p->have_send && p->have_recv && !q->error) {
+        memmove(p->rbuf, p->sbuf, p->bytes);
+        p->done = 1;
+        close_part(q->member[src], p->ss, &p->have_send);
+        close_part(q->member[dst], p->rs, &p->have_recv);
+    }
+    if (group_depth)
+        group_comm = comm;
+    else if (answer == ncclInProgress) {
+        comm->pending = fake.pending;
+        comm->settles = fake.settles;
+    }
+    pthread_mutex_unlock(&mu);
+    return answer;
+}
+
+/* Every part of c's work dropped (ncclCommAbort ends its kernels). */
+static void drop_parts(struct ncclComm *c)
+{
+    for (int i = 0; i < ncolls; i++)
+        if (colls[i].q == c->q && colls[i].open[c->rank])
+            close_part(c, colls[i].stream[c->rank], &colls[i].open[c->rank]);
+    for (int i = 0; i < np2ps; i++) {
+        struct p2p *p = &p2ps[i];
+        if (p->q != c->q || p->done)
+            continue;
+        if (p->src == c->rank && p->have_send)
+            close_part(c, p->ss, &p->have_send);
+        if (p->dst == c->rank && p->have_recv)
+            close_part(c, p->rs, &p->have_recv);
+    }
 }
 
 /* ---- CUDA runtime ------------------------------------------------------ */
@@ -93,11 +459,48 @@ cudaError_t cudaGetDeviceCount(int *count)
     return fake.device_count ? cudaSuccess : cudaErrorNoDevice;
 }
 
-cudaError_t cudaSetDevice(int device) { return cudaSuccess; }
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+cudaError_t cudaSetDevice(int device)
 {
-    *s = (cudaStream_t)(void *)&stream_token;
+    if (device < 0 || device >= fake.device_count)
+        return cudaErrorInvalidDevice;
+    current_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device)
+{
+    *device = current_device;
+    return cudaSuccess;
+}
+
+/* A GPU's UUID: its index, and the rank unless every rank shares them. */
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    if (device < 0 || device >= fake.device_count)
+        return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "fake GPU %d", device);
+    prop->uuid.bytes[0] = (char)device;
+    prop->uuid.bytes[1] = (char)(fake.one_host ? 0 : my_rank + 1);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    *least = 0;
+    *greatest = -5;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags,
+                                         int priority)
+{
+    pthread_mutex_lock(&mu);
+    if (nstreams == MAX_COMMS)
+        die("too many streams");
+    *s = (cudaStream_t)(void *)&streams[nstreams++];
+    pthread_mutex_unlock(&mu);
+    seen()->stream_priority = priority;
     return cudaSuccess;
 }
 
@@ -105,8 +508,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) { return cudaSuccess; }
 
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    fake_seen.stream_polls++;
-    if (stream_left != 0) {
+    seen()->stream_polls++;
+    pthread_mutex_lock(&mu);
+    int busy = as_stream(s)->pending > 0;
+    pthread_mutex_unlock(&mu);
+    if (stream_left != 0 || busy) {
         if (stream_left > 0)
             stream_left--;
         last_error = cudaErrorNotReady; /* CUDA keeps it as the last error */
@@ -118,6 +524,10 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 }
 
 cudaError_t cudaFree(void *p) { return cudaSuccess; }
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return cudaSuccess; }
+
+cudaError_t cudaFreeHost(void *p) { return cudaSuccess; }
 
 /* ---- cuBLAS and cuSOLVER handles ------------------------------------ */
 
@@ -170,7 +580,11 @@ const char *ncclGetErrorString(ncclResult_t r)
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
-    memset(id, 7, sizeof *id);
+    memset(id, 0, sizeof *id);
+    pthread_mutex_lock(&mu);
+    int key = ++next_key;
+    pthread_mutex_unlock(&mu);
+    memcpy(id->internal, &key, sizeof key);
     return fake.unique_id;
 }
 
@@ -178,61 +592,168 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
                                     ncclUniqueId id, int rank,
                                     ncclConfig_t *config)
 {
-    fake_seen.inits++;
-    fake_seen.init_blocking = config->blocking;
-    *comm = new_comm();
+    int key;
+    memcpy(&key, id.internal, sizeof key);
+    pthread_mutex_lock(&mu);
+    seen()->inits++;
+    seen()->init_blocking = config->blocking;
+    struct ncclComm *c = new_comm(clique_for(key, nranks), rank);
+    c->blocking = config->blocking;
+    if (fake.returns == ncclInProgress || fake.pending) {
+        c->pending = fake.pending;
+        c->settles = fake.settles;
+    }
+    *comm = c;
+    pthread_mutex_unlock(&mu);
     return fake.returns;
+}
+
+/* The split's children, once every rank of the parent has called it:
+ * a communicator a colour, ranks ordered by key, then by parent rank. */
+static void make_children(struct split_round *s)
+{
+    struct clique *q = s->q;
+    for (int r = 0; r < q->nranks; r++) {
+        if (s->color[r] == NCCL_SPLIT_NOCOLOR || s->child[r])
+            continue;
+        int members[R], m = 0;
+        for (int i = 0; i < q->nranks; i++)
+            if (s->color[i] == s->color[r])
+                members[m++] = i;
+        for (int i = 1; i < m; i++) /* insertion sort by (key, rank) */
+            for (int j = i; j > 0 && s->key[members[j]] < s->key[members[j - 1]];
+                 j--) {
+                int t = members[j];
+                members[j] = members[j - 1];
+                members[j - 1] = t;
+            }
+        struct clique *child = clique_for(1000000 + ncliques, m);
+        for (int i = 0; i < m; i++) {
+            struct ncclComm *c = new_comm(child, i);
+            c->blocking = 0;
+            c->pending = fake.child_pending;
+            c->settles = fake.child_settles;
+            s->child[members[i]] = c;
+        }
+    }
+    s->done = 1;
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
                            ncclComm_t *newcomm, ncclConfig_t *config)
 {
-    if (!comm || comm->ended)
-        abort();
-    fake_seen.splits++;
-    fake_seen.split_color = color;
-    fake_seen.split_blocking = config->blocking;
-    /* NCCL gives a rank that joins no communicator none. */
-    *newcomm = color == NCCL_SPLIT_NOCOLOR ? NULL : new_comm();
-    if (!*newcomm && fake.returns == ncclInProgress) {
+    pthread_mutex_lock(&mu);
+    need_settled(comm);
+    seen()->splits++;
+    seen()->split_color = color;
+    seen()->split_blocking = config->blocking;
+    struct clique *q = comm->q;
+    int seq = comm->split_seq++;
+    struct split_round *s = NULL;
+    for (int i = 0; i < nrounds && !s; i++)
+        if (rounds[i].q == q && rounds[i].seq == seq)
+            s = &rounds[i];
+    if (!s) {
+        if (nrounds == MAX_CLIQUES)
+            die("too many splits");
+        s = &rounds[nrounds++];
+        s->q = q;
+        s->seq = seq;
+    }
+    s->color[comm->rank] = color;
+    s->key[comm->rank] = key;
+    comm->split_wait = s;
+    comm->deliver = newcomm;
+    if (++s->arrived == q->nranks)
+        make_children(s);
+    if (fake.returns == ncclInProgress) {
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
-    return fake.returns;
+    pthread_mutex_unlock(&mu);
+    /* Nonblocking: *newcomm is written when the parent settles. */
+    return config->blocking ? ncclSuccess : fake.returns;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
 {
-    if (!comm || comm->ended)
-        abort();
-    fake_seen.async_polls++;
-    if (comm->pending != 0) {
+    pthread_mutex_lock(&mu);
+    need_usable(comm);
+    seen()->async_polls++;
+    if (comm->q->error != ncclSuccess) {
+        *async = comm->q->error;
+    } else if (comm->split_wait) {
+        /* The parent settles once every rank has split; then (and only
+         * then) the new communicator is delivered. */
+        struct split_round *s = comm->split_wait;
+        if (s->done && comm->pending == 0) {
+            *comm->deliver = s->child[comm->rank];
+            comm->split_wait = NULL;
+            comm->deliver = NULL;
+            *async = comm->settles;
+        } else {
+            if (comm->pending > 0)
+                comm->pending--;
+            *async = ncclInProgress;
+        }
+    } else if (comm->q->joined < comm->q->nranks) {
+        *async = ncclInProgress; /* a peer has not come yet */
+    } else if (comm->finalizing) {
+        *async = comm->open > 0 ? ncclInProgress : ncclSuccess;
+    } else if (comm->pending != 0) {
         if (comm->pending > 0)
             comm->pending--;
         *async = ncclInProgress;
-    } else if (stream_left != 0) {
+    } else if (stream_left != 0 && fake.async_while_busy != ncclSuccess) {
         *async = fake.async_while_busy;
     } else {
         *async = comm->settles;
     }
+    pthread_mutex_unlock(&mu);
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    if (!comm || comm->ended)
-        abort();
+    pthread_mutex_lock(&mu);
+    need_usable(comm);
     comm->ended = 1;
-    fake_seen.aborts++;
+    comm->aborted = 1;
+    drop_parts(comm);
+    seen()->aborts++;
+    pthread_mutex_unlock(&mu);
     return ncclSuccess;
 }
 
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    pthread_mutex_lock(&mu);
+    need_settled(comm);
+    comm->finalizing = 1;
+    seen()->finalizes++;
+    pthread_mutex_unlock(&mu);
+    return comm->blocking ? ncclSuccess : ncclInProgress;
+}
+
+/* Without a finalize that has settled, NCCL's destroy finalizes itself,
+ * blocking until the communicator's work is done: here for at most 3 s,
+ * counted, so that a test sees it rather than hangs. */
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    if (!comm || comm->ended)
-        abort();
+    pthread_mutex_lock(&mu);
+    need_usable(comm);
+    if (!comm->finalizing || comm->open > 0) {
+        seen()->destroy_unfinalized++;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 3;
+        while (comm->open > 0 &&
+               pthread_cond_timedwait(&cv, &mu, &until) == 0) {
+        }
+    }
     comm->ended = 1;
-    fake_seen.destroys++;
+    seen()->destroys++;
+    pthread_mutex_unlock(&mu);
     return ncclSuccess;
 }
 
@@ -240,47 +761,72 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
                            ncclDataType_t type, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t s)
 {
-    return enqueue(comm);
+    return post(comm, ALLREDUCE, send, recv, count, type, op, 0, s);
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
                            ncclDataType_t type, ncclComm_t comm,
                            cudaStream_t s)
 {
-    return enqueue(comm);
+    return post(comm, ALLGATHER, send, recv, count, type, ncclSum, 0, s);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
                            ncclDataType_t type, int root, ncclComm_t comm,
                            cudaStream_t s)
 {
-    return enqueue(comm);
+    return post(comm, BROADCAST, send, recv, count, type, ncclSum, root, s);
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
                                ncclDataType_t type, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t s)
 {
-    return enqueue(comm);
+    return post(comm, REDUCE_SCATTER, send, recv, count, type, op, 0, s);
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type,
                       int peer, ncclComm_t comm, cudaStream_t s)
 {
-    return enqueue(comm);
+    return post_p2p(comm, 1, send, NULL, count, type, peer, s);
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t s)
 {
-    return enqueue(comm);
+    return post_p2p(comm, 0, NULL, recv, count, type, peer, s);
 }
 
-/* Inside a group the calls above return ncclSuccess in NCCL; the fake
- * keeps the scripted answer for the group's end.  (nccl.h declares these
- * two without a prototype.) */
+/* nccl.h declares these two without a prototype. */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
-ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 
-ncclResult_t ncclGroupEnd(void) { return fake.returns; }
+ncclResult_t ncclGroupStart(void)
+{
+    if (group_depth++ == 0)
+        group_comm = NULL;
+    return ncclSuccess;
+}
+
+/* On a nonblocking communicator the group goes on in the background:
+ * ncclInProgress, and the communicator settles a few polls later. */
+ncclResult_t ncclGroupEnd(void)
+{
+    if (--group_depth > 0)
+        return ncclSuccess;
+    struct ncclComm *c = group_comm;
+    group_comm = NULL;
+    if (!c)
+        return ncclSuccess;
+    pthread_mutex_lock(&mu);
+    ncclResult_t answer = fake.returns;
+    if (answer == ncclInProgress) {
+        c->pending = fake.pending;
+        c->settles = fake.settles;
+    } else if (answer == ncclSuccess && !c->blocking) {
+        c->pending = 2;
+        answer = ncclInProgress;
+    }
+    pthread_mutex_unlock(&mu);
+    return answer;
+}

@@ -14,11 +14,22 @@
 # nvidia-* packages).
 #
 #   sh tests/gpu/kit.sh                         here (GPU_ARCH=90: Hopper)
+#   CUDA_DIR=/usr/local/cuda-12.8 sh tests/gpu/kit.sh
+#                                               with another CUDA (12 or 13)
 #   sh tests/gpu/run.sh --kit ddphook-gpu-kit.tar.gz     there
 set -eu
 cd "$(dirname "$0")/../.."
 top=$PWD
 arch=${GPU_ARCH:-90}
+cuda=${CUDA_DIR:-/usr/local/cuda}
+cuda_version=$("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+# The oldest driver that runs what this CUDA builds (NVIDIA's release
+# notes): CUDA 13.x 580, CUDA 12.x 525.
+case $cuda_version in
+13*) min_driver=580 ;;
+12*) min_driver=525 ;;
+*) echo "kit: CUDA ${cuda_version:-unknown} in $cuda: 12 or 13 is needed" >&2; exit 1 ;;
+esac
 work=$top/_gpukit
 kit=$work/ddphook-gpu-kit
 rm -rf "$work"
@@ -30,11 +41,14 @@ git rev-parse --git-dir >/dev/null 2>&1 ||
     { echo "kit: run it in a git checkout (it builds the files git lists)" >&2; exit 1; }
 git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$work/src"
 cd "$work/src"
-echo "kit: building for sm_$arch in $work/src (log: $work/build.log)"
+# The architectures a release ships (configure's default) and GPU_ARCH.
+archs="80 90"
+case " $archs " in *" $arch "*) ;; *) archs="$archs $arch" ;; esac
+echo "kit: building for sm $archs in $work/src (log: $work/build.log)"
 {
     ./autogen.sh &&
-    ./configure --with-cuda=/usr/local/cuda \
-        NVCCFLAGS="-O2 -gencode arch=compute_$arch,code=sm_$arch -gencode arch=compute_$arch,code=compute_$arch" &&
+    ./configure --with-cuda="$cuda" \
+        --with-cuda-arch="$archs" NVCCFLAGS= &&
     make -j"$(nproc)" &&
     make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/test_device_ops tests/gpu/post_localsgd.la
 } >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; exit 1; }
@@ -59,7 +73,7 @@ system_lib='/(ld-linux[^/]*|linux-vdso[^/]*|lib(c|m|dl|pthread|rt|gcc_s|stdc\+\+
 needed() { LD_LIBRARY_PATH=$kit/lib ldd "$kit"/bin/* "$kit"/lib/*.so* "$kit"/plugins/*.so "$kit"/backends/*.so; }
 needed | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
 while read -r soname path; do
-    case $path in /usr/local/cuda*|"$kit"/*) continue ;; esac
+    case $path in /usr/local/cuda*|"$cuda"/*|"$kit"/*) continue ;; esac
     printf '%s\n' "$path" | grep -Eq "$system_lib" && continue
     cp -L "$path" "$kit/lib/$soname"
 done
@@ -74,8 +88,8 @@ glibc=$(for f in "$kit"/bin/* "$kit"/lib/* "$kit"/plugins/* "$kit"/backends/*; d
 {
     echo "ddphook GPU kit"
     echo "source: $(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
-    echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), CUDA $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), sm_$arch"
-    echo "needs: the NVIDIA driver, CUDA 13's libraries, glibc >= ${glibc#GLIBC_}"
+    echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), CUDA $cuda_version, sm $archs"
+    echo "needs: NVIDIA driver >= $min_driver, CUDA ${cuda_version%%.*}'s libraries, glibc >= ${glibc#GLIBC_}"
 } >"$kit/MANIFEST"
 tar -czf "$top/ddphook-gpu-kit.tar.gz" -C "$work" ddphook-gpu-kit
 echo "kit: $top/ddphook-gpu-kit.tar.gz ($(du -k "$top/ddphook-gpu-kit.tar.gz" | cut -f1) KiB)"

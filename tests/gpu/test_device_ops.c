@@ -5,7 +5,8 @@
  * with near-zero columns, and n above 65535 x 256 so that every
  * grid-stride loop goes round more than once.  Bits must match except
  * where the definitions say otherwise (Gram-Schmidt's and a chunk's sums
- * are accumulated in another order: within a stated tolerance).  Exits 77,
+ * are accumulated in another order: within a stated tolerance) and for a
+ * NaN's sign and payload after arithmetic (same_values).  Exits 77,
  * saying why, without a CUDA device. */
 #include "build-config.h"
 
@@ -98,6 +99,49 @@ static void same_bits(const char *what, const void *cpu, const void *gpu,
     check(at < 0, what, detail);
 }
 
+/* Whether element i of a buffer of dtype t is a NaN. */
+static int nan_at(const void *buf, int t, size_t i)
+{
+    if (t == DDPH_F32) {
+        uint32_t b;
+        memcpy(&b, (const char *)buf + i * 4, 4);
+        return (b & 0x7fffffffu) > 0x7f800000u;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)buf + i * 2, 2);
+    return t == DDPH_F16 ? (h & 0x7fffu) > 0x7c00u : (h & 0x7fffu) > 0x7f80u;
+}
+
+/* The same values: identical bits, except that a NaN matches any NaN.  A
+ * GPU's f32 arithmetic returns the canonical NaN (0x7FFFFFFF) where x86
+ * keeps the operand's sign and payload, so a NaN that went through a
+ * multiply, a divide or beta * y differs in those bits (e.g. -NaN cast to
+ * f16: CPU 0xFE00, GPU 0x7E00); IEEE 754 leaves them unspecified, and so
+ * do ddphook's definitions. */
+static void same_values(const char *what, const void *cpu, const void *gpu,
+                        size_t n, int t)
+{
+    size_t es = t == DDPH_F32 ? 4 : 2, nans = 0;
+    long at = -1;
+    for (size_t i = 0; i < n && at < 0; i++) {
+        const char *p = (const char *)cpu + i * es, *q = (const char *)gpu + i * es;
+        if (memcmp(p, q, es) == 0)
+            continue;
+        if (nan_at(cpu, t, i) && nan_at(gpu, t, i))
+            nans++;
+        else
+            at = (long)i;
+    }
+    char detail[160];
+    if (at >= 0)
+        snprintf(detail, sizeof detail, "element %ld of %zu differs", at, n);
+    else
+        snprintf(detail, sizeof detail,
+                 "%zu elements identical but for %zu NaNs' sign or payload",
+                 n, nans);
+    check(at < 0, what, detail);
+}
+
 static void casts_and_divides(const float *x, size_t n)
 {
     static const int halves[] = {DDPH_F16, DDPH_BF16};
@@ -115,25 +159,25 @@ static void casts_and_divides(const float *x, size_t n)
         snprintf(what, sizeof what, "cast f32 -> %s, scale 0.125",
                  t == DDPH_F16 ? "f16" : "bf16");
         if (back(gpu, dh, n * 2))
-            same_bits(what, cpu, gpu, n * 2);
+            same_values(what, cpu, gpu, n, t);
         ddph__cpu_cast(cpu, t, cpu_f, DDPH_F32, n, 3.0, &e);
         cuda_ok(ddph__cuda_cast(dh, t, df, DDPH_F32, n, 3.0, stream), "cast");
         snprintf(what, sizeof what, "cast %s -> f32, scale 3",
                  t == DDPH_F16 ? "f16" : "bf16");
         if (back(gpu_f, df, n * 4))
-            same_bits(what, cpu_f, gpu_f, n * 4);
+            same_values(what, cpu_f, gpu_f, n, DDPH_F32);
         ddph__cpu_divide(cpu, t, n, 3.0, &e);
         cuda_ok(ddph__cuda_divide(dh, t, n, 3.0, stream), "divide");
         snprintf(what, sizeof what, "divide %s by 3", t == DDPH_F16 ? "f16" : "bf16");
         if (back(gpu, dh, n * 2))
-            same_bits(what, cpu, gpu, n * 2);
+            same_values(what, cpu, gpu, n, t);
     }
     if (cpu_f && gpu_f && dx) {
         memcpy(cpu_f, x, n * 4);
         ddph__cpu_divide(cpu_f, DDPH_F32, n, 3.0, &e);
         cuda_ok(ddph__cuda_divide(dx, DDPH_F32, n, 3.0, stream), "divide");
         if (back(gpu_f, dx, n * 4))
-            same_bits("divide f32 by 3", cpu_f, gpu_f, n * 4);
+            same_values("divide f32 by 3", cpu_f, gpu_f, n, DDPH_F32);
     }
     cudaFree(dx);
     cudaFree(dh);
@@ -163,7 +207,7 @@ static void int8_and_absmax(const float *x, size_t n)
                                            0.5f, dy, stream),
                 "dequantize");
         if (back(y_gpu, dy, n * 4))
-            same_bits("dequantize_int8, beta 0.5", y_cpu, y_gpu, n * 4);
+            same_values("dequantize_int8, beta 0.5", y_cpu, y_gpu, n, DDPH_F32);
         /* absmax without and with the NaNs (the first NaN is at 5). */
         for (int with_nan = 0; with_nan < 2; with_nan++) {
             size_t m = with_nan ? n : 5;
@@ -230,7 +274,8 @@ static void signs_and_chunks(const float *x, size_t n)
         cuda_ok(ddph__cuda_unpack_signs(db, n, chunk, dout, 0.5f, dy, stream),
                 "unpack_signs");
         if (back(y_gpu, dy, n * 4))
-            same_bits("unpack_signs, beta 0.5, a scale a chunk", y_cpu, y_gpu, n * 4);
+            same_values("unpack_signs, beta 0.5, a scale a chunk", y_cpu, y_gpu,
+                        n, DDPH_F32);
     }
 out:
     cudaFree(dx);
@@ -329,6 +374,63 @@ static void topk_edges(const float *x)
     }
 }
 
+/* The copy-back's batched copies: 70 of them (two launches), of every
+ * alignment and of lengths 0 to over a grid's sweep, against memcpy. */
+static void copy_batch(void)
+{
+    enum { N = 70 };
+    size_t total = 0, bytes[N], at[N];
+    for (int i = 0; i < N; i++) {
+        bytes[i] = i == 69 ? (size_t)65535 * 256 * 2 + 5 : (size_t)(i * 37 % 1000);
+        at[i] = total + (size_t)(i % 4);
+        total = at[i] + bytes[i] + 16;
+    }
+    unsigned char *host = malloc(total), *want = calloc(total, 1),
+                  *got = malloc(total);
+    unsigned char *dsrc = NULL, *ddst = NULL;
+    if (host && want && got) {
+        for (size_t i = 0; i < total; i++)
+            host[i] = (unsigned char)(i * 131 + 7);
+        dsrc = dev_copy(host, total);
+        ddst = dev_copy(NULL, total);
+    }
+    if (dsrc && ddst && cuda_ok(cudaMemset(ddst, 0, total), "cudaMemset")) {
+        void *dst[N];
+        const void *src[N];
+        for (int i = 0; i < N; i++) {
+            /* Each copy lands 3 bytes further on than it starts. */
+            src[i] = dsrc + at[i];
+            dst[i] = ddst + at[i] + 3;
+            memcpy(want + at[i] + 3, host + at[i], bytes[i]);
+        }
+        cuda_ok(ddph__cuda_copy_batch(dst, src, bytes, N, stream), "copy_batch");
+        if (back(got, ddst, total))
+            same_bits("copy_batch, 70 copies of every alignment", want, got,
+                      total);
+        /* And aligned to 16, lengths of 16s: the 16-byte path. */
+        size_t bytes16[N];
+        memset(want, 0, total);
+        cuda_ok(cudaMemset(ddst, 0, total), "cudaMemset");
+        for (int i = 0; i < N; i++) {
+            size_t from = at[i] / 16 * 16;
+            src[i] = dsrc + from;
+            dst[i] = ddst + from;
+            bytes16[i] = bytes[i] / 16 * 16;
+            memcpy(want + from, host + from, bytes16[i]);
+        }
+        cuda_ok(ddph__cuda_copy_batch(dst, src, bytes16, N, stream),
+                "copy_batch");
+        if (back(got, ddst, total))
+            same_bits("copy_batch, 70 copies aligned to 16 bytes", want, got,
+                      total);
+    }
+    cudaFree(dsrc);
+    cudaFree(ddst);
+    free(host);
+    free(want);
+    free(got);
+}
+
 /* Near-zero columns: the norm is 0 or tiny, eps decides. */
 static void gram_schmidt(void)
 {
@@ -382,6 +484,7 @@ int main(void)
     topk_gather_scatter(BIG);
     topk_edges(x);
     gram_schmidt();
+    copy_batch();
     free(x);
     cudaStreamDestroy(stream);
     printf("%s\n", failed ? "test_device_ops: FAILED" : "test_device_ops: all passed");

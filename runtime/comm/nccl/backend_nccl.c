@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 #include <nccl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,6 +57,21 @@ static ncclRedOp_t nccl_op(ddph_redop op)
     return op == DDPH_MAX ? ncclMax : op == DDPH_MIN ? ncclMin : ncclSum;
 }
 
+/* A poll loop's pause: spin briefly (a collective often ends within
+ * microseconds), then yield, then sleep, so that a long wait does not
+ * hold a core that the trainer's own threads need. */
+static void backoff(unsigned polls)
+{
+    if (polls < 64)
+        return;
+    if (polls < 1024) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+}
+
 /* Every communicator is nonblocking (config.blocking = 0): an NCCL call
  * may return ncclInProgress, and the communicator then works in the
  * background until ncclCommGetAsyncError says ncclSuccess (or an error);
@@ -84,10 +100,7 @@ static ddph_status settle(ddph_nccl *n, ncclComm_t *comm, ncclResult_t r,
                                     "%g s (the NCCL communicator was aborted)",
                                     what, n->timeout_s);
         }
-        if (polls > 1000) {
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
-        }
+        backoff(polls);
     }
     if (r == ncclSuccess)
         return DDPH_OK;
@@ -125,6 +138,44 @@ static void abort_all(ddph_nccl *n)
     }
 }
 
+/* Every group of n with a communicator: the world, then the splits. */
+static struct ddph_group *next_group(ddph_nccl *n, struct ddph_group *g)
+{
+    return g == &n->world ? n->groups : g->next;
+}
+
+/* The first communicator of n (the world, then the splits) whose
+ * asynchronous error is set, or NULL: every communicator shares the one
+ * stream, so a failure on any of them stops all the work queued behind
+ * it, whichever group a wait names.  *result is that error. */
+static struct ddph_group *failed_comm(ddph_nccl *n, ncclResult_t *result)
+{
+    for (struct ddph_group *g = &n->world; g;
+         g = next_group(n, g)) {
+        ncclResult_t async = ncclSuccess;
+        if (g->nccl &&
+            ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) ==
+                ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress) {
+            *result = async;
+            return g;
+        }
+    }
+    return NULL;
+}
+
+/* The stream has drained: the last QR's info word is there to read
+ * (orthogonalize copies it without waiting, into pinned memory). */
+static ddph_status qr_checked(ddph_nccl *n, ddph_err *err)
+{
+    if (!n->qr_info || *n->qr_info == 0)
+        return DDPH_OK;
+    int info = *n->qr_info;
+    *n->qr_info = 0;
+    return ddph__fail(err, DDPH_ERR_BACKEND,
+                      "orthogonalize: cuSOLVER QR failed (info %d)", info);
+}
+
 /* Waits for the communication stream, against timeout_s; a failed or
  * stuck communicator is aborted and reported (every one of them when the
  * wait names no group). */
@@ -136,7 +187,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
         n->host.activity_touch(); /* a bounded wait, not a stuck hook */
         cudaError_t e = cudaStreamQuery(STREAM(n));
         if (e == cudaSuccess)
-            return DDPH_OK;
+            return qr_checked(n, err);
         if (e != cudaErrorNotReady)
             return ddph__cuda_fail(err, e, what);
         /* "Not ready" is left as the thread's last error: cleared, or the
@@ -144,14 +195,16 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
          * report it as its own failure (PyTorch clears it the same way). */
         (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
-        struct ddph_group *checked = g ? g : &n->world;
-        if (checked->nccl &&
-            ncclCommGetAsyncError((ncclComm_t)checked->nccl, &async) ==
-                ncclSuccess &&
-            async != ncclSuccess && async != ncclInProgress) {
-            ncclCommAbort((ncclComm_t)checked->nccl);
-            checked->nccl = NULL;
-            return nccl_fail(err, async, what);
+        struct ddph_group *bad = failed_comm(n, &async);
+        if (bad) {
+            ncclCommAbort((ncclComm_t)bad->nccl);
+            bad->nccl = NULL;
+            if (bad == g || (!g && bad == &n->world))
+                return nccl_fail(err, async, what);
+            return ddph__fail(err, DDPH_ERR_BACKEND,
+                              "%s failed: %s (on the communicator of a %d-rank "
+                              "group, whose work the stream runs before it)",
+                              what, ncclGetErrorString(async), bad->size);
         }
         /* A peer's failure notice, or a failure on another thread. */
         ddph_status broken = polls % 256 == 255
@@ -174,10 +227,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
                               "(the NCCL communicator was aborted)",
                               what, n->timeout_s);
         }
-        if (polls > 100000) {
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
-        }
+        backoff(polls);
     }
 }
 
@@ -191,6 +241,67 @@ ddph_status ddph__nccl_probe(ddph_err *err)
                           e == cudaSuccess ? "0 devices"
                                            : cudaGetErrorString(e));
     return DDPH_OK;
+}
+
+/* A 63-bit digest of a GPU's UUID (0: unknown). */
+static int64_t uuid_digest(const cudaUUID_t *u)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof u->bytes; i++) {
+        h ^= (unsigned char)u->bytes[i];
+        h *= 1099511628211ull;
+    }
+    return (int64_t)(h >> 1) | 1;
+}
+
+/* The GPU: this rank's index among the ranks of its host, modulo the
+ * GPUs it sees (each rank may see only its own, CUDA_VISIBLE_DEVICES).
+ * Collective: every rank's GPU UUID is gathered, and two ranks on one
+ * GPU (more ranks on a host than GPUs) are an error on both, named here
+ * rather than by NCCL's "Duplicate GPU detected" later. */
+static ddph_status choose_device(ddph_nccl *n, int count, ddph_err *err)
+{
+    ddph_mpi *mpi = n->mpi;
+    int size = mpi->world.size, rank = mpi->world.rank;
+    n->device = mpi->node_rank % count;
+    struct cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, n->device);
+    int64_t *ids = calloc((size_t)size, sizeof *ids);
+    if (!ids)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    ids[rank] = e == cudaSuccess ? uuid_digest(&prop.uuid) : 0;
+    /* An allgather as a sum: every rank fills only its own slot. */
+    ddph_status st = n->host.allreduce_i64(mpi, ids, (size_t)size, DDPH_SUM,
+                                           err);
+    int other = -1;
+    for (int r = 0; st == DDPH_OK && r < size && other < 0; r++)
+        if (r != rank && ids[rank] != 0 && ids[r] == ids[rank])
+            other = r;
+    free(ids);
+    if (st != DDPH_OK)
+        return st;
+    if (e != cudaSuccess)
+        return ddph__cuda_fail(err, e, "cudaGetDeviceProperties");
+    if (other >= 0)
+        return ddph__fail(err, DDPH_ERR_BACKEND,
+                          "rank %d and rank %d would share GPU %d of their "
+                          "host (%d ranks there, %d GPUs visible to this "
+                          "rank): NCCL needs a GPU of its own per rank; "
+                          "start at most one rank per GPU, or give each "
+                          "rank its own through CUDA_VISIBLE_DEVICES",
+                          rank, other, n->device, mpi->node_size, count);
+    return DDPH_OK;
+}
+
+/* The communication stream: non-blocking (no implicit waits on the legacy
+ * stream) and of the highest priority, so that its collectives are
+ * scheduled ahead of the trainer's backward kernels that overlap them. */
+static cudaError_t comm_stream(cudaStream_t *s)
+{
+    int least = 0, greatest = 0;
+    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess)
+        greatest = 0;
+    return cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest);
 }
 
 ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
@@ -219,17 +330,32 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
         return st;
     }
     /* Local set-up: a failure here is agreed on below, with rank 0's
-     * ncclGetUniqueId, so that no rank waits in the broadcast alone. */
-    /* The GPU: this rank's index among the ranks of its host. */
-    n->device = mpi->node_rank % count;
+     * ncclGetUniqueId, so that no rank waits in the broadcast alone.  The
+     * caller's current device is its own (the trainer's): set back at the
+     * end; the communication thread binds to n->device itself. */
+    int caller_device = -1;
+    if (cudaGetDevice(&caller_device) != cudaSuccess)
+        caller_device = -1;
+    st = choose_device(n, count, err);
+    /* NCCL_COMM_BLOCKING=1 overrides config.blocking = 0: every call
+     * would then block in NCCL, out of timeout_s's reach. */
+    const char *blocking = getenv("NCCL_COMM_BLOCKING");
+    if (st == DDPH_OK && blocking && atoi(blocking) != 0)
+        st = ddph__fail(err, DDPH_ERR_INVALID,
+                        "NCCL_COMM_BLOCKING=%s is set: it makes NCCL's "
+                        "communicators blocking, which timeout_s cannot "
+                        "bound; unset it (the nccl backend needs them "
+                        "nonblocking)",
+                        blocking);
     cudaStream_t s = NULL;
     cublasHandle_t h = NULL;
     cusolverDnHandle_t solver = NULL;
-    if ((e = cudaSetDevice(n->device)) != cudaSuccess)
+    if (st != DDPH_OK)
+        ; /* agreed on below */
+    else if ((e = cudaSetDevice(n->device)) != cudaSuccess)
         st = ddph__cuda_fail(err, e, "cudaSetDevice");
-    else if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) !=
-             cudaSuccess)
-        st = ddph__cuda_fail(err, e, "cudaStreamCreate");
+    else if ((e = comm_stream(&s)) != cudaSuccess)
+        st = ddph__cuda_fail(err, e, "cudaStreamCreateWithPriority");
     n->stream = s;
     if (st == DDPH_OK && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
         st = ddph__fail(err, DDPH_ERR_BACKEND, "cublasCreate failed");
@@ -270,6 +396,8 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
         st = settle(n, &comm, r == ncclSuccess ? ncclInProgress : r,
                     "ncclCommInitRank", ddph__now() + n->timeout_s, err);
     }
+    if (caller_device >= 0 && caller_device != n->device)
+        cudaSetDevice(caller_device);
     if (st != DDPH_OK) {
         ddph__nccl_finalize(n, 1);
         return st;
@@ -281,23 +409,58 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
     return DDPH_OK;
 }
 
+/* Ends every communicator of n.  Not aborting: ncclCommFinalize on each
+ * (nonblocking: it flushes their work), polled against timeout_s, then
+ * ncclCommDestroy, which has nothing left to wait for; a communicator
+ * that does not finalize in time (a peer gone mid-collective) is aborted
+ * instead, so that teardown cannot block for ever. */
+static void end_comms(ddph_nccl *n, int abort)
+{
+    double deadline = ddph__now() + n->timeout_s;
+    /* Finalize all first: their peers finalize in whatever order. */
+    for (struct ddph_group *g = &n->world; g;
+         g = next_group(n, g)) {
+        if (!g->nccl || abort)
+            continue;
+        ncclResult_t r = ncclCommFinalize((ncclComm_t)g->nccl);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            ncclCommAbort((ncclComm_t)g->nccl);
+            g->nccl = NULL;
+        }
+    }
+    for (struct ddph_group *g = &n->world; g;
+         g = next_group(n, g)) {
+        if (!g->nccl)
+            continue;
+        ncclComm_t c = (ncclComm_t)g->nccl;
+        ddph_err ignored;
+        if (abort || settle(n, &c, ncclInProgress, "ncclCommFinalize",
+                            deadline, &ignored) != DDPH_OK) {
+            if (c)
+                ncclCommAbort(c);
+        } else {
+            ncclCommDestroy(c);
+        }
+        g->nccl = NULL;
+    }
+}
+
 void ddph__nccl_finalize(ddph_nccl *n, int abort)
 {
-    ncclResult_t (*end)(ncclComm_t) = abort ? ncclCommAbort : ncclCommDestroy;
+    end_comms(n, abort);
     for (struct ddph_group *g = n->groups, *next; g; g = next) {
         next = g->next;
-        if (g->nccl)
-            end((ncclComm_t)g->nccl);
         free(g);
     }
-    if (n->world.nccl)
-        end((ncclComm_t)n->world.nccl);
     if (n->blas)
         cublasDestroy((cublasHandle_t)n->blas);
     if (n->solver)
         cusolverDnDestroy((cusolverDnHandle_t)n->solver);
+    /* In stream order: cudaFree would synchronise the device. */
     if (n->qr_scratch)
-        cudaFree(n->qr_scratch);
+        cudaFreeAsync(n->qr_scratch, STREAM(n));
+    if (n->qr_info)
+        cudaFreeHost(n->qr_info);
     if (n->stream)
         cudaStreamDestroy(STREAM(n));
     free(n);
@@ -337,6 +500,33 @@ ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
     return enqueued(n, g, r, "ncclAllGather", err);
 }
 
+/* A call inside ncclGroupStart/End on a nonblocking communicator may
+ * answer ncclInProgress: the group goes on (stopping there would leave
+ * the peers waiting for the calls never made). */
+static int in_group_ok(ncclResult_t r)
+{
+    return r == ncclSuccess || r == ncclInProgress;
+}
+
+/* After ncclGroupEnd: `last` is the last call's answer inside the group,
+ * `end` the group's.  Either in progress: the communicator is settled
+ * against timeout_s (no call may be made on it before).  An error inside
+ * the group: the calls after it were not made, and the peers would wait
+ * for them, so the communicator is aborted. */
+static ddph_status group_ended(ddph_nccl *n, struct ddph_group *g,
+                               ncclResult_t last, ncclResult_t end,
+                               const char *what, ddph_err *err)
+{
+    if (!in_group_ok(last)) {
+        ncclCommAbort((ncclComm_t)g->nccl);
+        g->nccl = NULL;
+        return nccl_fail(err, last, what);
+    }
+    if (end == ncclSuccess && last == ncclInProgress)
+        end = ncclInProgress;
+    return enqueued(n, g, end, what, err);
+}
+
 /* NCCL has no allgatherv: one broadcast per rank into its slice, fused
  * into one launch by a group. */
 ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
@@ -349,16 +539,14 @@ ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
         return st;
     size_t es = ddph__dtype_size(dtype), at = 0;
     ncclResult_t r = ncclGroupStart();
-    for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+    for (int i = 0; i < g->size && in_group_ok(r); i++) {
         char *slice = (char *)recv + at * es;
         r = ncclBroadcast(i == g->rank ? send : slice, slice, counts[i],
                           nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
         at += counts[i];
     }
-    ncclResult_t end = ncclGroupEnd();
-    if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail(err, r, "ncclBroadcast (allgatherv)");
-    return enqueued(n, g, end, "ncclBroadcast (allgatherv)", err);
+    return group_ended(n, g, r, ncclGroupEnd(), "ncclBroadcast (allgatherv)",
+                       err);
 }
 
 /* Point-to-point pairs in one group, as NCCL's documentation builds
@@ -373,17 +561,15 @@ ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
         return st;
     size_t block = count * ddph__dtype_size(dtype);
     ncclResult_t r = ncclGroupStart();
-    for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+    for (int i = 0; i < g->size && in_group_ok(r); i++) {
         r = ncclSend((const char *)send + (size_t)i * block, count,
                      nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
-        if (r == ncclSuccess)
+        if (in_group_ok(r))
             r = ncclRecv((char *)recv + (size_t)i * block, count,
                          nccl_type(dtype), i, (ncclComm_t)g->nccl, STREAM(n));
     }
-    ncclResult_t end = ncclGroupEnd();
-    if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail(err, r, "ncclSend/ncclRecv (alltoall)");
-    return enqueued(n, g, end, "ncclSend/ncclRecv (alltoall)", err);
+    return group_ended(n, g, r, ncclGroupEnd(), "ncclSend/ncclRecv (alltoall)",
+                       err);
 }
 
 ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
@@ -395,9 +581,15 @@ ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
 int ddph__nccl_idle(ddph_nccl *n)
 {
     cudaError_t e = cudaStreamQuery(STREAM(n));
-    if (e == cudaErrorNotReady)
-        (void)cudaGetLastError(); /* not a failure: see wait_stream */
-    return e == cudaSuccess;
+    if (e == cudaSuccess)
+        return 1;
+    if (e != cudaErrorNotReady)
+        return -1; /* the wait names CUDA's error */
+    (void)cudaGetLastError(); /* not a failure: see wait_stream */
+    /* A communicator's asynchronous error: the stream will never drain,
+     * and a hook's test must not learn of it only at timeout_s. */
+    ncclResult_t async;
+    return failed_comm(n, &async) ? -1 : 0;
 }
 
 ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
@@ -487,22 +679,28 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
         ncclResult_t r = ncclCommSplit((ncclComm_t)parent->nccl,
                                        color < 0 ? NCCL_SPLIT_NOCOLOR : color,
                                        key, &c, &config);
-        /* Nonblocking: the new communicator (or, for a rank that joins
-         * none, the parent) is asked until the split is done, against
-         * timeout_s. */
+        /* Nonblocking: NCCL delivers the new communicator into c only once
+         * the parent has settled, so the parent is asked first; then the
+         * child, which may still be connecting.  Both against one
+         * timeout_s.  A child that fails is aborted, never the parent. */
         double deadline = ddph__now() + n->timeout_s;
-        if (c)
-            split_st = settle(n, &c, r == ncclSuccess ? ncclInProgress : r,
-                              "ncclCommSplit", deadline, &nerr);
-        else {
-            ncclComm_t pc = (ncclComm_t)parent->nccl;
-            split_st = settle(n, &pc, r, "ncclCommSplit", deadline, &nerr);
-            parent->nccl = pc;
-        }
+        ncclComm_t pc = (ncclComm_t)parent->nccl;
+        split_st = settle(n, &pc, r == ncclSuccess ? ncclInProgress : r,
+                          "ncclCommSplit", deadline, &nerr);
+        parent->nccl = pc;
+        if (split_st == DDPH_OK && color >= 0 && !c)
+            split_st = ddph__fail(&nerr, DDPH_ERR_BACKEND,
+                                  "ncclCommSplit settled without giving "
+                                  "this rank its communicator (colour %d)",
+                                  color);
+        if (split_st == DDPH_OK && c)
+            split_st = settle(n, &c, ncclInProgress,
+                              "ncclCommSplit (the new communicator)",
+                              deadline, &nerr);
     }
     if (color < 0) {
         if (c)
-            ncclCommDestroy(c);
+            ncclCommAbort(c); /* NCCL gives none; never used */
         return st; /* the MPI side's "no group" error */
     }
     if (nst != DDPH_OK)
@@ -511,7 +709,7 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
         return ddph__fail(err, split_st, "%s", nerr.msg);
     struct ddph_group *g = calloc(1, sizeof *g);
     if (!g) {
-        ncclCommDestroy(c);
+        ncclCommAbort(c);
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     *g = *mg; /* the MPI side stays owned by the MPI backend's list */

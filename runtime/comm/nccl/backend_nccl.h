@@ -24,6 +24,9 @@ typedef struct ddph_gpu {
     void *solver;            /* cusolverDnHandle_t on that stream */
     void *qr_scratch;        /* device scratch of orthogonalize's QR */
     size_t qr_scratch_cap;   /* bytes */
+    /* Pinned: cuSOLVER's info word of the last QR, copied without a wait
+     * and checked when the stream has drained (0: fine). */
+    int *qr_info;
     int device;
     double timeout_s;
     struct ddph_group *groups; /* splits, freed at finalize */
@@ -68,7 +71,9 @@ ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
 /* Nonblocking collectives: enqueued on the communication stream and not
  * waited for.  The stream runs everything in order, so waiting for one
  * is waiting for the stream (ddph__nccl_wait, against timeout_s), and
- * ddph__nccl_idle says whether all that was enqueued has finished. */
+ * ddph__nccl_idle says whether all that was enqueued has finished: 1
+ * finished, 0 still running, -1 failed (a CUDA error, or an asynchronous
+ * error on any communicator): the wait then reports it at once. */
 ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
                                        void *buf, size_t count,
                                        ddph_dtype dtype, ddph_redop op,

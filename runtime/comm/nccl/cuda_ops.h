@@ -18,6 +18,11 @@ int ddph__cuda_cast(const void *src, int src_dtype, void *dst, int dst_dtype,
 int ddph__cuda_divide(void *buf, int dtype, size_t n, double divisor,
                       void *stream);
 
+/* n device-to-device copies (dst[i] <- src[i], bytes[i]) in one launch a
+ * batch of 64: the copy-back of a bucket into its parameters. */
+int ddph__cuda_copy_batch(void *const *dst, const void *const *src,
+                          const size_t *bytes, size_t n, void *stream);
+
 /* PyTorch's _orthogonalize_gram_schmidt on the row-major rows x cols
  * matrix x, in place, as the CPU path computes it (double sums, float
  * norms, eps added to each norm when it is not 0). */

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "comm/nccl/backend_nccl.h"
 #include "comm/nccl/cuda_ops.h"
@@ -41,38 +42,67 @@ static void mem_free(void *p)
     cudaFree(p);
 }
 
-/* The current device's default pool keeps what is freed (no release
- * threshold), so that a hook's per-step scratch memory is reused instead
- * of going back to the driver at every synchronisation. */
-static void keep_pool(void)
+/* The hooks' own memory pool, one per device: it keeps what is freed
+ * (no release threshold), so that a hook's per-step scratch memory is
+ * reused instead of going back to the driver at every synchronisation,
+ * and it is private, so that the trainer's pools (the device's default
+ * one included) keep their own settings. */
+#define MAX_DEVICES 64
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaMemPool_t pools[MAX_DEVICES];
+
+ddph_status ddph__cuda_pool(void **out, ddph_err *err)
 {
     int dev = 0;
-    cudaMemPool_t pool;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess)
-        return;
-    uint64_t keep_all = UINT64_MAX;
-    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+    CUDA_OR_FAIL(cudaGetDevice(&dev), "cudaGetDevice");
+    if (dev < 0 || dev >= MAX_DEVICES)
+        return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                          "GPU %d: at most %d GPUs are supported", dev,
+                          MAX_DEVICES);
+    pthread_mutex_lock(&pools_lock);
+    cudaError_t e = cudaSuccess;
+    if (!pools[dev]) {
+        struct cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaMemPool_t pool;
+        e = cudaMemPoolCreate(&pool, &props);
+        if (e == cudaSuccess) {
+            uint64_t keep_all = UINT64_MAX;
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                    &keep_all);
+            pools[dev] = pool;
+        }
+    }
+    *out = pools[dev];
+    pthread_mutex_unlock(&pools_lock);
+    return e == cudaSuccess ? DDPH_OK
+                            : ddph__cuda_fail(err, e, "cudaMemPoolCreate");
 }
 
 static ddph_status mem_alloc_on(size_t bytes, void *stream, void **out,
                                 ddph_err *err)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, keep_pool);
+    void *pool = NULL;
+    ddph_status st = ddph__cuda_pool(&pool, err);
+    if (st != DDPH_OK)
+        return st;
     void *p;
-    cudaStream_t st = (cudaStream_t)stream;
-    CUDA_OR_FAIL(cudaMallocAsync(&p, bytes, st), "cudaMallocAsync");
+    cudaStream_t s = (cudaStream_t)stream;
+    CUDA_OR_FAIL(cudaMallocFromPoolAsync(&p, bytes, (cudaMemPool_t)pool, s),
+                 "cudaMallocFromPoolAsync");
     /* The services promise 64-byte alignment (pools give at least 256). */
     if ((uintptr_t)p % 64 != 0) {
-        cudaFreeAsync(p, st);
+        cudaFreeAsync(p, s);
         return ddph__fail(err, DDPH_ERR_NOMEM,
-                          "cudaMallocAsync returned %p, not aligned to 64 "
-                          "bytes", p);
+                          "cudaMallocFromPoolAsync returned %p, not aligned "
+                          "to 64 bytes", p);
     }
-    cudaError_t e = cudaMemsetAsync(p, 0, bytes, st);
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, s);
     if (e != cudaSuccess) {
-        cudaFreeAsync(p, st);
+        cudaFreeAsync(p, s);
         return ddph__cuda_fail(err, e, "cudaMemsetAsync");
     }
     *out = p;
@@ -163,6 +193,35 @@ static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first,
     return DDPH_OK;
 }
 
+static ddph_status check_on(const void *p, int device, ddph_err *err)
+{
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess)
+        return ddph__cuda_fail(err, e, "cudaPointerGetAttributes");
+    if (a.type == cudaMemoryTypeManaged ||
+        (a.type == cudaMemoryTypeDevice && a.device == device))
+        return DDPH_OK;
+    if (a.type == cudaMemoryTypeDevice)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "%p is memory of GPU %d, but this rank's GPU is "
+                          "%d (the rank's index among its host's ranks, "
+                          "modulo the GPUs it sees): allocate the gradients "
+                          "there",
+                          p, a.device, device);
+    return ddph__fail(err, DDPH_ERR_INVALID,
+                      "%p is host memory, not GPU memory (DDPH_CUDA)", p);
+}
+
+static ddph_status copy_batch(void *const *dst, const void *const *src,
+                              const size_t *bytes, size_t n, void *stream,
+                              ddph_err *err)
+{
+    CUDA_OR_FAIL((cudaError_t)ddph__cuda_copy_batch(dst, src, bytes, n, stream),
+                 "copy_batch kernel");
+    return DDPH_OK;
+}
+
 const ddph_dev_cuda_ops ddph__cuda_memory = {
     .alloc = mem_alloc,
     .free = mem_free,
@@ -178,4 +237,6 @@ const ddph_dev_cuda_ops ddph__cuda_memory = {
     .nonfinite_reset = nonfinite_reset,
     .nonfinite_find = nonfinite_find,
     .nonfinite_fetch = nonfinite_fetch,
+    .check_on = check_on,
+    .copy_batch = copy_batch,
 };

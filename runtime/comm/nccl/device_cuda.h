@@ -7,4 +7,9 @@
 
 extern const ddph_dev_cuda_ops ddph__cuda_memory;
 
+/* The hooks' private memory pool of the current device (a cudaMemPool_t
+ * that keeps what is freed), made on first use.  Stream-ordered
+ * allocations from it (cudaMallocFromPoolAsync) synchronise nothing. */
+ddph_status ddph__cuda_pool(void **out, ddph_err *err);
+
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm/nccl/cuda_ops.h"
+#include "comm/nccl/device_cuda.h"
 
 #define STREAM(n) ((cudaStream_t)(n)->stream)
 
@@ -64,19 +65,27 @@ ddph_status ddph__nccl_gemm(ddph_nccl *n, int ta, int tb, size_t m, size_t nn,
     return DDPH_OK;
 }
 
-/* Grows the QR scratch to `bytes` (its contents are not kept). */
+/* Grows the QR scratch to `bytes` (its contents are not kept), in
+ * stream order from the hooks' pool: no device-wide synchronisation, as
+ * cudaFree/cudaMalloc would be; the old block goes back to the pool once
+ * the work before it on the stream is done. */
 static ddph_status grow_scratch(ddph_nccl *n, size_t bytes, ddph_err *err)
 {
     if (bytes <= n->qr_scratch_cap)
         return DDPH_OK;
+    void *pool = NULL;
+    ddph_status st = ddph__cuda_pool(&pool, err);
+    if (st != DDPH_OK)
+        return st;
     if (n->qr_scratch)
-        cudaFree(n->qr_scratch);
+        cudaFreeAsync(n->qr_scratch, STREAM(n));
     n->qr_scratch = NULL;
     n->qr_scratch_cap = 0;
-    cudaError_t e = cudaMalloc(&n->qr_scratch, bytes);
+    cudaError_t e = cudaMallocFromPoolAsync(&n->qr_scratch, bytes,
+                                            (cudaMemPool_t)pool, STREAM(n));
     if (e != cudaSuccess) {
         n->qr_scratch = NULL;
-        return ddph__cuda_fail(err, e, "orthogonalize: cudaMalloc");
+        return ddph__cuda_fail(err, e, "orthogonalize: cudaMallocFromPoolAsync");
     }
     n->qr_scratch_cap = bytes;
     return DDPH_OK;
@@ -129,17 +138,22 @@ static ddph_status householder_qr(ddph_nccl *n, float *x, size_t rows,
                     x, k, x, k) != CUBLAS_STATUS_SUCCESS)
         return ddph__fail(err, DDPH_ERR_BACKEND,
                           "orthogonalize: launching the QR failed");
-    int host_info = 0;
-    e = cudaMemcpyAsync(&host_info, info, sizeof host_info,
-                        cudaMemcpyDeviceToHost, STREAM(n));
-    if (e != cudaSuccess)
-        return ddph__cuda_fail(err, e, "orthogonalize: cudaMemcpyAsync");
-    st = ddph__nccl_wait(n, NULL, "orthogonalize", err);
-    if (st == DDPH_OK && host_info != 0)
-        st = ddph__fail(err, DDPH_ERR_BACKEND,
-                        "orthogonalize: cuSOLVER QR failed (info %d)",
-                        host_info);
-    return st;
+    /* The info word goes to pinned memory without a wait (PowerSGD
+     * orthogonalizes a matrix per bucket): checked when the stream has
+     * drained (backend_nccl.c, qr_checked). */
+    if (!n->qr_info) {
+        void *pinned = NULL;
+        e = cudaMallocHost(&pinned, sizeof(int));
+        if (e != cudaSuccess)
+            return ddph__cuda_fail(err, e, "orthogonalize: cudaMallocHost");
+        n->qr_info = pinned;
+        *n->qr_info = 0;
+    }
+    e = cudaMemcpyAsync(n->qr_info, info, sizeof(int), cudaMemcpyDeviceToHost,
+                        STREAM(n));
+    return e == cudaSuccess
+               ? DDPH_OK
+               : ddph__cuda_fail(err, e, "orthogonalize: cudaMemcpyAsync");
 }
 
 ddph_status ddph__nccl_orthogonalize(ddph_nccl *n, float *x, size_t rows,
@@ -180,6 +194,16 @@ ddph_status ddph__nccl_copy(ddph_nccl *n, void *dst, const void *src,
                             : kind == DDPH_COPY_FROM_HOST
                                 ? cudaMemcpyHostToDevice
                                 : cudaMemcpyDeviceToDevice;
+    /* To or from pageable host memory, cudaMemcpyAsync returns only
+     * when the copy is done (or staged), behind whatever the stream runs:
+     * that work is waited for first, against timeout_s, so that a stuck
+     * collective is reported instead of holding the copy for ever. */
+    if (k != cudaMemcpyDeviceToDevice) {
+        ddph_status st = ddph__nccl_wait(n, NULL, "copy (the work before it)",
+                                         err);
+        if (st != DDPH_OK)
+            return st;
+    }
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, STREAM(n));
     if (e != cudaSuccess)
         return ddph__cuda_fail(err, e, "cudaMemcpyAsync");
