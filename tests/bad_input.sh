@@ -212,7 +212,7 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
             rc=$?
             last=$((w - 1))
             # The extra collective meets the others' end-of-step record.
-            want="the ranks' collectives differ \(group of $w ranks\): rank $last called allreduce\(f32, [0-9]*, sum\) as its collective #[0-9]* \(iteration [0-9]*, bucket [0-9]* of model 'model'\) where ranks? [0-9, ]* called (allreduce\(f32, [0-9]*, sum\)|the end of its step)"
+            want="the ranks' collectives differ \(group of $w ranks\): rank $last called allreduce\(f32, [0-9]*, sum\) as its collective #[0-9]* \(iteration [0-9]*, bucket [0-9]* of model 'model'(, from its byte [0-9]*)?\) where ranks? [0-9, ]* called (allreduce\(f32, [0-9]*, sum\)|the end of its step)"
             n=$(printf '%s\n' "$out" | grep -Ec "ddphook\[rank [0-9]*\]: error: .*$want")
             if [ "$rc" -ne 0 ] && [ "$n" -ge "$w" ]; then
                 pass=$((pass + 1)); echo "PASS: $fake on $w ranks: every rank names rank $last and both collectives"

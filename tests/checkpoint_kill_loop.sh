@@ -66,7 +66,7 @@ which_step() {
 rand() { od -An -N4 -tu4 /dev/urandom | tr -d ' '; }
 
 kills=0 inside=0 lost=0 tries=0
-echo "one run: $run_s s; killing at random moments in it"
+echo "one run: $run_s s (start-up included); killing at random moments after a rank's start-up"
 while [ "$kills" -lt "$KILLS" ] && [ "$tries" -lt $((KILLS * 4)) ]; do
     tries=$((tries + 1))
     rm -f "$OUT"/pid.*
@@ -74,9 +74,16 @@ while [ "$kills" -lt "$KILLS" ] && [ "$tries" -lt $((KILLS * 4)) ]; do
     CKPT_PIDS="$OUT/pid" timeout 300 "$MPIEXEC" -n $W "$T" "$job" "$OUT/state/ck" \
         $NUMEL run "$STEPS" "$OUT/committed" "$tries" </dev/null >"$OUT/log" 2>&1 &
     launcher=$!
-    # A moment in the run (start-up included), and a rank.
-    delay=$(echo "$(rand) $run_s" | awk '{printf "%.3f", ($1 % 1000000) / 1000000 * $2}')
+    # A rank, and a moment after its start-up (ddph_open) in the run.
     victim=$(( $(rand) % W ))
+    waited=0
+    while [ ! -s "$OUT/pid.$victim" ] && [ "$waited" -lt 600 ] &&
+          kill -0 "$launcher" 2>/dev/null; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    # (start-up is about half a run: the rest of it is the window)
+    delay=$(echo "$(rand) $run_s" | awk '{printf "%.3f", ($1 % 1000000) / 1000000 * $2 * 0.6}')
     sleep "$delay"
     pid=$(cat "$OUT/pid.$victim" 2>/dev/null || true)
     killed=0

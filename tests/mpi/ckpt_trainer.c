@@ -12,11 +12,11 @@
  *       is what was loaded, to compare with the references.
  *
  * STATE may hold one "%d", replaced by the rank (a folder per rank, as
- * node-local disks give).  With CKPT_PIDS set, each rank writes its pid to
- * CKPT_PIDS.<rank> (for a killer).  The model is 4 parameters of NUMEL/4 floats;
- * the gradients depend on the rank and the step only, so every run is the
- * same run.  A failed call prints "rank R: CALL failed: MESSAGE" and exits
- * 1. */
+ * node-local disks give).  With CKPT_PIDS set, each rank writes its pid
+ * to CKPT_PIDS.<rank> (for a killer).  The model is 4 parameters of
+ * NUMEL/4 floats; the gradients depend on the rank and the step only, so
+ * every run is the same run.  A failed call prints "rank R: CALL failed:
+ * MESSAGE" and exits 1. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

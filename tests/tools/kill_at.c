@@ -7,7 +7,9 @@
  *                        either path), WHEN is before or after the call.
  *   KILL_MATCH=TEXT      e.g. ".rank2"
  * Without KILL_AT the calls pass through untouched. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NEXT */
+#endif
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
