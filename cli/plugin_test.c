@@ -732,7 +732,8 @@ static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
         ddph_bucket shown = b;
         shown.buffer = NULL;
         shown.iteration = 0;
-        ddph_layout layout = {sizeof layout, "probe", 1, &shown};
+        ddph_layout layout = {.struct_size = sizeof layout, .model = "probe",
+                              .nbuckets = 1, .buckets = &shown};
         st = ddph__hook_on_layout(h, &layout, &e);
     }
     if (st != DDPH_OK) {

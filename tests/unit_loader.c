@@ -1,5 +1,6 @@
 /* unit_loader.c: the loader's error matrix against the fake plugins, the
- * shipped allreduce plugin, and hook options validated against a schema.
+ * shipped allreduce plugin, hook options validated against a schema, and
+ * the bucket layout as older plugins read it.
  * Every message is asserted, not only the status. */
 #include "build-config.h"
 
@@ -14,7 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ddphook/plugin_util.h>
+
 #include "support/config.h"
+#include "plugin/abi_released.h"
+#include "plugin/hook.h"
 #include "plugin/loader.h"
 #include "support/options.h"
 #include "unit.h"
@@ -546,6 +551,59 @@ START_TEST(options_validated_against_schema)
 }
 END_TEST
 
+/* ddph_layout.buckets as a plugin of an older minor indexes it: at its
+ * own, smaller sizeof(ddph_bucket) (here 1.0's, which ended before
+ * divided_by), each element's struct_size saying so; bucket_list points
+ * at the host's buckets whatever the stride. */
+START_TEST(layout_served_at_the_plugins_stride)
+{
+    enum { N = 5 };
+    ddph_tensor_view tv[N];
+    ddph_bucket host[N];
+    for (int i = 0; i < N; i++) {
+        tv[i] = (ddph_tensor_view){"w", 0, (size_t)(100 + i), 0, NULL};
+        host[i] = (ddph_bucket){.struct_size = sizeof(ddph_bucket),
+                                .index = i, .count = N, .is_last = i == N - 1,
+                                .dtype = DDPH_F32, .numel = (size_t)(100 + i),
+                                .ntensors = 1, .tensors = &tv[i],
+                                .model = "net", .divided_by = 2};
+    }
+    ddph_layout layout = {.struct_size = sizeof layout, .model = "net",
+                          .nbuckets = N, .buckets = host};
+    size_t old = ddph__abi_bucket_size(1);
+    ck_assert_uint_lt(old, sizeof(ddph_bucket));
+    ddph_plugin_layout shown;
+    ck_assert_int_eq(ddph__layout_for_plugin(&layout, old, &shown), DDPH_OK);
+    ck_assert_ptr_ne(shown.view.buckets, host);
+    for (int i = 0; i < N; i++) {
+        const ddph_bucket *b = (const ddph_bucket *)(const void *)(
+            (const char *)shown.view.buckets + (size_t)i * old);
+        ck_assert_uint_eq(b->struct_size, old);
+        ck_assert_int_eq(b->index, i);
+        ck_assert_int_eq(b->count, N);
+        ck_assert_uint_eq(b->numel, (size_t)(100 + i));
+        ck_assert_ptr_eq(b->tensors, &tv[i]);
+        ck_assert(!DDPH_HAS_MEMBER(b, ddph_bucket, divided_by));
+        ck_assert_ptr_eq(shown.view.bucket_list[i], &host[i]);
+        ck_assert_ptr_eq(ddph_util_layout_bucket(&shown.view, i), &host[i]);
+    }
+    ddph__layout_for_plugin_free(&shown);
+    /* 1.2-1.4 and this minor: the host's own array, as it is. */
+    for (uint32_t minor = 2; minor <= DDPH_PLUGIN_ABI_MINOR; minor++) {
+        ck_assert_uint_eq(ddph__abi_bucket_size(minor), sizeof(ddph_bucket));
+        ck_assert_int_eq(ddph__layout_for_plugin(
+                             &layout, ddph__abi_bucket_size(minor), &shown),
+                         DDPH_OK);
+        ck_assert_ptr_eq(shown.view.buckets, host);
+        ddph__layout_for_plugin_free(&shown);
+    }
+    /* A layout from a host before 1.5 (no bucket_list): stepped by the
+     * elements' struct_size. */
+    layout.struct_size = offsetof(ddph_layout, bucket_list);
+    ck_assert_ptr_eq(ddph_util_layout_bucket(&layout, 3), &host[3]);
+}
+END_TEST
+
 Suite *loader_suite(void)
 {
     Suite *s = suite_create("loader");
@@ -566,6 +624,7 @@ Suite *loader_suite(void)
     tcase_add_test(tc, link_owned_by_another_user_is_refused);
     tcase_add_test(tc, loaded_through_descriptors_stay_distinct);
     tcase_add_test(tc, options_validated_against_schema);
+    tcase_add_test(tc, layout_served_at_the_plugins_stride);
     suite_add_tcase(s, tc);
     return s;
 }

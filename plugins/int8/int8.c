@@ -140,7 +140,7 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
     t->nbuckets = layout->nbuckets;
     int ok = 1;
     for (int i = 0; i < layout->nbuckets && ok; i++) {
-        const ddph_bucket *lb = &layout->buckets[i];
+        const ddph_bucket *lb = ddph_util_layout_bucket(layout, i);
         int8_bucket *b = &t->buckets[i];
         b->numel = t->numel[i] = lb->numel;
         b->chunk = (lb->numel + world - 1) / world;

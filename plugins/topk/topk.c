@@ -122,7 +122,7 @@ static ddph_status topk_on_layout(void *state, const ddph_layout *layout,
     t->nbuckets = layout->nbuckets;
     int ok = 1;
     for (int i = 0; i < layout->nbuckets && ok; i++) {
-        const ddph_bucket *lb = &layout->buckets[i];
+        const ddph_bucket *lb = ddph_util_layout_bucket(layout, i);
         topk_bucket *b = &t->buckets[i];
         if (lb->numel > INT32_MAX) {
             s->set_error(s, "topk: bucket %d has %zu elements; int32 "

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plugin/abi_released.h"
 #include "plugin/services.h"
 
 #include <ddphook/ddphook.h>
@@ -276,6 +277,43 @@ ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
     return DDPH_OK;
 }
 
+ddph_status ddph__layout_for_plugin(const ddph_layout *layout, size_t stride,
+                                    ddph_plugin_layout *out)
+{
+    size_t n = layout->nbuckets > 0 ? (size_t)layout->nbuckets : 0;
+    *out = (ddph_plugin_layout){.view = *layout};
+    out->list = calloc(n ? n : 1, sizeof *out->list);
+    if (!out->list)
+        return DDPH_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        out->list[i] = &layout->buckets[i];
+    out->view.struct_size = sizeof out->view;
+    out->view.bucket_list = out->list;
+    if (stride >= sizeof(ddph_bucket))
+        return DDPH_OK;
+    /* An older plugin steps through buckets[] by its own, smaller
+     * sizeof(ddph_bucket): the leading members of each, its size set. */
+    out->packed = calloc(n ? n : 1, stride);
+    if (!out->packed) {
+        free(out->list);
+        return DDPH_ERR_NOMEM;
+    }
+    uint32_t size = (uint32_t)stride;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *at = out->packed + i * stride;
+        memcpy(at, &layout->buckets[i], stride);
+        memcpy(at + offsetof(ddph_bucket, struct_size), &size, sizeof size);
+    }
+    out->view.buckets = (const ddph_bucket *)(const void *)out->packed;
+    return DDPH_OK;
+}
+
+void ddph__layout_for_plugin_free(ddph_plugin_layout *l)
+{
+    free(l->list);
+    free(l->packed);
+}
+
 ddph_status ddph__hook_on_layout(ddph_hook *h, const ddph_layout *layout,
                                  ddph_err *err)
 {
@@ -283,8 +321,14 @@ ddph_status ddph__hook_on_layout(ddph_hook *h, const ddph_layout *layout,
     if (!DDPH_HAS_MEMBER(api, ddph_plugin_api_v1, on_layout) || !api->on_layout)
         return DDPH_OK;
     h->message[0] = '\0';
-    ddph_status st =
-        settle(h, "on_layout", api->on_layout(h->state, layout, &h->services));
+    /* The layout as the plugin's minor reads it (abi_released.h). */
+    ddph_plugin_layout shown;
+    if (ddph__layout_for_plugin(layout, ddph__abi_bucket_size(api->abi_minor),
+                                &shown) != DDPH_OK)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    ddph_status st = settle(
+        h, "on_layout", api->on_layout(h->state, &shown.view, &h->services));
+    ddph__layout_for_plugin_free(&shown);
     if (st != DDPH_OK)
         return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
                           "hook '%s' on_layout failed (rank %d): %s",

@@ -87,8 +87,22 @@ ddph_status ddph__hook_status(ddph_hook *h, const char *call, int st);
 ddph_status ddph__hook_on_bucket(ddph_hook *h, ddph_bucket *b, void *scratch,
                                  uint64_t *sent, uint64_t *received,
                                  ddph_err *err);
+/* A layout as a plugin built for an older minor reads it: `view` with
+ * bucket_list (pointers into the host's buckets) and, when `stride` (the
+ * plugin's sizeof(ddph_bucket)) is smaller than the host's, buckets[]
+ * copied at that stride.  Free with ddph__layout_for_plugin_free. */
+typedef struct ddph_plugin_layout {
+    ddph_layout view;
+    const ddph_bucket **list;
+    unsigned char *packed;
+} ddph_plugin_layout;
+ddph_status ddph__layout_for_plugin(const ddph_layout *layout, size_t stride,
+                                    ddph_plugin_layout *out);
+void ddph__layout_for_plugin_free(ddph_plugin_layout *l);
+
 /* Hands the bucket layout to the plugin's on_layout (ABI minor 2), if it
- * has one. */
+ * has one.  layout->buckets holds the host's own ddph_bucket; the plugin
+ * gets them as its minor declared them, and bucket_list. */
 ddph_status ddph__hook_on_layout(ddph_hook *h, const ddph_layout *layout,
                                  ddph_err *err);
 ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,

@@ -24,7 +24,8 @@
 #include "support/options.h"
 
 
-/* Hook names: letters, digits, '_' and '-', 1 to 64 of them. */
+/* Hook names: plugin.h's rule, letters, digits, '_' and '-', 1 to
+ * DDPH_PLUGIN_NAME_MAX of them. */
 static int valid_name(const char *name)
 {
     size_t n = 0;
@@ -32,7 +33,7 @@ static int valid_name(const char *name)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
               *c == '_' || *c == '-' || (*c >= 'A' && *c <= 'Z')))
             return 0;
-    return n > 0 && n <= 64;
+    return n > 0 && n <= DDPH_PLUGIN_NAME_MAX;
 }
 
 static int is_hook_file(const struct dirent *de)

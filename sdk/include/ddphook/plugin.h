@@ -11,10 +11,18 @@
  * member the plugin cannot do without).
  *
  * Versioning promise (docs/abi.md):
- *   - A minor version only appends members at the end of ddph_plugin_api_v1,
- *     ddph_services, ddph_bucket and ddph_step_info, and appends status
- *     codes, dtypes and option types.  Every struct starts with its size, and
- *     a reader touches a member only if the size says it is there.
+ *   - A minor version only appends: members at the end of the growable
+ *     structs, and status codes, dtypes, option types and flags; every
+ *     member added bumps the minor.  The growable structs carry their size:
+ *     ddph_services, ddph_bucket, ddph_layout and ddph_step_info start with
+ *     struct_size, ddph_plugin_api_v1 has it third (after abi_major and
+ *     abi_minor).  A reader touches a member only if that size says it is
+ *     there (DDPH_HAS_MEMBER).  No array of a growable struct is indexed
+ *     across versions: ddph_layout.buckets is served at the size of the
+ *     plugin's own minor, and bucket_list (1.5) holds pointers.
+ *   - Frozen, never to change (they have no size and are handed out in
+ *     arrays): ddph_option_spec, ddph_tensor_view, ddph_param_view and
+ *     ddph_stat, and the value of every enum constant.
  *   - Anything else (reordering, changing a member's type or meaning) is a
  *     new major with a new entry symbol; the host keeps loading older majors
  *     it still supports through an adapter.
@@ -37,7 +45,11 @@ extern "C" {
 #endif
 
 #define DDPH_PLUGIN_ABI_MAJOR 1
-#define DDPH_PLUGIN_ABI_MINOR 4
+#define DDPH_PLUGIN_ABI_MINOR 5
+
+/* A hook's name (ddph_plugin_api_v1.name, and NAME in NAME.so and
+ * [hook.NAME]): 1 to DDPH_PLUGIN_NAME_MAX letters, digits, '_' and '-'. */
+#define DDPH_PLUGIN_NAME_MAX 64
 
 /* Name of the entry symbol for ABI major 1. */
 #define DDPH_PLUGIN_ENTRY_V1 "ddph_plugin_v1"
@@ -120,12 +132,23 @@ typedef struct ddph_bucket {
 
 /* The buckets of a model as on_layout sees them (ABI minor 2): each
  * bucket as on_bucket will see it (dtype under the wrapper, tensors),
- * with buffer = NULL and iteration = 0.  Valid during the call. */
+ * with buffer = NULL and iteration = 0.  Valid during the call.  Read
+ * bucket i with ddph_util_layout_bucket (plugin_util.h), right on every
+ * host. */
 typedef struct ddph_layout {
     uint32_t struct_size;
     const char *model;
     int nbuckets;
-    const ddph_bucket *buckets; /* nbuckets, index order */
+    /* nbuckets buckets, index order, each of the size ddph_bucket has in
+     * the minor the plugin was built with (ddph_plugin_api_v1.abi_minor;
+     * its struct_size says so), so that `buckets[i]` stays right in a
+     * plugin built before later minors appended to ddph_bucket.  Hosts
+     * before 1.5 give their own size. */
+    const ddph_bucket *buckets;
+    /* ABI minor 5 (test with DDPH_HAS_MEMBER(layout, ddph_layout,
+     * bucket_list); older hosts' layouts end before it): nbuckets pointers
+     * to the buckets, index order, each of the host's own size. */
+    const ddph_bucket *const *bucket_list;
 } ddph_layout;
 
 /* One parameter as on_step_end sees it: the trainer's parameter (weight)
@@ -407,7 +430,7 @@ typedef struct ddph_plugin_api_v1 {
     uint32_t abi_minor;   /* DDPH_PLUGIN_ABI_MINOR the plugin was built with */
     uint32_t struct_size; /* sizeof(ddph_plugin_api_v1) the plugin was built with */
 
-    const char *name;        /* required: hook name, [a-z0-9_]+ */
+    const char *name;        /* required: DDPH_PLUGIN_NAME_MAX's rule */
     const char *version;     /* required: the plugin's own version */
     const char *description; /* required: one line */
     const ddph_option_spec *options; /* may be NULL: no options */

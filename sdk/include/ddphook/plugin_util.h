@@ -5,6 +5,7 @@
  *   ddph_util_need_minor2   refuse a host older than ABI minor 2, saying so
  *   ddph_util_f32_load      an f32 view of any floating bucket
  *   ddph_util_f32_store     and the result written back in its dtype
+ *   ddph_util_layout_bucket bucket i of on_layout's layout, on any host
  *   ddph_util_check_bucket  on_bucket's bucket is one on_layout announced
  *   ddph_util_save_errors   per-bucket error buffers (device memory) into
  *   ddph_util_load_errors   the hook's saved state, and back, refusing
@@ -76,6 +77,20 @@ static inline ddph_status ddph_util_f32_store(const ddph_services *s,
     if (b->dtype == DDPH_F32)
         return DDPH_OK;
     return s->cast(s, data, DDPH_F32, b->buffer, b->dtype, b->numel, 1.0);
+}
+
+/* Bucket i (0 <= i < nbuckets) of on_layout's layout: through bucket_list
+ * where the host has it (ABI 1.5), else buckets[] stepped by its elements'
+ * own struct_size (a 1.2-1.4 host gives its own size), so that a plugin
+ * built against any minor reads the right bucket from any host. */
+static inline const ddph_bucket *ddph_util_layout_bucket(const ddph_layout *l,
+                                                         int i)
+{
+    if (DDPH_HAS_MEMBER(l, ddph_layout, bucket_list) && l->bucket_list)
+        return l->bucket_list[i];
+    return (const ddph_bucket *)(const void *)((const char *)l->buckets +
+                                               (size_t)i *
+                                                   l->buckets[0].struct_size);
 }
 
 /* Checks that on_bucket's bucket is the one on_layout announced. */
