@@ -19,6 +19,7 @@ averaged over the ranks, the bytes each rank sent per step, the hook's
 own statistics.
 """
 import argparse
+import atexit
 import math
 import os
 import sys
@@ -92,16 +93,27 @@ def batch(text, gen, size, seq):
 
 
 def job_file(config, plugin_path, rank):
-    """The job file, with [runtime] plugin_path first when one is given
-    (one copy per rank: no rank reads what another is writing)."""
+    """The job file, with [runtime] plugin_path first when one is given:
+    a copy beside it (so that paths in it still resolve), or in the
+    temporary folder where that one is read-only; one per rank (no rank
+    reads what another is writing), removed at exit."""
     if not plugin_path:
         return config
-    path = os.path.join(tempfile.gettempdir(), "train_ddp.%d.%d.ini" % (
-        os.getppid(), rank))
-    with open(path, "w") as out, open(config) as src:
-        out.write("[runtime]\nplugin_path = %s\n" % os.path.abspath(plugin_path))
-        out.write(src.read())
-    return path
+    with open(config) as src:
+        text = "[runtime]\nplugin_path = %s\n%s" % (
+            os.path.abspath(plugin_path), src.read())
+    name = ".train_ddp.%d.%d.ini" % (os.getppid(), rank)
+    for folder in (os.path.dirname(os.path.abspath(config)),
+                   tempfile.gettempdir()):
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "w") as out:
+                out.write(text)
+        except OSError:
+            continue
+        atexit.register(os.remove, path)
+        return path
+    raise SystemExit("train_ddp.py: cannot write a copy of %s" % config)
 
 
 def main():

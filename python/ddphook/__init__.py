@@ -89,6 +89,7 @@ class Job:
         self.ctx = ctx
         self.closed = False
         self.failed = None  # the message of the failure that ended the job
+        self.step_to_end = None  # ddphook.torch: whose step awaits its end
 
     @property
     def rank(self):
@@ -135,9 +136,12 @@ class Job:
         return buf.raw
 
     def _usable(self):
+        """Refuses a closed job; ends a step ddphook.torch left open."""
         if self.closed:
             raise Error("ddphook: the job %s is closed" % self.path,
                         "DDPH_ERR_STATE")
+        if self.step_to_end is not None:
+            self.step_to_end.step_end()
 
     def close(self):
         """Ends the job (every rank meets, within timeout_s); raises Error

@@ -18,6 +18,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import warnings
 
 import torch
@@ -117,9 +118,11 @@ class HookState:
         self.grads = []    # per parameter: a flat tensor over the memory
                            # the runtime reads gradients from
         self.steps = 0     # synchronised steps completed
+        self.bridge_s = 0.0  # seconds spent copying gradients in and out
         self._early = []   # the first step's buckets, before the model
         self._pending = []
         self._step_open = False
+        self._end_pending = False  # step waited, ddph_step_end not yet run
         self._load_path = None
         self._warned_layout = False
         self._idle = threading.Event()
@@ -147,7 +150,10 @@ class HookState:
     # ---- the parameters ------------------------------------------------
 
     def _watch(self, module):
-        """Names and the first backward pass's order, from the module."""
+        """Names and the first backward pass's order, from the module; and
+        the end of each step before the next forward pass (after the
+        optimizer, before the parameters are used again)."""
+        module.register_forward_pre_hook(lambda mod, inputs: self.step_end())
         for pname, p in module.named_parameters():
             if p.requires_grad:
                 self._names[id(p)] = pname
@@ -177,6 +183,14 @@ class HookState:
                 (ctypes.c_int64 * len(shape))(*shape), len(shape),
                 _DTYPES[p.dtype], _capi.CPU, None), "parameter '%s'" % pname)
             self.grads.append(g)
+            # For hooks that average parameters (on_step_end), replica
+            # checks and the broadcast at finalize (DDP made them equal
+            # already): the parameter's own memory, which in-place
+            # optimizers keep.
+            if p.is_contiguous():
+                job.check(lib().ddph_model_set_param_data(
+                    model, i, ctypes.c_void_p(p.data_ptr())),
+                    "parameter '%s'" % pname)
         job.check(lib().ddph_model_finalize(model), "finalize")
         # With gradient_as_bucket_view the runtime owns the memory.
         for i, g in enumerate(self.grads):
@@ -239,6 +253,10 @@ class HookState:
     def _launch(self, e):
         job = self.job
         if not self._step_open:
+            # One step at a time in a job: the last one (this model's or
+            # another's) ends first.
+            if getattr(job, "step_to_end", None) is not None:
+                job.step_to_end.step_end()
             models = (ctypes.c_void_p * 1)(self.model)
             job.check(lib().ddph_step_begin_flags(job.ctx, models, 1,
                                                   _capi.STEP_FORCE_SYNC),
@@ -247,9 +265,11 @@ class HookState:
         indices = [self.index[id(p)] for p in e.params]
         if self.steps == 1 and not self._warned_layout:
             self._check_layout(e.index, indices)
+        t0 = time.perf_counter()
         for i, g in zip(indices, e.grads):
             self.grads[i].copy_(g.reshape(-1))
             job.check(lib().ddph_grad_ready(self.model, i), "grad_ready")
+        self.bridge_s += time.perf_counter() - t0
         self._pending.append(e)
 
     def _check_layout(self, index, indices):
@@ -296,8 +316,6 @@ class HookState:
         """On the waiter thread: the step's results into DDP's buckets."""
         job = self.job
         st = lib().ddph_step_wait(job.ctx)
-        if st == 0:
-            st = lib().ddph_step_end(job.ctx)
         self._step_open = False
         if st != 0:
             message = job.last_error()
@@ -308,15 +326,34 @@ class HookState:
                 e.fut.set_exception(err)
             return
         self.steps += 1
+        self._end_pending = True
+        job.step_to_end = self
+        t0 = time.perf_counter()
         for e in pending:
             for p, g in zip(e.params, e.grads):
                 g.copy_(self.grads[self.index[id(p)]].view_as(g))
+        self.bridge_s += time.perf_counter() - t0
+        for e in pending:
             e.fut.set_result(e.buffer)
 
     # ---- between steps -----------------------------------------------------
 
+    def step_end(self):
+        """Ends the last step (ddph_step_end: the hook's on_step_end, e.g.
+        post-local-SGD's parameter averaging, and [runtime]
+        check_replicas_every).  Runs by itself before the next forward pass
+        (with comm_hook's model=) or the next backward pass; call it after
+        optimizer.step() to have it at once."""
+        if not self._end_pending:
+            return
+        self._idle.wait()
+        self._end_pending = False
+        self.job.step_to_end = None
+        self.job.check(lib().ddph_step_end(self.job.ctx), "step_end")
+
     def _between_steps(self, what):
         self._idle.wait()
+        self.step_end()
         if self._step_open or self._early:
             raise Error("ddphook: %s: only between steps" % what,
                         "DDPH_ERR_STATE")
