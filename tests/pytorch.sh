@@ -5,6 +5,8 @@
 #    bf16, PowerSGD (with and without error feedback and warm start) and
 #    batched PowerSGD equal those of PyTorch's own hooks, step by step,
 #    within the reference vectors' tolerances (tests/python/ddp_hooks.py);
+#  - PowerSGD's state saved and loaded from Python resumes a run exactly
+#    (tests/python/ddp_resume.py);
 #  - a bad job file, a missing plugin, a hook that fails on every rank and
 #    one that fails on the last rank only raise on every rank, naming the
 #    cause, within seconds (tests/python/ddp_errors.py).
@@ -57,6 +59,25 @@ for w in 2 4; do
             ko "ddp_hooks.py on $w ranks ($only): exit $rc, $got of $want passed (see $log)"
         fi
     done
+done
+
+# The hook's state through state.save/state.load: a run resumed after
+# step 3 ends where an uninterrupted one does, byte for byte; without the
+# hook's state it does not.
+res="$OUT/resume"
+for phase in full resume resume-without-state; do
+    timeout 300 "$MPIEXEC" -n 2 "$PY" "$S/tests/python/ddp_resume.py" \
+        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$res" --phase "$phase" \
+        </dev/null >"$res-$phase.log" 2>&1 || ko "ddp_resume.py --phase $phase (see $res-$phase.log)"
+done
+for r in 0 1; do
+    if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
+        [ -s "$res/full.rank$r.f32" ] &&
+        ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
+        ok "rank $r: resumed with the hook's state = uninterrupted, byte for byte (and not without it)"
+    else
+        ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
+    fi
 done
 
 # errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)

@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--bucket-cap-mb", type=float, default=25)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-single", action="store_true",
+                    help="leave out PyTorch on one bucket (memory)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rank = int(os.environ.get("PMI_RANK", "0"))
@@ -110,9 +112,10 @@ def main():
     m = ddp(a.bucket_cap_mb)
     m.register_comm_hook(state(), serialized(psgd.powerSGD_hook))
     variants.append(("pytorch", m, None))
-    m = ddp(1e6)
-    m.register_comm_hook(state(), psgd.powerSGD_hook)
-    variants.append(("pytorch 1 bucket", m, None))
+    if not a.no_single:
+        m = ddp(1e6)
+        m.register_comm_hook(state(), psgd.powerSGD_hook)
+        variants.append(("pytorch 1 bucket", m, None))
     m = ddp(a.bucket_cap_mb)
     st, hook = ddphook.torch.comm_hook(ddphook.current_job().path, model=m)
     m.register_comm_hook(st, hook)
