@@ -9,7 +9,8 @@
 #    (tests/python/ddp_resume.py);
 #  - a bad job file, a missing plugin, a hook that fails on every rank and
 #    one that fails on the last rank only raise on every rank, naming the
-#    cause, within seconds (tests/python/ddp_errors.py).
+#    cause, within seconds; processes started without mpiexec are refused
+#    (tests/python/ddp_errors.py).
 # Skips (77) without a Python 3 with torch (apt-get install python3-torch).
 set -u
 if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
@@ -106,6 +107,23 @@ errors hook failing-hook "fake failure on bucket 1" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
 errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+
+# Started without mpiexec (as torchrun does): refused on every rank.
+log="$OUT/err-ranks.log"
+printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/err-ranks.ini"
+rm -f "$OUT/ranks.rdv"
+for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 RENDEZVOUS="$OUT/ranks.rdv" timeout 120 "$PY" \
+        "$S/tests/python/ddp_errors.py" --job "$OUT/err-ranks.ini" \
+        --case ranks </dev/null >"$log.$r" 2>&1 &
+done
+wait
+n=$(cat "$log.0" "$log.1" | grep -c "^rank [01] raised Error: .*rank [01] of 2 but ddphook's MPI job is rank 0 of 1")
+if [ "$n" -eq 2 ]; then
+    ok "ranks: torch.distributed's 2 ranks against MPI's 1 refused on both"
+else
+    ko "ranks: $n of 2 processes refused the mismatch (see $log.0, $log.1)"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -41,6 +41,7 @@ def init_process_group(job_ini, backend="gloo",
     mpiexec needs no rendezvous variables.  Returns the job."""
     job = open_job(job_ini)
     if dist.is_initialized():
+        _same_ranks(job)
         return job
     where = b""
     if job.rank == 0:
@@ -63,6 +64,20 @@ def init_process_group(job_ini, backend="gloo",
     return job
 
 
+def _same_ranks(job):
+    """torch.distributed's ranks must be ddphook's (MPI's): a job started
+    by torchrun without mpiexec would reduce each rank alone."""
+    if not dist.is_initialized():
+        return
+    if (dist.get_rank(), dist.get_world_size()) != (job.rank, job.world_size):
+        raise Error("ddphook: torch.distributed is rank %d of %d but "
+                    "ddphook's MPI job is rank %d of %d: launch with "
+                    "mpiexec (ddphook's ranks are MPI's), e.g. after "
+                    "ddphook.torch.init_process_group(job)" % (
+                        dist.get_rank(), dist.get_world_size(), job.rank,
+                        job.world_size), "DDPH_ERR_MISMATCH")
+
+
 def comm_hook(job_ini, model=None, name="model"):
     """The (state, hook) pair for DistributedDataParallel.register_comm_hook:
     the hook of `job_ini` ([hook] or [model.NAME]) on a ddphook model called
@@ -75,7 +90,9 @@ def comm_hook(job_ini, model=None, name="model"):
     buckets are then DDP's (with the same caps).  Without it, DDP's
     parameter order is taken (a backward pass that completes them in
     another order gives other buckets: a warning says so)."""
-    state = HookState(open_job(job_ini), name)
+    job = open_job(job_ini)
+    _same_ranks(job)
+    state = HookState(job, name)
     if model is not None:
         state._watch(getattr(model, "module", model))
     return state, hook

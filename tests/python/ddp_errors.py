@@ -9,7 +9,10 @@ well before timeout_s.
 
 CASE: open (the job file itself is bad: ddphook.torch.comm_hook raises),
 hook (the hook fails on every rank at the first backward pass), peer (the
-last rank's hook fails, the others hear it)."""
+last rank's hook fails, the others hear it), ranks (started without
+mpiexec, as torchrun would, with RANK, WORLD_SIZE and a file rendezvous
+RENDEZVOUS: each process is an MPI job of its own, and comm_hook must
+refuse rather than reduce each rank alone)."""
 import argparse
 import os
 import sys
@@ -23,11 +26,16 @@ import ddphook.torch
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--job", required=True)
-    ap.add_argument("--case", required=True, choices=["open", "hook", "peer"])
+    ap.add_argument("--case", required=True, choices=["open", "hook", "peer", "ranks"])
     a = ap.parse_args()
-    rank = int(os.environ.get("PMI_RANK", "0"))
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     try:
-        ddphook.torch.init_process_group(a.job)
+        if a.case == "ranks":
+            torch.distributed.init_process_group(
+                "gloo", init_method="file://" + os.environ["RENDEZVOUS"],
+                rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+        else:
+            ddphook.torch.init_process_group(a.job)
         net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
         model = torch.nn.parallel.DistributedDataParallel(net)
         model.register_comm_hook(*ddphook.torch.comm_hook(a.job, model=model))
