@@ -5,6 +5,9 @@
 #    bf16, PowerSGD (with and without error feedback and warm start) and
 #    batched PowerSGD equal those of PyTorch's own hooks, step by step,
 #    within the reference vectors' tolerances (tests/python/ddp_hooks.py);
+#  - PyTorch's reference vectors (allreduce, fp16, bf16, PowerSGD) fed
+#    through DDP come out as PyTorch recorded them (tests/python/ddp_vectors.py,
+#    where configure found the vectors);
 #  - PowerSGD's state saved and loaded from Python resumes a run exactly
 #    (tests/python/ddp_resume.py);
 #  - a bad job file, a missing plugin, a hook that fails on every rank and
@@ -61,6 +64,27 @@ for w in 2 4; do
         fi
     done
 done
+
+# PyTorch's reference vectors through DDP and the bridge (the C runtime's
+# replay of them is tests/vectors.sh).
+V=${REFERENCE_VECTORS:-}
+if [ -n "$V" ] && [ -f "$V/ws2/inputs/trace.ini" ]; then
+    for w in 2 4; do
+        log="$OUT/vectors-ws$w.log"
+        timeout 600 "$MPIEXEC" -n "$w" "$PY" "$S/tests/python/ddp_vectors.py" \
+            --vectors "$V/ws$w" --plugin-dir "$DDPH_TEST_PLUGIN_DIR" \
+            --out "$OUT/vectors-ws$w" </dev/null >"$log" 2>&1
+        rc=$?
+        grep '^PASS: \|^FAIL: ' "$log"
+        if [ "$rc" -eq 0 ] && [ "$(grep -c '^PASS: ' "$log")" -eq 4 ]; then
+            ok "ddp_vectors.py on $w ranks: the reference vectors through DDP"
+        else
+            ko "ddp_vectors.py on $w ranks: exit $rc (see $log)"
+        fi
+    done
+else
+    echo "(reference vectors not found at '${V}': their DDP check is left out; configure --with-reference-vectors=DIR)"
+fi
 
 # The hook's state through state.save/state.load: a run resumed after
 # step 3 ends where an uninterrupted one does, byte for byte; without the
