@@ -58,6 +58,26 @@ START_TEST(shipped_allreduce_loads_by_name)
 }
 END_TEST
 
+/* A job whose models load one plugin twice, then another: ld.so knows the
+ * second load of the first plugin by its descriptor's name as well, so
+ * that descriptor must not be reused for the third (which would come back
+ * as the first plugin). */
+START_TEST(same_plugin_twice_then_another)
+{
+    const char *dir = unit_env("DDPH_TEST_PLUGIN_DIR");
+    ddph_plugin *a, *b, *c;
+    ddph_err e;
+    ck_assert_int_eq(ddph__plugin_load("allreduce", dir, 0, &a, &e), DDPH_OK);
+    ck_assert_int_eq(ddph__plugin_load("allreduce", dir, 0, &b, &e), DDPH_OK);
+    ck_assert_msg(ddph__plugin_load("fp16", dir, 0, &c, &e) == DDPH_OK, "%s",
+                  e.msg);
+    ck_assert_str_eq(c->api.name, "fp16");
+    ddph__plugin_unload(c);
+    ddph__plugin_unload(b);
+    ddph__plugin_unload(a);
+}
+END_TEST
+
 /* PowerSGD keeps its state in the bucket's memory through the minor-1
  * services (axpy, copy, zero): it must decline a minor-0 host, and take
  * this one.  Also checks DDPH_HAS_MEMBER on a minor-0-sized table. */
@@ -609,6 +629,7 @@ Suite *loader_suite(void)
     Suite *s = suite_create("loader");
     TCase *tc = tcase_create("Core");
     tcase_add_test(tc, shipped_allreduce_loads_by_name);
+    tcase_add_test(tc, same_plugin_twice_then_another);
     tcase_add_test(tc, powersgd_declines_minor_0_hosts);
     tcase_add_test(tc, missing_file_lists_paths_tried);
     tcase_add_test(tc, unbuilt_hook_says_how_to_build_it);

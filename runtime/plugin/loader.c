@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <link.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,14 +327,13 @@ ddph_status ddph__plugin_load(const char *name_or_path,
                                 : "");
         }
     }
-    /* ld.so knows a loaded object by the name it was opened with.  While
-     * an object is named /proc/self/fd/N, descriptor N stays open (so no
-     * other file can be opened as N and be taken for it); when the same
-     * file was already loaded under another name, ld.so returned that
-     * object and this descriptor is not needed. */
-    struct link_map *lm = NULL;
-    if (st == DDPH_OK && dlinfo(p->dl, RTLD_DI_LINKMAP, &lm) == 0 && lm &&
-        lm->l_name && strcmp(lm->l_name, by_fd) == 0) {
+    /* ld.so knows a loaded object by the name it was opened with, and
+     * when the same file was already loaded under another name it returns
+     * that object and adds this name to it.  While an object answers to
+     * /proc/self/fd/N, descriptor N stays open, so that no other file can
+     * be opened as N and be taken for it (a third plugin after the same
+     * one twice would otherwise get the first one back). */
+    if (st == DDPH_OK) {
         p->fd = fd;
         fd = -1;
     }

@@ -1,0 +1,437 @@
+"""ddphook.torch: a ddphook job's hook as PyTorch DDP's communication hook.
+
+    import ddphook.torch
+    ddphook.torch.init_process_group("job.ini")      # gloo, under mpiexec
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    model.register_comm_hook(*ddphook.torch.comm_hook("job.ini"))
+
+The job file's plugin (a shipped hook, a wrapper, a third-party .so) runs
+on ddphook's communication thread over ddphook's own MPI communicator;
+PyTorch's process group only does DDP's construction broadcast.  Each
+hook call copies the GradBucket's gradients into the runtime, marks them
+ready (so the runtime launches its bucket at once, while autograd goes on
+with the earlier layers) and returns a torch.futures.Future, completed
+when the step's buckets are reduced.  See docs/usage.md, "PyTorch"."""
+import ctypes
+import datetime
+import os
+import queue
+import socket
+import threading
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from . import Error, _capi, lib, open_job, status_name
+
+__all__ = ["comm_hook", "init_process_group", "HookState"]
+
+_DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
+           torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
+
+
+def init_process_group(job_ini, backend="gloo",
+                       timeout=datetime.timedelta(minutes=30)):
+    """Opens the job (collective) and starts torch.distributed's default
+    process group with ddphook's ranks: rank 0's address (MASTER_ADDR, or
+    its host name's address) and a free port (MASTER_PORT, or one the
+    system gives) reach every rank through ddphook's own broadcast, so
+    mpiexec needs no rendezvous variables.  Returns the job."""
+    job = open_job(job_ini)
+    if dist.is_initialized():
+        _same_ranks(job)
+        return job
+    where = b""
+    if job.rank == 0:
+        addr = os.environ.get("MASTER_ADDR")
+        if not addr:
+            try:
+                addr = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                addr = "127.0.0.1"
+        port = os.environ.get("MASTER_PORT")
+        if not port:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = str(s.getsockname()[1])
+        where = ("%s %s" % (addr, port)).encode()
+    addr, port = job.broadcast_bytes(where, 512).rstrip(b"\0").decode().split()
+    dist.init_process_group(backend, init_method="tcp://%s:%s" % (addr, port),
+                            rank=job.rank, world_size=job.world_size,
+                            timeout=timeout)
+    return job
+
+
+def _same_ranks(job):
+    """torch.distributed's ranks must be ddphook's (MPI's): a job started
+    by torchrun without mpiexec would reduce each rank alone."""
+    if not dist.is_initialized():
+        return
+    if (dist.get_rank(), dist.get_world_size()) != (job.rank, job.world_size):
+        raise Error("ddphook: torch.distributed is rank %d of %d but "
+                    "ddphook's MPI job is rank %d of %d: launch with "
+                    "mpiexec (ddphook's ranks are MPI's), e.g. after "
+                    "ddphook.torch.init_process_group(job)" % (
+                        dist.get_rank(), dist.get_world_size(), job.rank,
+                        job.world_size), "DDPH_ERR_MISMATCH")
+
+
+def comm_hook(job_ini, model=None, name="model"):
+    """The (state, hook) pair for DistributedDataParallel.register_comm_hook:
+    the hook of `job_ini` ([hook] or [model.NAME]) on a ddphook model called
+    `name`.  Opens the job (collective) unless init_process_group did.
+
+    The parameters are registered at the first backward pass.  With `model`
+    (the DDP module, or the module it wraps) they keep their names, and
+    their order is the order the first backward pass completes their
+    gradients, which is the order DDP rebuilds its buckets in: ddphook's
+    buckets are then DDP's (with the same caps).  Without it, DDP's
+    parameter order is taken (a backward pass that completes them in
+    another order gives other buckets: a warning says so)."""
+    job = open_job(job_ini)
+    _same_ranks(job)
+    state = HookState(job, name)
+    if model is not None:
+        state._watch(getattr(model, "module", model))
+    return state, hook
+
+
+def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's communication hook: `state` is comm_hook's HookState."""
+    return state._on_bucket(bucket)
+
+
+def _unwrap(fut):
+    """The value, or the exception raised: DDP (C++) then sees an error
+    with its message, not an exception object it cannot use as a tensor."""
+    return fut.wait()
+
+
+class _Entry:
+    """One GradBucket of the step, until its future is completed."""
+    __slots__ = ("fut", "buffer", "params", "grads", "index")
+
+    def __init__(self, bucket):
+        self.fut = torch.futures.Future()
+        self.buffer = bucket.buffer()
+        self.params = bucket.parameters()
+        self.grads = bucket.gradients()
+        self.index = bucket.index()
+
+
+class HookState:
+    """The hook's state: one ddphook model whose parameters are DDP's, its
+    gradient memory, and the step in progress.  Steps, iterations and the
+    hook's per-bucket state are the runtime's, as for a C trainer."""
+
+    def __init__(self, job, name):
+        self.job = job
+        self.name = name
+        self.model = None  # ddph_model *, once the parameters are known
+        self.params = []
+        self.index = {}    # id(parameter) -> ddphook's parameter index
+        self.grads = []    # per parameter: a flat tensor over the memory
+                           # the runtime reads gradients from
+        self.steps = 0     # synchronised steps completed
+        self.bridge_s = 0.0  # seconds spent copying gradients in and out
+        self._early = []   # the first step's buckets, before the model
+        self._pending = []
+        self._step_open = False
+        self._end_pending = False  # step waited, ddph_step_end not yet run
+        self._load_path = None
+        self._warned_layout = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._work = queue.Queue()
+        self._waiter = threading.Thread(target=self._wait_loop, daemon=True,
+                                        name="ddphook-step-wait")
+        self._waiter.start()
+        self._names = {}   # id(parameter) -> its name, from _watch
+        self._ready = {}   # id(parameter), in the order gradients came
+        self._watches = []
+        # Created now, so that the job's [model.NAME] sections find it
+        # before the first step of any model; finalized at the first
+        # backward pass, when DDP's parameters are known.
+        model = ctypes.c_void_p()
+        job.check(lib().ddph_model_create(job.ctx, name.encode(),
+                                          ctypes.byref(model)),
+                  "model '%s'" % name)
+        self._created = model
+        # The job's [accumulate] steps (or [model.NAME] accumulate_steps):
+        # DDP calls the hook only on the backward passes it synchronises,
+        # so the trainer runs the others under DDP's no_sync().
+        self.accumulate_steps = lib().ddph_model_accumulate_steps(model)
+
+    # ---- the parameters ------------------------------------------------
+
+    def _watch(self, module):
+        """Names and the first backward pass's order, from the module; and
+        the end of each step before the next forward pass (after the
+        optimizer, before the parameters are used again)."""
+        module.register_forward_pre_hook(lambda mod, inputs: self.step_end())
+        for pname, p in module.named_parameters():
+            if p.requires_grad:
+                self._names[id(p)] = pname
+                self._watches.append(p.register_hook(
+                    lambda grad, key=id(p): self._ready.setdefault(key)))
+
+    def _build(self, params):
+        job = self.job
+        model = self._created
+        for h in self._watches:
+            h.remove()
+        self._watches = []
+        for i, p in enumerate(params):
+            pname = self._names.get(id(p), "param%d" % i)
+            if p.device.type != "cpu":
+                raise Error("ddphook: parameter '%s' is on %s: the PyTorch "
+                            "bridge reduces CPU tensors over MPI" %
+                            (pname, p.device), "DDPH_ERR_UNSUPPORTED")
+            if p.dtype not in _DTYPES:
+                raise Error("ddphook: parameter '%s' has dtype %s (float32, "
+                            "float64, float16 or bfloat16 only)" %
+                            (pname, p.dtype), "DDPH_ERR_UNSUPPORTED")
+            shape = list(p.shape) or [1]
+            g = torch.zeros(p.numel(), dtype=p.dtype)
+            job.check(lib().ddph_model_add_param(
+                model, pname.encode(), ctypes.c_void_p(g.data_ptr()),
+                (ctypes.c_int64 * len(shape))(*shape), len(shape),
+                _DTYPES[p.dtype], _capi.CPU, None), "parameter '%s'" % pname)
+            self.grads.append(g)
+            # For hooks that average parameters (on_step_end), replica
+            # checks and the broadcast at finalize (DDP made them equal
+            # already): the parameter's own memory, which in-place
+            # optimizers keep.
+            if p.is_contiguous():
+                job.check(lib().ddph_model_set_param_data(
+                    model, i, ctypes.c_void_p(p.data_ptr())),
+                    "parameter '%s'" % pname)
+        job.check(lib().ddph_model_finalize(model), "finalize")
+        # With gradient_as_bucket_view the runtime owns the memory.
+        for i, g in enumerate(self.grads):
+            ptr = ctypes.c_void_p()
+            job.check(lib().ddph_model_grad_ptr(model, i, ctypes.byref(ptr)),
+                      "grad_ptr")
+            if ptr.value != g.data_ptr():
+                raw = (ctypes.c_char * (g.numel() * g.element_size())) \
+                    .from_address(ptr.value)
+                self.grads[i] = torch.frombuffer(raw, dtype=g.dtype)
+        self.params = list(params)
+        self.index = {id(p): i for i, p in enumerate(self.params)}
+        self.model = model
+        if self._load_path is not None:
+            path, self._load_path = self._load_path, None
+            job.check(lib().ddph_state_load(job.ctx, path.encode()),
+                      "load %s" % path)
+
+    # ---- the hook ---------------------------------------------------------
+
+    def _on_bucket(self, bucket):
+        if self.job.failed is not None:
+            raise Error("ddphook: the job has failed: %s" % self.job.failed)
+        entry = _Entry(bucket)
+        if entry.buffer.device.type != "cpu":
+            self._abort()
+            raise Error("ddphook: bucket %d is on %s: the PyTorch bridge "
+                        "reduces CPU tensors over MPI" %
+                        (entry.index, entry.buffer.device),
+                        "DDPH_ERR_UNSUPPORTED")
+        entries = [entry]
+        if self.model is None:
+            # The first step: every bucket is needed before the parameters
+            # are registered in DDP's order (the last bucket holds the first).
+            self._early.append(entry)
+            if not bucket.is_last():
+                return entry.fut.then(_unwrap)
+            entries, self._early = sorted(self._early, key=lambda e: e.index), []
+            params = [p for e in reversed(entries) for p in e.params]
+            by_id = {id(p): p for p in params}
+            if list(self._ready) and set(self._ready) == set(by_id):
+                # Registered last-ready first: ddphook walks them back.
+                params = [by_id[k] for k in reversed(list(self._ready))]
+            try:
+                self._build(params)
+            except BaseException:
+                self._abort()
+                raise
+        try:
+            for e in entries:
+                self._launch(e)
+        except BaseException:
+            self._abort()
+            raise
+        if bucket.is_last():
+            self._idle.clear()
+            self._work.put(True)
+        return entry.fut.then(_unwrap)
+
+    def _launch(self, e):
+        job = self.job
+        if not self._step_open:
+            # One step at a time in a job: the last one (this model's or
+            # another's) ends first.
+            if getattr(job, "step_to_end", None) is not None:
+                job.step_to_end.step_end()
+            models = (ctypes.c_void_p * 1)(self.model)
+            job.check(lib().ddph_step_begin_flags(job.ctx, models, 1,
+                                                  _capi.STEP_FORCE_SYNC),
+                      "step_begin")
+            self._step_open = True
+        indices = [self.index[id(p)] for p in e.params]
+        if self.steps == 1 and not self._warned_layout:
+            self._check_layout(e.index, indices)
+        t0 = time.perf_counter()
+        for i, g in zip(indices, e.grads):
+            self.grads[i].copy_(g.reshape(-1))
+            job.check(lib().ddph_grad_ready(self.model, i), "grad_ready")
+        self.bridge_s += time.perf_counter() - t0
+        self._pending.append(e)
+
+    def _check_layout(self, index, indices):
+        """Once: DDP's rebuilt bucket against ddphook's bucket of the same
+        index (the hook runs on ddphook's)."""
+        info = _capi.BucketInfo()
+        same = (index < lib().ddph_model_bucket_count(self.model) and
+                lib().ddph_model_bucket_info(self.model, index,
+                                             ctypes.byref(info)) == 0 and
+                info.params[:info.nparams] == indices)
+        if not same:
+            self._warned_layout = True
+            if self.job.rank == 0:
+                warnings.warn(
+                    "ddphook: DDP's bucket %d holds other parameters than "
+                    "ddphook's bucket %d; the hook runs on ddphook's buckets "
+                    "([runtime] bucket_cap_mb and first_bucket_cap_mb against "
+                    "DDP's bucket_cap_mb and its 1 MiB first bucket)" %
+                    (index, index))
+
+    def _abort(self):
+        """A failure in the middle of a step: closing the job tells the
+        peers at once (they would wait for this rank's buckets)."""
+        if self.job.failed is None:
+            self.job.failed = "rank %d's hook call failed" % self.job.rank
+        try:
+            self.job.close()
+        except Error:
+            pass
+
+    def _wait_loop(self):
+        while self._work.get():
+            pending, self._pending = self._pending, []
+            try:
+                self._finish(pending)
+            except BaseException as exc:  # never leave DDP waiting
+                for e in pending:
+                    if not e.fut.done():
+                        e.fut.set_exception(exc)
+            finally:
+                self._idle.set()
+
+    def _finish(self, pending):
+        """On the waiter thread: the step's results into DDP's buckets."""
+        job = self.job
+        st = lib().ddph_step_wait(job.ctx)
+        self._step_open = False
+        if st != 0:
+            message = job.last_error()
+            if job.failed is None:
+                job.failed = message
+            err = Error("ddphook: %s" % message, status_name(st))
+            for e in pending:
+                e.fut.set_exception(err)
+            return
+        self.steps += 1
+        self._end_pending = True
+        job.step_to_end = self
+        t0 = time.perf_counter()
+        for e in pending:
+            for p, g in zip(e.params, e.grads):
+                g.copy_(self.grads[self.index[id(p)]].view_as(g))
+        self.bridge_s += time.perf_counter() - t0
+        for e in pending:
+            e.fut.set_result(e.buffer)
+
+    # ---- between steps -----------------------------------------------------
+
+    def step_end(self):
+        """Ends the last step (ddph_step_end: the hook's on_step_end, e.g.
+        post-local-SGD's parameter averaging, and [runtime]
+        check_replicas_every).  Runs by itself before the next forward pass
+        (with comm_hook's model=) or the next backward pass; call it after
+        optimizer.step() to have it at once."""
+        if not self._end_pending:
+            return
+        self._idle.wait()
+        self._end_pending = False
+        self.job.step_to_end = None
+        self.job.check(lib().ddph_step_end(self.job.ctx), "step_end")
+
+    def _between_steps(self, what):
+        self._idle.wait()
+        self.step_end()
+        if self._step_open or self._early:
+            raise Error("ddphook: %s: only between steps" % what,
+                        "DDPH_ERR_STATE")
+        self.job._usable()
+
+    def save(self, path):
+        """Saves the hook's state (PowerSGD's error feedback and Q, ...) to
+        `path` on every rank (collective: ddph_state_save)."""
+        self._between_steps("save")
+        if self.model is None:
+            raise Error("ddphook: save: no step has run yet (nothing to "
+                        "save)", "DDPH_ERR_STATE")
+        self.job.check(lib().ddph_state_save(self.job.ctx, path.encode()),
+                       "save %s" % path)
+
+    def load(self, path):
+        """Loads a state saved by save() (collective); before the first
+        step it is applied when the parameters are registered."""
+        self._between_steps("load")
+        if self.model is None:
+            self._load_path = path
+            return
+        self.job.check(lib().ddph_state_load(self.job.ctx, path.encode()),
+                       "load %s" % path)
+
+    def hook_name(self):
+        return lib().ddph_model_hook_name(self.model).decode() \
+            if self.model else None
+
+    def bytes_sent(self):
+        """Bytes this rank sent in the hook's collectives, all steps."""
+        total = 0
+        for b in range(lib().ddph_model_bucket_count(self.model)
+                       if self.model else 0):
+            sent, received = ctypes.c_uint64(), ctypes.c_uint64()
+            self.job.check(lib().ddph_model_bucket_traffic(
+                self.model, b, ctypes.byref(sent), ctypes.byref(received)),
+                "bucket_traffic")
+            total += sent.value
+        return total
+
+    def hook_stats(self):
+        """The hook's own statistics, e.g. PowerSGD's compression."""
+        if not self.model:
+            return {}
+        out = (_capi.Stat * 64)()
+        n = ctypes.c_size_t()
+        self.job.check(lib().ddph_model_hook_stats(self.model, out, 64,
+                                                   ctypes.byref(n)),
+                       "hook_stats")
+        return {out[i].name.decode(): out[i].value
+                for i in range(min(n.value, 64))}
+
+    def buckets(self):
+        """ddphook's bucket layout: per bucket, DDP's parameter indices."""
+        layout = []
+        for b in range(lib().ddph_model_bucket_count(self.model)
+                       if self.model else 0):
+            info = _capi.BucketInfo()
+            self.job.check(lib().ddph_model_bucket_info(self.model, b,
+                                                        ctypes.byref(info)),
+                           "bucket_info")
+            layout.append(info.params[:info.nparams])
+        return layout

@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""ddp_errors.py: ddphook.torch's failures, one per run, on the ranks
+mpiexec starts.  Every rank must raise (or, for a peer's failure, see its
+backward pass fail) with a message naming the cause, and return; the
+caller (tests/pytorch.sh) checks each rank's output and that the run ends
+well before timeout_s.
+
+    mpiexec -n W /usr/bin/python3 ddp_errors.py --job JOB --case CASE
+
+CASE: open (the job file itself is bad: ddphook.torch.comm_hook raises),
+hook (the hook fails on every rank at the first backward pass), peer (the
+last rank's hook fails, the others hear it), ranks (started without
+mpiexec, as torchrun would, with RANK, WORLD_SIZE and a file rendezvous
+RENDEZVOUS: each process is an MPI job of its own, and comm_hook must
+refuse rather than reduce each rank alone)."""
+import argparse
+import os
+import sys
+
+import torch
+
+import ddphook
+import ddphook.torch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--case", required=True, choices=["open", "hook", "peer", "ranks"])
+    a = ap.parse_args()
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
+    try:
+        if a.case == "ranks":
+            torch.distributed.init_process_group(
+                "gloo", init_method="file://" + os.environ["RENDEZVOUS"],
+                rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+        else:
+            ddphook.torch.init_process_group(a.job)
+        net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        model.register_comm_hook(*ddphook.torch.comm_hook(a.job, model=model))
+        for _ in range(3):
+            model(torch.randn(4, 16)).sum().backward()
+    except Exception as e:  # the point: which exception, what message
+        print("rank %d raised %s: %s" % (rank, type(e).__name__, e),
+              flush=True)
+        return 3
+    print("rank %d: no exception" % rank, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

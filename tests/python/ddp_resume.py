@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""ddp_resume.py: the hook's state saved and loaded from Python
+(HookState.save/load) under DDP, PowerSGD with error feedback and warm
+start compressing from step 2.
+
+    mpiexec -n W python3 ddp_resume.py --plugin-dir DIR --out DIR --phase P
+
+--phase full: 6 steps of SGD, saving the hook's state, the model and the
+optimizer after step 3; writes the parameters after step 6.
+--phase resume: loads what full saved (the hook's state before the first
+step), runs steps 4 to 6 and writes the parameters.  tests/pytorch.sh
+compares the two files byte for byte (resume then equals an uninterrupted
+run); one more run with the hook's state not loaded must differ."""
+import argparse
+import os
+import sys
+
+import torch
+
+import ddphook.torch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plugin-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--phase", required=True,
+                    choices=["full", "resume", "resume-without-state"])
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("PMI_RANK", "0"))
+    os.makedirs(a.out, exist_ok=True)
+    job = os.path.join(a.out, "resume.%s.r%d.ini" % (a.phase, rank))
+    with open(job, "w") as f:
+        f.write("[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.01\n"
+                "first_bucket_cap_mb = 0.01\n[hook]\nname = powersgd\n"
+                "[hook.powersgd]\nmatrix_approximation_rank = 1\n"
+                "start_powerSGD_iter = 2\n" % a.plugin_dir)
+    ddphook.torch.init_process_group(job)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 10))
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state, hook = ddphook.torch.comm_hook(job, model=model)
+    model.register_comm_hook(state, hook)
+    saved = os.path.join(a.out, "step3")
+    first = 0
+    if a.phase != "full":
+        ckpt = torch.load("%s.rank%d.pt" % (saved, rank))
+        model.module.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        if a.phase == "resume":
+            state.load(saved + ".hooks")
+        first = 3
+    for step in range(first, 6):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        x = torch.randn(16, 32, generator=g)
+        y = torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if a.phase == "full" and step == 2:
+            state.save(saved + ".hooks")
+            torch.save({"model": model.module.state_dict(),
+                        "opt": opt.state_dict()},
+                       "%s.rank%d.pt" % (saved, rank))
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    flat.numpy().tofile(os.path.join(a.out, "%s.rank%d.f32" % (a.phase, rank)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
