@@ -820,7 +820,9 @@ static void rank_int8(rank_ctx *c)
     ddph_bucket b = {.struct_size = sizeof b, .index = 0, .count = 1,
                      .is_last = 1, .dtype = DDPH_F32, .device = DDPH_CUDA,
                      .buffer = grad, .numel = INT8_NUMEL};
-    ddph_layout layout = {sizeof layout, "m", 1, &b};
+    const ddph_bucket *list[1] = {&b};
+    ddph_layout layout = {.struct_size = sizeof layout, .model = "m",
+                          .nbuckets = 1, .buckets = &b, .bucket_list = list};
     void *state = NULL;
     ddph_status st = api->create(s, NULL, &state);
     if (st == DDPH_OK)
