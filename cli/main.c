@@ -35,7 +35,7 @@ static const char main_usage[] =
     "  replay --job JOB.ini --trace DIR --out DIR2\n"
     "                         run a gradient trace through a job (under\n"
     "                         mpiexec); see `ddphook replay --help`\n"
-    "  bench casts|hooks|powersgd|gpu [...]\n"
+    "  bench casts|ops|hooks|powersgd|gpu [...]\n"
     "                         speed as a ratio to a baseline in the same run\n"
     "                         (memcpy, MPI_Allreduce, ncclAllReduce); see\n"
     "                         `ddphook bench --help`\n"
