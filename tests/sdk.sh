@@ -5,7 +5,9 @@
 # path into the source tree); replays PyTorch's post-local-SGD vectors (when
 # present); checks the averaging schedule on 4 ranks with subgroups of 2;
 # and runs the installed ddphook-plugin-test on every shipped hook, the
-# template and post_localsgd, failing on any failed row.
+# template and post_localsgd, failing on any failed row; and on a 1-bit
+# hook with error feedback done right and done wrong (it must fail each
+# wrong one, under --valgrind with one verdict on every rank).
 set -u
 if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
     echo "SKIP: mpiexec not found (apt-get install mpich)"
@@ -129,11 +131,12 @@ command -v valgrind >/dev/null 2>&1 &&
 # Wrong compressors fail, each on the row that catches it: zeros from an
 # "exact" hook; any hook held to --rtol 10; zeros, and 0.9 of the average,
 # from hooks that claim error feedback.
-# refuse NAME ROW ARGS...: the tester fails ARGS with a FAIL line matching ROW.
+# refuse NAME ROW ARGS...: the tester fails ARGS with a FAIL line matching
+# ROW (on 2 ranks, or RANKS=N).
 refuse() {
     name=$1 row=$2
     shift 2
-    if out=$(timeout 300 "$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+    if out=$(timeout 300 "$MPIEXEC" -n "${RANKS:-2}" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
         ko "$name passed the tester"; printf '%s\n' "$out" | sed 's/^/    /'
     elif printf '%s\n' "$out" | grep -q "^FAIL  $row" &&
         ! printf '%s\n' "$out" | grep -q "conforms"; then
@@ -149,6 +152,36 @@ refuse "zeros under a claim of error feedback" "error feedback" "$FK/zeroes_ef.s
 refuse "0.9 of the average under a claim of error feedback" "error feedback" "$FK/scaled_ef.so"
 refuse "zeros, under valgrind" "f32 buckets: close to average" "$FK/zeroes.so" --steps 3 \
     --valgrind --suppressions "$S/sdk/valgrind.supp"
+# A 1-bit hook with error feedback (tests/fake_plugins/ef_sign.c): right,
+# it conforms on 1, 2 and 4 ranks; each way of getting it wrong fails on
+# the row that catches it, on every rank count it shows on.
+for n in 1 2 4; do
+    conform "$n" "$FK/ef_sign.so"
+    RANKS=$n refuse "ef_sign at 2x scale, $n ranks" "trains" "$FK/ef_sign_double.so"
+    RANKS=$n refuse "ef_sign decoding flipped signs, $n ranks" "trains" "$FK/ef_sign_flipped.so"
+    RANKS=$n refuse "ef_sign never clearing its memory, $n ranks" "trains" "$FK/ef_sign_stale.so"
+    RANKS=$n refuse "ef_sign without save/load, $n ranks" \
+        "state across steps.*ddph_state_save refused" "$FK/ef_sign_no_save.so"
+    RANKS=$n refuse "ef_sign with undeclared state and no save/load, $n ranks" \
+        "state across steps.*results depend on earlier" "$FK/ef_sign_undeclared.so"
+done
+RANKS=4 refuse "ef_sign summing from its own message, 4 ranks" \
+    "f32 buckets: same result" "$FK/ef_sign_own_first.so"
+# Under --valgrind one verdict: a leak on the last rank only fails every
+# rank, each printing the same final line.
+if command -v valgrind >/dev/null 2>&1; then
+    leak="$FK/ef_sign_leak_last.so"
+    out=$(timeout 600 "$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$leak" \
+        --steps 3 --valgrind --suppressions "$S/sdk/valgrind.supp" </dev/null 2>&1)
+    if [ "$(printf '%s\n' "$out" | grep -c "^$leak: FAILED$")" -eq 2 ] &&
+        ! printf '%s\n' "$out" | grep -q "conforms" &&
+        printf '%s\n' "$out" | grep -q "^FAIL  valgrind: leaks and memory errors *rank 1:"; then
+        ok "a leak on the last rank under --valgrind :: both ranks print '$(basename "$leak"): FAILED'"
+    else
+        ko "a leak on the last rank under --valgrind: not one FAILED verdict on each rank"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+fi
 # A declared tolerance is a bound, not a pass: fp16 held to an exact
 # hook's 1e-5 fails.
 if out=$("$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$P/fp16.so" --rtol 1e-5 </dev/null 2>&1); then
