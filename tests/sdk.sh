@@ -115,6 +115,7 @@ for n in 1 2 4; do
         conform "$n" "$P/$h.so"
     done
     conform "$n" "$OUT/template/my_hook.so"
+    conform "$n" "$OUT/template/ef_signs.so"
 done
 for n in 2 4; do
     conform "$n" "$P/topk.so" --option ratio=1
@@ -131,12 +132,12 @@ command -v valgrind >/dev/null 2>&1 &&
 # Wrong compressors fail, each on the row that catches it: zeros from an
 # "exact" hook; any hook held to --rtol 10; zeros, and 0.9 of the average,
 # from hooks that claim error feedback.
-# refuse NAME ROW ARGS...: the tester fails ARGS with a FAIL line matching
-# ROW (on 2 ranks, or RANKS=N).
-refuse() {
-    name=$1 row=$2
-    shift 2
-    if out=$(timeout 300 "$MPIEXEC" -n "${RANKS:-2}" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+# refuse_on N NAME ROW ARGS...: the tester on N ranks fails ARGS with a FAIL
+# line matching ROW; refuse: the same on 2 ranks.
+refuse_on() {
+    n=$1 name=$2 row=$3
+    shift 3
+    if out=$(timeout 300 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
         ko "$name passed the tester"; printf '%s\n' "$out" | sed 's/^/    /'
     elif printf '%s\n' "$out" | grep -q "^FAIL  $row" &&
         ! printf '%s\n' "$out" | grep -q "conforms"; then
@@ -145,6 +146,7 @@ refuse() {
         ko "$name: no failing '$row' row, or 'conforms' printed"; printf '%s\n' "$out" | sed 's/^/    /'
     fi
 }
+refuse() { refuse_on 2 "$@"; }
 FK="$DDPH_TEST_FAKE_DIR"
 refuse "a hook that returns zeros" "f32 buckets: close to average" "$FK/zeroes.so"
 refuse "a hook that returns zeros, at --rtol 10" "tolerance" "$FK/zeroes.so" --rtol 10
@@ -157,15 +159,15 @@ refuse "zeros, under valgrind" "f32 buckets: close to average" "$FK/zeroes.so" -
 # the row that catches it, on every rank count it shows on.
 for n in 1 2 4; do
     conform "$n" "$FK/ef_sign.so"
-    RANKS=$n refuse "ef_sign at 2x scale, $n ranks" "trains" "$FK/ef_sign_double.so"
-    RANKS=$n refuse "ef_sign decoding flipped signs, $n ranks" "trains" "$FK/ef_sign_flipped.so"
-    RANKS=$n refuse "ef_sign never clearing its memory, $n ranks" "trains" "$FK/ef_sign_stale.so"
-    RANKS=$n refuse "ef_sign without save/load, $n ranks" \
+    refuse_on "$n" "ef_sign at 2x scale, $n ranks" "trains" "$FK/ef_sign_double.so"
+    refuse_on "$n" "ef_sign decoding flipped signs, $n ranks" "trains" "$FK/ef_sign_flipped.so"
+    refuse_on "$n" "ef_sign never clearing its memory, $n ranks" "trains" "$FK/ef_sign_stale.so"
+    refuse_on "$n" "ef_sign without save/load, $n ranks" \
         "state across steps.*ddph_state_save refused" "$FK/ef_sign_no_save.so"
-    RANKS=$n refuse "ef_sign with undeclared state and no save/load, $n ranks" \
+    refuse_on "$n" "ef_sign with undeclared state and no save/load, $n ranks" \
         "state across steps.*results depend on earlier" "$FK/ef_sign_undeclared.so"
 done
-RANKS=4 refuse "ef_sign summing from its own message, 4 ranks" \
+refuse_on 4 "ef_sign summing from its own message, 4 ranks" \
     "f32 buckets: same result" "$FK/ef_sign_own_first.so"
 # Under --valgrind one verdict: a leak on the last rank only fails every
 # rank, each printing the same final line.
@@ -190,6 +192,31 @@ else
     printf '%s\n' "$out" | grep -q "FAIL .*close to average.*rtol 1e-05, --rtol" &&
         ok "fp16 held to --rtol 1e-5 fails its 'close to average' rows" ||
         { ko "fp16 at --rtol 1e-5: no failing 'close to average' row"; printf '%s\n' "$out" | sed 's/^/    /'; }
+fi
+# What an author finds in the install: the guide and the ABI reference
+# where pkg-config's docdir says, the shipped hooks' sources where its
+# examplesdir says (top-k's builds alone against the installed SDK).
+docdir="$root$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --variable=docdir ddphook)"
+exdir="$root$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --variable=examplesdir ddphook)"
+if [ -f "$docdir/plugin-guide.md" ] && [ -f "$docdir/abi.md" ] &&
+    [ -f "$exdir/plugins/topk/topk.c" ] && [ -f "$exdir/plugins/int8/int8.c" ] &&
+    ${CC:-cc} -std=c11 -shared -fPIC -o "$OUT/topk_example.so" \
+        $(PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root" pkg-config --cflags ddphook) \
+        "$exdir/plugins/topk/topk.c" -lm 2>"$OUT/topk_example.log"; then
+    ok "the install carries the guide, the ABI reference and the hooks' sources (topk.c builds from $exdir)"
+else
+    ko "docs or example hooks missing from the install ($docdir, $exdir)"; cat "$OUT/topk_example.log" 2>/dev/null
+fi
+# ddphook plugins --plugin-path lists folders in search order, DIRS before
+# the installed folder as bench searches, and says which file is shadowed.
+mkdir -p "$OUT/first"
+cp "$P/topk.so" "$OUT/first/topk.so"
+listed=$("$B/ddphook" plugins --plugin-path "$OUT/first:$P" 2>&1)
+if printf '%s\n' "$listed" | grep -q "^  topk.so *(not used: $OUT/first/topk.so comes first)" &&
+    printf '%s\n' "$listed" | grep -v "^  " | tail -n 2 | head -n 1 | grep -q "/ddphook/plugins:"; then
+    ok "ddphook plugins --plugin-path :: search order, shadowed files named, the installed folder last"
+else
+    ko "ddphook plugins --plugin-path: $listed"
 fi
 # ddphook bench hooks takes hook options: top-k at ratio 0.5 sends far
 # more than at its default 0.01.
