@@ -4,9 +4,11 @@
  *       [--rtol R] [--steps N] [--valgrind]
  *
  * Loads the plugin through the real loader and runs it through the real
- * runtime (public API) on realistic, odd and empty buckets, then prints a
- * table of checks on rank 0; a check fails if it fails on any rank.  Exit 0
- * when nothing failed.  See docs/plugin-guide.md. */
+ * runtime (public API) on realistic, odd and empty buckets, trains a
+ * least-squares problem through it, then prints a table of checks on rank
+ * 0; a check fails if it fails on any rank (every rank agrees on every
+ * row, valgrind's included).  Exit 0 when nothing failed.  See
+ * docs/plugin-guide.md. */
 #include "build-config.h"
 
 #include <getopt.h>
