@@ -522,21 +522,25 @@ static double spread(int rank, int p, size_t i)
     return 0.5 + 0.5 * grad_value(rank, 99993, p, i);
 }
 
-/* The mean over ranks of L_r(w) (w = NULL: at the optimum). */
-static double train_loss(const run *r, int rank, int world, float *const *w)
+/* The mean over ranks of L_r(w), or (w = NULL) of L_r at the optimum,
+ * where each w_i is the ranks' mean target; `scratch` holds the largest
+ * tensor's elements. */
+static double train_loss(const run *r, int rank, int world, float *const *w,
+                         double *scratch)
 {
     double mine = 0;
-    for (int p = 0; p < r->n; p++)
-        for (size_t i = 0; i < r->numel[p]; i++) {
-            double at = w ? (double)w[p][i] : 0;
-            if (!w) { /* the optimum: the mean target, agreed in double */
-                double sum = 0, tr = target(rank, p, i);
-                MPI_Allreduce(&tr, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-                at = sum / world;
-            }
-            double d = at - target(rank, p, i);
+    for (int p = 0; p < r->n; p++) {
+        size_t n = r->numel[p];
+        for (size_t i = 0; i < n; i++)
+            scratch[i] = w ? (double)w[p][i] : target(rank, p, i) / world;
+        if (!w)
+            MPI_Allreduce(MPI_IN_PLACE, scratch, (int)n, MPI_DOUBLE, MPI_SUM,
+                          MPI_COMM_WORLD);
+        for (size_t i = 0; i < n; i++) {
+            double d = scratch[i] - target(rank, p, i);
             mine += 0.5 * curvature(p, i) * (d * d + spread(rank, p, i));
         }
+    }
     double all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return all / world;
@@ -585,8 +589,8 @@ static int train(tester *t, int exact, double *loss, uint32_t *sum,
                 w[p][i] -= (float)TRAIN_RATE * r.g[p][i];
     }
     if (ok) {
-        *loss = train_loss(&r, t->rank, t->world, w);
-        *optimum = train_loss(&r, t->rank, t->world, NULL);
+        *loss = train_loss(&r, t->rank, t->world, w, avg);
+        *optimum = train_loss(&r, t->rank, t->world, NULL, avg);
         uLong c = crc32(0L, Z_NULL, 0);
         for (int p = 0; p < r.n; p++)
             c = crc32(c, (const Bytef *)w[p], (uInt)(r.numel[p] * sizeof(float)));
