@@ -83,10 +83,11 @@ else
     ko "averaging schedule"; printf '%s\n' "$out" | sed 's/^/    /'
 fi
 # The conformance tester, as installed, on every hook.
-# conform RANKS PLUGIN [ARGS...]
+# conform RANKS PLUGIN [ARGS...] (4 ranks on 2 busy cores take minutes:
+# training included, so the generous timeout)
 conform() {
     n=$1; shift
-    if out=$(timeout 300 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+    if out=$(timeout 600 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
         ok "ddphook-plugin-test -n $n $(basename "$1") ${2:-} ${3:-} :: $(printf '%s\n' "$out" | tail -n 1)"
     else
         ko "ddphook-plugin-test -n $n $*"; printf '%s\n' "$out" | sed 's/^/    /'
@@ -137,7 +138,7 @@ command -v valgrind >/dev/null 2>&1 &&
 refuse_on() {
     n=$1 name=$2 row=$3
     shift 3
-    if out=$(timeout 300 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+    if out=$(timeout 600 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
         ko "$name passed the tester"; printf '%s\n' "$out" | sed 's/^/    /'
     elif printf '%s\n' "$out" | grep -q "^FAIL  $row" &&
         ! printf '%s\n' "$out" | grep -q "conforms"; then
