@@ -7,6 +7,10 @@
  *     the same N MiB: ratio = memcpy time / cast time (1.0 = as fast as
  *     copying the f32 bytes once).  Medians of R runs, buffers pre-faulted.
  *
+ *   ddphook bench ops [--mib N] [--repeats R]
+ *     Every CPU device operation of the services against memcpy of the same
+ *     bytes, each timed in turn with its memcpy (bench_ops.c).
+ *
  *   mpiexec -n W ddphook bench hooks [--model NAME | --mib N] [--hooks LIST]
  *   mpiexec -n W ddphook bench powersgd [...]
  *     Each hook reduces the model's gradients through the real runtime;
@@ -33,6 +37,7 @@
 
 #include "comm/backend_mpi.h"
 #include "bench_common.h"
+#include "bench_ops.h"
 #include "commands.h"
 #include "core/context.h"
 #include "support/config.h"
@@ -45,6 +50,7 @@
 
 static const char bench_usage[] =
     "usage: ddphook bench casts [--mib N] [--repeats R]\n"
+    "       ddphook bench ops [--mib N] [--repeats R]\n"
     "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
     "           --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
@@ -59,6 +65,13 @@ static const char bench_usage[] =
     "  casts      f32<->f16/bf16 casts on every SIMD path of this CPU, as a\n"
     "             ratio to memcpy of the same f32 bytes (default 64 MiB,\n"
     "             median of 7 runs)\n"
+    "  ops        every CPU device operation a hook calls through its\n"
+    "             services (copy, zero, axpy, casts, divide, top-k, gather,\n"
+    "             scatter-add, absmax, int8, pack/unpack_signs,\n"
+    "             chunk_abs_sum/max, GEMM, orthogonalize) on N MiB of f32\n"
+    "             (default 64), each timed in turn with a memcpy of the\n"
+    "             bytes it is compared with (its f32 input or output):\n"
+    "             x memcpy = memcpy time / op time, median of R (default 7)\n"
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
     "             batched_powersgd,topk,int8) on the gradients of a model preset\n"
     "             (gpt2-124m, resnet50, mlp; default resnet50), of the\n"
@@ -701,6 +714,8 @@ int cmd_bench(int argc, char **argv)
                              hb.plugin_path);
     if (strcmp(what, "casts") == 0)
         return bench_casts(mib ? mib : 64, repeats ? repeats : 7);
+    if (strcmp(what, "ops") == 0)
+        return bench_ops(mib ? mib : 64, repeats ? repeats : 7);
     if (strcmp(what, "shapes") == 0)
         return print_shapes(hb.model ? hb.model : "resnet50");
     hb.repeats = repeats ? repeats : 10;

@@ -38,7 +38,7 @@ static const char main_usage[] =
     "  replay --job JOB.ini --trace DIR --out DIR2\n"
     "                         run a gradient trace through a job (under\n"
     "                         mpiexec); see `ddphook replay --help`\n"
-    "  bench casts|hooks|powersgd|gpu [...]\n"
+    "  bench casts|ops|hooks|powersgd|gpu [...]\n"
     "                         speed as a ratio to a baseline in the same run\n"
     "                         (memcpy, MPI_Allreduce, ncclAllReduce); see\n"
     "                         `ddphook bench --help`\n"
@@ -78,11 +78,15 @@ static int load_paths(int argc, char **argv, ddph_config *cfg,
         return -1;
     }
     if (path) {
-        char *dup = ddph__strdup(path);
-        if (!dup)
+        /* DIRS first, then the installed folder: what `bench --plugin-path`
+         * searches. */
+        size_t len = strlen(path) + strlen(DDPH_PLUGIN_DIR) + 2;
+        char *dirs = malloc(len);
+        if (!dirs)
             return -1;
+        snprintf(dirs, len, "%s:%s", path, DDPH_PLUGIN_DIR);
         free(cfg->plugin_path);
-        cfg->plugin_path = dup;
+        cfg->plugin_path = dirs;
     }
     return 1;
 }
@@ -384,8 +388,12 @@ int cmd_check(int argc, char **argv)
 
 static const char plugins_usage[] =
     "usage: ddphook plugins [--job JOB.ini | --plugin-path DIRS]\n"
-    "\nLists every hook (*.so) along the plugin path with its version,\n"
-    "description and options.\n";
+    "\nLists every hook (*.so) along the plugin path, folder by folder in\n"
+    "search order, with its version, description and options: the job's\n"
+    "plugin_path (--job), DIRS and then the installed plugin folder\n"
+    "(--plugin-path, as `ddphook bench` searches), or the installed folder.\n"
+    "A file whose name an earlier folder already has is listed as not\n"
+    "used: a job naming that hook loads the earlier one.\n";
 
 int cmd_plugins(int argc, char **argv)
 {
@@ -394,6 +402,9 @@ int cmd_plugins(int argc, char **argv)
     if (r <= 0)
         return r == 0 ? 0 : r == -2 ? 2 : 1;
     int found = 0, bad = 0;
+    /* The file names (and folders) already met: a later one is shadowed. */
+    char **seen = NULL, **seen_in = NULL;
+    size_t nseen = 0;
     char *dirs = ddph__strdup(cfg.plugin_path), *save = NULL;
     for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d;
          d = strtok_r(NULL, ":", &save)) {
@@ -405,6 +416,26 @@ int cmd_plugins(int argc, char **argv)
         }
         printf("%s:\n", d);
         for (int i = 0; i < nfiles; i++) {
+            const char *first = NULL;
+            for (size_t k = 0; k < nseen && !first; k++)
+                if (strcmp(seen[k], files[i]) == 0)
+                    first = seen_in[k];
+            if (first) {
+                printf("  %-20s (not used: %s/%s comes first)\n", files[i],
+                       first, files[i]);
+                continue;
+            }
+            char **more = realloc(seen, (nseen + 1) * sizeof *seen);
+            seen = more ? more : seen;
+            char **more_in = more ? realloc(seen_in, (nseen + 1) *
+                                                         sizeof *seen_in)
+                                  : NULL;
+            seen_in = more_in ? more_in : seen_in;
+            char *name = more_in ? ddph__strdup(files[i]) : NULL;
+            if (name) {
+                seen[nseen] = name;
+                seen_in[nseen++] = d;
+            }
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", d, files[i]);
             ddph_plugin *p;
@@ -426,6 +457,10 @@ int cmd_plugins(int argc, char **argv)
         }
         ddph__names_free(files, (size_t)nfiles);
     }
+    for (size_t k = 0; k < nseen; k++)
+        free(seen[k]);
+    free(seen);
+    free(seen_in);
     free(dirs);
     printf("%d hook%s found%s\n", found, found == 1 ? "" : "s",
            bad ? " (some files could not be loaded)" : "");

@@ -5,7 +5,9 @@
 # path into the source tree); replays PyTorch's post-local-SGD vectors (when
 # present); checks the averaging schedule on 4 ranks with subgroups of 2;
 # and runs the installed ddphook-plugin-test on every shipped hook, the
-# template and post_localsgd, failing on any failed row.
+# template and post_localsgd, failing on any failed row; and on a 1-bit
+# hook with error feedback done right and done wrong (it must fail each
+# wrong one, under --valgrind with one verdict on every rank).
 set -u
 if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
     echo "SKIP: mpiexec not found (apt-get install mpich)"
@@ -82,10 +84,11 @@ else
     ko "averaging schedule"; printf '%s\n' "$out" | sed 's/^/    /'
 fi
 # The conformance tester, as installed, on every hook.
-# conform RANKS PLUGIN [ARGS...]
+# conform RANKS PLUGIN [ARGS...] (4 ranks on 2 busy cores take minutes:
+# training included, so the generous timeout)
 conform() {
     n=$1; shift
-    if out=$(timeout 300 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+    if out=$(timeout 600 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
         ok "ddphook-plugin-test -n $n $(basename "$1") ${2:-} ${3:-} :: $(printf '%s\n' "$out" | tail -n 1)"
     else
         ko "ddphook-plugin-test -n $n $*"; printf '%s\n' "$out" | sed 's/^/    /'
@@ -114,6 +117,7 @@ for n in 1 2 4; do
         conform "$n" "$P/$h.so"
     done
     conform "$n" "$OUT/template/my_hook.so"
+    conform "$n" "$OUT/template/ef_signs.so"
 done
 for n in 2 4; do
     conform "$n" "$P/topk.so" --option ratio=1
@@ -130,11 +134,12 @@ command -v valgrind >/dev/null 2>&1 &&
 # Wrong compressors fail, each on the row that catches it: zeros from an
 # "exact" hook; any hook held to --rtol 10; zeros, and 0.9 of the average,
 # from hooks that claim error feedback.
-# refuse NAME ROW ARGS...: the tester fails ARGS with a FAIL line matching ROW.
-refuse() {
-    name=$1 row=$2
-    shift 2
-    if out=$(timeout 300 "$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
+# refuse_on N NAME ROW ARGS...: the tester on N ranks fails ARGS with a FAIL
+# line matching ROW; refuse: the same on 2 ranks.
+refuse_on() {
+    n=$1 name=$2 row=$3
+    shift 3
+    if out=$(timeout 600 "$MPIEXEC" -n "$n" "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1); then
         ko "$name passed the tester"; printf '%s\n' "$out" | sed 's/^/    /'
     elif printf '%s\n' "$out" | grep -q "^FAIL  $row" &&
         ! printf '%s\n' "$out" | grep -q "conforms"; then
@@ -143,6 +148,7 @@ refuse() {
         ko "$name: no failing '$row' row, or 'conforms' printed"; printf '%s\n' "$out" | sed 's/^/    /'
     fi
 }
+refuse() { refuse_on 2 "$@"; }
 FK="$DDPH_TEST_FAKE_DIR"
 refuse "a hook that returns zeros" "f32 buckets: close to average" "$FK/zeroes.so"
 refuse "a hook that returns zeros, at --rtol 10" "tolerance" "$FK/zeroes.so" --rtol 10
@@ -151,6 +157,36 @@ refuse "0.9 of the average under a claim of error feedback" "error feedback" "$F
 command -v valgrind >/dev/null 2>&1 &&
     refuse "zeros, under valgrind" "f32 buckets: close to average" "$FK/zeroes.so" \
         --steps 3 --valgrind --suppressions "$S/sdk/valgrind.supp"
+# A 1-bit hook with error feedback (tests/fake_plugins/ef_sign.c): right,
+# it conforms on 1, 2 and 4 ranks; each way of getting it wrong fails on
+# the row that catches it, on every rank count it shows on.
+for n in 1 2 4; do
+    conform "$n" "$FK/ef_sign.so"
+    refuse_on "$n" "ef_sign at 2x scale, $n ranks" "trains" "$FK/ef_sign_double.so"
+    refuse_on "$n" "ef_sign decoding flipped signs, $n ranks" "trains" "$FK/ef_sign_flipped.so"
+    refuse_on "$n" "ef_sign never clearing its memory, $n ranks" "trains" "$FK/ef_sign_stale.so"
+    refuse_on "$n" "ef_sign without save/load, $n ranks" \
+        "state across steps.*ddph_state_save refused" "$FK/ef_sign_no_save.so"
+    refuse_on "$n" "ef_sign with undeclared state and no save/load, $n ranks" \
+        "state across steps.*results depend on earlier" "$FK/ef_sign_undeclared.so"
+done
+refuse_on 4 "ef_sign summing from its own message, 4 ranks" \
+    "f32 buckets: same result" "$FK/ef_sign_own_first.so"
+# Under --valgrind one verdict: a leak on the last rank only fails every
+# rank, each printing the same final line.
+if command -v valgrind >/dev/null 2>&1; then
+    leak="$FK/ef_sign_leak_last.so"
+    out=$(timeout 600 "$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$leak" \
+        --steps 3 --valgrind --suppressions "$S/sdk/valgrind.supp" </dev/null 2>&1)
+    if [ "$(printf '%s\n' "$out" | grep -c "^$leak: FAILED$")" -eq 2 ] &&
+        ! printf '%s\n' "$out" | grep -q "conforms" &&
+        printf '%s\n' "$out" | grep -q "^FAIL  valgrind: leaks and memory errors *rank 1:"; then
+        ok "a leak on the last rank under --valgrind :: both ranks print '$(basename "$leak"): FAILED'"
+    else
+        ko "a leak on the last rank under --valgrind: not one FAILED verdict on each rank"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+fi
 # A declared tolerance is a bound, not a pass: fp16 held to an exact
 # hook's 1e-5 fails.
 if out=$("$MPIEXEC" -n 2 "$bindir/ddphook-plugin-test" "$P/fp16.so" --rtol 1e-5 </dev/null 2>&1); then
@@ -159,6 +195,31 @@ else
     printf '%s\n' "$out" | grep -q "FAIL .*close to average.*rtol 1e-05, --rtol" &&
         ok "fp16 held to --rtol 1e-5 fails its 'close to average' rows" ||
         { ko "fp16 at --rtol 1e-5: no failing 'close to average' row"; printf '%s\n' "$out" | sed 's/^/    /'; }
+fi
+# What an author finds in the install: the guide and the ABI reference
+# where pkg-config's docdir says, the shipped hooks' sources where its
+# examplesdir says (top-k's builds alone against the installed SDK).
+docdir="$root$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --variable=docdir ddphook)"
+exdir="$root$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --variable=examplesdir ddphook)"
+if [ -f "$docdir/plugin-guide.md" ] && [ -f "$docdir/abi.md" ] &&
+    [ -f "$exdir/plugins/topk/topk.c" ] && [ -f "$exdir/plugins/int8/int8.c" ] &&
+    ${CC:-cc} -std=c11 -shared -fPIC -o "$OUT/topk_example.so" \
+        $(PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root" pkg-config --cflags ddphook) \
+        "$exdir/plugins/topk/topk.c" -lm 2>"$OUT/topk_example.log"; then
+    ok "the install carries the guide, the ABI reference and the hooks' sources (topk.c builds from $exdir)"
+else
+    ko "docs or example hooks missing from the install ($docdir, $exdir)"; cat "$OUT/topk_example.log" 2>/dev/null
+fi
+# ddphook plugins --plugin-path lists folders in search order, DIRS before
+# the installed folder as bench searches, and says which file is shadowed.
+mkdir -p "$OUT/first"
+cp "$P/topk.so" "$OUT/first/topk.so"
+listed=$("$B/ddphook" plugins --plugin-path "$OUT/first:$P" 2>&1)
+if printf '%s\n' "$listed" | grep -q "^  topk.so *(not used: $OUT/first/topk.so comes first)" &&
+    printf '%s\n' "$listed" | grep -v "^  " | tail -n 2 | head -n 1 | grep -q "/ddphook/plugins:"; then
+    ok "ddphook plugins --plugin-path :: search order, shadowed files named, the installed folder last"
+else
+    ko "ddphook plugins --plugin-path: $listed"
 fi
 # ddphook bench hooks takes hook options: top-k at ratio 0.5 sends far
 # more than at its default 0.01.

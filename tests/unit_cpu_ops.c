@@ -552,6 +552,73 @@ START_TEST(signs_pack_and_unpack_with_chunk_scales)
 }
 END_TEST
 
+/* The one-element definitions of sign_ops.h, for the byte-wise code. */
+static void ref_pack_signs(const float *x, size_t n, uint8_t *out)
+{
+    memset(out, 0, (n + 7) / 8);
+    for (size_t i = 0; i < n; i++)
+        out[i / 8] |= (uint8_t)((signbit(x[i]) != 0) << (i % 8));
+}
+
+static void ref_unpack_signs(const uint8_t *b, size_t n, size_t chunk,
+                             const float *scales, float beta, float *y)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = scales[i / chunk];
+        float d = (b[i / 8] >> (i % 8)) & 1 ? -s : s;
+        y[i] = beta == 0.0f ? d : beta * y[i] + d;
+    }
+}
+
+START_TEST(signs_match_the_element_definitions)
+{
+    /* Every length to 70 and a few long ones, chunks that do and do not
+     * fall on byte boundaries (1, 3, 8, 13, 64, longer than n), scales
+     * of both signs, -0, NaN and Inf among the inputs and scales, and
+     * beta 0, -0, 0.5 and NaN: bit-identical results everywhere. */
+    enum { MAX = 1000 };
+    static float x[MAX], y[MAX], want[MAX], scales[MAX];
+    static uint8_t got_bits[MAX / 8 + 1], want_bits[MAX / 8 + 1];
+    const float specials[] = {-0.0f, 0.0f, NAN, -NAN, INFINITY, -1e-40f};
+    const size_t chunks[] = {1, 3, 8, 13, 64, 5000};
+    const float betas[] = {0.0f, -0.0f, 0.5f, NAN};
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (size_t n = 0; n < MAX; n = n < 70 ? n + 1 : n * 2 + 17) {
+        for (size_t i = 0; i < n; i++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            x[i] = s % 11 == 0 ? specials[s % 6]
+                               : (float)(int64_t)(s >> 40) * 1e-6f - 8.0f;
+            scales[i] = i % 7 == 3 ? specials[i % 6] : x[i] * 0.25f;
+        }
+        memset(got_bits, 0xff, sizeof got_bits);
+        ddph__cpu_pack_signs(x, n, got_bits);
+        ref_pack_signs(x, n, want_bits);
+        ck_assert_msg(memcmp(got_bits, want_bits, (n + 7) / 8) == 0,
+                      "pack_signs, n = %zu", n);
+        for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++)
+            for (size_t b = 0; b < sizeof betas / sizeof *betas; b++) {
+                for (size_t i = 0; i < n; i++)
+                    y[i] = want[i] = x[(i * 7) % n];
+                ddph__cpu_unpack_signs(got_bits, n, chunks[c], scales,
+                                       betas[b], y);
+                ref_unpack_signs(want_bits, n, chunks[c], scales, betas[b],
+                                 want);
+                /* NaN payloads aside (a compiler may swap a product's
+                 * operands), the same bits. */
+                for (size_t i = 0; i < n; i++)
+                    ck_assert_msg(bits(y[i]) == bits(want[i]) ||
+                                      (isnan(y[i]) && isnan(want[i])),
+                                  "unpack_signs, n = %zu, chunk %zu, beta %g, "
+                                  "element %zu: %a, not %a",
+                                  n, chunks[c], (double)betas[b], i,
+                                  (double)y[i], (double)want[i]);
+            }
+    }
+}
+END_TEST
+
 START_TEST(chunk_abs_sum_and_max)
 {
     const float x[] = {1, -2, 3, -4, 5, -6, 7};
@@ -592,6 +659,7 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, topk_picks_largest_magnitudes);
     tcase_add_test(tc, int8_quantize_rounds_and_clamps);
     tcase_add_test(tc, signs_pack_and_unpack_with_chunk_scales);
+    tcase_add_test(tc, signs_match_the_element_definitions);
     tcase_add_test(tc, chunk_abs_sum_and_max);
     suite_add_tcase(s, tc);
     return s;

@@ -114,14 +114,6 @@ static void int8_destroy(const ddph_services *s, void *state)
     free(t);
 }
 
-static void *alloc_zero(const ddph_services *s, size_t bytes, int *ok)
-{
-    void *p = s->alloc(s, bytes ? bytes : 1);
-    if (!p || s->zero(s, p, bytes) != DDPH_OK)
-        *ok = 0;
-    return p;
-}
-
 static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
                                   const ddph_services *s)
 {
@@ -145,20 +137,21 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
         b->numel = t->numel[i] = lb->numel;
         b->chunk = (lb->numel + world - 1) / world;
         size_t padded = world * b->chunk;
-        b->error = t->errors[i] = alloc_zero(s, b->numel * sizeof(float), &ok);
+        b->error = t->errors[i] =
+            ddph_util_alloc_zero(s, b->numel * sizeof(float), &ok);
         if (lb->dtype != DDPH_F32)
-            b->work = alloc_zero(s, b->numel * sizeof(float), &ok);
-        b->q = alloc_zero(s, padded, &ok);
-        b->received = alloc_zero(s, padded, &ok);
-        b->sum = alloc_zero(s, b->chunk * sizeof(float), &ok);
+            b->work = ddph_util_alloc_zero(s, b->numel * sizeof(float), &ok);
+        b->q = ddph_util_alloc_zero(s, padded, &ok);
+        b->received = ddph_util_alloc_zero(s, padded, &ok);
+        b->sum = ddph_util_alloc_zero(s, b->chunk * sizeof(float), &ok);
         t->chunk_numel[i] = b->chunk;
         b->chunk_error = t->chunk_errors[i] =
-            alloc_zero(s, b->chunk * sizeof(float), &ok);
-        b->q_avg = alloc_zero(s, b->chunk, &ok);
-        b->all_avg = alloc_zero(s, padded, &ok);
-        b->scalar = alloc_zero(s, sizeof(float), &ok);
-        b->my_scale = alloc_zero(s, sizeof(float), &ok);
-        b->scales = alloc_zero(s, world * sizeof(float), &ok);
+            ddph_util_alloc_zero(s, b->chunk * sizeof(float), &ok);
+        b->q_avg = ddph_util_alloc_zero(s, b->chunk, &ok);
+        b->all_avg = ddph_util_alloc_zero(s, padded, &ok);
+        b->scalar = ddph_util_alloc_zero(s, sizeof(float), &ok);
+        b->my_scale = ddph_util_alloc_zero(s, sizeof(float), &ok);
+        b->scales = ddph_util_alloc_zero(s, world * sizeof(float), &ok);
     }
     if (!ok) {
         s->set_error(s, "int8: out of memory for the buckets' state");

@@ -97,14 +97,6 @@ static void topk_destroy(const ddph_services *s, void *state)
     free(t);
 }
 
-static void *alloc_zero(const ddph_services *s, size_t bytes, int *ok)
-{
-    void *p = s->alloc(s, bytes ? bytes : 1);
-    if (!p || s->zero(s, p, bytes) != DDPH_OK)
-        *ok = 0;
-    return p;
-}
-
 static ddph_status topk_on_layout(void *state, const ddph_layout *layout,
                                   const ddph_services *s)
 {
@@ -135,13 +127,16 @@ static ddph_status topk_on_layout(void *state, const ddph_layout *layout,
         b->k = lb->numel == 0 ? 0 : k < 1 ? 1 : (size_t)k;
         if (b->k > lb->numel)
             b->k = lb->numel;
-        b->error = t->errors[i] = alloc_zero(s, b->numel * sizeof(float), &ok);
+        b->error = t->errors[i] =
+            ddph_util_alloc_zero(s, b->numel * sizeof(float), &ok);
         if (lb->dtype != DDPH_F32)
-            b->work = alloc_zero(s, b->numel * sizeof(float), &ok);
-        b->values = alloc_zero(s, b->k * sizeof(float), &ok);
-        b->indices = alloc_zero(s, b->k * sizeof(int32_t), &ok);
-        b->all_values = alloc_zero(s, world * b->k * sizeof(float), &ok);
-        b->all_indices = alloc_zero(s, world * b->k * sizeof(int32_t), &ok);
+            b->work = ddph_util_alloc_zero(s, b->numel * sizeof(float), &ok);
+        b->values = ddph_util_alloc_zero(s, b->k * sizeof(float), &ok);
+        b->indices = ddph_util_alloc_zero(s, b->k * sizeof(int32_t), &ok);
+        b->all_values =
+            ddph_util_alloc_zero(s, world * b->k * sizeof(float), &ok);
+        b->all_indices =
+            ddph_util_alloc_zero(s, world * b->k * sizeof(int32_t), &ok);
     }
     if (!ok) {
         s->set_error(s, "topk: out of memory for the buckets' state");

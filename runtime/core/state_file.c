@@ -187,6 +187,17 @@ static ddph_status encode(ddph_ctx *ctx, uint64_t generation, uint64_t id,
             st = put_u32(b, (uint32_t)m->nbuckets);
         for (int k = 0; k < m->nbuckets && st == DDPH_OK; k++)
             st = put_u64(b, m->buckets[k].numel);
+        /* A hook that keeps what it did not send but cannot save it
+         * would resume without it: refuse rather than write a file that
+         * continues differently. */
+        if (!st && !api->save && (api->flags & DDPH_PLUGIN_ERROR_FEEDBACK))
+            st = ddph__fail(err, DDPH_ERR_UNSUPPORTED,
+                            "state_save: hook '%s' on model '%s' declares "
+                            "error feedback (DDPH_PLUGIN_ERROR_FEEDBACK) but "
+                            "has no save/load: its error memory cannot be "
+                            "saved, and a job resumed from this file would "
+                            "continue differently; nothing was written",
+                            api->name, m->name);
         buffer payload = {0};
         if (!st && api->save) {
             m->hook->message[0] = '\0';

@@ -11,6 +11,7 @@
  *   ddph_util_load_errors   the hook's saved state, and back, refusing
  *                           another model's state
  *   ddph_util_stats_put     the `stats` entry point's contract
+ *   ddph_util_alloc_zero    device memory from `alloc`, zeroed (on_layout)
  *
  * docs/plugin-guide.md shows them in use. */
 #ifndef DDPHOOK_PLUGIN_UTIL_H
@@ -167,6 +168,19 @@ static inline ddph_status ddph_util_load_errors(const ddph_services *s,
         free(host);
     }
     return st;
+}
+
+/* `bytes` of the services' device memory, zeroed (1 byte for 0, so that
+ * the pointer can be freed like any other); *ok is set to 0 on failure
+ * and left alone otherwise, so that on_layout can allocate a bucket's
+ * buffers in a row and test once. */
+static inline void *ddph_util_alloc_zero(const ddph_services *s, size_t bytes,
+                                         int *ok)
+{
+    void *p = s->alloc(s, bytes ? bytes : 1);
+    if (!p || s->zero(s, p, bytes) != DDPH_OK)
+        *ok = 0;
+    return p;
 }
 
 /* The `stats` entry point's contract: up to `max` of the hook's `n`
