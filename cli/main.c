@@ -170,7 +170,8 @@ static int by_line(const void *a, const void *b)
 
 static void check_print_errors(check_run *run)
 {
-    qsort(run->errors, run->nerrors, sizeof *run->errors, by_line);
+    if (run->nerrors) /* qsort's array may not be NULL, even empty */
+        qsort(run->errors, run->nerrors, sizeof *run->errors, by_line);
     for (size_t i = 0; i < run->nerrors; i++) {
         fprintf(stderr, "ddphook check: %s\n",
                 run->errors[i].msg ? run->errors[i].msg : "out of memory");
