@@ -249,6 +249,27 @@ ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err)
 
 /* Starts the exchange of one record on g's twin communicator; it becomes
  * this thread's pending exchange. */
+/* Starts the allgather of one record on g's twin communicator into a new
+ * block (this rank's record, then every rank's), freed by the caller
+ * once *req completed. */
+static ddph_status fp_exchange(ddph_mpi *m, struct ddph_group *g,
+                               const int64_t *record, MPI_Request *req,
+                               int64_t **out, ddph_err *err)
+{
+    int64_t *block = malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *block);
+    if (!block)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    memcpy(block, record, FP_FIELDS * sizeof *block);
+    int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T, block + FP_FIELDS,
+                            FP_FIELDS, MPI_INT64_T, g->fingerprints, req);
+    if (rc != MPI_SUCCESS) {
+        free(block);
+        return ddph__mpi_failed(m, err, rc, "MPI_Iallgather");
+    }
+    *out = block;
+    return DDPH_OK;
+}
+
 static ddph_status fp_start(ddph_mpi *m, struct ddph_group *g,
                             const char *what, const int64_t *record,
                             ddph_err *err)
@@ -261,17 +282,10 @@ static ddph_status fp_start(ddph_mpi *m, struct ddph_group *g,
     st = ddph__mpi_collective_fault(m, err);
     if (st != DDPH_OK)
         return st;
-    int64_t *block = malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *block);
-    if (!block)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    memcpy(block, record, FP_FIELDS * sizeof *block);
-    int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T, block + FP_FIELDS,
-                            FP_FIELDS, MPI_INT64_T, g->fingerprints,
-                            &pending_fp.req);
-    if (rc != MPI_SUCCESS) {
-        free(block);
-        return ddph__mpi_failed(m, err, rc, "MPI_Iallgather");
-    }
+    int64_t *block;
+    st = fp_exchange(m, g, record, &pending_fp.req, &block, err);
+    if (st != DDPH_OK)
+        return st;
     pending_fp.m = m;
     pending_fp.block = block;
     pending_fp.size = g->size;
@@ -341,26 +355,13 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
         struct ddph_group *g = groups[i];
         if (!fp_checked(m, g))
             continue;
-        int64_t *block =
-            malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *block);
-        if (!block) {
-            st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-            break;
-        }
         const int64_t record[FP_FIELDS] = {
             g->sequence++, FP_KIND_STEP_END, s->models,    s->passes,
             s->digest,     s->trainer_calls, s->iteration, FP_STEP_END,
             s->first_model, -1};
-        memcpy(block, record, sizeof record);
-        int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T,
-                                block + FP_FIELDS, FP_FIELDS, MPI_INT64_T,
-                                g->fingerprints, &reqs[started]);
-        if (rc != MPI_SUCCESS) {
-            free(block);
-            st = ddph__mpi_failed(m, err, rc, "MPI_Iallgather");
-            break;
-        }
-        blocks[started++] = block;
+        st = fp_exchange(m, g, record, &reqs[started], &blocks[started], err);
+        if (st == DDPH_OK)
+            started++;
     }
     if (started && st == DDPH_OK)
         st = ddph__mpi_wait_timed_all(m, started, reqs, ddph__now(),
