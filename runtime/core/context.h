@@ -64,6 +64,9 @@ typedef struct ddph_rt_bucket {
     uint64_t hook_calls;
     uint64_t bytes_on_wire;  /* sent by this rank, all calls */
     uint64_t bytes_received; /* from its peers, all calls */
+    int copied_back;         /* this step's results are in the trainer's
+                                memory already (copied by the lane, for
+                                the model's bucket callback) */
 } ddph_rt_bucket;
 
 struct ddph_model {
@@ -92,6 +95,11 @@ struct ddph_model {
     char nonfinite[512]; /* check_finite: the first report of the step */
     uint64_t *gpu_nonfinite; /* check_finite on CUDA gradients: per
                                 parameter, device memory (else NULL) */
+    /* ddph_model_set_bucket_callback: called by the lane after each
+     * bucket; set between steps only, so the lanes read it unlocked (the
+     * queue's mutex orders the write before their reads). */
+    ddph_bucket_callback bucket_callback;
+    void *bucket_callback_user;
 };
 
 /* One job of the queue a communication lane serves. */
@@ -119,6 +127,7 @@ typedef struct ddph_lane {
      * of ddph__reducer_wait: a hook that never returns is reported. */
     ddph_job running;
     int in_hook;
+    int in_callback;   /* in_hook, past the hook: in the bucket callback */
     double hook_since; /* ddph__now() when it was called */
     _Atomic long long active_us; /* the lane's activity clock (util.h) */
     int abandoned;     /* declared stuck: never joined, never freed */

@@ -144,6 +144,33 @@ ddph_status ddph_model_set_param_data(ddph_model *m, int index, void *data)
     return DDPH_OK;
 }
 
+ddph_status ddph_model_set_bucket_callback(ddph_model *m,
+                                           ddph_bucket_callback fn,
+                                           void *user)
+{
+    if (!m)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    if (ctx->in_step)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE,
+                               "model '%s': set_bucket_callback inside a "
+                               "step (between steps only: a lane may be "
+                               "calling the callback)",
+                               m->name);
+    /* GPU buckets come back on the communication stream, not by the time
+     * the lane would call. */
+    if (fn && ctx->cfg.backend == DDPH_BACKEND_NCCL)
+        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
+                               "model '%s': set_bucket_callback: host "
+                               "buckets only (backend = nccl)",
+                               m->name);
+    pthread_mutex_lock(&ctx->mu);
+    m->bucket_callback = fn;
+    m->bucket_callback_user = fn ? user : NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    return DDPH_OK;
+}
+
 /* Buckets from the plan; storage, views and the wrapper's scratch (when
  * the storage is not already in the wrapper's dtype). */
 static ddph_status build_buckets(ddph_model *m, ddph_err *err)

@@ -19,6 +19,24 @@
 #include "device/cpu_ops.h"
 #include "device/device.h"
 
+/* The averaged gradients of a host bucket back into the trainer's memory
+ * (both sides are host memory): a memcpy, or a cast from a bucket kept in
+ * the hook's half type. */
+static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
+{
+    size_t es = ddph__dtype_size(bk->store_dtype);
+    for (int j = 0; j < bk->nparams; j++) {
+        const ddph_param *p = &m->params[bk->params[j]];
+        const char *at = (const char *)bk->storage + p->offset * es;
+        ddph_err unused; /* float dtypes on both sides: cannot fail */
+        if (bk->store_dtype != bk->dtype)
+            ddph__cpu_cast(at, bk->store_dtype, p->grad, bk->dtype, p->numel,
+                           1.0, &unused);
+        else
+            memcpy(p->grad, at, p->numel * es);
+    }
+}
+
 static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
 {
     ddph_ctx *ctx = lane->ctx;
@@ -75,12 +93,39 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
          * the job is over, and the peers hear it at once. */
         ddph__mpi_fail_job(&ctx->mpi, st, message ? message : e.msg);
     }
+    ddph_bucket_callback callback = m->bucket_callback;
+    /* The trainer's gradients hold the results before it is told; on a
+     * job broken meanwhile it is told why instead (step_wait fails). */
+    ddph_status told = st;
+    const char *why = message ? message : e.msg;
+    ddph_err fault;
+    if (callback && st == DDPH_OK) {
+        told = ddph__mpi_fault(&ctx->mpi, &fault);
+        why = fault.msg;
+        if (told == DDPH_OK && !ctx->cfg.gradient_as_bucket_view &&
+            !ctx->comm_stream) {
+            copy_back(m, b);
+            b->copied_back = 1;
+        }
+    }
     pthread_mutex_lock(&ctx->mu);
     b->status = st;
     free(b->message);
     b->message = message;
     b->bytes_on_wire += sent;
     b->bytes_received += received;
+    if (callback) {
+        /* Unlocked: the callback may wait for an interpreter's lock
+         * whose holder may be waiting for ctx->mu.  The bucket is not
+         * DONE until it returns, so step_wait waits for it. */
+        lane->in_callback = 1;
+        atomic_store(&lane->active_us, (long long)(ddph__now() * 1e6));
+        pthread_mutex_unlock(&ctx->mu);
+        callback(m->bucket_callback_user, m, index, told,
+                 told == DDPH_OK ? NULL : why);
+        pthread_mutex_lock(&ctx->mu);
+        lane->in_callback = 0;
+    }
     b->state = DDPH_BUCKET_DONE;
     pthread_cond_broadcast(&ctx->done);
     pthread_mutex_unlock(&ctx->mu);
@@ -180,6 +225,7 @@ ddph_status ddph__reducer_begin(ddph_model *m, ddph_err *err)
         bk->pending = bk->nparams;
         bk->state = DDPH_BUCKET_IDLE;
         bk->status = DDPH_OK;
+        bk->copied_back = 0;
         free(bk->message);
         bk->message = NULL;
     }
@@ -374,24 +420,6 @@ static ddph_status gpu_nonfinite_report(ddph_model *m, ddph_err *err)
     return st;
 }
 
-/* The averaged gradients of a host bucket back into the trainer's memory
- * (both sides are host memory): a memcpy, or a cast from a bucket kept in
- * the hook's half type. */
-static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
-{
-    size_t es = ddph__dtype_size(bk->store_dtype);
-    for (int j = 0; j < bk->nparams; j++) {
-        const ddph_param *p = &m->params[bk->params[j]];
-        const char *at = (const char *)bk->storage + p->offset * es;
-        ddph_err unused; /* float dtypes on both sides: cannot fail */
-        if (bk->store_dtype != bk->dtype)
-            ddph__cpu_cast(at, bk->store_dtype, p->grad, bk->dtype, p->numel,
-                           1.0, &unused);
-        else
-            memcpy(p->grad, at, p->numel * es);
-    }
-}
-
 /* How often a waiting trainer looks at the hooks in progress. */
 #define WATCH_TICK_NS 50000000L
 
@@ -417,14 +445,22 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
         lane->abandoned = 1;
         ctx->lanes_abandoned = 1;
         char msg[512];
-        snprintf(msg, sizeof msg,
-                 "hook '%s' has not returned from model '%s' bucket %d "
-                 "(rank %d) after %.1f s, %.1f s of it outside any "
-                 "collective (timeout_s = %g): it is stuck; this rank "
-                 "abandons it",
-                 m->hook->plugin->api.name, m->name, lane->running.bucket,
-                 ctx->mpi.world.rank, now - lane->hook_since, now - active,
-                 limit);
+        if (lane->in_callback)
+            snprintf(msg, sizeof msg,
+                     "the trainer's bucket callback has not returned from "
+                     "model '%s' bucket %d (rank %d) after %.1f s "
+                     "(timeout_s = %g): it is stuck; this rank abandons it",
+                     m->name, lane->running.bucket, ctx->mpi.world.rank,
+                     now - active, limit);
+        else
+            snprintf(msg, sizeof msg,
+                     "hook '%s' has not returned from model '%s' bucket %d "
+                     "(rank %d) after %.1f s, %.1f s of it outside any "
+                     "collective (timeout_s = %g): it is stuck; this rank "
+                     "abandons it",
+                     m->hook->plugin->api.name, m->name,
+                     lane->running.bucket, ctx->mpi.world.rank,
+                     now - lane->hook_since, now - active, limit);
         ddph__mpi_fail_job(&ctx->mpi, DDPH_ERR_TIMEOUT, msg);
         return ddph__fail(err, DDPH_ERR_TIMEOUT, "%s", msg);
     }
@@ -474,7 +510,7 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             pthread_mutex_unlock(&ctx->mu);
             if (stuck != DDPH_OK)
                 return stuck;
-            if (early && bk->status == DDPH_OK &&
+            if (early && bk->status == DDPH_OK && !bk->copied_back &&
                 !atomic_load(&ctx->mpi.broken))
                 copy_back(m, bk);
         }

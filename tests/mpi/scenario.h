@@ -44,9 +44,11 @@ void run_overlap(void);
 void run_mismatch(void);
 void run_average_copies(void);
 void run_view(void);
+void run_bucket_callback(void);
 
 /* scenarios_faults.c */
 void run_hook_error(void);
+void run_bucket_callback_error(void);
 void run_leaked_request(void);
 void run_timeout_polled(void);
 void run_misuse(void);

@@ -26,14 +26,20 @@ static void end_failed_job(const char *scenario)
     _exit(0);
 }
 
+/* A job whose hook is tests/fake_plugins' NAME.so. */
+static ddph_ctx *open_fake(const char *name)
+{
+    char hook[512];
+    snprintf(hook, sizeof hook, "%s/%s.so", env("DDPH_TEST_FAKE_DIR"), name);
+    return open_job("/nowhere", hook, NULL);
+}
+
 /* Every rank's hook fails on bucket 1 at iteration 1: every rank reports a
  * hook failure (its own or a peer's, whichever came first), the job is
  * broken from then on, and ddph_close says so without hanging. */
 void run_hook_error(void)
 {
-    char hook[512];
-    snprintf(hook, sizeof hook, "%s/failing.so", env("DDPH_TEST_FAKE_DIR"));
-    ddph_ctx *ctx = open_job("/nowhere", hook, NULL);
+    ddph_ctx *ctx = open_fake("failing");
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);
@@ -65,15 +71,83 @@ void run_hook_error(void)
     end_failed_job("hook-error");
 }
 
+/* What a bucket callback heard: per bucket, the status and message. */
+typedef struct heard {
+    ddph_status status[16];
+    char message[16][512];
+    int calls[16];
+} heard;
+
+static void hear(void *user, ddph_model *m, int bucket, ddph_status status,
+                 const char *message)
+{
+    (void)m;
+    heard *h = user;
+    if (bucket < 0 || bucket >= 16)
+        return;
+    h->calls[bucket]++;
+    h->status[bucket] = status;
+    snprintf(h->message[bucket], sizeof h->message[bucket], "%s",
+             message ? message : "(null)");
+}
+
+/* failing.so fails bucket 1 at iteration 1 on every rank: its callback
+ * hears the failure (this rank's or a peer's, whichever came first), each
+ * later bucket a failure too, every bucket once; step_wait fails. */
+void run_bucket_callback_error(void)
+{
+    ddph_ctx *ctx = open_fake("failing");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    heard h;
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    int nb = ddph_model_bucket_count(fx.m);
+    CHECK(nb >= 3 && nb <= 16, "%d buckets", nb);
+    /* Set after finalize this time, between steps. */
+    CHECK_OK(ddph_model_set_bucket_callback(fx.m, hear, &h), ctx);
+    for (int s = 0; s < 2; s++) {
+        memset(&h, 0, sizeof h);
+        CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+        mark_all_ready(ctx, fx.m);
+        ddph_status st = ddph_step_wait(ctx);
+        for (int b = 0; b < nb; b++)
+            CHECK(h.calls[b] == 1, "step %d: bucket %d called back %d times",
+                  s, b, h.calls[b]);
+        if (s == 0) {
+            CHECK(st == DDPH_OK, "%s", ddph_last_error(ctx));
+            for (int b = 0; b < nb; b++)
+                CHECK(h.status[b] == DDPH_OK, "step 0 bucket %d: %s: %s", b,
+                      ddph_status_name(h.status[b]), h.message[b]);
+        } else {
+            CHECK(st != DDPH_OK, "step 1 did not fail");
+            /* Bucket 0 may hear of a peer's failure on bucket 1. */
+            CHECK(h.status[0] == DDPH_OK ||
+                      strcmp(h.message[0], "(null)") != 0,
+                  "bucket 0 failed without a message");
+            CHECK(h.status[1] != DDPH_OK &&
+                      strstr(h.message[1], "fake failure on bucket 1") &&
+                      strstr(h.message[1], "bucket 1 (rank "),
+                  "bucket 1: %s: '%s'", ddph_status_name(h.status[1]),
+                  h.message[1]);
+            for (int b = 2; b < nb; b++)
+                CHECK(h.status[b] != DDPH_OK &&
+                          strcmp(h.message[b], "(null)") != 0,
+                      "bucket %d after the failure: %s: '%s'", b,
+                      ddph_status_name(h.status[b]), h.message[b]);
+        }
+        ddph_step_end(ctx);
+    }
+    ddph_close(ctx);
+    fixture_free(&fx);
+    end_failed_job("bucket-callback-error");
+}
+
 /* A hook that returns with a nonblocking request it never waited for:
  * the host waits for it (the bucket's memory is in flight) and fails the
  * bucket on every rank with DDPH_ERR_STATE, naming what happened. */
 void run_leaked_request(void)
 {
-    char hook[512];
-    snprintf(hook, sizeof hook, "%s/leaks_request.so",
-             env("DDPH_TEST_FAKE_DIR"));
-    ddph_ctx *ctx = open_job("/nowhere", hook, NULL);
+    ddph_ctx *ctx = open_fake("leaks_request");
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);

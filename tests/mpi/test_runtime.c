@@ -36,6 +36,15 @@ static const scenario registry[] = {
      "several steps, hook called once per bucket per step"},
     {"view", run_view, "2,4", 0, 120,
      "the same with gradient_as_bucket_view (no copies)"},
+    {"bucket-callback", run_bucket_callback, "2,4", 0, 120,
+     "ddph_model_set_bucket_callback: once per bucket per synchronising "
+     "step, on a communication thread, the averages already in the "
+     "trainer's memory, step_wait after every callback returned (copies "
+     "and one lane, views and three); none on an accumulating step, nor "
+     "once cleared; refused inside a step"},
+    {"bucket-callback-error", run_bucket_callback_error, "2,4", 1, 120,
+     "a hook failing on bucket 1: the bucket callback gets the failure "
+     "with hook, bucket and rank, the later buckets a failure too"},
     {"lanes", run_lanes, "2,4", 0, 120,
      "buckets spread over several communication lanes: the same averages"},
     {"overlap", run_overlap, "2,4", 0, 120,

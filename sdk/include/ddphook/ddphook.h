@@ -218,6 +218,38 @@ ddph_status ddph_grad_ready(ddph_model *model, int index);
  * rank). */
 ddph_status ddph_step_wait(ddph_ctx *ctx);
 
+/* Told as each bucket of a synchronising step is done, before
+ * ddph_step_wait returns: for a trainer that hands each bucket's result on
+ * at once (ddphook.torch completes PyTorch DDP's per-bucket futures with
+ * it).  Called once per bucket per synchronising step (never on a step
+ * that only accumulates), in each lane's launch order:
+ *  - status DDPH_OK: the bucket's averaged gradients are in the trainer's
+ *    gradient memory of its parameters (ddph_model_bucket_info lists
+ *    them), as ddph_step_wait would leave them; message is NULL;
+ *  - otherwise the hook failed or the job broke: message says which hook,
+ *    bucket and rank (valid during the call only); ddph_step_wait reports
+ *    the failure too.
+ * Threading: it runs on one of the runtime's communication threads (not
+ * the trainer's), holding no lock of the runtime, and that thread runs no
+ * other bucket until it returns, so it must be fast (hand the news on; no
+ * heavy work), and it must not call any function of this API nor block on
+ * anything the trainer thread holds while it is inside this API (the
+ * trainer's ddph_step_wait waits for the callback to return; a callback
+ * that has not returned after timeout_s is reported as a stuck hook).
+ * Calls into an interpreter that take its global lock are safe when the
+ * trainer's calls into this API release that lock (Python's ctypes does).
+ * ddph_step_wait returns only after the step's every callback has
+ * returned.
+ * Set or cleared (fn = NULL) before ddph_model_finalize or between steps;
+ * DDPH_ERR_STATE inside a step.  Host buckets only: DDPH_ERR_UNSUPPORTED
+ * with backend = nccl. */
+typedef void (*ddph_bucket_callback)(void *user, ddph_model *model,
+                                     int bucket, ddph_status status,
+                                     const char *message);
+ddph_status ddph_model_set_bucket_callback(ddph_model *model,
+                                           ddph_bucket_callback fn,
+                                           void *user);
+
 /* Ends the step after the optimizer: runs the hooks' on_step_end (parameter
  * averaging) for synchronised steps. */
 ddph_status ddph_step_end(ddph_ctx *ctx);
