@@ -63,6 +63,18 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(seq, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.lnf = nn.LayerNorm(width)
+        # examples/train_gpt's (GPT-2's) initialisation: matrices N(0, 0.02)
+        # (the residual projections 0.02 / sqrt(2 layers)), biases 0.  Not
+        # PyTorch's defaults: nn.Embedding's N(0, 1), tied to the output,
+        # starts the loss near 40, and a hook that sends 1% of a bucket a
+        # step (topk.ini) then needs hundreds of steps to bring it down.
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                resid = name.endswith("proj.weight")  # proj, fcproj
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers)
+                                if resid else 0.02)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))

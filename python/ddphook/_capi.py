@@ -33,6 +33,9 @@ class Stat(ctypes.Structure):
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _S = ctypes.c_char_p
+# ddph_bucket_callback(user, model, bucket, status, message): ctypes takes
+# the GIL when the communication thread calls it.
+BUCKET_CALLBACK = ctypes.CFUNCTYPE(None, _P, _P, _I, _I, _S)
 _SIGNATURES = {
     "ddph_strerror": (_S, [_I]),
     "ddph_status_name": (_S, [_I]),
@@ -58,6 +61,7 @@ _SIGNATURES = {
                                    ctypes.POINTER(ctypes.c_size_t)]),
     "ddph_step_begin_flags": (_I, [_P, ctypes.POINTER(_P), _I,
                                    ctypes.c_uint]),
+    "ddph_model_set_bucket_callback": (_I, [_P, BUCKET_CALLBACK, _P]),
     "ddph_grad_ready": (_I, [_P, _I]),
     "ddph_step_wait": (_I, [_P]),
     "ddph_step_end": (_I, [_P]),

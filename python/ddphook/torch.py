@@ -10,8 +10,12 @@ on ddphook's communication thread over ddphook's own MPI communicator;
 PyTorch's process group only does DDP's construction broadcast.  Each
 hook call copies the GradBucket's gradients into the runtime, marks them
 ready (so the runtime launches its bucket at once, while autograd goes on
-with the earlier layers) and returns a torch.futures.Future, completed
-when the step's buckets are reduced.  See docs/usage.md, "PyTorch"."""
+with the earlier layers) and returns a torch.futures.Future.  ddphook's
+communication thread completes it as soon as the bucket is reduced
+(ddph_model_set_bucket_callback), except the step's last bucket's, which
+waits for the end of the step's checks (ddph_step_wait, on a thread of
+this module), so that a failure found there still fails DDP's backward
+pass.  See docs/usage.md, "PyTorch"."""
 import ctypes
 import datetime
 import os
@@ -111,7 +115,8 @@ def _unwrap(fut):
 
 class _Entry:
     """One GradBucket of the step, until its future is completed."""
-    __slots__ = ("fut", "buffer", "params", "grads", "index")
+    __slots__ = ("fut", "buffer", "params", "grads", "index", "last",
+                 "buckets")
 
     def __init__(self, bucket):
         self.fut = torch.futures.Future()
@@ -119,6 +124,8 @@ class _Entry:
         self.params = bucket.parameters()
         self.grads = bucket.gradients()
         self.index = bucket.index()
+        self.last = bucket.is_last()
+        self.buckets = frozenset()  # ddphook's buckets of its parameters
 
 
 class HookState:
@@ -137,7 +144,12 @@ class HookState:
         self.steps = 0     # synchronised steps completed
         self.bridge_s = 0.0  # seconds spent copying gradients in and out
         self._early = []   # the first step's buckets, before the model
-        self._pending = []
+        self._pending = []  # launched, future not completed yet
+        # Shared with the communication thread's callback (_bucket_done):
+        self._lock = threading.Lock()
+        self._done = set()   # ddphook's buckets reduced this step
+        self._failures = {}  # ... and those that failed: bucket -> Error
+        self._bucket_of = []  # per parameter: its ddphook bucket
         self._step_open = False
         self._end_pending = False  # step waited, ddph_step_end not yet run
         self._load_path = None
@@ -159,6 +171,11 @@ class HookState:
                                           ctypes.byref(model)),
                   "model '%s'" % name)
         self._created = model
+        # Kept referenced: the runtime calls it until the job is closed.
+        self._callback = _capi.BUCKET_CALLBACK(self._bucket_done)
+        job.check(lib().ddph_model_set_bucket_callback(model, self._callback,
+                                                       None),
+                  "model '%s': bucket callback" % name)
         # The job's [accumulate] steps (or [model.NAME] accumulate_steps):
         # DDP calls the hook only on the backward passes it synchronises,
         # so the trainer runs the others under DDP's no_sync().
@@ -220,6 +237,10 @@ class HookState:
                 self.grads[i] = torch.frombuffer(raw, dtype=g.dtype)
         self.params = list(params)
         self.index = {id(p): i for i, p in enumerate(self.params)}
+        self._bucket_of = [0] * len(self.params)
+        for b, members in enumerate(self._layout(model)):
+            for i in members:
+                self._bucket_of[i] = b
         self.model = model
         if self._load_path is not None:
             path, self._load_path = self._load_path, None
@@ -282,12 +303,14 @@ class HookState:
         indices = [self.index[id(p)] for p in e.params]
         if self.steps == 1 and not self._warned_layout:
             self._check_layout(e.index, indices)
+        e.buckets = frozenset(self._bucket_of[i] for i in indices)
+        with self._lock:  # before its buckets can be done
+            self._pending.append(e)
         t0 = time.perf_counter()
         for i, g in zip(indices, e.grads):
             self.grads[i].copy_(g.reshape(-1))
             job.check(lib().ddph_grad_ready(self.model, i), "grad_ready")
         self.bridge_s += time.perf_counter() - t0
-        self._pending.append(e)
 
     def _check_layout(self, index, indices):
         """Once: DDP's rebuilt bucket against ddphook's bucket of the same
@@ -317,20 +340,62 @@ class HookState:
         except Error:
             pass
 
+    def _bucket_done(self, _user, _model, bucket, status, message):
+        """ddph_model_set_bucket_callback, on ddphook's communication
+        thread (holding the GIL, no lock of the runtime): completes the
+        futures of DDP's buckets whose every ddphook bucket is reduced,
+        but the step's last (_finish).  Fast: a copy per parameter."""
+        ready = []
+        try:
+            with self._lock:
+                self._done.add(bucket)
+                if status != 0:
+                    self._failures[bucket] = Error("ddphook: %s" % (
+                        (message or b"").decode(errors="replace") or
+                        status_name(status)), status_name(status))
+                ready = [e for e in self._pending
+                         if not e.last and e.buckets <= self._done]
+                for e in ready:
+                    self._pending.remove(e)
+            for e in ready:
+                self._complete(e)
+        except BaseException as exc:  # never leave DDP waiting
+            for e in ready:
+                if not e.fut.done():
+                    e.fut.set_exception(exc)
+
+    def _complete(self, e):
+        """e's results into DDP's bucket, or the failure of its buckets."""
+        failed = [self._failures[b] for b in sorted(e.buckets)
+                  if b in self._failures]
+        if failed:
+            e.fut.set_exception(failed[0])
+            return
+        t0 = time.perf_counter()
+        for p, g in zip(e.params, e.grads):
+            g.copy_(self.grads[self.index[id(p)]].view_as(g))
+        self.bridge_s += time.perf_counter() - t0
+        e.fut.set_result(e.buffer)
+
     def _wait_loop(self):
         while self._work.get():
-            pending, self._pending = self._pending, []
             try:
-                self._finish(pending)
+                self._finish()
             except BaseException as exc:  # never leave DDP waiting
-                for e in pending:
+                for e in self._pending:
                     if not e.fut.done():
                         e.fut.set_exception(exc)
             finally:
+                with self._lock:
+                    self._pending = []
+                    self._done.clear()
+                    self._failures.clear()
                 self._idle.set()
 
-    def _finish(self, pending):
-        """On the waiter thread: the step's results into DDP's buckets."""
+    def _finish(self):
+        """On this module's thread: the end of the step (its every bucket
+        callback has returned when ddph_step_wait does), then the last
+        bucket's future."""
         job = self.job
         st = lib().ddph_step_wait(job.ctx)
         self._step_open = False
@@ -339,19 +404,14 @@ class HookState:
             if job.failed is None:
                 job.failed = message
             err = Error("ddphook: %s" % message, status_name(st))
-            for e in pending:
+            for e in self._pending:
                 e.fut.set_exception(err)
             return
         self.steps += 1
         self._end_pending = True
         job.step_to_end = self
-        t0 = time.perf_counter()
-        for e in pending:
-            for p, g in zip(e.params, e.grads):
-                g.copy_(self.grads[self.index[id(p)]].view_as(g))
-        self.bridge_s += time.perf_counter() - t0
-        for e in pending:
-            e.fut.set_result(e.buffer)
+        for e in self._pending:
+            self._complete(e)
 
     # ---- between steps -----------------------------------------------------
 
@@ -426,11 +486,13 @@ class HookState:
 
     def buckets(self):
         """ddphook's bucket layout: per bucket, DDP's parameter indices."""
+        return self._layout(self.model) if self.model else []
+
+    def _layout(self, model):
         layout = []
-        for b in range(lib().ddph_model_bucket_count(self.model)
-                       if self.model else 0):
+        for b in range(lib().ddph_model_bucket_count(model)):
             info = _capi.BucketInfo()
-            self.job.check(lib().ddph_model_bucket_info(self.model, b,
+            self.job.check(lib().ddph_model_bucket_info(model, b,
                                                         ctypes.byref(info)),
                            "bucket_info")
             layout.append(info.params[:info.nparams])
