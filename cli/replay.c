@@ -69,6 +69,17 @@ static int write_out(const char *dir, int rank, int step, const float *v,
  * folder that this user owns and no one else can write.  A link is never
  * followed: root writing outputs into a folder another user planted a
  * link to would write where that user chose. */
+/* Bytes this rank has sent in the model's hooks so far, all buckets. */
+static uint64_t bytes_sent(ddph_model *model)
+{
+    uint64_t total = 0;
+    ddph_bucket_info info;
+    for (int b = 0; b < ddph_model_bucket_count(model); b++)
+        if (ddph_model_bucket_info(model, b, &info) == DDPH_OK)
+            total += info.bytes_on_wire;
+    return total;
+}
+
 static int make_out_dir(const char *out)
 {
     if (mkdir(out, 0755) == 0)
@@ -173,6 +184,8 @@ int cmd_replay(int argc, char **argv)
     ddph_model *model = NULL;
     float *input = NULL;
     void *step_grad = NULL; /* one parameter's input in the trace's dtype */
+    uint64_t *sent = NULL;  /* per synchronised step, what this rank sent
+                               (compared with other front ends' counts) */
     void **own = calloc((size_t)t.nparams, sizeof *own);   /* we free */
     char **grads = calloc((size_t)t.nparams, sizeof *grads); /* in use */
     size_t es = ddph__dtype_size(t.dtype), max_numel = 1;
@@ -227,12 +240,18 @@ int cmd_replay(int argc, char **argv)
     if (load_path && ddph_state_load(ctx, load_path) != DDPH_OK)
         goto fail;
     int synced_steps = 0;
+    sent = calloc((size_t)t.steps + 1, sizeof *sent);
+    if (!sent) {
+        fprintf(stderr, "ddphook replay: out of memory\n");
+        goto done;
+    }
     for (int s = from_step; s < t.steps; s++) {
         if (!trace_read_step(&t, rank, s, input, msg, sizeof msg)) {
             fprintf(stderr, "ddphook replay: %s\n", msg);
             goto done;
         }
         unsigned flags = s == t.steps - 1 ? DDPH_STEP_END_OF_DATA : 0;
+        uint64_t before = bytes_sent(model); /* buckets launch from here */
         if (ddph_step_begin_flags(ctx, &model, 1, flags) != DDPH_OK)
             goto fail;
         /* The backward pass: last parameters first, each one complete
@@ -255,6 +274,7 @@ int cmd_replay(int argc, char **argv)
         if (ddph_step_wait(ctx) != DDPH_OK)
             goto fail;
         if (synced) {
+            sent[synced_steps] = bytes_sent(model) - before;
             off = 0;
             for (int i = 0; i < t.nparams; i++) {
                 if (ddph__cpu_cast(grads[i], t.dtype, input + off, DDPH_F32,
@@ -279,6 +299,13 @@ int cmd_replay(int argc, char **argv)
                "synchronised, %d ranks, %d buckets -> %s\n",
                t.steps, dir, ddph__dtype_name(t.dtype), synced_steps, world,
                ddph_model_bucket_count(model), out);
+    if (rank == 0) {
+        printf("ddphook replay: bytes sent by rank 0 per synchronised "
+               "step:");
+        for (int s = 0; s < synced_steps; s++)
+            printf(" %llu", (unsigned long long)sent[s]);
+        printf("\n");
+    }
     rc = 0;
     goto done;
 fail:
@@ -291,6 +318,7 @@ done:
     free(own);
     free(input);
     free(step_grad);
+    free(sent);
     if (ddph_close(ctx) != DDPH_OK && rc == 0)
         rc = 1; /* the job failed after its last step (ddph_close said why) */
     trace_close(&t);

@@ -10,10 +10,17 @@
 #    where configure found the vectors);
 #  - PowerSGD's state saved and loaded from Python resumes a run exactly
 #    (tests/python/ddp_resume.py);
+#  - the bytes each rank sends per step through the bridge, for every hook
+#    above, equal what the C runtime sends for the same parameters,
+#    buckets and job (`ddphook replay` of a trace of the bridge's
+#    parameters);
 #  - a bad job file, a missing plugin, a hook that fails on every rank and
 #    one that fails on the last rank only raise on every rank, naming the
 #    cause, within seconds; processes started without mpiexec are refused
 #    (tests/python/ddp_errors.py).
+# All but the error cases run in one launch per world size
+# (tests/python/ddp_suite.py): each start of Python and torch costs
+# seconds.
 # Skips (77) without a Python 3 with torch (apt-get install python3-torch).
 set -u
 if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
@@ -44,57 +51,65 @@ fail=0
 ok() { pass=$((pass + 1)); echo "PASS: $*"; }
 ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-# Two runs per world size: PyTorch's options for PowerSGD are one set per
-# job file ([hook.powersgd]).
-for w in 2 4; do
-    for only in allreduce,fp16,fp16_wrapper,bf16,powersgd,batched_powersgd \
-            powersgd_noef; do
-        log="$OUT/hooks-ws$w-$only.log"
-        timeout 600 "$MPIEXEC" -n "$w" "$PY" "$S/tests/python/ddp_hooks.py" \
-            --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/ws$w" \
-            --only "$only" </dev/null >"$log" 2>&1
-        rc=$?
-        grep '^PASS: \|^FAIL: ' "$log"
-        want=$(echo "$only" | tr ',' '\n' | grep -c .)
-        got=$(grep -c '^PASS: ' "$log")
-        if [ "$rc" -eq 0 ] && [ "$got" -eq "$want" ]; then
-            ok "ddp_hooks.py on $w ranks: $got of $want hooks equal PyTorch's"
-        else
-            ko "ddp_hooks.py on $w ranks ($only): exit $rc, $got of $want passed (see $log)"
-        fi
-    done
-done
-
-# PyTorch's reference vectors through DDP and the bridge (the C runtime's
-# replay of them is tests/vectors.sh).
+# One launch per world size runs tests/python's programs in turn
+# (ddp_suite.py: Python and torch start once).  Two ddp_hooks.py runs:
+# PyTorch's options for PowerSGD are one set per job file
+# ([hook.powersgd]), as are the reference vectors'.
 V=${REFERENCE_VECTORS:-}
-if [ -n "$V" ] && [ -f "$V/ws2/inputs/trace.ini" ]; then
-    for w in 2 4; do
-        log="$OUT/vectors-ws$w.log"
-        timeout 600 "$MPIEXEC" -n "$w" "$PY" "$S/tests/python/ddp_vectors.py" \
-            --vectors "$V/ws$w" --plugin-dir "$DDPH_TEST_PLUGIN_DIR" \
-            --out "$OUT/vectors-ws$w" </dev/null >"$log" 2>&1
-        rc=$?
-        grep '^PASS: \|^FAIL: ' "$log"
-        if [ "$rc" -eq 0 ] && [ "$(grep -c '^PASS: ' "$log")" -eq 4 ]; then
+[ -n "$V" ] && [ -f "$V/ws2/inputs/trace.ini" ] || V=
+BYTES="$OUT/bytes"
+MAIN=allreduce,fp16,fp16_wrapper,bf16,powersgd,batched_powersgd
+P="--plugin-dir $DDPH_TEST_PLUGIN_DIR"
+for w in 2 4; do
+    set -- "ddp_hooks.py $P --out $OUT/ws$w --only $MAIN" \
+        "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_noef"
+    if [ "$w" -eq 2 ]; then
+        # The bridge's bytes per step, and replay's inputs for them.
+        set -- "$1 --bytes-dir $BYTES" "$2 --bytes-dir $BYTES"
+    fi
+    [ -n "$V" ] && set -- "$@" "ddp_vectors.py --vectors $V/ws$w $P --out $OUT/vectors-ws$w"
+    if [ "$w" -eq 2 ]; then
+        for phase in full resume resume-without-state; do
+            set -- "$@" "ddp_resume.py $P --out $OUT/resume --phase $phase"
+        done
+    fi
+    log="$OUT/suite-ws$w.log"
+    timeout 900 "$MPIEXEC" -n "$w" "$PY" "$S/tests/python/ddp_suite.py" "$@" \
+        </dev/null >"$log" 2>&1
+    rc=$?
+    grep '^PASS: \|^FAIL: ' "$log"
+    [ "$rc" -eq 0 ] || ko "ddp_suite.py on $w ranks: exit $rc (see $log)"
+    # section K: the lines of the K-th program run, then "exit N"
+    section() { awk -v want="$1" '/^== exit /{ if (k == want) print "exit " $3; next } /^== /{k++; next} k == want' "$log"; }
+    passed() { section "$1" | grep -c '^PASS: '; }
+    exited() { section "$1" | grep -q '^exit 0$'; }
+    got=$(( $(passed 1) + $(passed 2) ))
+    if exited 1 && exited 2 && [ "$got" -eq 7 ]; then
+        ok "ddp_hooks.py on $w ranks: $got of 7 hooks equal PyTorch's"
+    else
+        ko "ddp_hooks.py on $w ranks: $got of 7 passed (see $log)"
+    fi
+    k=3
+    if [ -n "$V" ]; then
+        # The C runtime's replay of them is tests/vectors.sh.
+        if exited $k && [ "$(passed $k)" -eq 4 ]; then
             ok "ddp_vectors.py on $w ranks: the reference vectors through DDP"
         else
-            ko "ddp_vectors.py on $w ranks: exit $rc (see $log)"
+            ko "ddp_vectors.py on $w ranks (see $log)"
         fi
-    done
-else
-    echo "(reference vectors not found at '${V}': their DDP check is left out; configure --with-reference-vectors=DIR)"
-fi
+        k=$((k + 1))
+    fi
+    if [ "$w" -eq 2 ]; then
+        exited $k && exited $((k + 1)) && exited $((k + 2)) ||
+            ko "ddp_resume.py (see $log)"
+    fi
+done
+[ -n "$V" ] || echo "(reference vectors not found at '${REFERENCE_VECTORS:-}': their DDP check is left out; configure --with-reference-vectors=DIR)"
 
 # The hook's state through state.save/state.load: a run resumed after
 # step 3 ends where an uninterrupted one does, byte for byte; without the
 # hook's state it does not.
 res="$OUT/resume"
-for phase in full resume resume-without-state; do
-    timeout 300 "$MPIEXEC" -n 2 "$PY" "$S/tests/python/ddp_resume.py" \
-        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$res" --phase "$phase" \
-        </dev/null >"$res-$phase.log" 2>&1 || ko "ddp_resume.py --phase $phase (see $res-$phase.log)"
-done
 for r in 0 1; do
     if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
         [ -s "$res/full.rank$r.f32" ] &&
@@ -102,6 +117,22 @@ for r in 0 1; do
         ok "rank $r: resumed with the hook's state = uninterrupted, byte for byte (and not without it)"
     else
         ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
+    fi
+done
+
+# Bytes per step: the bridge's (state.bytes_sent) against the C runtime's
+# for the same parameters, buckets, hook and options (ddphook replay of a
+# trace of the bridge's parameters, on 2 ranks).
+for name in $(echo "$MAIN,powersgd_noef" | tr ',' ' '); do
+    log="$OUT/replay-$name.log"
+    timeout 120 "$MPIEXEC" -n 2 sh -c 'exec "$0" replay --job "$1.r$PMI_RANK.ini" --trace "$1.trace" --out "$2"' \
+        "$B/ddphook" "$BYTES/$name" "$OUT/replay-$name" </dev/null >"$log" 2>&1
+    theirs=$(sed -n 's/^ddphook replay: bytes sent by rank 0 per synchronised step: //p' "$log")
+    ours=$(cat "$BYTES/$name.bytes" 2>/dev/null)
+    if [ -n "$ours" ] && [ "$ours" = "$theirs" ]; then
+        ok "$name: bytes sent per step through the bridge = the C runtime's ($ours)"
+    else
+        ko "$name: bytes sent per step: bridge '$ours', C runtime '$theirs' (see $log)"
     fi
 done
 

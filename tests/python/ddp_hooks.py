@@ -20,6 +20,13 @@ bf16), so its reference casts, divides and sums in bf16 in rank order
 over gathered values; batched_powerSGD_hook hands 2-D matrices to its
 3-D _orthogonalize, which is given a batch dimension.
 Prints one PASS/FAIL line per hook (rank 0) and exits 1 on any failure.
+
+--bytes-dir DIR: for each hook, the bytes this rank sent per step through
+the bridge (DIR/NAME.bytes, rank 0's), and what the C runtime needs to
+send the same buckets itself: a job file of that hook alone
+(DIR/NAME.rR.ini) and a gradient trace of the parameters as the bridge
+registered them (DIR/NAME.trace, docs/replay.md); tests/pytorch.sh runs
+`ddphook replay` on them and compares its bytes per step.
 """
 import argparse
 import faulthandler
@@ -73,6 +80,7 @@ def batched_orthogonalize(orig):
     batch of one (in place, as it works); 3-D batches as before."""
     def orth(m, epsilon=0):
         orig(m.unsqueeze(0) if m.dim() == 2 else m, epsilon)
+    orth.batched = True
     return orth
 
 
@@ -176,28 +184,64 @@ def write_job(path, plugin_dir, table):
                 f.write("%s = %s\n" % (k, v))
 
 
+def write_single_job(path, plugin_dir, hook, wrapper, opts):
+    """The job of one case alone, for `ddphook replay` (model 'model')."""
+    with open(path, "w") as f:
+        f.write("[runtime]\nplugin_path = %s\nbucket_cap_mb = %r\n"
+                "first_bucket_cap_mb = %r\ntimeout_s = 60\n"
+                "[hook]\nname = %s\nwrapper = %s\n" % (
+                    plugin_dir, CAP / 2**20, CAP / 2**20, hook, wrapper))
+        if opts:
+            f.write("[hook.%s]\n" % hook)
+            for k, v in opts.items():
+                f.write("%s = %s\n" % (k, v))
+
+
+def write_trace(folder, state, steps, rank, world):
+    """A trace of the bridge's parameters, in its registration order, with
+    random gradients (bytes on the wire depend on shapes only)."""
+    os.makedirs(folder, exist_ok=True)
+    shapes = [list(p.shape) or [1] for p in state.params]
+    if rank == 0:
+        with open(os.path.join(folder, "trace.ini"), "w") as f:
+            f.write("[trace]\nworld_size = %d\nsteps = %d\ndtype = f32\n"
+                    % (world, steps))
+            for i, shape in enumerate(shapes):
+                f.write("[param.p%d]\nshape = %s\n" % (
+                    i, ",".join(map(str, shape))))
+    g = torch.Generator().manual_seed(7 + rank)
+    total = sum(p.numel() for p in state.params)
+    for step in range(steps):
+        torch.randn(total, generator=g).numpy().tofile(os.path.join(
+            folder, "rank%d.step%d.f32" % (rank, step)))
+
+
 def compare(a, b, rtol, atol):
     """Largest excess of |a-b| over atol + rtol|a| (<= 0: within)."""
     return max(((x.grad - y.grad).abs() - atol - rtol * x.grad.abs()).max().item()
                for x, y in zip(a.parameters(), b.parameters()))
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--only", default="", help="comma-separated case names")
-    a = ap.parse_args()
+    ap.add_argument("--bytes-dir", help="bytes per step and replay inputs")
+    a = ap.parse_args(argv)
     torch.set_num_threads(1)
     faulthandler.register(signal.SIGTERM)
-    psgd._orthogonalize = batched_orthogonalize(psgd._orthogonalize)
+    if not getattr(psgd._orthogonalize, "batched", False):
+        psgd._orthogonalize = batched_orthogonalize(psgd._orthogonalize)
     rank = int(os.environ.get("PMI_RANK", "0"))
     table = cases(a.out, rank)
     if a.only:
         table = {k: v for k, v in table.items() if k in a.only.split(",")}
     # One file per rank, all alike: no rank reads what another writes.
     os.makedirs(a.out, exist_ok=True)
+    if a.bytes_dir:
+        os.makedirs(a.bytes_dir, exist_ok=True)
     job_path = os.path.join(a.out, "ddp_hooks.r%d.ini" % rank)
     write_job(job_path, a.plugin_dir, table)
     ddphook.torch.init_process_group(job_path)
@@ -223,10 +267,11 @@ def main():
             job_path, model=None if lazy else ours, name=name)
         ours.register_comm_hook(state, hook)
         runs.append((name, theirs, ours, case[5] if world == 2 else case[6],
-                     None if lazy else state))
+                     None if lazy else state, state))
     failed = 0
-    for name, theirs, ours, (rtol, atol), state in runs:
+    for name, theirs, ours, (rtol, atol), state, bridge in runs:
         worst = -1.0
+        sent = [0]
         for step in range(a.steps):
             g = torch.Generator().manual_seed(1000 * step + rank)
             x = torch.randn(8, 24, generator=g)
@@ -235,6 +280,19 @@ def main():
                 m.zero_grad()
                 torch.nn.functional.cross_entropy(m(x), y).backward()
             worst = max(worst, compare(theirs, ours, rtol, atol))
+            bridge.step_end()  # bytes_sent is read between steps
+            sent.append(bridge.bytes_sent())
+        if a.bytes_dir:
+            hook, wrapper, opts = table[name][:3]
+            write_single_job(os.path.join(a.bytes_dir, "%s.r%d.ini" % (
+                name, rank)), a.plugin_dir, hook, wrapper, opts)
+            write_trace(os.path.join(a.bytes_dir, name + ".trace"), bridge,
+                        a.steps, rank, world)
+            if rank == 0:
+                with open(os.path.join(a.bytes_dir, name + ".bytes"),
+                          "w") as f:
+                    f.write(" ".join(str(y - x) for x, y in
+                                     zip(sent, sent[1:])) + "\n")
         # DDP's buckets must be ddphook's (PowerSGD's result depends on them).
         layout = "" if state is None or not state._warned_layout else \
             ", but DDP's buckets are not ddphook's"

@@ -20,13 +20,13 @@ import torch
 import ddphook.torch
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--phase", required=True,
                     choices=["full", "resume", "resume-without-state"])
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", "0"))
     os.makedirs(a.out, exist_ok=True)

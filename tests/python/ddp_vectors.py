@@ -42,12 +42,12 @@ class Trace(torch.nn.Module):
         return loss
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--vectors", required=True)
     ap.add_argument("--plugin-dir", required=True)
     ap.add_argument("--out", required=True)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", "0"))
     trace = configparser.ConfigParser(inline_comment_prefixes=(";",))
