@@ -4,7 +4,9 @@
 #  - DDP's gradients through ddphook's allreduce, fp16 (hook and wrapper),
 #    bf16, PowerSGD (with and without error feedback and warm start) and
 #    batched PowerSGD equal those of PyTorch's own hooks, step by step,
-#    within the reference vectors' tolerances (tests/python/ddp_hooks.py);
+#    within the reference vectors' tolerances, every DDP bucket's future
+#    but the step's last completed by ddphook's communication thread
+#    (tests/python/ddp_hooks.py);
 #  - PyTorch's reference vectors (allreduce, fp16, bf16, PowerSGD) fed
 #    through DDP come out as PyTorch recorded them (tests/python/ddp_vectors.py,
 #    where configure found the vectors);

@@ -6,8 +6,11 @@ job file.
     mpiexec -n 2 python3 examples/pytorch/train_ddp.py \\
         --config examples/configs/gpt_powersgd.ini [--steps 200]
 
-Every job file of examples/configs runs (gpu_powersgd.ini needs a GPU
-build and CUDA tensors, which this CPU example does not make).  From a
+Every job file of examples/configs runs but two: gpu_powersgd.ini needs a
+GPU build and CUDA tensors, which this CPU example does not make, and
+two_models.ini configures the two models of examples/two_models.c (this
+program has one, and is refused at its first step, naming the section).
+post_localsgd.ini's hook is built by make -C examples/post_localsgd.  From a
 build tree, add --plugin-path plugins/.libs (and PYTHONPATH=python).  The
 text is the fortunes files (apt-get install fortunes), or --text FILE.
 
@@ -108,7 +111,7 @@ def job_file(config, plugin_path, rank):
     """The job file, with [runtime] plugin_path first when one is given:
     a copy beside it (so that paths in it still resolve), or in the
     temporary folder where that one is read-only; one per rank (no rank
-    reads what another is writing), removed at exit."""
+    reads what another is writing), removed at exit (main)."""
     if not plugin_path:
         return config
     with open(config) as src:
@@ -123,7 +126,6 @@ def job_file(config, plugin_path, rank):
                 out.write(text)
         except OSError:
             continue
-        atexit.register(os.remove, path)
         return path
     raise SystemExit("train_ddp.py: cannot write a copy of %s" % config)
 
@@ -149,7 +151,13 @@ def main():
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", "0"))
     config = job_file(a.config, a.plugin_path, rank)
-    job = ddphook.torch.init_process_group(config)
+    try:
+        job = ddphook.torch.init_process_group(config)
+    finally:
+        # Registered after the job's own exit handler, so run before it
+        # (which ends a failed job's process at once).
+        if config != a.config:
+            atexit.register(os.remove, config)
     text = load_text(a.text)
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(

@@ -150,6 +150,7 @@ class HookState:
         self._done = set()   # ddphook's buckets reduced this step
         self._failures = {}  # ... and those that failed: bucket -> Error
         self._bucket_of = []  # per parameter: its ddphook bucket
+        self.completed_by_comm_thread = 0  # DDP futures, all steps
         self._step_open = False
         self._end_pending = False  # step waited, ddph_step_end not yet run
         self._load_path = None
@@ -357,6 +358,7 @@ class HookState:
                          if not e.last and e.buckets <= self._done]
                 for e in ready:
                     self._pending.remove(e)
+                self.completed_by_comm_thread += len(ready)
             for e in ready:
                 self._complete(e)
         except BaseException as exc:  # never leave DDP waiting
