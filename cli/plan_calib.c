@@ -230,10 +230,10 @@ int plan_calib_save(const char *path, const plan_calib *c, char *msg,
     }
     fprintf(f, MAGIC "\n");
     if (c->have_machine)
-        fprintf(f, "add_f32 %.6g\nadd_half %.6g\nscatter %.6g\n", c->add_f32,
+        fprintf(f, "add_f32 %.17g\nadd_half %.17g\nscatter %.17g\n", c->add_f32,
                 c->add_half, c->scatter);
     for (int i = 0; i < c->nhooks; i++)
-        fprintf(f, "hook %s %016" PRIx64 " %.6g\n", c->hooks[i].name,
+        fprintf(f, "hook %s %016" PRIx64 " %.17g\n", c->hooks[i].name,
                 c->hooks[i].key, c->hooks[i].seconds);
     fprintf(f, "end %d\n", c->nhooks);
     if (fclose(f) != 0) {

@@ -1,7 +1,7 @@
 #!/bin/sh
 # plan.sh: `ddphook plan`'s cost model on cases with known answers (no
 # timing is asserted: the figures are the model's own arithmetic).
-#  - at latency 0 a ring allreduce of S bytes on W ranks at B bytes/s
+#  - (within 1e-6) at latency 0 a ring allreduce of S bytes on W ranks at B bytes/s
 #    takes 2 (W-1)/W S/B; MPICH's reduce-scatter + allgather the same, and
 #    across 2 hosts x 2 ranks with free shared memory S/B (each host's
 #    link carries what one rank would); a ring allgather (W-1) m/B; a
@@ -24,9 +24,10 @@ pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "PASS: $1"; }
 no() { fail=$((fail + 1)); echo "FAIL: $1"; }
-# near NAME GOT WANT: within 1e-9 relative.
+# near NAME GOT WANT: within 1e-6 relative (the free shared memory is
+# 1000 TB/s).
 near() {
-    if awk -v g="$2" -v w="$3" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 1e-9 * w) }'; then
+    if awk -v g="$2" -v w="$3" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 1e-6 * w) }'; then
         ok "$1 ($2 s)"
     else
         no "$1: $2 s, want $3"
