@@ -9,11 +9,11 @@
 #
 # Two predictions per row: with the link as specified (its line rate,
 # plan's default latency), and with the link as measured: the latency
-# and payload rate that make plan's own price of a raw MPI_Allreduce of
-# 16 KiB and of 4 MiB on that layout match the raw MPI_Allreduce times
-# measured there (bench's baseline column, no hook involved), solved
-# from the two.  The second is how plan is meant to be fed: the network
-# as a benchmark of it reports, not as its label says.
+# and payload rate that make plan's price of an allreduce of 16 KiB and
+# of 4 MiB (one tensor each) on that layout match the allreduce hook's
+# steps measured there on those two tensors, solved from the two.  The
+# second is how plan is meant to be fed: the network as a benchmark of
+# it reports, not as its label says.
 #
 #   sh tests/cluster/plan_check.sh [--model gpt-example]
 #       [--layouts 2x1,2x2,4x1] [--rates 100mbit,1gbit] [--repeats R]
@@ -92,11 +92,11 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
             echo "| $layout | $rate | (failed: see $out/$tag.log) | | | | | |"
             continue
         fi
-        # The link as measured: two raw MPI_Allreduce sizes.
+        # The link as measured: the allreduce hook on two sizes.
         if bench_run "$h" "$r" "$rate" "$tag-fit-small" --shapes "$out/fit-small.shapes" --hooks allreduce &&
             bench_run "$h" "$r" "$rate" "$tag-fit-large" --shapes "$out/fit-large.shapes" --hooks allreduce; then
-            t1=$(awk -F, 'NR == 2 { print $7 }' "$out/$tag-fit-small.csv")
-            t2=$(awk -F, 'NR == 2 { print $7 }' "$out/$tag-fit-large.csv")
+            t1=$(awk -F, 'NR == 2 { print $3 }' "$out/$tag-fit-small.csv")
+            t2=$(awk -F, 'NR == 2 { print $3 }' "$out/$tag-fit-large.csv")
             fit=$(echo "$(model_terms allreduce:16384 "$h" "$r") $(model_terms allreduce:4194304 "$h" "$r") $t1 $t2" |
                 awk '{ l1 = $1; w1 = $2; l2 = $3; w2 = $4; t1 = $5; t2 = $6;
                        a = (t1 * w2 - t2 * w1) / (l1 * w2 - l2 * w1); if (a < 0) a = 0;
@@ -130,8 +130,8 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
                 printf "| %s | %s | %s | %.4f | %.4f | %+.1f%% | %s |\n", layout, rate, $1, m, p, e, f }' \
             "$out/$tag-plan-fit.csv" "$out/$tag-plan.csv" "$out/$tag.csv")
         echo "$rows"
-        wn=$(echo "$rows" | awk -F'|' '{ e = $7; gsub(/[ %+]/, "", e); if (e < 0) e = -e; if (e > w) w = e } END { print w + 0 }')
-        w=$(echo "$rows" | awk -F'|' '{ e = $9; gsub(/[ %+]/, "", e); if (e == "-") next; if (e < 0) e = -e; if (e > w) w = e } END { print w + 0 }')
+        wn=$(echo "$rows" | awk -F'|' '{ e = $7; gsub(/[ %+]/, "", e); e += 0; if (e < 0) e = -e; if (e > w) w = e } END { print w + 0 }')
+        w=$(echo "$rows" | awk -F'|' '{ e = $9; gsub(/[ %+]/, "", e); if (e == "-") next; e += 0; if (e < 0) e = -e; if (e > w) w = e } END { print w + 0 }')
         worst=$(awk -v a="$worst" -v b="$w" 'BEGIN { print (b > a ? b : a) }')
         worst_nominal=$(awk -v a="$worst_nominal" -v b="$wn" 'BEGIN { print (b > a ? b : a) }')
     done
