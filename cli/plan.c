@@ -451,8 +451,8 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
 
 /* Fills c with every hook of `names` (measuring what is missing) and the
  * machine's sums; saves the file when anything was measured. */
-static int calibrate(const plan_args *a, const layout *l, char names[][128],
-                     int nnames, plan_calib *c, uint64_t key)
+static int calibrate(const plan_args *a, char names[][128], int nnames,
+                     plan_calib *c, uint64_t key)
 {
     char msg[4400];
     int r = plan_calib_load(a->calibration, c, msg, sizeof msg);
@@ -486,7 +486,6 @@ static int calibrate(const plan_args *a, const layout *l, char names[][128],
         fprintf(stderr, "ddphook plan: %s\n", msg);
         return 0;
     }
-    (void)l;
     return 1;
 }
 
@@ -669,7 +668,7 @@ static int plan_model_run(plan_args *a)
         goto out;
     }
     uint64_t key = calibration_key(a, &l);
-    if (!a->no_calibration && !calibrate(a, &l, names, nnames, &cal, key))
+    if (!a->no_calibration && !calibrate(a, names, nnames, &cal, key))
         goto out;
     MPI_Initialized(&inited);
     if (!inited)
