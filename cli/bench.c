@@ -52,7 +52,7 @@ static const char bench_usage[] =
     "usage: ddphook bench casts [--mib N] [--repeats R]\n"
     "       ddphook bench ops [--mib N] [--repeats R]\n"
     "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
-    "           --mib N]\n"
+    "           --shapes FILE | --mib N]\n"
     "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
     "           [--view] [--lanes N] [--private-buckets] [--dtype T]\n"
     "           [--plugin-path DIRS] [--option NAME.KEY=VALUE]... [--csv FILE]\n"
@@ -74,9 +74,10 @@ static const char bench_usage[] =
     "             x memcpy = memcpy time / op time, median of R (default 7)\n"
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
     "             batched_powersgd,topk,int8) on the gradients of a model preset\n"
-    "             (gpt2-124m, resnet50, mlp; default resnet50), of the\n"
-    "             parameters of a gradient trace, or of one 1024-row matrix\n"
-    "             of N MiB: bytes sent and received per step, time\n"
+    "             (gpt2-124m, resnet50, gpt-example, mlp; default resnet50),\n"
+    "             of the parameters of a gradient trace, of a shapes file\n"
+    "             (lines of NAME D0 [D1 ...], as `bench shapes` prints), or\n"
+    "             of one 1024-row matrix of N MiB: bytes sent and received per step, time\n"
     "             per step (median of R, default 10), bus bandwidth, and the\n"
     "             ratio to the raw engine in the same run: a loop of\n"
     "             blocking MPI_Allreduce over the same buckets (and, second,\n"
@@ -210,7 +211,7 @@ static int bench_casts(size_t mib, int repeats)
 /* ---- hooks on model gradients ------------------------------------------- */
 
 typedef struct hook_bench {
-    const char *model, *hooks, *plugin_path, *csv, *trace_dir;
+    const char *model, *hooks, *plugin_path, *csv, *trace_dir, *shapes;
     const char *dtype_name; /* --dtype, or NULL */
     bench_options options;  /* --option NAME.KEY=VALUE */
     ddph_dtype dtype;
@@ -430,26 +431,25 @@ static int bench_shapes(hook_bench *hb, int rank, preset_param **out, int *np,
 {
     preset_param *pp = NULL;
     if (hb->trace_dir) { /* the shapes of a gradient trace (docs/replay.md) */
-        trace tr;
         char msg[4200];
-        if (!trace_open(hb->trace_dir, &tr, msg, sizeof msg)) {
+        ddph_dtype dtype;
+        if (!preset_from_trace(hb->trace_dir, &pp, np, &dtype, msg,
+                               sizeof msg)) {
             if (rank == 0)
                 fprintf(stderr, "ddphook bench: %s\n", msg);
             return 1;
         }
-        *np = tr.nparams;
         if (!hb->dtype_name)
-            hb->dtype = tr.dtype;
-        pp = calloc((size_t)*np ? (size_t)*np : 1, sizeof *pp);
-        for (int i = 0; pp && i < *np; i++) {
-            snprintf(pp[i].name, sizeof pp[i].name, "%s", tr.params[i].name);
-            pp[i].ndim = tr.params[i].ndim > 4 ? 4 : tr.params[i].ndim;
-            memcpy(pp[i].shape, tr.params[i].shape, sizeof pp[i].shape);
-            for (int d = 4; d < tr.params[i].ndim; d++) /* fold extra dims */
-                pp[i].shape[3] *= tr.params[i].shape[d];
-        }
+            hb->dtype = dtype;
         snprintf(label, cap, "trace %s", hb->trace_dir);
-        trace_close(&tr);
+    } else if (hb->shapes) { /* NAME D0 [D1 ...] lines (presets.h) */
+        char msg[4200];
+        if (!preset_read_file(hb->shapes, &pp, np, msg, sizeof msg)) {
+            if (rank == 0)
+                fprintf(stderr, "ddphook bench: %s\n", msg);
+            return 2;
+        }
+        snprintf(label, cap, "shapes %s", hb->shapes);
     } else if (hb->mib) {
         size_t n = hb->mib * 1048576 / 4;
         if ((pp = calloc(1, sizeof *pp)))
@@ -459,7 +459,7 @@ static int bench_shapes(hook_bench *hb, int rank, preset_param **out, int *np,
     } else if (!preset_load(hb->model, &pp, np)) {
         if (rank == 0)
             fprintf(stderr, "ddphook bench: unknown model '%s' (gpt2-124m, "
-                            "resnet50, mlp)\n",
+                            "resnet50, gpt-example, mlp)\n",
                     hb->model);
         return 2;
     } else {
@@ -618,7 +618,7 @@ static int print_shapes(const char *model)
     int n;
     if (!preset_load(model, &p, &n)) {
         fprintf(stderr, "ddphook bench shapes: unknown model '%s' (gpt2-124m, "
-                        "resnet50, mlp)\n",
+                        "resnet50, gpt-example, mlp)\n",
                 model);
         return 2;
     }
@@ -643,6 +643,7 @@ int cmd_bench(int argc, char **argv)
         {"repeats", required_argument, NULL, 'r'},
         {"model", required_argument, NULL, 'M'},
         {"trace", required_argument, NULL, 'T'},
+        {"shapes", required_argument, NULL, 'F'},
         {"hooks", required_argument, NULL, 'H'},
         {"plugin-path", required_argument, NULL, 'p'},
         {"option", required_argument, NULL, 'o'},
@@ -664,6 +665,7 @@ int cmd_bench(int argc, char **argv)
         case 'r': repeats = atoi(optarg); break;
         case 'M': hb.model = optarg; break;
         case 'T': hb.trace_dir = optarg; break;
+        case 'F': hb.shapes = optarg; break;
         case 'H': hb.hooks = optarg; break;
         case 'p': hb.plugin_path = optarg; break;
         case 'o': {

@@ -7,5 +7,6 @@ int cmd_plugins(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -42,6 +42,11 @@ static const char main_usage[] =
     "                         speed as a ratio to a baseline in the same run\n"
     "                         (memcpy, MPI_Allreduce, ncclAllReduce); see\n"
     "                         `ddphook bench --help`\n"
+    "  plan [--model NAME] [--hosts H] [--ranks-per-host R]\n"
+    "       [--link-bandwidth RATE] [...]\n"
+    "                         predict each hook's step time and bytes on a\n"
+    "                         cluster, and the hook to pick; see\n"
+    "                         `ddphook plan --help`\n"
     "  version                print the version\n"
     "  help                   print this text\n"
     "\n"
@@ -532,6 +537,7 @@ int main(int argc, char **argv)
         {"describe", cmd_describe},
         {"replay", cmd_replay},
         {"bench", cmd_bench},
+        {"plan", cmd_plan},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(cmd, commands[i].name) == 0)

@@ -2,7 +2,9 @@
 #include "build-config.h"
 
 #include "presets.h"
+#include "trace.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,11 +102,41 @@ static void mlp(list *l)
     add(l, "fc3.bias", 1, 10, 0, 0, 0);
 }
 
+/* examples/train_gpt with its default configuration (vocab 256, context
+ * 64, width 128, 4 layers), registered as train_gpt registers it. */
+static void gpt_example(list *l)
+{
+    const int64_t V = 256, T = 64, C = 128;
+    char n[48];
+    add(l, "wte", 2, V, C, 0, 0);
+    add(l, "wpe", 2, T, C, 0, 0);
+    for (int i = 0; i < 4; i++) {
+#define P(suffix, ...) (snprintf(n, sizeof n, "h%d.%s", i, suffix), add(l, n, __VA_ARGS__))
+        P("ln1w", 1, C, 0, 0, 0);
+        P("ln1b", 1, C, 0, 0, 0);
+        P("qkvw", 2, 3 * C, C, 0, 0);
+        P("qkvb", 1, 3 * C, 0, 0, 0);
+        P("attprojw", 2, C, C, 0, 0);
+        P("attprojb", 1, C, 0, 0, 0);
+        P("ln2w", 1, C, 0, 0, 0);
+        P("ln2b", 1, C, 0, 0, 0);
+        P("fcw", 2, 4 * C, C, 0, 0);
+        P("fcb", 1, 4 * C, 0, 0, 0);
+        P("fcprojw", 2, C, 4 * C, 0, 0);
+        P("fcprojb", 1, C, 0, 0, 0);
+#undef P
+    }
+    add(l, "lnfw", 1, C, 0, 0, 0);
+    add(l, "lnfb", 1, C, 0, 0, 0);
+}
+
 int preset_load(const char *name, preset_param **out, int *n)
 {
     list l = {0};
     if (strcmp(name, "gpt2-124m") == 0)
         gpt2(&l);
+    else if (strcmp(name, "gpt-example") == 0)
+        gpt_example(&l);
     else if (strcmp(name, "resnet50") == 0)
         resnet50(&l);
     else if (strcmp(name, "mlp") == 0)
@@ -113,6 +145,110 @@ int preset_load(const char *name, preset_param **out, int *n)
         return 0;
     *out = l.p;
     *n = l.n;
+    return 1;
+}
+
+int preset_read_file(const char *path, preset_param **out, int *n,
+                     char *msg, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(msg, cap, "%s: %s", path, strerror(errno));
+        return 0;
+    }
+    list l = {0};
+    char line[1024];
+    int lineno = 0, ok = 1;
+    while (ok && fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            snprintf(msg, cap, "%s:%d: line longer than %zu characters", path,
+                     lineno, sizeof line - 2);
+            ok = 0;
+            break;
+        }
+        char *save = NULL, *name = strtok_r(line, " \t\r\n", &save);
+        if (!name || name[0] == '#')
+            continue;
+        if (strlen(name) >= sizeof l.p->name) {
+            snprintf(msg, cap, "%s:%d: name longer than %zu characters", path,
+                     lineno, sizeof l.p->name - 1);
+            ok = 0;
+            break;
+        }
+        int64_t s[4] = {1, 1, 1, 1};
+        int nd = 0;
+        for (char *t; (t = strtok_r(NULL, " \t\r\n", &save));) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(t, &end, 10);
+            if (errno || *end || v < 1 || v > ((int64_t)1 << 40)) {
+                snprintf(msg, cap, "%s:%d: '%s' is not a dimension (1 .. "
+                         "2^40)", path, lineno, t);
+                ok = 0;
+                break;
+            }
+            if (nd < 4)
+                s[nd++] = v;
+            else /* fold extra dimensions into the last */
+                s[3] *= v;
+        }
+        if (ok && nd == 0) {
+            snprintf(msg, cap, "%s:%d: %s has no dimensions (NAME D0 [D1 "
+                     "...])", path, lineno, name);
+            ok = 0;
+        }
+        if (ok) {
+            add(&l, name, nd, s[0], s[1], s[2], s[3]);
+            if (preset_numel(&l.p[l.n - 1], 1) > ((size_t)1 << 40)) {
+                snprintf(msg, cap, "%s:%d: %s has more than 2^40 elements",
+                         path, lineno, name);
+                ok = 0;
+            }
+        }
+    }
+    if (ok && ferror(f)) {
+        snprintf(msg, cap, "%s: read error", path);
+        ok = 0;
+    }
+    fclose(f);
+    if (ok && l.n == 0) {
+        snprintf(msg, cap, "%s: no parameters (lines of NAME D0 [D1 ...])",
+                 path);
+        ok = 0;
+    }
+    if (!ok) {
+        free(l.p);
+        return 0;
+    }
+    *out = l.p;
+    *n = l.n;
+    return 1;
+}
+
+int preset_from_trace(const char *dir, preset_param **out, int *n,
+                      ddph_dtype *dtype, char *msg, size_t cap)
+{
+    trace tr;
+    if (!trace_open(dir, &tr, msg, cap))
+        return 0;
+    preset_param *pp = calloc(tr.nparams ? (size_t)tr.nparams : 1, sizeof *pp);
+    if (!pp) {
+        snprintf(msg, cap, "out of memory");
+        trace_close(&tr);
+        return 0;
+    }
+    for (int i = 0; i < tr.nparams; i++) {
+        snprintf(pp[i].name, sizeof pp[i].name, "%s", tr.params[i].name);
+        pp[i].ndim = tr.params[i].ndim > 4 ? 4 : tr.params[i].ndim;
+        memcpy(pp[i].shape, tr.params[i].shape, sizeof pp[i].shape);
+        for (int d = 4; d < tr.params[i].ndim; d++) /* fold extra dims */
+            pp[i].shape[3] *= tr.params[i].shape[d];
+    }
+    *out = pp;
+    *n = tr.nparams;
+    *dtype = tr.dtype;
+    trace_close(&tr);
     return 1;
 }
 

@@ -1,11 +1,14 @@
 /* presets.h: parameter shapes of well-known models, for `ddphook bench`:
  * gpt2-124m (its 2-D weights, biases and layer norms), resnet50 (convs,
- * batch norms, the classifier), and mlp (examples/train_mnist). */
+ * batch norms, the classifier), gpt-example (examples/train_gpt's default
+ * model) and mlp (examples/train_mnist); or a shapes file. */
 #ifndef DDPH_CLI_PRESETS_H
 #define DDPH_CLI_PRESETS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <ddphook/types.h>
 
 typedef struct preset_param {
     char name[48];
@@ -15,6 +18,16 @@ typedef struct preset_param {
 
 /* Fills *out (malloc'd, registration order) and *n; 0 for an unknown name. */
 int preset_load(const char *name, preset_param **out, int *n);
+/* A shapes file, as `ddphook bench shapes` prints one: a parameter a
+ * line, NAME D0 [D1 ...] (at most 1023 characters; blank lines and lines
+ * starting with # are skipped; dimensions past the fourth are folded into
+ * it).  1, or 0 with the reason (file:line) in msg. */
+int preset_read_file(const char *path, preset_param **out, int *n,
+                     char *msg, size_t cap);
+/* The parameters of a gradient trace (trace.h) and its dtype; 0 with the
+ * reason in msg. */
+int preset_from_trace(const char *dir, preset_param **out, int *n,
+                      ddph_dtype *dtype, char *msg, size_t cap);
 /* Total elements. */
 size_t preset_numel(const preset_param *p, int n);
 

@@ -133,6 +133,33 @@ START_TEST(empty_and_no_limits)
 }
 END_TEST
 
+/* bucket_cap_mb = auto: an eighth of the model, within [256 KiB,
+ * 25 MiB]; bucket 0 at most 1 MiB; a number given for either wins. */
+START_TEST(auto_limits)
+{
+    const size_t KiB = 1024, MiB = KiB * KiB;
+    size_t l[2];
+    ddph__bucket_limits(DDPH_CAP_AUTO, DDPH_CAP_AUTO, 3337216, l);
+    ck_assert_uint_eq(l[1], 3337216 / 8);
+    ck_assert_uint_eq(l[0], 3337216 / 8);
+    ddph__bucket_limits(DDPH_CAP_AUTO, DDPH_CAP_AUTO, 100 * MiB, l);
+    ck_assert_uint_eq(l[1], 100 * MiB / 8);
+    ck_assert_uint_eq(l[0], MiB);
+    ddph__bucket_limits(DDPH_CAP_AUTO, DDPH_CAP_AUTO, 500 * MiB, l);
+    ck_assert_uint_eq(l[1], 25 * MiB);
+    ck_assert_uint_eq(l[0], MiB);
+    ddph__bucket_limits(DDPH_CAP_AUTO, DDPH_CAP_AUTO, 10 * KiB, l);
+    ck_assert_uint_eq(l[1], 256 * KiB);
+    ck_assert_uint_eq(l[0], 256 * KiB);
+    ddph__bucket_limits(DDPH_CAP_AUTO, 25, 10 * KiB, l); /* PyTorch's */
+    ck_assert_uint_eq(l[1], 25 * MiB);
+    ck_assert_uint_eq(l[0], MiB);
+    ddph__bucket_limits(0.5, DDPH_CAP_AUTO, 100 * MiB, l);
+    ck_assert_uint_eq(l[0], MiB / 2);
+    ck_assert_uint_eq(l[1], 100 * MiB / 8);
+}
+END_TEST
+
 Suite *buckets_suite(void)
 {
     Suite *s = suite_create("buckets");
@@ -144,6 +171,7 @@ Suite *buckets_suite(void)
     tcase_add_test(tc, reference_vector_layout);
     tcase_add_test(tc, overshoot_and_leftover);
     tcase_add_test(tc, empty_and_no_limits);
+    tcase_add_test(tc, auto_limits);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -41,8 +41,8 @@ START_TEST(defaults)
     ddph_config cfg;
     ddph_err e;
     ck_assert_int_eq(ddph__config_defaults(&cfg, &e), DDPH_OK);
-    ck_assert(cfg.bucket_cap_mb == 25.0);
-    ck_assert(cfg.first_bucket_cap_mb == 1.0);
+    ck_assert(cfg.bucket_cap_mb == DDPH_CAP_AUTO);
+    ck_assert(cfg.first_bucket_cap_mb == DDPH_CAP_AUTO);
     ck_assert(cfg.timeout_s == 600.0);
     ck_assert_int_eq(cfg.accumulate_steps, 1);
     ck_assert_str_eq(cfg.hook_name, "allreduce");
@@ -105,7 +105,9 @@ END_TEST
 START_TEST(errors_name_file_and_line)
 {
     expect_error("[runtime]\nbucket_cap_mb = lots\n", DDPH_ERR_CONFIG, 2,
-                 "bucket_cap_mb = 'lots' is not a number");
+                 "bucket_cap_mb = 'lots' is not a number or auto");
+    expect_error("[runtime]\ntimeout_s = auto\n", DDPH_ERR_CONFIG, 2,
+                 "timeout_s = 'auto' is not a number");
     expect_error("[runtime]\n\ntimeout_s = -1\n", DDPH_ERR_CONFIG, 3,
                  "out of range");
     expect_error("[runtime]\nbucket_cap_mp = 4\n", DDPH_ERR_CONFIG, 2,
@@ -379,9 +381,11 @@ START_TEST(print_round_trips)
     ddph__config_print(&cfg, f);
     fclose(f);
     ck_assert_ptr_nonnull(strstr(text, "bucket_cap_mb = 0.0078125"));
+    ck_assert_ptr_nonnull(strstr(text, "first_bucket_cap_mb = auto"));
     /* What `ddphook check` prints is itself a valid job file. */
     ck_assert_int_eq(load(text, &again, &e, path2, sizeof path2), DDPH_OK);
     ck_assert(again.bucket_cap_mb == cfg.bucket_cap_mb);
+    ck_assert(again.first_bucket_cap_mb == DDPH_CAP_AUTO);
     free(text);
     ddph__config_free(&cfg);
     ddph__config_free(&again);

@@ -48,6 +48,7 @@ _SIGNATURES = {
     "ddph_model_add_param": (_I, [_P, _S, _P, ctypes.POINTER(ctypes.c_int64),
                                   _I, _I, _I, ctypes.POINTER(_I)]),
     "ddph_model_set_param_data": (_I, [_P, _I, _P]),
+    "ddph_model_set_bucket_caps": (_I, [_P, ctypes.c_double, ctypes.c_double]),
     "ddph_model_finalize": (_I, [_P]),
     "ddph_model_grad_ptr": (_I, [_P, _I, ctypes.POINTER(_P)]),
     "ddph_model_accumulate_steps": (_I, [_P]),

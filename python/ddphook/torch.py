@@ -91,13 +91,18 @@ def comm_hook(job_ini, model=None, name="model"):
     (the DDP module, or the module it wraps) they keep their names, and
     their order is the order the first backward pass completes their
     gradients, which is the order DDP rebuilds its buckets in: ddphook's
-    buckets are then DDP's (with the same caps).  Without it, DDP's
-    parameter order is taken (a backward pass that completes them in
-    another order gives other buckets: a warning says so)."""
+    buckets are then DDP's: the bridge gives the runtime DDP's caps (the
+    module's bucket_bytes_cap and DDP's 1 MiB first bucket; 25 MiB without
+    `model`) in place of the job file's.  Without it, DDP's parameter
+    order is taken (a backward pass that completes them in another order
+    gives other buckets: a warning says so)."""
     job = open_job(job_ini)
     _same_ranks(job)
     state = HookState(job, name)
     if model is not None:
+        cap = getattr(model, "bucket_bytes_cap", None)  # a DDP module's
+        if cap:
+            state._caps = (state._caps[0], cap / 2.0 ** 20)
         state._watch(getattr(model, "module", model))
     return state, hook
 
@@ -161,6 +166,9 @@ class HookState:
         self._waiter = threading.Thread(target=self._wait_loop, daemon=True,
                                         name="ddphook-step-wait")
         self._waiter.start()
+        # DDP's bucket caps in MiB (first, others), given to the runtime
+        # so that its buckets are the GradBuckets DDP hands the hook.
+        self._caps = (dist._DEFAULT_FIRST_BUCKET_BYTES / 2.0 ** 20, 25.0)
         self._names = {}   # id(parameter) -> its name, from _watch
         self._ready = {}   # id(parameter), in the order gradients came
         self._watches = []
@@ -226,6 +234,8 @@ class HookState:
                 job.check(lib().ddph_model_set_param_data(
                     model, i, ctypes.c_void_p(p.data_ptr())),
                     "parameter '%s'" % pname)
+        job.check(lib().ddph_model_set_bucket_caps(model, *self._caps),
+                  "bucket caps")
         job.check(lib().ddph_model_finalize(model), "finalize")
         # With gradient_as_bucket_view the runtime owns the memory.
         for i, g in enumerate(self.grads):

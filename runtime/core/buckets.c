@@ -35,6 +35,35 @@ size_t ddph__mib_to_bytes(double mib)
     return (size_t)llround(mib * 1048576.0);
 }
 
+/* bucket_cap_mb = auto.  A step over a link that is slower than the
+ * backward pass takes about forward + (the backward before bucket 0 is
+ * ready) + every bucket's transfer; over a faster one, forward + backward
+ * + the last bucket's transfer.  Both shrink with smaller buckets, while
+ * every bucket costs a launch, a fingerprint and a latency: eight buckets
+ * keep the first and the last an eighth of the model, and the floor keeps
+ * a bucket's transfer well above a link's latency.  The caps depend on the
+ * model alone, so every rank computes the same ones without a message.
+ * GPT example at 100 Mbit/s and 1 Gbit/s: docs/performance.md, "Overlap". */
+#define AUTO_BUCKETS 8
+#define AUTO_MIN_BYTES ((size_t)256 << 10)
+#define AUTO_MAX_BYTES ((size_t)25 << 20)
+#define AUTO_FIRST_MAX_BYTES ((size_t)1 << 20)
+
+void ddph__bucket_limits(double first_mb, double cap_mb, size_t total_bytes,
+                         size_t limits[2])
+{
+    size_t cap = total_bytes / AUTO_BUCKETS;
+    cap = cap < AUTO_MIN_BYTES ? AUTO_MIN_BYTES
+          : cap > AUTO_MAX_BYTES ? AUTO_MAX_BYTES : cap;
+    if (cap_mb != DDPH_CAP_AUTO)
+        cap = ddph__mib_to_bytes(cap_mb);
+    size_t first = cap < AUTO_FIRST_MAX_BYTES ? cap : AUTO_FIRST_MAX_BYTES;
+    if (first_mb != DDPH_CAP_AUTO)
+        first = ddph__mib_to_bytes(first_mb);
+    limits[0] = first;
+    limits[1] = cap;
+}
+
 ddph_status ddph__assign_buckets(const ddph_bucket_tensor *tensors, size_t n,
                                  const size_t *limits, size_t nlimits,
                                  int sort_by_min_index, ddph_bucket_plan *out,

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "support/config.h" /* DDPH_CAP_AUTO */
 #include "support/util.h"
 
 typedef struct ddph_bucket_tensor {
@@ -37,5 +38,13 @@ void ddph__bucket_plan_free(ddph_bucket_plan *plan);
 
 /* MiB (a real number, as PyTorch's bucket_cap_mb) to bytes, rounded. */
 size_t ddph__mib_to_bytes(double mib);
+
+/* The limits {bucket 0, the others} in bytes for a model of total_bytes
+ * of gradients: first_mb and cap_mb as [runtime] gives them, either of
+ * them DDPH_CAP_AUTO (support/config.h).  auto: the others at total/8,
+ * between 256 KiB and 25 MiB (PyTorch's default), bucket 0 at that or
+ * 1 MiB (PyTorch's), the smaller; the reasons are in buckets.c. */
+void ddph__bucket_limits(double first_mb, double cap_mb, size_t total_bytes,
+                         size_t limits[2]);
 
 #endif

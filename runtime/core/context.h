@@ -88,6 +88,7 @@ struct ddph_model {
     ddph_hook *lane_hooks[DDPH__MAX_LANES];
     int nlanes;
     int accumulate_steps;
+    double first_bucket_cap_mb, bucket_cap_mb; /* [runtime]'s, or the trainer's */
     int window;         /* backward passes accumulated since last sync */
     uint64_t iteration; /* synchronised steps so far */
     uint64_t steps;     /* optimizer steps so far */

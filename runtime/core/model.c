@@ -36,6 +36,8 @@ ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
     const ddph_model_section *ms = ddph__config_model(&ctx->cfg, name);
     m->accumulate_steps = ms && ms->accumulate_steps ? ms->accumulate_steps
                                                      : ctx->cfg.accumulate_steps;
+    m->first_bucket_cap_mb = ctx->cfg.first_bucket_cap_mb;
+    m->bucket_cap_mb = ctx->cfg.bucket_cap_mb;
     ctx->models[ctx->nmodels++] = m;
     *out = m;
     return DDPH_OK;
@@ -182,14 +184,17 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     /* Reverse registration order: a backward pass finishes the last
      * parameters first, so bucket 0 holds them. */
+    size_t total = 0;
     for (int i = 0; i < m->nparams; i++) {
         const ddph_param *p = &m->params[m->nparams - 1 - i];
         t[i] = (ddph_bucket_tensor){m->nparams - 1 - i,
                                     p->numel * ddph__dtype_size(p->dtype),
                                     p->dtype, p->device};
+        total += t[i].bytes;
     }
-    size_t limits[2] = {ddph__mib_to_bytes(ctx->cfg.first_bucket_cap_mb),
-                        ddph__mib_to_bytes(ctx->cfg.bucket_cap_mb)};
+    size_t limits[2];
+    ddph__bucket_limits(m->first_bucket_cap_mb, m->bucket_cap_mb, total,
+                        limits);
     ddph_bucket_plan plan;
     ddph_status st = ddph__assign_buckets(t, (size_t)m->nparams, limits, 2, 0,
                                           &plan, err);
@@ -445,6 +450,28 @@ ddph_status ddph_model_grad_ptr(ddph_model *m, int index, void **out)
     if (!m->finalized)
         return DDPH_ERR_STATE;
     *out = m->params[index].grad;
+    return DDPH_OK;
+}
+
+ddph_status ddph_model_set_bucket_caps(ddph_model *m, double first_mb,
+                                       double cap_mb)
+{
+    if (!m)
+        return DDPH_ERR_INVALID;
+    if (m->finalized)
+        return ddph__ctx_failf(m->ctx, DDPH_ERR_STATE, "model '%s': "
+                               "set_bucket_caps after finalize", m->name);
+    const double lo = 1.0 / (1 << 20), hi = 65536;
+    double v[2] = {first_mb, cap_mb};
+    for (int i = 0; i < 2; i++)
+        if (v[i] != 0 && !(v[i] >= lo && v[i] <= hi)) /* NaN too */
+            return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID, "model '%s': "
+                                   "bucket cap %g MiB is neither 0 nor in "
+                                   "[2^-20, 65536]", m->name, v[i]);
+    if (first_mb != 0)
+        m->first_bucket_cap_mb = first_mb;
+    if (cap_mb != 0)
+        m->bucket_cap_mb = cap_mb;
     return DDPH_OK;
 }
 

@@ -358,9 +358,13 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
     switch (k->type) {
     case K_REAL: {
         double v;
+        if (k->auto_ok && strcmp(value, "auto") == 0) {
+            *(double *)(base + k->offset) = DDPH_CAP_AUTO;
+            return 1;
+        }
         if (!ddph__parse_real(value, &v))
-            return fail_at(ps, "[%s] %s = '%s' is not a number", k->section,
-                           k->key, value);
+            return fail_at(ps, "[%s] %s = '%s' is not a number%s", k->section,
+                           k->key, value, k->auto_ok ? " or auto" : "");
         char lo[DDPH__REAL_STR_LEN], hi[DDPH__REAL_STR_LEN];
         if (v < k->min || v > k->max)
             return fail_at(ps, "[%s] %s = %s is out of range [%s, %s]",
@@ -681,8 +685,8 @@ ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->backend = DDPH_BACKEND_MPI;
-    cfg->bucket_cap_mb = 25.0;
-    cfg->first_bucket_cap_mb = 1.0;
+    cfg->bucket_cap_mb = DDPH_CAP_AUTO;
+    cfg->first_bucket_cap_mb = DDPH_CAP_AUTO;
     cfg->timeout_s = DDPH__DEFAULT_TIMEOUT_S;
     cfg->accumulate_steps = 1;
     cfg->lanes = 1;

@@ -59,14 +59,18 @@ typedef struct ddph_model_section {
 /* [runtime] timeout_s when the job file does not set it. */
 #define DDPH__DEFAULT_TIMEOUT_S 600.0
 
+/* bucket_cap_mb = auto: each model's caps come from its gradient bytes
+ * (ddph__bucket_limits in core/buckets.h). */
+#define DDPH_CAP_AUTO 0.0
+
 typedef struct ddph_config {
     char *path; /* "(defaults)" when no file */
 
     /* [runtime] */
     ddph_backend backend;
     int backend_line; /* 0 = default */
-    double bucket_cap_mb;
-    double first_bucket_cap_mb;
+    double bucket_cap_mb;       /* MiB, or DDPH_CAP_AUTO */
+    double first_bucket_cap_mb; /* MiB, or DDPH_CAP_AUTO */
     int gradient_as_bucket_view;
     int shared_buckets; /* one-host jobs: buckets in shared memory */
     char *plugin_path; /* ':'-separated directories */

@@ -17,6 +17,7 @@ typedef struct key_spec {
     key_type type;
     size_t offset;
     double min, max;
+    int auto_ok; /* K_REAL: "auto" is accepted, stored as 0 */
     const char *doc;
 } key_spec;
 

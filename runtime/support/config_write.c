@@ -50,7 +50,10 @@ void ddph__config_print(const ddph_config *cfg, FILE *out)
         fprintf(out, "%s = ", k->key);
         switch (k->type) {
         case K_REAL:
-            fprintf(out, "%.17g", *(const double *)(base + k->offset));
+            if (k->auto_ok && *(const double *)(base + k->offset) == DDPH_CAP_AUTO)
+                fputs("auto", out);
+            else
+                fprintf(out, "%.17g", *(const double *)(base + k->offset));
             break;
         case K_INT:
             fprintf(out, "%d", *(const int *)(base + k->offset));

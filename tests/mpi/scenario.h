@@ -81,6 +81,7 @@ void run_accumulate(void);
 void run_two_models(void);
 void run_trace(void);
 void run_nonfinite(void);
+void run_bucket_caps(void);
 
 /* scenarios_trust.c */
 void run_models_crossing(void);

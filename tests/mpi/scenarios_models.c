@@ -430,3 +430,58 @@ void run_nonfinite(void)
     nonfinite_run(0);
     nonfinite_run(1);
 }
+
+/* Four parameters of 400 KB: the default (auto) caps are 256 KiB, so each
+ * is a bucket of its own; ddph_model_set_bucket_caps(1, 25), PyTorch's,
+ * puts three in bucket 0 (it closes past 1 MiB) and the fourth in bucket
+ * 1; a bad cap and a late call are refused.  Averages stay exact. */
+static int caps_model(ddph_ctx *ctx, const char *name, double first,
+                      double cap, float *grads)
+{
+    enum { N = 100000 };
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, name, &m), ctx);
+    int64_t shape[1] = {N};
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(ddph_model_add_param(m, "w", grads + (size_t)i * N, shape, 1,
+                                      DDPH_F32, DDPH_CPU, NULL), ctx);
+    CHECK(ddph_model_set_bucket_caps(m, -1, 0) == DDPH_ERR_INVALID &&
+              strstr(ddph_last_error(ctx), "bucket cap -1 MiB"),
+          "%s", ddph_last_error(ctx));
+    CHECK(ddph_model_set_bucket_caps(m, 0, 0.0 / 0.0) == DDPH_ERR_INVALID,
+          "a NaN cap was taken");
+    CHECK_OK(ddph_model_set_bucket_caps(m, first, cap), ctx);
+    CHECK_OK(ddph_model_finalize(m), ctx);
+    CHECK(ddph_model_set_bucket_caps(m, 1, 1) == DDPH_ERR_STATE,
+          "set_bucket_caps after finalize was taken");
+    int rank = ddph_rank(ctx), world = ddph_world_size(ctx);
+    CHECK_OK(ddph_step_begin(ctx, &m, 1), ctx);
+    for (int i = 3; i >= 0; i--) {
+        for (size_t k = 0; k < N; k++)
+            grads[(size_t)i * N + k] = (float)(rank + i);
+        CHECK_OK(ddph_grad_ready(m, i), ctx);
+    }
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    for (int i = 0; i < 4; i++) {
+        float want = (float)(world - 1) / 2 + (float)i;
+        CHECK(grads[(size_t)i * N + N - 1] == want, "%s: w%d = %g, not %g",
+              name, i, grads[(size_t)i * N + N - 1], want);
+    }
+    return ddph_model_bucket_count(m);
+}
+
+void run_bucket_caps(void)
+{
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
+    float *grads = malloc(4 * 100000 * sizeof *grads);
+    CHECK(grads, "out of memory");
+    int automatic = caps_model(ctx, "auto", 0, 0, grads);
+    CHECK(automatic == 4, "auto caps: %d buckets, not 4", automatic);
+    int pytorch = caps_model(ctx, "pytorch", 1, 25, grads);
+    CHECK(pytorch == 2, "caps 1 and 25 MiB: %d buckets, not 2", pytorch);
+    /* The late calls were misuse (DDPH_ERR_STATE): the job's outcome. */
+    ddph_status st = ddph_close(ctx);
+    CHECK(st == DDPH_ERR_STATE, "ddph_close: %s", ddph_status_name(st));
+    free(grads);
+}

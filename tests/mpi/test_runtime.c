@@ -111,6 +111,10 @@ static const scenario registry[] = {
     {"nonfinite", run_nonfinite, "2,4", 0, 120,
      "a NaN propagates by default; with check_finite rank 0's step_wait names "
      "bucket and parameter"},
+    {"bucket-caps", run_bucket_caps, "2,4", 0, 120,
+     "auto bucket caps (an eighth of the model, at least 256 KiB) and one "
+     "model's own from ddph_model_set_bucket_caps: the buckets they make, "
+     "exact averages; bad and late calls refused"},
     {"models-crossing", run_models_crossing, "2,4", 0, 120,
      "two models of the same shapes whose backward order depends on the "
      "rank: each is averaged with itself (buckets launch in finalize "

@@ -120,6 +120,16 @@ ddph_status ddph_model_add_param(ddph_model *model, const char *name,
 ddph_status ddph_model_set_param_data(ddph_model *model, int index,
                                       void *data);
 
+/* This model's bucket size limits in MiB, as [runtime] first_bucket_cap_mb
+ * and bucket_cap_mb give them for every model (docs/config.md); 0 keeps
+ * the job file's value (which may be auto).  For a trainer that must
+ * reproduce a given layout, e.g. the Python bridge giving a DDP module's
+ * own caps.  Before ddph_model_finalize, the same on every rank (finalize
+ * compares the buckets).  DDPH_ERR_INVALID for a cap outside
+ * [2^-20, 65536] or NaN.  Since 0.7.0. */
+ddph_status ddph_model_set_bucket_caps(ddph_model *model, double first_mb,
+                                       double cap_mb);
+
 /* Freezes the parameter list: assigns buckets, creates the model's hook
  * instance, and checks on every rank that all ranks agree on parameters,
  * buckets and hook configuration.  Collective over all ranks. */

@@ -80,6 +80,9 @@ def main():
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batch", type=int, default=24)
+    p.add_argument("--accum", type=int, default=1,
+                   help="micro-batches per optimizer step (train_gpt's "
+                        "[accumulate] steps)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=-1)
     p.add_argument("--eval-every", type=int, default=100)

@@ -1,0 +1,151 @@
+#!/bin/sh
+# plan.sh: `ddphook plan`'s cost model on cases with known answers (no
+# timing is asserted: the figures are the model's own arithmetic).
+#  - (within 1e-6) at latency 0 a ring allreduce of S bytes on W ranks at B bytes/s
+#    takes 2 (W-1)/W S/B; MPICH's reduce-scatter + allgather the same, and
+#    across 2 hosts x 2 ranks with free shared memory S/B (each host's
+#    link carries what one rank would); a ring allgather (W-1) m/B; a
+#    small allreduce log2(W) latencies;
+#  - the allreduce hook on the gpt-example preset between 2 hosts: the
+#    sum over the runtime's buckets by hand, S/B plus the step's closing
+#    exchange;
+#  - fp16 sends half the bytes and is predicted faster on a slow link;
+#  - bad arguments, shapes files and calibration files fail with clear
+#    messages; a calibration file round-trips, read back without
+#    measuring again.
+set -u
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+P=${DDPH_TEST_PLUGIN_DIR:?}
+OUT="$B/tests/out/plan"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+cd "$OUT" || exit 1
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS: $1"; }
+no() { fail=$((fail + 1)); echo "FAIL: $1"; }
+# near NAME GOT WANT: within 1e-6 relative (the free shared memory is
+# 1000 TB/s).
+near() {
+    if awk -v g="$2" -v w="$3" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 1e-6 * w) }'; then
+        ok "$1 ($2 s)"
+    else
+        no "$1: $2 s, want $3"
+    fi
+}
+# expect NAME PATTERN COMMAND...: the command fails and prints PATTERN.
+expect() {
+    name=$1; pattern=$2; shift 2
+    if out=$("$@" </dev/null 2>&1); then
+        no "$name: accepted"; return
+    fi
+    if printf '%s\n' "$out" | grep -q -- "$pattern"; then
+        ok "$name"
+    else
+        no "$name: no '$pattern' in:"; printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+plan() { "$B/ddphook" plan "$@"; }
+# seconds KIND:BYTES OPTIONS...: the model's time for one collective.
+seconds() {
+    what=$1; shift
+    plan --collective "$what" --efficiency 1 --intra-bandwidth 1000TB/s \
+        --intra-latency 0 --csv "$OUT/c.csv" "$@" >/dev/null &&
+        awk -F, 'NR == 2 { print $5 }' "$OUT/c.csv"
+}
+S=1048576 rate=125000000 # 1 Gbit/s in bytes
+near "ring allreduce (f16), 4 hosts, latency 0" \
+    "$(seconds allreduce-f16:$S --hosts 4 --link-bandwidth 1gbit --link-latency 0)" \
+    "$(awk -v s=$S -v b=$rate 'BEGIN { printf "%.12g", 2 * 3 / 4 * s / b }')"
+near "reduce-scatter + allgather, 8 hosts, latency 0" \
+    "$(seconds allreduce:$S --hosts 8 --link-bandwidth 1gbit --link-latency 0)" \
+    "$(awk -v s=$S -v b=$rate 'BEGIN { printf "%.12g", 2 * 7 / 8 * s / b }')"
+near "reduce-scatter + allgather, 2 hosts x 2 ranks" \
+    "$(seconds allreduce:$S --hosts 2 --ranks-per-host 2 --link-bandwidth 1gbit --link-latency 0)" \
+    "$(awk -v s=$S -v b=$rate 'BEGIN { printf "%.12g", s / b }')"
+near "ring allgather, 3 hosts, latency 0" \
+    "$(seconds allgather:$S --hosts 3 --link-bandwidth 1gbit --link-latency 0)" \
+    "$(awk -v s=$S -v b=$rate 'BEGIN { printf "%.12g", 2 * s / b }')"
+near "recursive doubling, 1 KiB on 4 hosts, 10 us" \
+    "$(seconds allreduce:1024 --hosts 4 --link-bandwidth 1gbit --link-latency 10us)" \
+    "$(awk -v b=$rate 'BEGIN { printf "%.12g", 2 * (1e-5 + 1024 / b) }')"
+if plan --collective allreduce:$S --hosts 1000 --ranks-per-host 8 >/dev/null; then
+    ok "8000 ranks"
+else
+    no "8000 ranks"
+fi
+
+# The allreduce hook on gpt-example, 2 hosts, latency 0: every bucket
+# is one reduce-scatter + allgather (2 steps of half the bucket), then
+# the 64-byte closing exchange: (4 numel + 64) / B.
+plan --model gpt-example --no-calibration --plugin-path "$P" \
+    --hooks allreduce,fp16 --link-bandwidth 100mbit --link-latency 0 \
+    --efficiency 1 --csv "$OUT/gpt.csv" >"$OUT/gpt.txt" 2>&1 || {
+    no "plan on gpt-example:"; sed 's/^/    /' "$OUT/gpt.txt"; }
+numel=$("$B/ddphook" bench shapes --model gpt-example |
+    awk '{ e = 1; for (i = 2; i <= NF; i++) e *= $i; t += e } END { print t }')
+near "allreduce hook on gpt-example, by hand" \
+    "$(awk -F, '$1 == "allreduce" { print $6 }' "$OUT/gpt.csv")" \
+    "$(awk -v n="$numel" 'BEGIN { printf "%.12g", (4 * n + 64) / 12500000 }')"
+if awk -F, '$1 == "allreduce" { a = $6; as = $2 } $1 == "fp16" { f = $6; fs = $2 }
+        END { exit !(f < a && fs * 2 == as) }' "$OUT/gpt.csv"; then
+    ok "fp16: half the bytes, less time on 100 Mbit/s"
+else
+    no "fp16 against allreduce:"; sed 's/^/    /' "$OUT/gpt.csv"
+fi
+
+# Arguments.
+expect "a bad rate" "a rate like" plan --collective allreduce:1 --link-bandwidth 10parsecs
+expect "no hosts" "whole number" plan --collective allreduce:1 --hosts 0
+expect "a bad time" "a time like" plan --collective allreduce:1 --link-latency 5minutes
+expect "an unknown hook" "knows no hook 'sign'" plan --hooks allreduce,sign --no-calibration
+expect "an unknown model" "unknown model 'gpt5'" plan --model gpt5 --no-calibration
+expect "two models" "one of --model" plan --model mlp --shapes x --no-calibration
+expect "a collective without bytes" "KIND:BYTES" plan --collective allreduce
+expect "an unknown collective" "unknown kind 'scan'" plan --collective scan:10
+expect "a bad option" "NAME.KEY=VALUE" plan --option ratio
+expect "a topk ratio out of range" "out of the hook's range" \
+    plan --option topk.ratio=2 --no-calibration
+printf 'a 10 20\nb 0\n' >bad.shapes
+expect "a shapes file with a 0 dimension" "bad.shapes:2: '0' is not a dimension" \
+    plan --shapes bad.shapes --no-calibration
+
+# The calibration: measured once (two hooks on the small mlp preset),
+# then read back; the second run measures nothing and predicts the same.
+plan --model mlp --hooks allreduce,fp16 --plugin-path "$P" \
+    --calibration "$OUT/cal" --calibration-repeats 1 --csv first.csv \
+    >first.txt 2>first.err
+if grep -q measuring first.err && head -n 1 cal | grep -qx 'ddphook-plan-calibration 1' &&
+        tail -n 1 cal | grep -qx 'end 2'; then
+    ok "calibration measured and written"
+else
+    no "calibration:"; cat first.err cal 2>&1 | sed 's/^/    /'
+fi
+plan --model mlp --hooks allreduce,fp16 --plugin-path "$P" \
+    --calibration "$OUT/cal" --csv second.csv >second.txt 2>second.err
+if ! grep -q measuring second.err && cmp -s first.csv second.csv; then
+    ok "calibration read back, same prediction"
+else
+    no "calibration round trip:"; cat second.err first.csv second.csv | sed 's/^/    /'
+fi
+head -n 3 cal >truncated.cal
+expect "a truncated calibration file" "truncated" \
+    plan --model mlp --calibration truncated.cal --plugin-path "$P"
+sed 's/^\(hook [a-z0-9]* [0-9a-f]*\) .*/\1 nan/' cal >nan.cal
+expect "a NaN in a calibration file" "nan.cal:[0-9]*: want: hook NAME KEY SECONDS" \
+    plan --model mlp --calibration nan.cal --plugin-path "$P"
+{ cat cal; echo 'rm -rf /'; } >extra.cal
+expect "text after the end line" "extra.cal:[0-9]*: text after the end line" \
+    plan --model mlp --calibration extra.cal --plugin-path "$P"
+printf 'PK\003\004garbage\n' >zip.cal
+expect "not a calibration file" "zip.cal:1: not a calibration file" \
+    plan --model mlp --calibration zip.cal --plugin-path "$P"
+sed 's/^end 2/end 5/' cal >count.cal
+expect "a wrong count" "count.cal:[0-9]*: the end line counts 5" \
+    plan --model mlp --calibration count.cal --plugin-path "$P"
+mkfifo fifo.cal 2>/dev/null &&
+    expect "a FIFO for a calibration file" "fifo.cal" \
+        plan --model mlp --calibration fifo.cal --plugin-path "$P"
+
+echo "plan: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
