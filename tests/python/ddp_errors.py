@@ -37,7 +37,12 @@ def main():
         else:
             ddphook.torch.init_process_group(a.job)
         net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
-        model = torch.nn.parallel.DistributedDataParallel(net)
+        # Buckets of about 200 bytes (one per parameter), so that the
+        # failing hooks meet a bucket 1: the bridge gives the runtime
+        # DDP's caps.
+        torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 200
+        model = torch.nn.parallel.DistributedDataParallel(
+            net, bucket_cap_mb=200 / 2**20)
         model.register_comm_hook(*ddphook.torch.comm_hook(a.job, model=model))
         for _ in range(3):
             model(torch.randn(4, 16)).sum().backward()
