@@ -252,7 +252,7 @@ ddph_status ddph_step_wait(ddph_ctx *ctx);
  * returned.
  * Set or cleared (fn = NULL) before ddph_model_finalize or between steps;
  * DDPH_ERR_STATE inside a step.  Host buckets only: DDPH_ERR_UNSUPPORTED
- * with backend = nccl. */
+ * with backend = nccl.  Since 0.7.0. */
 typedef void (*ddph_bucket_callback)(void *user, ddph_model *model,
                                      int bucket, ddph_status status,
                                      const char *message);
