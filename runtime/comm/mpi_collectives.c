@@ -15,8 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 #include "comm/shared_buckets.h"
 
 ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,

@@ -16,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 /* A call into MPI that cannot be bounded from outside (MPI_Init_thread,
  * MPI_Finalize): a thread ends the process if it has not returned within
  * limit_s, saying why. */

@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 /* Polls reqs until all complete, the job breaks (a peer's notice, or
  * another thread's failure) or timeout_s passes after `start` (when the
  * collective began: a nonblocking one may be waited for later).  MPICH

@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cli_internal.h"
 #include "core/context.h"
 #include "device/cpu_ops.h"
 #include "device/device.h"
-#include "core/job_check.h"
+#include "plugin/job_check.h"
 #include "core/join.h"
 #include "core/replicas.h"
 #include "core/state_file.h"
