@@ -173,7 +173,8 @@ struct ddph_ctx {
     int stop;
 };
 
-/* Records err as the context's last error, logs it, returns st. */
+/* failure.c: records err as the context's last error, logs it, returns
+ * st. */
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
 ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
