@@ -39,7 +39,7 @@
 #include "bench_common.h"
 #include "bench_ops.h"
 #include "commands.h"
-#include "core/context.h"
+#include "core/cli_internal.h"
 #include "support/config.h"
 #include "device/cpu_ops.h"
 #include "presets.h"

@@ -13,16 +13,15 @@
 #include <ddphook/ddphook.h>
 
 #include "commands.h"
+#include "core/cli_internal.h"
 #include "support/config.h"
-#include "comm/backend_mpi.h"
-#include "plugin/hook.h"
-#include "core/job_check.h"
+#include "plugin/job_check.h"
 #include "plugin/elf_check.h"
 #include "plugin/loader.h"
 #include "plugin/safe_open.h"
 #include "support/log.h"
 #include "plugin/gpu_module.h"
-#include "support/options.h"
+#include "plugin/options.h"
 
 static const char main_usage[] =
     "usage: ddphook COMMAND [ARGS]\n"
@@ -130,7 +129,7 @@ typedef struct check_run {
     check_error_line *errors;
     size_t nerrors, cap;
     int verbose;
-    ddph_mpi *mpi; /* one-rank MPI for the hooks' create(); NULL if down */
+    ddph_hook_probe *probe; /* for the hooks' create(); NULL if down */
     ddph_logger log;
 } check_run;
 
@@ -253,13 +252,10 @@ static void check_hook(check_run *run, const char *name, int line,
     const ddph_hook_section *hs = ddph__config_hook_section(cfg, p->api.name);
     ddph__options_each_error(p->api.name, p->api.options, hs, cfg->path,
                              check_error, run);
-    if (run->nerrors == before && run->mpi) {
-        ddph_hook *h = NULL;
-        if (ddph__hook_create(cfg, name, line, wrapper, who, run->mpi, NULL,
-                              NULL, &run->log, &h, &e) != DDPH_OK)
-            check_error(run, e.msg);
-        ddph__hook_destroy(h);
-    }
+    if (run->nerrors == before && run->probe &&
+        ddph__hook_probe_create(run->probe, cfg, name, line, wrapper, who,
+                                &run->log, &e) != DDPH_OK)
+        check_error(run, e.msg);
     if (run->verbose && run->nerrors == before) {
         ddph_options *o;
         if (ddph__options_build(p->api.name, p->api.options, hs, cfg->path,
@@ -357,10 +353,7 @@ int cmd_check(int argc, char **argv)
         check_error(&run, e.msg);
     /* The hooks' create() runs against a one-rank job, as the job's own
      * would against its world. */
-    static ddph_mpi mpi;
-    if (ddph__mpi_init(&mpi, NULL, NULL, cfg.timeout_s, &e) == DDPH_OK)
-        run.mpi = &mpi;
-    else
+    if (ddph__hook_probe_open(cfg.timeout_s, &run.probe, &e) != DDPH_OK)
         fprintf(stderr, "ddphook check: warning: the hooks' own option "
                         "checks (create) were not run: %s\n",
                 e.msg);
@@ -377,8 +370,7 @@ int cmd_check(int argc, char **argv)
                                              : cfg.wrapper,
                    who);
     }
-    if (run.mpi)
-        ddph__mpi_finalize(run.mpi, &e);
+    ddph__hook_probe_close(run.probe);
     size_t nerrors = run.nerrors;
     fflush(stdout);
     check_print_errors(&run);

@@ -29,7 +29,7 @@
 
 #include "plugin/hook.h"
 #include "plugin/loader.h"
-#include "support/options.h"
+#include "plugin/options.h"
 
 /* Set in the tester that runs under valgrind: it leaves the verdict to
  * the process that started valgrind. */

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "support/config.h"
-#include "core/job_check.h"
+#include "plugin/job_check.h"
 #include "unit.h"
 
 /* Loads text; returns the status and leaves the message in e. */

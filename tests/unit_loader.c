@@ -21,7 +21,7 @@
 #include "plugin/abi_released.h"
 #include "plugin/hook.h"
 #include "plugin/loader.h"
-#include "support/options.h"
+#include "plugin/options.h"
 #include "unit.h"
 
 static char fake_path[512];

@@ -114,6 +114,11 @@ typedef struct ddph_mpi {
      * once instead of after timeout_s (uneven inputs). */
     atomic_llong trainer_calls;   /* this rank's, so far */
     int check_collectives;        /* [runtime] check_collectives */
+    /* What every bounded wait (mpi_wait.c) polls besides its own
+     * requests: the calling thread's pending fingerprint exchange
+     * (mpi_fingerprint.c, which waits through mpi_wait.c: hence a
+     * pointer, set by ddph__mpi_init, and not a call). */
+    ddph_status (*wait_poll)(const MPI_Request *waiting, ddph_err *err);
     struct ddph_departure *departures; /* notices sent, until delivered */
     pthread_mutex_t departed_mu;  /* guards the fields below */
     atomic_int departed;          /* a peer's notice arrived: */

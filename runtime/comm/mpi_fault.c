@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
+#include "support/status_text.h"
 
 /* A departure notice (backend_mpi.h), kept until its sends are done. */
 typedef struct ddph_departure {

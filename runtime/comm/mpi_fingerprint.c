@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 /* ---- collective fingerprints -------------------------------------------- */
 
 /* The calls a rank's fingerprints name, by the names the services and the

@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 static ddph_status barrier_timed(ddph_mpi *m, MPI_Comm comm, const char *what,
                                  ddph_err *err)
 {

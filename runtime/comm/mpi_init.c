@@ -16,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 /* A call into MPI that cannot be bounded from outside (MPI_Init_thread,
  * MPI_Finalize): a thread ends the process if it has not returned within
  * limit_s, saying why. */
@@ -95,6 +93,7 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     pthread_mutex_init(&m->fault_mu, NULL);
     pthread_mutex_init(&m->departed_mu, NULL);
     m->timeout_s = timeout_s;
+    m->wait_poll = ddph__mpi_fp_poll;
     m->world.comm = MPI_COMM_NULL;
     m->world.fingerprints = MPI_COMM_NULL;
     m->alarm = MPI_COMM_NULL;

@@ -9,7 +9,10 @@
  *                      user-defined operations)
  *   mpi_init.c         initialisation, lanes, agreement, leaving, finalize
  *   mpi_ring.c         the half-precision ring allreduce
- *   mpi_collectives.c  blocking collectives, the runtime's own small ones
+ *   mpi_allreduce.c    the allreduce: in shared memory, by the ring or by
+ *                      MPI (above shared_buckets.c, which uses the others)
+ *   mpi_collectives.c  the other blocking collectives, the runtime's own
+ *                      small ones
  *   mpi_nonblocking.c  nonblocking collectives (ABI minor 2)
  *   mpi_fingerprint.c  the collectives' fingerprints ([runtime]
  *                      check_collectives)
@@ -88,7 +91,7 @@ ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, struct ddph_group *g,
 
 /* ---- mpi_fingerprint.c ---- */
 /* Checks this thread's pending fingerprint exchange while `waiting` (the
- * collective's own request) is polled. */
+ * collective's own request) is polled: every wait's ddph_mpi.wait_poll. */
 ddph_status ddph__mpi_fp_poll(const MPI_Request *waiting, ddph_err *err);
 
 #endif

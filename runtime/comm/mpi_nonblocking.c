@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 /* ---- nonblocking collectives (ABI minor 2) -------------------------------- */
 
 static ddph_status op_begin(ddph_mpi *m, ddph_mpi_op *op, int nreqs,

@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 #include "device/cpu_ops.h"
 
 /* ---- half-precision sums: a ring of point-to-point messages ---------------

@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ddphook/ddphook.h>
-
 /* Polls reqs until all complete, the job breaks (a peer's notice, or
  * another thread's failure) or timeout_s passes after `start` (when the
  * collective began: a nonblocking one may be waited for later).  MPICH
@@ -80,7 +78,7 @@ ddph_status ddph__mpi_wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
         ddph__activity_touch(); /* a bounded wait, not a stuck hook */
         ddph_status st = ddph__mpi_collective_fault(m, err);
         if (st == DDPH_OK)
-            st = ddph__mpi_fp_poll(reqs, err);
+            st = m->wait_poll ? m->wait_poll(reqs, err) : DDPH_OK;
         if (st != DDPH_OK)
             return st;
         if (now > deadline)

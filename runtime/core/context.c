@@ -2,16 +2,16 @@
  * accumulation decision, hook state checkpoints. */
 #include "build-config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cli_internal.h"
 #include "core/context.h"
 #include "device/cpu_ops.h"
 #include "device/device.h"
-#include "core/job_check.h"
-#include "core/join.h"
+#include "plugin/job_check.h"
+#include "core/roll_call.h"
 #include "core/replicas.h"
 #include "core/state_file.h"
 #include "core/step_check.h"
@@ -24,33 +24,6 @@ static void warn_rank0(void *user, const char *msg)
     ddph_ctx *ctx = user;
     if (ctx->mpi.world.rank == 0)
         ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
-}
-
-ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
-{
-    memcpy(ctx->error, err->msg, sizeof ctx->error);
-    /* The job's outcome (ddph_close): every error but an argument refused
-     * before anything happened and a non-finite gradient, which a trainer
-     * may answer by skipping the step (as AMP's loss scaling does). */
-    if (ctx->outcome == DDPH_OK && st != DDPH_ERR_INVALID &&
-        st != DDPH_ERR_NONFINITE)
-        ctx->outcome = st;
-    ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
-    /* A collective broke the job on this rank and no one told the peers
-     * yet: they get this, the fullest message. */
-    if (ctx->mpi_up && atomic_load(&ctx->mpi.broken))
-        ddph__mpi_fail_job(&ctx->mpi, st, ctx->error);
-    return st;
-}
-
-ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
-{
-    ddph_err e;
-    va_list ap;
-    va_start(ap, fmt);
-    ddph__vfail(&e, st, fmt, ap);
-    va_end(ap);
-    return ddph__ctx_fail(ctx, st, &e);
 }
 
 /* Every rank makes the same number of lane communicators (a collective

@@ -183,16 +183,14 @@ struct ddph_ctx {
     int stop;
 };
 
-/* Records err as the context's last error, logs it, returns st. */
+/* failure.c: records err as the context's last error, logs it, returns
+ * st. */
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
 ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* model.c */
+/* model.c (and ddph__model_stats_line, in cli_internal.h) */
 void ddph__model_free(ddph_model *m);
-/* The hook's statistics for m as one line, "name value, ..." (at most 32,
- * cut to cap), or "no statistics"; "" before finalize. */
-void ddph__model_stats_line(ddph_model *m, char *out, size_t cap);
 
 /* reducer.c */
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);

@@ -21,12 +21,7 @@
 
 #include "core/context.h"
 
-/* Collective, at a synchronising step_begin (join = true): counts the
- * ranks still training (this one counts when `training`) into
- * ctx->join_active, checks that every rank steps models[0..n-1], and sets
- * the scale the reducer applies after each hook. */
-ddph_status ddph__join_roll_call(ddph_ctx *ctx, int training,
-                                 ddph_model *const *models, int n,
-                                 ddph_err *err);
+/* (ddph_join is public; the roll call of each synchronising step is in
+ * roll_call.h.) */
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/buckets.h"
+#include "core/cli_internal.h"
 #include "core/context.h"
 #include "device/device.h"
 #include "core/replicas.h"

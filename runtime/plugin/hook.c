@@ -9,8 +9,7 @@
 
 #include "plugin/abi_released.h"
 #include "plugin/services.h"
-
-#include <ddphook/ddphook.h>
+#include "support/status_text.h"
 
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,

@@ -14,7 +14,7 @@
 #include "support/config.h"
 #include "plugin/loader.h"
 #include "support/log.h"
-#include "support/options.h"
+#include "plugin/options.h"
 #include "comm/timeline.h"
 
 typedef struct ddph_hook {

@@ -20,7 +20,7 @@
 
 #include "plugin/elf_check.h"
 #include "plugin/safe_open.h"
-#include "support/options.h"
+#include "plugin/options.h"
 
 
 /* Hook names: plugin.h's rule, letters, digits, '_' and '-', 1 to

@@ -1,7 +1,7 @@
 /* config.h: the job INI ([runtime], [accumulate], [hook], [hook.NAME],
  * [model.NAME]), parsed with the system inih.  Every value is type- and
  * range-checked here; hook options are kept as text with their line numbers
- * and validated later against the plugin's own schema (options.c).  Every
+ * and validated later against the plugin's own schema (plugin/options.c).  Every
  * error names the file and line. */
 #ifndef DDPH_CONFIG_H
 #define DDPH_CONFIG_H
@@ -144,7 +144,7 @@ void ddph__config_print(const ddph_config *cfg, FILE *out);
 
 const char *ddph__wrapper_name(ddph_wrapper w);
 
-/* Value parsers shared with options.c; 1 on success. */
+/* Value parsers shared with plugin/options.c; 1 on success. */
 int ddph__parse_bool(const char *s, int *out);
 int ddph__parse_int(const char *s, int64_t *out);
 int ddph__parse_real(const char *s, double *out);

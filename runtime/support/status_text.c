@@ -1,8 +1,12 @@
-/* status.c: names and messages of ddph_status, from the one X-macro table
- * in ddphook/status.h.  The switches have no default, so -Wall (-Wswitch)
- * flags a code added without a message. */
+/* status_text.c: names and messages of ddph_status, from the one X-macro
+ * table in ddphook/status.h.  The switches have no default, so -Wall
+ * (-Wswitch) flags a code added without a message. */
 #include "build-config.h"
 
+#include "support/status_text.h"
+
+/* The public declarations: a prototype that differs from status_text.h's
+ * is a compile error here. */
 #include <ddphook/ddphook.h>
 
 const char *ddph_strerror(ddph_status status)

@@ -1,7 +1,7 @@
 /* job_check.c: see job_check.h. */
 #include "build-config.h"
 
-#include "core/job_check.h"
+#include "plugin/job_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* options.c: see options.h. */
 #include "build-config.h"
 
-#include "support/options.h"
+#include "plugin/options.h"
 
 #include <stdlib.h>
 #include <string.h>

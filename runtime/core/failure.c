@@ -1,0 +1,37 @@
+/* failure.c: a failure on a context (context.h): its message kept for
+ * ddph_last_error, the job's outcome for ddph_close, the log, and the
+ * peers told when a collective broke the job.  Apart from context.c
+ * because every part of core reports through it. */
+#include "build-config.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "core/context.h"
+
+ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
+{
+    memcpy(ctx->error, err->msg, sizeof ctx->error);
+    /* The job's outcome (ddph_close): every error but an argument refused
+     * before anything happened and a non-finite gradient, which a trainer
+     * may answer by skipping the step (as AMP's loss scaling does). */
+    if (ctx->outcome == DDPH_OK && st != DDPH_ERR_INVALID &&
+        st != DDPH_ERR_NONFINITE)
+        ctx->outcome = st;
+    ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
+    /* A collective broke the job on this rank and no one told the peers
+     * yet: they get this, the fullest message. */
+    if (ctx->mpi_up && atomic_load(&ctx->mpi.broken))
+        ddph__mpi_fail_job(&ctx->mpi, st, ctx->error);
+    return st;
+}
+
+ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
+{
+    ddph_err e;
+    va_list ap;
+    va_start(ap, fmt);
+    ddph__vfail(&e, st, fmt, ap);
+    va_end(ap);
+    return ddph__ctx_fail(ctx, st, &e);
+}
