@@ -53,8 +53,8 @@ static const char bench_usage[] =
     "       ddphook bench ops [--mib N] [--repeats R]\n"
     "       mpiexec -n W ddphook bench hooks [--model NAME | --trace DIR |\n"
     "           --shapes FILE | --mib N]\n"
-    "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X] [--rank R]\n"
-    "           [--view] [--lanes N] [--private-buckets] [--dtype T]\n"
+    "           [--hooks LIST] [--repeats R] [--bucket-cap-mb X|auto]\n"
+    "           [--rank R] [--view] [--lanes N] [--private-buckets] [--dtype T]\n"
     "           [--plugin-path DIRS] [--option NAME.KEY=VALUE]... [--csv FILE]\n"
     "           [--stats]\n"
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
@@ -261,11 +261,12 @@ static int bench_one_hook(const hook_bench *hb, const char *hook,
     int unchecked = nl > sl && strcmp(name + nl - sl, "/unchecked") == 0;
     if (unchecked)
         name[nl - sl] = '\0';
+    char cap[BENCH_CAP_LEN];
     snprintf(keys, sizeof keys,
-             "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
+             "bucket_cap_mb = %s\ntimeout_s = 600\n"
              "gradient_as_bucket_view = %s\nlanes = %d\n"
              "shared_buckets = %s\ncheck_collectives = %s\n",
-             hb->cap_mb, hb->view ? "true" : "false", hb->lanes,
+             bench_cap_text(hb->cap_mb, cap), hb->view ? "true" : "false", hb->lanes,
              hb->private_buckets ? "false" : "true",
              unchecked ? "false" : "true");
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path, name,
@@ -358,11 +359,11 @@ out:
 static size_t *bucket_bytes(const hook_bench *hb, const preset_param *pp,
                             int np, int rank, int *nb)
 {
-    char path[256], keys[256];
+    char path[256], keys[256], cap[BENCH_CAP_LEN];
     snprintf(keys, sizeof keys,
-             "bucket_cap_mb = %.17g\ntimeout_s = 600\n"
+             "bucket_cap_mb = %s\ntimeout_s = 600\n"
              "gradient_as_bucket_view = true\nshared_buckets = false\n",
-             hb->cap_mb);
+             bench_cap_text(hb->cap_mb, cap));
     if (!bench_write_job(path, sizeof path, rank, keys, hb->plugin_path,
                          "allreduce", hb->rank, NULL))
         return NULL;
@@ -543,10 +544,11 @@ static int bench_hooks(hook_bench *hb)
     double base_one = raw_allreduce(raw, &one, 1, 0, hb->repeats, t);
     double bytes = (double)bytes_total, bus = 2.0 * (world - 1) / world;
     if (rank == 0) {
+        char cap[BENCH_CAP_LEN];
         printf("ddphook bench hooks: %s, %d parameters, %.4g MiB of %s "
-               "gradients, %d ranks, bucket_cap_mb %g%s, median of %d steps\n",
+               "gradients, %d ranks, bucket_cap_mb %s%s, median of %d steps\n",
                label, np, bytes / 1048576, ddph__dtype_name(hb->dtype), world,
-               hb->cap_mb,
+               bench_cap_text(hb->cap_mb, cap),
                hb->view ? ", gradient_as_bucket_view" : "", hb->repeats);
         printf("baseline: raw MPI_Allreduce over the same %d buckets (calls "
                "of at most %zu MiB): %.2f ms, bus bandwidth %.2f GB/s\n"
@@ -685,7 +687,13 @@ int cmd_bench(int argc, char **argv)
             hb.options.items[hb.options.n++] = optarg;
             break;
         }
-        case 'b': hb.cap_mb = atof(optarg); break;
+        case 'b':
+            if (!bench_parse_cap(optarg, &hb.cap_mb)) {
+                fprintf(stderr, "ddphook bench: --bucket-cap-mb %s: not auto "
+                                "or MiB in [2^-20, 65536]\n", optarg);
+                return 2;
+            }
+            break;
         case 'R': hb.rank = atoi(optarg); break;
         case 'v': hb.view = 1; break;
         case 'L': hb.lanes = atoi(optarg); break;
@@ -698,7 +706,7 @@ int cmd_bench(int argc, char **argv)
             return c == 'h' ? 0 : 2;
         }
     }
-    if (optind >= argc || repeats < 0 || hb.rank < 1 || hb.cap_mb <= 0 ||
+    if (optind >= argc || repeats < 0 || hb.rank < 1 ||
         hb.lanes < 1 || hb.lanes > DDPH__MAX_LANES) {
         fputs(bench_usage, stderr);
         return 2;

@@ -109,3 +109,26 @@ int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
     }
     return fclose(f) == 0;
 }
+
+const char *bench_cap_text(double mb, char *buf)
+{
+    if (mb == DDPH_CAP_AUTO)
+        snprintf(buf, BENCH_CAP_LEN, "auto");
+    else
+        snprintf(buf, BENCH_CAP_LEN, "%.17g", mb);
+    return buf;
+}
+
+int bench_parse_cap(const char *text, double *mb)
+{
+    if (strcmp(text, "auto") == 0) {
+        *mb = DDPH_CAP_AUTO;
+        return 1;
+    }
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v >= 1.0 / (1 << 20) && v <= 65536))
+        return 0;
+    *mb = v;
+    return 1;
+}

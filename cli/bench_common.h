@@ -28,4 +28,13 @@ int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
                     const char *plugin_path, const char *hook, int psgd_rank,
                     const bench_options *opts);
 
+/* A bucket cap as a job file writes it: "auto" for DDPH_CAP_AUTO, else
+ * MiB to 17 digits.  Returns buf (of at least BENCH_CAP_LEN bytes). */
+#define BENCH_CAP_LEN 32
+const char *bench_cap_text(double mb, char *buf);
+
+/* Parses a bucket cap given on the command line: "auto" or MiB in
+ * [2^-20, 65536].  Returns 0 when it is neither. */
+int bench_parse_cap(const char *text, double *mb);
+
 #endif

@@ -90,9 +90,10 @@ static const char plan_usage[] =
     "                         their size\n"
     "  --job JOB.ini          take bucket_cap_mb and first_bucket_cap_mb from\n"
     "                         the job's [runtime] (and its plugin_path)\n"
-    "  --bucket-cap-mb X      bucket cap (default: the runtime's, 25)\n"
-    "  --first-bucket-cap-mb X  the first bucket's cap (default: the\n"
-    "                         runtime's, 1)\n"
+    "  --bucket-cap-mb X      bucket cap in MiB or auto (default: the\n"
+    "                         runtime's, auto: docs/config.md)\n"
+    "  --first-bucket-cap-mb X  the first bucket's cap, MiB or auto\n"
+    "                         (default: the runtime's, auto)\n"
     "  --hooks LIST           hooks to predict (default\n"
     "                         " ALL_HOOKS ")\n"
     "  --rank R               PowerSGD's matrix_approximation_rank (default 4,\n"
@@ -277,11 +278,12 @@ static int load_params(const plan_args *a, layout *l)
  * rank, the allreduce hook): the same code a training job runs. */
 static int runtime_layout(const plan_args *a, layout *l)
 {
-    char path[256], keys[256];
+    char path[256], keys[256], cap[BENCH_CAP_LEN], first[BENCH_CAP_LEN];
     snprintf(keys, sizeof keys,
-             "bucket_cap_mb = %.17g\nfirst_bucket_cap_mb = %.17g\n"
+             "bucket_cap_mb = %s\nfirst_bucket_cap_mb = %s\n"
              "timeout_s = 600\ngradient_as_bucket_view = true\n",
-             a->cap_mb, a->first_cap_mb);
+             bench_cap_text(a->cap_mb, cap),
+             bench_cap_text(a->first_cap_mb, first));
     if (!bench_write_job(path, sizeof path, 0, keys, a->plugin_path,
                          "allreduce", 4, NULL)) {
         fprintf(stderr, "ddphook plan: cannot write a job file in $TMPDIR\n");
@@ -376,7 +378,7 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
         return 0;
     }
     close(fd);
-    snprintf(cap, sizeof cap, "%.17g", a->cap_mb);
+    bench_cap_text(a->cap_mb, cap);
     snprintf(reps, sizeof reps, "%d", a->repeats);
     snprintf(rank, sizeof rank, "%d", a->psgd_rank);
     const char *argv[32 + 2 * 64];
@@ -686,13 +688,15 @@ static int plan_model_run(plan_args *a)
         goto out;
     }
     char rate[64], intra[64], total[32];
+    char cap[BENCH_CAP_LEN], first[BENCH_CAP_LEN];
     human_rate(k.link_bw / a->efficiency, rate, sizeof rate);
     human_rate(k.intra_bw, intra, sizeof intra);
     human_bytes((double)l.numel * 4, total, sizeof total);
     printf("ddphook plan: %s, %.4g M parameters (%s of f32 gradients) in %d "
-           "buckets (caps %g MiB, the first %g MiB)\n",
-           l.label, (double)l.numel / 1e6, total, l.nbuckets, a->cap_mb,
-           a->first_cap_mb);
+           "buckets (bucket_cap_mb %s, first_bucket_cap_mb %s)\n",
+           l.label, (double)l.numel / 1e6, total, l.nbuckets,
+           bench_cap_text(a->cap_mb, cap),
+           bench_cap_text(a->first_cap_mb, first));
     printf("cluster: %d hosts x %d ranks = %d ranks; links %s (%.0f%% "
            "payload), %g us; within a host %s, %g us\n",
            k.hosts, k.per_host, k.hosts * k.per_host, rate,
@@ -860,9 +864,9 @@ int cmd_plan(int argc, char **argv)
         case 'j': a.job = optarg; break;
         case 'k':
         case 'f':
-            if (!parse_real(optarg, 1.0 / (1 << 20), 65536, &x))
+            if (!bench_parse_cap(optarg, &x))
                 return bad(c == 'k' ? "--bucket-cap-mb" : "--first-bucket-cap-mb",
-                           optarg, "MiB in [2^-20, 65536]");
+                           optarg, "auto or MiB in [2^-20, 65536]");
             *(c == 'k' ? &a.cap_mb : &a.first_cap_mb) = x;
             break;
         case 'h' + 256: a.hooks = optarg; break;
