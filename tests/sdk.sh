@@ -100,10 +100,10 @@ P="$DDPH_TEST_PLUGIN_DIR"
 # Leaks and memory errors: every shipped hook under valgrind on 1 and 2
 # ranks (one rank's paths and the peers'), and on 4 those that size and
 # index buffers by the world size themselves (int8's per-rank chunks, some
-# of them empty on 4 ranks; top-k's W received messages),
+# of them empty on 4 ranks; top-k's and signsgd's W received messages),
 # judged as everywhere else (no --rtol: each hook's declared tolerance or
 # error feedback).
-SHIPPED="allreduce fp16 bf16 powersgd batched_powersgd topk int8"
+SHIPPED="allreduce fp16 bf16 powersgd batched_powersgd topk int8 signsgd"
 if command -v valgrind >/dev/null 2>&1; then
     for n in 1 2; do
         for h in $SHIPPED; do
@@ -111,7 +111,7 @@ if command -v valgrind >/dev/null 2>&1; then
                 --suppressions "$S/sdk/valgrind.supp"
         done
     done
-    for h in topk int8; do
+    for h in topk int8 signsgd; do
         conform 4 "$P/$h.so" --steps 3 --valgrind \
             --suppressions "$S/sdk/valgrind.supp"
     done
