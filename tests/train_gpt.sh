@@ -6,9 +6,9 @@
 #    the figures below (within 0.005; OpenBLAS's kernels for other CPUs
 #    move them by about 1e-4), and it prints a sample;
 #  - a run saved after 2 steps and resumed to 4 ends with the same weights,
-#    bit for bit, as a run of 4 steps (allreduce; PowerSGD and top-k, whose
-#    error memories go through the hook's state), and different weights
-#    from allreduce's where the hook compresses;
+#    bit for bit, as a run of 4 steps (allreduce; PowerSGD, top-k and
+#    signsgd, whose error memories go through the hook's state), and
+#    different weights from allreduce's where the hook compresses;
 #  - the CSV has the documented header and a row per validation;
 #  - where Debian's python3-torch is installed, the PyTorch twin agrees
 #    with it for 20 steps within 1e-6 relative (they agree to about 1.5e-7):
@@ -48,9 +48,9 @@ job() {
 near() { awk -v e="$1" -v v="$2" 'BEGIN { d = v - e; exit !(v != "" && d <= 0.005 && d >= -0.005) }'; }
 # The validation loss after 6 steps, per hook (from ln 256 = 5.545 at the
 # start; PowerSGD and batched PowerSGD are still in their allreduce phase;
-# top-k and int8 lose a little to compression).
+# top-k, int8 and signsgd lose a little to compression).
 for run in allreduce:5.3128 fp16:5.3128 bf16:5.3127 powersgd:5.3128 \
-    batched_powersgd:5.3128 topk:5.4362 int8:5.3464; do
+    batched_powersgd:5.3128 topk:5.4362 int8:5.3464 signsgd:5.3227; do
     hook=${run%%:*} want=${run#*:}
     out=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$(job "$hook")" --tiny \
         --steps 6 </dev/null 2>&1)
@@ -66,12 +66,13 @@ for run in allreduce:5.3128 fp16:5.3128 bf16:5.3127 powersgd:5.3128 \
     fi
 done
 # Save and resume: the weights' crc32 of 2 + 2 steps equals that of 4.
-# PowerSGD compresses from step 2 here, and top-k from the start: their
-# error memories go through the hook's state.
+# PowerSGD compresses from step 2 here, top-k and signsgd from the start:
+# their error memories go through the hook's state.
 job powersgd >/dev/null
 sed -i 's/^start_powerSGD_iter = .*/start_powerSGD_iter = 2/' "$OUT/powersgd.ini"
 job topk >/dev/null
-for hook in allreduce powersgd topk; do
+job signsgd >/dev/null
+for hook in allreduce powersgd topk signsgd; do
     ini="$OUT/$hook.ini"
     whole=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$ini" --tiny --steps 4 \
         --sample 0 </dev/null 2>&1 | sed -n 's/^weights crc32 //p')

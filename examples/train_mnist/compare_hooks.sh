@@ -14,7 +14,7 @@ src=$(cd "$here/../.." && pwd)
 trainer=${TRAINER:-./examples/train_mnist/train_mnist}
 printf '| job | test accuracy (%%) | bytes sent per step | compression | s per epoch |\n'
 printf '| --- | --- | --- | --- | --- |\n'
-for job in allreduce fp16 bf16 powersgd batched_powersgd powersgd_fp16 topk int8 accumulate post_localsgd; do
+for job in allreduce fp16 bf16 powersgd batched_powersgd powersgd_fp16 topk int8 signsgd accumulate post_localsgd; do
     ini="$src/examples/configs/$job.ini"
     line=$(mpiexec -n "$ranks" "$trainer" --config "$ini" --epochs "$epochs" </dev/null | tail -n 1)
     # summary: 2 ranks, 10 epochs, loss L, test accuracy A%, S s per epoch, B of G gradient bytes ...

@@ -36,7 +36,11 @@
 #include <ddphook/plugin.h>
 #include <ddphook/plugin_util.h>
 
+/* The same source is ddphook's shipped hook `signsgd` (built with
+ * -DHOOK_NAME='"signsgd"'); a copy of yours takes the default. */
+#ifndef HOOK_NAME
 #define HOOK_NAME "ef_signs"
+#endif
 
 static const ddph_option_spec ef_options[] = {
     {"chunk", DDPH_OPT_INT, "256", 8, 1 << 20,
@@ -155,7 +159,7 @@ static ddph_status ef_on_layout(void *state, const ddph_layout *layout,
     t->nbuckets = layout->nbuckets;
     int ok = 1;
     for (int i = 0; i < layout->nbuckets && ok; i++) {
-        const ddph_bucket *lb = &layout->buckets[i];
+        const ddph_bucket *lb = ddph_util_layout_bucket(layout, i);
         bucket_state *b = &t->buckets[i];
         size_t n = t->numel[i] = lb->numel;
         plan_segments(b, n, t->chunk);
@@ -289,7 +293,7 @@ static const ddph_plugin_api_v1 ef_plugin = {
     .name = HOOK_NAME,
     .version = "1.0.0",
     .description = "1-bit signs and a mean |x| per chunk with error "
-                   "feedback, decoded while the rest travels (template)",
+                   "feedback (EF-SignSGD), decoded while the rest travels",
     .options = ef_options,
     .create = ef_create,
     .destroy = ef_destroy,

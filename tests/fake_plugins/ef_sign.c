@@ -4,6 +4,7 @@
  * ddphook-plugin-test:
  *
  *   EF_SIGN_DOUBLE     scales by 2x, memory consistent
+ *   EF_SIGN_HALF       scales by 0.5x, memory consistent
  *   EF_SIGN_FLIPPED    decodes every sign the wrong way round
  *   EF_SIGN_STALE      never takes what it sent out of its memory
  *   EF_SIGN_NO_SAVE    declares error feedback, has no save/load
@@ -26,6 +27,8 @@
 
 #if defined(EF_SIGN_DOUBLE)
 #define SCALE 2.0f
+#elif defined(EF_SIGN_HALF)
+#define SCALE 0.5f
 #else
 #define SCALE 1.0f
 #endif
