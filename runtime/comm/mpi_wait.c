@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,35 +17,20 @@
 /* Polls reqs until all complete, the job breaks (a peer's notice, or
  * another thread's failure) or timeout_s passes after `start` (when the
  * collective began: a nonblocking one may be waited for later).  MPICH
- * moves data only inside MPI calls, so a wait must keep testing; but a
- * thread that tests without pause takes the core that the trainer's
- * backward pass needs (the communication thread waits on one bucket while
- * backward computes the next), that the kernel's network stack needs to
- * move the bytes, and on an oversubscribed host that the other ranks
- * need.  So a wait spins for SPIN_US (a collective on shared memory or a
- * fast link usually ends within it), then sleeps between tests, each
- * pause 1/PAUSE_FRACTION of the time waited so far, between PAUSE_MIN_US
- * and PAUSE_MAX_US: a wait ends at most about 1/PAUSE_FRACTION later than
- * its collective, and a long one costs a few thousand wake-ups a second.
- * The sockets keep the link busy between tests (PAUSE_MAX_US of a
- * 10 Gbit/s link is 250 KB, less than a TCP socket's buffer).  GPT example,
- * 2 simulated hosts at 100 Mbit/s: docs/performance.md, "Overlap". */
-#define SPIN_US 100.0
-#define PAUSE_MIN_US 10.0
-#define PAUSE_MAX_US 200.0
-#define PAUSE_FRACTION 16.0
-#define CHECK_POLLS 256 /* while spinning, look for faults this often */
-
-/* The pause after a test that found the requests still running, `waited`
- * seconds into the wait: 0 while spinning. */
-static double pause_us(double waited)
-{
-    double us = waited * 1e6;
-    if (us < SPIN_US)
-        return 0;
-    us /= PAUSE_FRACTION;
-    return us < PAUSE_MIN_US ? PAUSE_MIN_US : us > PAUSE_MAX_US ? PAUSE_MAX_US : us;
-}
+ * moves data only inside MPI calls, so for the first SPIN_S seconds of a
+ * wait the loop tests without pause, as MPICH's own blocking calls do;
+ * after that (a slow or dead peer) it sleeps between tests so that a
+ * waiting rank does not burn a core.  After YIELD_POLLS tests the spin
+ * yields the core after each one: this rank's trainer thread (copying the
+ * next bucket in, or a finished one back) or another rank of an
+ * oversubscribed host then runs while MPI waits on a peer.  GPT-2 with
+ * copies on 2 ranks and 2 cores: 188-215 -> 156-163 ms a step; 2 hosts x
+ * 2 ranks: 1.90 -> 1.58 s (notes/performance-history.md, "Yielding while
+ * waiting").  Sleeping between tests from the first 100 us on instead was
+ * slower: GPT example, 2 simulated hosts at 100 Mbit/s, 0.402 against
+ * 0.347 s a step (docs/performance.md, "Overlap with the backward pass"). */
+#define SPIN_S 0.25
+#define YIELD_POLLS 256
 
 /* MPI_Testall, one request at a time (a completed one becomes
  * MPI_REQUEST_NULL, which tests as done). */
@@ -64,7 +50,7 @@ ddph_status ddph__mpi_wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
                                   double start, const char *what,
                                   ddph_err *err)
 {
-    double deadline = start + m->timeout_s, began = ddph__now();
+    double deadline = start + m->timeout_s, spin_from = ddph__now();
     for (unsigned polls = 0;; polls++) {
         int done = 0;
         int rc = ddph__mpi_test_all(n, reqs, &done);
@@ -72,8 +58,9 @@ ddph_status ddph__mpi_wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
             return ddph__mpi_failed(m, err, rc, what);
         if (done)
             return DDPH_OK;
-        double now = ddph__now(), pause = pause_us(now - began);
-        if (pause == 0 && polls % CHECK_POLLS != CHECK_POLLS - 1)
+        if (polls >= YIELD_POLLS)
+            sched_yield();
+        if (polls % 256 != 255)
             continue;
         ddph__activity_touch(); /* a bounded wait, not a stuck hook */
         ddph_status st = ddph__mpi_collective_fault(m, err);
@@ -81,10 +68,11 @@ ddph_status ddph__mpi_wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
             st = m->wait_poll ? m->wait_poll(reqs, err) : DDPH_OK;
         if (st != DDPH_OK)
             return st;
+        double now = ddph__now();
         if (now > deadline)
             return ddph__mpi_timed_out(m, what, "", err);
-        if (pause > 0) {
-            struct timespec ts = {0, (long)(pause * 1e3)};
+        if (now - spin_from > SPIN_S) {
+            struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
         }
     }
