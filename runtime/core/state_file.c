@@ -604,7 +604,10 @@ static ddph_status validate(ddph_ctx *ctx, const slot *sl, buffer *b,
             return ddph__fail(err, DDPH_ERR_MISMATCH,
                               "%s: model '%s' was saved with %u buckets; this "
                               "job has %d (bucket_cap_mb or the parameters "
-                              "differ)",
+                              "differ; state saved by ddphook 0.6.0 or "
+                              "earlier with the default caps needs "
+                              "bucket_cap_mb = 25 and first_bucket_cap_mb "
+                              "= 1)",
                               file, m->name, nbuckets, m->nbuckets);
         for (int k = 0; k < m->nbuckets; k++) {
             if (!get_u64(b, &numel))
