@@ -145,7 +145,9 @@ errors() {
     printf '%b' "$4" > "$job"
     log="$OUT/err-$name.log"
     t0=$(date +%s)
-    timeout 120 "$MPIEXEC" -n 2 "$PY" "$S/tests/python/ddp_errors.py" \
+    # -disable-auto-cleanup: hydra would otherwise kill the other ranks as
+    # soon as the first one exits non-zero, before they can report.
+    timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_errors.py" \
         --job "$job" --case "$case" </dev/null >"$log" 2>&1
     rc=$?
     t=$(( $(date +%s) - t0 ))
