@@ -43,7 +43,9 @@ size_t ddph__mib_to_bytes(double mib)
  * keep the first and the last an eighth of the model, and the floor keeps
  * a bucket's transfer well above a link's latency.  The caps depend on the
  * model alone, so every rank computes the same ones without a message.
- * GPT example at 100 Mbit/s and 1 Gbit/s: docs/performance.md, "Overlap". */
+ * GPT example on 2 simulated hosts at 100 Mbit/s: 0.345-0.349 s a step
+ * against 0.388-0.394 with PyTorch's caps (docs/performance.md, "Overlap
+ * with the backward pass"). */
 #define AUTO_BUCKETS 8
 #define AUTO_MIN_BYTES ((size_t)256 << 10)
 #define AUTO_MAX_BYTES ((size_t)25 << 20)
