@@ -127,7 +127,7 @@ int bench_parse_cap(const char *text, double *mb)
     }
     char *end;
     double v = strtod(text, &end);
-    if (end == text || *end || !(v >= 1.0 / (1 << 20) && v <= 65536))
+    if (end == text || *end || !(v >= DDPH_CAP_MIN_MB && v <= DDPH_CAP_MAX_MB))
         return 0;
     *mb = v;
     return 1;

@@ -462,10 +462,10 @@ ddph_status ddph_model_set_bucket_caps(ddph_model *m, double first_mb,
     if (m->finalized)
         return ddph__ctx_failf(m->ctx, DDPH_ERR_STATE, "model '%s': "
                                "set_bucket_caps after finalize", m->name);
-    const double lo = 1.0 / (1 << 20), hi = 65536;
     double v[2] = {first_mb, cap_mb};
     for (int i = 0; i < 2; i++)
-        if (v[i] != 0 && !(v[i] >= lo && v[i] <= hi)) /* NaN too */
+        if (v[i] != 0 && /* NaN fails both comparisons */
+            !(v[i] >= DDPH_CAP_MIN_MB && v[i] <= DDPH_CAP_MAX_MB))
             return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID, "model '%s': "
                                    "bucket cap %g MiB is neither 0 nor in "
                                    "[2^-20, 65536]", m->name, v[i]);

@@ -62,6 +62,9 @@ typedef struct ddph_model_section {
 /* bucket_cap_mb = auto: each model's caps come from its gradient bytes
  * (ddph__bucket_limits in core/buckets.h). */
 #define DDPH_CAP_AUTO 0.0
+/* The range of a bucket cap given as a number, in MiB (8 bytes to 64 GiB). */
+#define DDPH_CAP_MIN_MB (1.0 / (1 << 20))
+#define DDPH_CAP_MAX_MB 65536.0
 
 typedef struct ddph_config {
     char *path; /* "(defaults)" when no file */
