@@ -11,14 +11,12 @@
 
 #include <float.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "device/device_ops.h"
 #include "device/sparse_ops.h"
 #include "plugin/services_common.h"
 
-/* The hook's device table and the GPU state its calls take (NULL on the
- * CPU). */
+/* The hook's device table; its calls take h->gpu (NULL on the CPU). */
 #define DEV(h) ((h)->dev_ops)
 
 /* ---- top-k and int8 (ABI minor 2) ------------------------------------------ */
