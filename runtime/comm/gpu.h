@@ -17,13 +17,14 @@
 #include <stdint.h>
 
 #include "comm/backend_mpi.h"
+#include "comm/comm.h"
 #include "device/device.h"
 #include "support/util.h"
 
 /* Bumped when the table or the host struct changes in any way: the
  * module is built from the same tree as the library, and a different
  * version is refused. */
-#define DDPH__GPU_MODULE_VERSION 3
+#define DDPH__GPU_MODULE_VERSION 4
 
 /* The module's state for one context (struct defined by the module). */
 typedef struct ddph_gpu ddph_gpu;
@@ -60,52 +61,10 @@ typedef struct ddph_gpu_ops {
     void (*finalize)(ddph_gpu *g, int abort);
     void *(*stream)(ddph_gpu *g); /* the hooks' cudaStream_t */
     int (*device)(ddph_gpu *g);   /* this rank's GPU */
-    /* The world: the MPI world's group with its NCCL communicator. */
-    struct ddph_group *(*world)(ddph_gpu *g);
-
-    ddph_status (*allreduce)(ddph_gpu *g, struct ddph_group *grp, void *buf,
-                             size_t count, ddph_dtype dtype, ddph_redop op,
-                             ddph_err *err);
-    ddph_status (*allgather)(ddph_gpu *g, struct ddph_group *grp,
-                             const void *send, void *recv, size_t count,
-                             ddph_dtype dtype, ddph_err *err);
-    ddph_status (*broadcast)(ddph_gpu *g, struct ddph_group *grp, void *buf,
-                             size_t count, ddph_dtype dtype, int root,
-                             ddph_err *err);
-    ddph_status (*reduce_scatter)(ddph_gpu *g, struct ddph_group *grp,
-                                  const void *send, void *recv, size_t count,
-                                  ddph_dtype dtype, ddph_redop op,
-                                  ddph_err *err);
-    ddph_status (*allgatherv)(ddph_gpu *g, struct ddph_group *grp,
-                              const void *send, void *recv,
-                              const size_t *counts, ddph_dtype dtype,
-                              ddph_err *err);
-    ddph_status (*alltoall)(ddph_gpu *g, struct ddph_group *grp,
-                            const void *send, void *recv, size_t count,
-                            ddph_dtype dtype, ddph_err *err);
-    /* Nonblocking: enqueued on the stream; wait waits for the stream. */
-    ddph_status (*start_allreduce)(ddph_gpu *g, struct ddph_group *grp,
-                                   void *buf, size_t count, ddph_dtype dtype,
-                                   ddph_redop op, ddph_err *err);
-    ddph_status (*start_allgather)(ddph_gpu *g, struct ddph_group *grp,
-                                   const void *send, void *recv, size_t count,
-                                   ddph_dtype dtype, ddph_err *err);
-    ddph_status (*start_allgatherv)(ddph_gpu *g, struct ddph_group *grp,
-                                    const void *send, void *recv,
-                                    const size_t *counts, ddph_dtype dtype,
-                                    ddph_err *err);
-    ddph_status (*start_alltoall)(ddph_gpu *g, struct ddph_group *grp,
-                                  const void *send, void *recv, size_t count,
-                                  ddph_dtype dtype, ddph_err *err);
-    ddph_status (*wait)(ddph_gpu *g, struct ddph_group *grp, const char *what,
-                        ddph_err *err);
-    /* 1: the stream ran all it was given; 0: still running; -1: failed
-     * (wait then reports why without waiting for timeout_s). */
-    int (*idle)(ddph_gpu *g);
-    ddph_status (*split)(ddph_gpu *g, struct ddph_group *parent, int color,
-                         int key, struct ddph_group **out, ddph_err *err);
-    ddph_status (*intra_node)(ddph_gpu *g, struct ddph_group **out,
-                              ddph_err *err);
+    /* The collectives on GPU memory (comm.h's table; its state is the
+     * ddph_gpu): the world is the MPI world's group with its NCCL
+     * communicator, the nonblocking ones are enqueued on the stream. */
+    const ddph_comm_ops *comm;
 
     /* ---- device math on the stream (services.h's definitions) ---- */
     ddph_status (*cast)(ddph_gpu *g, const void *src, ddph_dtype sdt,

@@ -60,6 +60,7 @@ static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
         st = ops->init(&host, &ctx->gpu, err);
     if (st == DDPH_OK) {
         ctx->gpu_ops = ops;
+        ctx->comm = (ddph_comm){ops->comm, ctx->gpu};
         ctx->comm_stream = ops->stream(ctx->gpu);
         ctx->cuda_device = ops->device(ctx->gpu);
         st = ddph__dev_event_create(&ctx->step_end_event, err);
@@ -101,6 +102,9 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                            : DDPH__DEFAULT_TIMEOUT_S;
     ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
     ctx->mpi_up = st == DDPH_OK;
+    /* The hooks' collectives go to MPI unless backend = nccl starts. */
+    ctx->comm = ddph__mpi_comm(&ctx->mpi);
+    ctx->control = ddph__mpi_control(&ctx->mpi);
     ctx->mpi.check_collectives =
         cfg_st == DDPH_OK && ctx->cfg.check_collectives;
     ctx->log.rank = ctx->mpi.world.rank;
