@@ -6,9 +6,12 @@
  * checks, counts and traces each collective in one place and calls the
  * table, whatever the backend.
  *
- * The job's control plane (faults, agreement, the lanes' communicators)
- * is the second table here, ddph_control_ops: the reducer reaches the job only
- * through it, so that it runs over the fake communicator too. */
+ * The job's control plane (faults, agreement, the lanes' communicators,
+ * the steps' bookkeeping that tells peers where a rank is) is the second
+ * table here, ddph_control_ops: core/ reaches the job through it (only
+ * opening and closing the job, and the trainer's own collectives, call
+ * the MPI backend by name), so that the reducer runs over the tests' fake
+ * communicator too. */
 #ifndef DDPH_COMM_H
 #define DDPH_COMM_H
 
@@ -102,7 +105,9 @@ typedef struct ddph_comm {
     void *self;
 } ddph_comm;
 
-/* The job's control plane as the reducer sees it. */
+/* The job's control plane as core/ sees it (backend_mpi.h says what each
+ * does over MPI).  A fake serves at least rank to lane_groups, what the
+ * reducer calls. */
 typedef struct ddph_control_ops {
     /* This rank in the world (for messages). */
     int (*rank)(void *self);
@@ -118,6 +123,29 @@ typedef struct ddph_control_ops {
     /* The lanes' groups: out[0] the world, out[1..n-1] duplicates. */
     ddph_status (*lane_groups)(void *self, int n, struct ddph_group **out,
                                ddph_err *err);
+
+    /* The runtime's own small collectives on the world (agreements, roll
+     * calls, state files). */
+    ddph_status (*allreduce_i64)(void *self, int64_t *v, size_t n,
+                                 ddph_redop op, ddph_err *err);
+    ddph_status (*bcast_bytes)(void *self, void *buf, size_t n, int root,
+                               ddph_err *err);
+    /* The end-of-step agreement of the lanes' groups. */
+    ddph_status (*step_agree)(void *self, struct ddph_group *const *groups,
+                              int n, const ddph_step_summary *s,
+                              ddph_err *err);
+    /* Where this rank is, for its peers: in a synchronising step or not
+     * (returns what it was), one more synchronised step done, how many,
+     * and the trainer calls made so far. */
+    int (*in_sync_step)(void *self, int on);
+    void (*step_synced)(void *self);
+    int64_t (*syncs_done)(void *self);
+    int64_t (*trainer_calls)(void *self);
+    /* This rank leaves the steps (DDPH__DEPART_*), or closes the job. */
+    void (*depart)(void *self, int kind, const char *what);
+    void (*closing)(void *self);
+    /* Names model id `id` in the peers' mismatch messages. */
+    void (*model_named)(void *self, int64_t id, const char *name);
 } ddph_control_ops;
 
 typedef struct ddph_control {

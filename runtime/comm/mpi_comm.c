@@ -195,6 +195,62 @@ static ddph_status mpi_lane_groups(void *self, int n, struct ddph_group **out,
     return ddph__mpi_lane_groups(self, n, out, err);
 }
 
+static ddph_status mpi_allreduce_i64(void *self, int64_t *v, size_t n,
+                                     ddph_redop op, ddph_err *err)
+{
+    return ddph__mpi_allreduce_i64(self, v, n, op, err);
+}
+
+static ddph_status mpi_bcast_bytes(void *self, void *buf, size_t n, int root,
+                                   ddph_err *err)
+{
+    return ddph__mpi_bcast_bytes(self, buf, n, root, err);
+}
+
+static ddph_status mpi_step_agree(void *self, struct ddph_group *const *groups,
+                                  int n, const ddph_step_summary *s,
+                                  ddph_err *err)
+{
+    return ddph__mpi_step_agree(self, groups, n, s, err);
+}
+
+static int mpi_in_sync_step(void *self, int on)
+{
+    return atomic_exchange(&((ddph_mpi *)self)->in_sync_step, on);
+}
+
+static void mpi_step_synced(void *self)
+{
+    ddph_mpi *m = self;
+    atomic_fetch_add(&m->syncs_done, 1);
+    atomic_store(&m->in_sync_step, 0);
+}
+
+static int64_t mpi_syncs_done(void *self)
+{
+    return (int64_t)atomic_load(&((ddph_mpi *)self)->syncs_done);
+}
+
+static int64_t mpi_trainer_calls(void *self)
+{
+    return (int64_t)atomic_load(&((ddph_mpi *)self)->trainer_calls);
+}
+
+static void mpi_depart(void *self, int kind, const char *what)
+{
+    ddph__mpi_depart(self, kind, what);
+}
+
+static void mpi_closing(void *self)
+{
+    ddph__mpi_closing(self);
+}
+
+static void mpi_model_named(void *self, int64_t id, const char *name)
+{
+    ddph__mpi_model_named(self, id, name);
+}
+
 const ddph_control_ops ddph__mpi_control_ops = {
     .rank = mpi_rank,
     .fault = mpi_fault,
@@ -202,4 +258,14 @@ const ddph_control_ops ddph__mpi_control_ops = {
     .fail = mpi_fail,
     .agree = mpi_agree,
     .lane_groups = mpi_lane_groups,
+    .allreduce_i64 = mpi_allreduce_i64,
+    .bcast_bytes = mpi_bcast_bytes,
+    .step_agree = mpi_step_agree,
+    .in_sync_step = mpi_in_sync_step,
+    .step_synced = mpi_step_synced,
+    .syncs_done = mpi_syncs_done,
+    .trainer_calls = mpi_trainer_calls,
+    .depart = mpi_depart,
+    .closing = mpi_closing,
+    .model_named = mpi_model_named,
 };

@@ -189,6 +189,10 @@ struct ddph_ctx {
     int stop;
 };
 
+/* The job's control plane: CONTROL(ctx)->fault(CONTROL_SELF(ctx), ...). */
+#define CONTROL(ctx) ((ctx)->control.ops)
+#define CONTROL_SELF(ctx) ((ctx)->control.self)
+
 /* failure.c: records err as the context's last error, logs it, returns
  * st. */
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);

@@ -443,7 +443,7 @@ ddph_status ddph_model_finalize(ddph_model *m)
     m->id = ctx->models_finalized++;
     for (int i = 0; i < m->nlanes; i++)
         m->lane_hooks[i]->model_id = m->id;
-    ddph__mpi_model_named(&ctx->mpi, m->id, m->name);
+    CONTROL(ctx)->model_named(CONTROL_SELF(ctx), m->id, m->name);
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %d parameters in %d buckets, hook '%s' from %s",
               m->name, m->nparams, m->nbuckets, m->hook->plugin->api.name,

@@ -19,12 +19,11 @@
 #include "device/cpu_ops.h"
 #include "device/device.h"
 
-/* The job's control plane (comm.h): MPI's, or a test's fake. */
-#define CONTROL(ctx) ((ctx)->control.ops)
-
+/* This rank, for messages: the job's control plane (comm.h) knows it,
+ * whether MPI's or a test's fake. */
 static int rank_of(ddph_ctx *ctx)
 {
-    return CONTROL(ctx)->rank(ctx->control.self);
+    return CONTROL(ctx)->rank(CONTROL_SELF(ctx));
 }
 
 /* The averaged gradients of a host bucket back into the trainer's memory
@@ -71,7 +70,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     /* On the GPU the hook's stream first waits for the copies into the
      * bucket, enqueued on the trainer's stream. */
     /* A broken job runs no more hooks: every bucket fails at once. */
-    ddph_status st = CONTROL(ctx)->fault(ctx->control.self, &e);
+    ddph_status st = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &e);
     if (st == DDPH_OK && b->ready_event)
         st = ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e);
     if (st == DDPH_OK)
@@ -99,7 +98,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
                      rank_of(ctx), ddph_status_name(st), e.msg);
         /* This rank's collectives are out of step with its peers' now:
          * the job is over, and the peers hear it at once. */
-        CONTROL(ctx)->fail(ctx->control.self, st, message ? message : e.msg);
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, message ? message : e.msg);
     }
     ddph_bucket_callback callback = m->bucket_callback;
     /* The trainer's gradients hold the results before it is told; on a
@@ -108,7 +107,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     const char *why = message ? message : e.msg;
     ddph_err fault;
     if (callback && st == DDPH_OK) {
-        told = CONTROL(ctx)->fault(ctx->control.self, &fault);
+        told = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
         why = fault.msg;
         if (told == DDPH_OK && !ctx->cfg.gradient_as_bucket_view &&
             !ctx->comm_stream) {
@@ -176,7 +175,7 @@ ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err)
     struct ddph_group *groups[DDPH__MAX_LANES];
     /* The GPU backend keeps one lane: one stream orders its work. */
     int n = ctx->comm_stream ? 1 : ctx->cfg.lanes;
-    ddph_status st = CONTROL(ctx)->lane_groups(ctx->control.self, n, groups, err);
+    ddph_status st = CONTROL(ctx)->lane_groups(CONTROL_SELF(ctx), n, groups, err);
     if (st != DDPH_OK)
         return st;
     for (int i = 0; i < n; i++) {
@@ -469,7 +468,7 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
                      m->hook->plugin->api.name, m->name,
                      lane->running.bucket, rank_of(ctx),
                      now - lane->hook_since, now - active, limit);
-        CONTROL(ctx)->fail(ctx->control.self, DDPH_ERR_TIMEOUT, msg);
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_TIMEOUT, msg);
         return ddph__fail(err, DDPH_ERR_TIMEOUT, "%s", msg);
     }
     return DDPH_OK;
@@ -490,7 +489,7 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                             m->name, rank_of(ctx), missing,
                             missing == 1 ? " was" : "s were", names);
             /* Their buckets never launch here: the peers would wait. */
-            CONTROL(ctx)->fail(ctx->control.self, st, err->msg);
+            CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, err->msg);
         }
     }
     /* Host buckets are copied back one by one as their hooks finish, by
@@ -519,12 +518,12 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             if (stuck != DDPH_OK)
                 return stuck;
             if (early && bk->status == DDPH_OK && !bk->copied_back &&
-                !CONTROL(ctx)->broken(ctx->control.self))
+                !CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
                 copy_back(m, bk);
         }
     }
     /* Failed here or elsewhere: the gradients are not worth copying. */
-    ddph_status fault = CONTROL(ctx)->fault(ctx->control.self, err);
+    ddph_status fault = CONTROL(ctx)->fault(CONTROL_SELF(ctx), err);
     if (fault != DDPH_OK)
         return fault;
     for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
@@ -537,9 +536,9 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
         for (int k = 0; k < ctx->nstep_models && !found; k++)
             if (ctx->step_models[k]->nonfinite[0])
                 found = ctx->step_models[k]->nonfinite;
-        st = CONTROL(ctx)->agree(ctx->control.self, found ? DDPH_ERR_NONFINITE : DDPH_OK,
+        st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), found ? DDPH_ERR_NONFINITE : DDPH_OK,
                              found, err);
-        if (CONTROL(ctx)->broken(ctx->control.self))
+        if (CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
             return st;
     }
     for (int k = 0; k < ctx->nstep_models; k++) {
