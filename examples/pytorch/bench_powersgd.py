@@ -56,15 +56,32 @@ def serialized(hook):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--plugin-path", default="")
-    ap.add_argument("--shapes")
-    ap.add_argument("--gpt", action="store_true")
-    ap.add_argument("--rank", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--bucket-cap-mb", type=float, default=25)
-    ap.add_argument("--threads", type=int, default=1)
+    ap = argparse.ArgumentParser(
+        description="ddphook's PowerSGD through ddphook.torch against "
+        "PyTorch's powerSGD_hook, steps interleaved in one run; run under "
+        "mpiexec -n W.")
+    ap.add_argument("--plugin-path", default="",
+                    help="folder of ddphook's hook plugins (plugins/.libs "
+                    "in a build tree; default: the installed ones)")
+    ap.add_argument("--shapes", metavar="FILE",
+                    help="a model of these parameter shapes, a name and its "
+                    "dimensions a line (`ddphook bench shapes --model "
+                    "gpt2-124m`), with constant gradients")
+    ap.add_argument("--gpt", action="store_true",
+                    help="train_ddp.py's GPT on random bytes (forward and "
+                    "backward included) instead of --shapes")
+    ap.add_argument("--rank", type=int, default=4,
+                    help="PowerSGD's matrix approximation rank (default 4)")
+    ap.add_argument("--steps", type=int, default=8,
+                    help="timed steps per variant (default 8)")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed steps first (default 3; PowerSGD "
+                    "compresses from step 2)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25,
+                    help="DDP's bucket_cap_mb for every variant (default "
+                    "25, DDP's)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads per rank (default 1)")
     ap.add_argument("--no-single", action="store_true",
                     help="leave out PyTorch on one bucket (memory)")
     a = ap.parse_args()
@@ -147,9 +164,9 @@ def main():
     if rank == 0:
         base = statistics.median(local)
         print("%s, %d ranks, PowerSGD rank %d, buckets of %g MiB, median of "
-              "%d steps (loaded machine):" % (what, dist.get_world_size(),
-                                               a.rank, a.bucket_cap_mb,
-                                               a.steps))
+              "%d steps (load average %.1f):" % (
+                  what, dist.get_world_size(), a.rank, a.bucket_cap_mb,
+                  a.steps, os.getloadavg()[0]))
         print("  no_sync (no communication)  %8.1f ms" % (1e3 * base))
         ours = statistics.median(times["ddphook"])
         for name, m, st in variants:

@@ -135,15 +135,23 @@ def main():
     ap.add_argument("--config", required=True, help="ddphook job file")
     ap.add_argument("--plugin-path", help="hooks folder (a build tree's "
                     "plugins/.libs) put before the job file's own settings")
-    ap.add_argument("--text", default="/usr/share/games/fortunes")
+    ap.add_argument("--text", default="/usr/share/games/fortunes",
+                    help="training text: a file, or a folder of files "
+                    "(default %(default)s)")
     ap.add_argument("--steps", type=int, default=200,
                     help="optimizer steps (default 200)")
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--width", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=8, help="per rank")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--layers", type=int, default=2,
+                    help="transformer blocks (default 2)")
+    ap.add_argument("--width", type=int, default=64,
+                    help="embedding width (default 64)")
+    ap.add_argument("--heads", type=int, default=4,
+                    help="attention heads (default 4)")
+    ap.add_argument("--seq", type=int, default=64,
+                    help="context length in bytes (default 64)")
+    ap.add_argument("--batch", type=int, default=8,
+                    help="sequences per rank per step (default 8)")
+    ap.add_argument("--lr", type=float, default=3e-3,
+                    help="AdamW learning rate (default 3e-3)")
     ap.add_argument("--every", type=int, default=20,
                     help="print the loss every this many steps")
     ap.add_argument("--save", help="save the hook's state here at the end")

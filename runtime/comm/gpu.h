@@ -66,49 +66,9 @@ typedef struct ddph_gpu_ops {
      * communicator, the nonblocking ones are enqueued on the stream. */
     const ddph_comm_ops *comm;
 
-    /* ---- device math on the stream (services.h's definitions) ---- */
-    ddph_status (*cast)(ddph_gpu *g, const void *src, ddph_dtype sdt,
-                        void *dst, ddph_dtype ddt, size_t count, double scale,
-                        ddph_err *err);
-    ddph_status (*divide)(ddph_gpu *g, void *buf, ddph_dtype dtype,
-                          size_t count, double divisor, ddph_err *err);
-    ddph_status (*gemm)(ddph_gpu *g, int ta, int tb, size_t m, size_t n,
-                        size_t k, float alpha, const float *a, size_t lda,
-                        const float *b, size_t ldb, float beta, float *c,
-                        size_t ldc, ddph_err *err);
-    ddph_status (*orthogonalize)(ddph_gpu *g, float *x, size_t rows,
-                                 size_t cols, double eps, ddph_err *err);
-    ddph_status (*axpy)(ddph_gpu *g, size_t count, float alpha,
-                        const float *x, float *y, ddph_err *err);
-    ddph_status (*copy)(ddph_gpu *g, void *dst, const void *src, size_t bytes,
-                        ddph_copy_kind kind, ddph_err *err);
-    ddph_status (*zero)(ddph_gpu *g, void *buf, size_t bytes, ddph_err *err);
-    ddph_status (*topk)(ddph_gpu *g, const float *x, size_t count, size_t k,
-                        float *values, int32_t *indices, ddph_err *err);
-    ddph_status (*absmax)(ddph_gpu *g, const float *x, size_t count,
-                          float *out, ddph_err *err);
-    ddph_status (*gather)(ddph_gpu *g, const float *x, const int32_t *idx,
-                          size_t k, float *out, ddph_err *err);
-    ddph_status (*scatter_add)(ddph_gpu *g, float *y, const int32_t *idx,
-                               const float *v, size_t k, float alpha,
-                               ddph_err *err);
-    ddph_status (*quantize_int8)(ddph_gpu *g, const float *x, size_t count,
-                                 float scale, int8_t *q, ddph_err *err);
-    ddph_status (*dequantize_int8)(ddph_gpu *g, const int8_t *q, size_t count,
-                                   float scale, float beta, float *y,
-                                   ddph_err *err);
-    ddph_status (*pack_signs)(ddph_gpu *g, const float *x, size_t count,
-                              uint8_t *bits, ddph_err *err);
-    ddph_status (*unpack_signs)(ddph_gpu *g, const uint8_t *bits, size_t count,
-                                size_t chunk, const float *scales, float beta,
-                                float *y, ddph_err *err);
-    /* want_max: the largest |x| per chunk, else the sum. */
-    ddph_status (*chunk_abs)(ddph_gpu *g, const float *x, size_t count,
-                             size_t chunk, int want_max, float *out,
-                             ddph_err *err);
-
-    /* ---- memory and ordering: device/device.h's CUDA side ---- */
-    const ddph_dev_cuda_ops *memory;
+    /* ---- arithmetic, memory and ordering on the GPU: device_ops.h's
+     * table (the module's state is its struct ddph_gpu) ---- */
+    const ddph_dev_ops *device_ops;
 } ddph_gpu_ops;
 
 /* The module's entry symbol. */

@@ -1,7 +1,8 @@
-/* device.h: memory and ordering on the bucket's device.  CPU memory is
- * 64-byte aligned host memory.  CUDA memory (nccl backend) is cudaMalloc'd,
- * copied with cudaMemcpyAsync on a stream and ordered with events by the
- * GPU backend module, which hands its operations over with
+/* device.h: memory and ordering on a bucket's device, for the runtime's
+ * own buffers: each call goes to the device's table (device_ops.h).  CPU
+ * memory is 64-byte aligned host memory.  CUDA memory (nccl backend) is
+ * cudaMalloc'd, copied with cudaMemcpyAsync on a stream and ordered with
+ * events by the GPU backend module, which hands its table over with
  * ddph__dev_use_cuda when it is loaded; before that the CUDA side answers
  * DDPH_ERR_UNSUPPORTED. */
 #ifndef DDPH_DEVICE_H
@@ -10,50 +11,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device/device_ops.h"
 #include "support/util.h"
 
-/* The CUDA side, as the GPU module implements it (comm/nccl/device_cuda.c). */
-typedef struct ddph_dev_cuda_ops {
-    ddph_status (*alloc)(size_t bytes, void **out, ddph_err *err);
-    void (*free)(void *p);
-    /* Stream-ordered, from the device's memory pool: no device-wide
-     * synchronisation (cudaMallocAsync, cudaFreeAsync). */
-    ddph_status (*alloc_on)(size_t bytes, void *stream, void **out,
-                            ddph_err *err);
-    void (*free_on)(void *p, void *stream);
-    ddph_status (*copy)(void *dst, const void *src, size_t bytes,
-                        void *stream, ddph_err *err);
-    ddph_status (*event_create)(void **event, ddph_err *err);
-    void (*event_destroy)(void *event);
-    ddph_status (*event_record)(void *event, void *stream, ddph_err *err);
-    ddph_status (*event_wait)(void *stream, void *event, ddph_err *err);
-    ddph_status (*sync)(void *stream, ddph_err *err);
-    ddph_status (*bind)(int device, ddph_err *err);
-    ddph_status (*nonfinite_reset)(uint64_t *first, size_t n, void *stream,
-                                   ddph_err *err);
-    ddph_status (*nonfinite_find)(const void *buf, ddph_dtype dtype, size_t n,
-                                  uint64_t *first, void *stream,
-                                  ddph_err *err);
-    ddph_status (*nonfinite_fetch)(uint64_t *out, const uint64_t *first,
-                                   size_t n, void *stream, ddph_err *err);
-    /* DDPH_OK when p is GPU memory usable on `device` (its own, or
-     * managed); an error saying where it is otherwise. */
-    ddph_status (*check_on)(const void *p, int device, ddph_err *err);
-    /* n device-to-device copies on stream, batched into few launches. */
-    ddph_status (*copy_batch)(void *const *dst, const void *const *src,
-                              const size_t *bytes, size_t n, void *stream,
-                              ddph_err *err);
-} ddph_dev_cuda_ops;
-
 /* Process-wide, once: the module is never unloaded. */
-void ddph__dev_use_cuda(const ddph_dev_cuda_ops *ops);
+void ddph__dev_use_cuda(const ddph_dev_ops *ops);
 
 /* n copies (dst[i] <- src[i], bytes[i]): CPU memcpy; CUDA, on stream, in
  * one kernel launch for up to 64 of them (not one cudaMemcpyAsync each). */
 ddph_status ddph__dev_copy_batch(ddph_device d, void *const *dst,
                                  const void *const *src, const size_t *bytes,
                                  size_t n, void *stream, ddph_err *err);
-/* Whether p is GPU memory of `device` (CUDA; see check_on above). */
+/* Whether p is GPU memory of `device` (CUDA: device_ops.h's check_on). */
 ddph_status ddph__dev_check_on(const void *p, int device, ddph_err *err);
 
 /* Zero-filled. */

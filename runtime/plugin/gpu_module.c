@@ -61,7 +61,7 @@ static ddph_status load_locked(const ddph_gpu_ops **out, ddph_err *err)
                           "install the module built with this library",
                           path, ops->version, ops->struct_size,
                           DDPH__GPU_MODULE_VERSION, sizeof(ddph_gpu_ops));
-    ddph__dev_use_cuda(ops->memory);
+    ddph__dev_use_cuda(ops->device_ops);
     loaded = ops;
     *out = ops;
     return DDPH_OK;

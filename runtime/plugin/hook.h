@@ -29,6 +29,9 @@ typedef struct ddph_hook {
     ddph_comm comm;
     ddph_gpu *gpu; /* with backend = nccl (CUDA buckets), else NULL */
     const ddph_gpu_ops *gpu_ops; /* the GPU module's table, with gpu */
+    /* Its services' arithmetic and memory: the CPU's table, or with gpu
+     * the module's (chosen once, by ddph__services_init). */
+    const ddph_dev_ops *dev_ops;
     const ddph_logger *log;
     char *model;           /* for messages */
     int64_t model_id;      /* in the collectives' fingerprints: the

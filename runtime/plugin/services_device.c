@@ -1,71 +1,60 @@
 /* services_device.c: the services a hook calls for arithmetic and memory
  * on its bucket's device (casts, divides, GEMM, orthogonalisation, top-k,
- * int8, signs and chunks, copies, scratch memory): the CPU operations, or the GPU module's
- * with backend = nccl.  The collectives are in services.c. */
+ * int8, signs and chunks, copies, scratch memory): they check what the
+ * services promise to check and call the hook's device table
+ * (device/device_ops.h), the CPU's or, with backend = nccl, the GPU
+ * module's, chosen once in ddph__services_device_init.  The collectives
+ * are in services.c. */
 #include "build-config.h"
 
 #include "plugin/services.h"
 
 #include <float.h>
 #include <stdio.h>
-#include <string.h>
 
-#include "device/cpu_ops.h"
-#include "device/device.h"
-#include "device/sign_ops.h"
+#include "device/device_ops.h"
 #include "device/sparse_ops.h"
 #include "plugin/services_common.h"
+
+/* The hook's device table; its calls take h->gpu (NULL on the CPU). */
+#define DEV(h) ((h)->dev_ops)
 
 /* ---- top-k and int8 (ABI minor 2) ------------------------------------------ */
 
 static ddph_status svc_topk(const ddph_services *s, const float *x, size_t n,
                             size_t k, float *values, int32_t *indices)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    ddph_status bad = ddph__topk_check(n, k, &e); /* for both devices */
-    if (bad != DDPH_OK)
-        return keep(host(s), bad, &e);
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->topk(host(s)->gpu, x, n, k, values, indices, &e), &e);
-    return keep(host(s), ddph__cpu_topk(x, n, k, values, indices, &e), &e);
+    ddph_status st = ddph__topk_check(n, k, &e); /* for both devices */
+    if (st == DDPH_OK)
+        st = DEV(h)->topk(h->gpu, x, n, k, values, indices, &e);
+    return keep(h, st, &e);
 }
 
 static ddph_status svc_gather(const ddph_services *s, const float *x,
                               const int32_t *idx, size_t k, float *out)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->gather(host(s)->gpu, x, idx, k, out, &e), &e);
-    ddph__cpu_gather(x, idx, k, out);
-    return DDPH_OK;
+    return keep(h, DEV(h)->gather(h->gpu, x, idx, k, out, &e), &e);
 }
 
 static ddph_status svc_scatter_add(const ddph_services *s, float *y,
                                    const int32_t *idx, const float *v,
                                    size_t k, float alpha)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->scatter_add(host(s)->gpu, y, idx, v, k, alpha, &e),
-            &e);
-    ddph__cpu_scatter_add(y, idx, v, k, alpha);
-    return DDPH_OK;
+    return keep(h, DEV(h)->scatter_add(h->gpu, y, idx, v, k, alpha, &e), &e);
 }
 
 static ddph_status svc_absmax(const ddph_services *s, const float *x,
                               size_t n, float *out)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s), GPU(host(s))->absmax(host(s)->gpu, x, n, out, &e),
-                    &e);
-    *out = ddph__cpu_absmax(x, n);
-    return DDPH_OK;
+    return keep(h, DEV(h)->absmax(h->gpu, x, n, out, &e), &e);
 }
 
 static ddph_status need_scale(const ddph_services *s, const char *what,
@@ -84,27 +73,19 @@ static ddph_status svc_quantize_int8(const ddph_services *s, const float *x,
     ddph_status bad = need_scale(s, "quantize_int8", scale);
     if (bad != DDPH_OK)
         return bad;
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->quantize_int8(host(s)->gpu, x, n, scale, q, &e), &e);
-    ddph__cpu_quantize_int8(x, n, scale, q);
-    return DDPH_OK;
+    return keep(h, DEV(h)->quantize_int8(h->gpu, x, n, scale, q, &e), &e);
 }
 
 static ddph_status svc_dequantize_int8(const ddph_services *s, const int8_t *q,
                                        size_t n, float scale, float beta,
                                        float *y)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->dequantize_int8(host(s)->gpu, q, n, scale,
-                                                  beta, y, &e),
-                    &e);
-    ddph__cpu_dequantize_int8(q, n, scale, beta, y);
-    return DDPH_OK;
+    return keep(h, DEV(h)->dequantize_int8(h->gpu, q, n, scale, beta, y, &e),
+                &e);
 }
 
 /* ---- signs and chunks (ABI minor 4) ---------------------------------------- */
@@ -122,12 +103,9 @@ static ddph_status need_chunk(const ddph_services *s, const char *what,
 static ddph_status svc_pack_signs(const ddph_services *s, const float *x,
                                   size_t n, uint8_t *bits)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->pack_signs(host(s)->gpu, x, n, bits, &e), &e);
-    ddph__cpu_pack_signs(x, n, bits);
-    return DDPH_OK;
+    return keep(h, DEV(h)->pack_signs(h->gpu, x, n, bits, &e), &e);
 }
 
 static ddph_status svc_unpack_signs(const ddph_services *s, const uint8_t *bits,
@@ -137,14 +115,12 @@ static ddph_status svc_unpack_signs(const ddph_services *s, const uint8_t *bits,
     ddph_status bad = need_chunk(s, "unpack_signs", chunk);
     if (bad != DDPH_OK)
         return bad;
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->unpack_signs(host(s)->gpu, bits, n, chunk,
-                                               scales, beta, y, &e),
-                    &e);
-    ddph__cpu_unpack_signs(bits, n, chunk, scales, beta, y);
-    return DDPH_OK;
+    return keep(h,
+                DEV(h)->unpack_signs(h->gpu, bits, n, chunk, scales, beta, y,
+                                     &e),
+                &e);
 }
 
 static ddph_status chunk_abs(const ddph_services *s, const float *x, size_t n,
@@ -154,17 +130,10 @@ static ddph_status chunk_abs(const ddph_services *s, const float *x, size_t n,
                                  chunk);
     if (bad != DDPH_OK)
         return bad;
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->chunk_abs(host(s)->gpu, x, n, chunk, want_max,
-                                            out, &e),
-                    &e);
-    if (want_max)
-        ddph__cpu_chunk_abs_max(x, n, chunk, out);
-    else
-        ddph__cpu_chunk_abs_sum(x, n, chunk, out);
-    return DDPH_OK;
+    return keep(h, DEV(h)->chunk_abs(h->gpu, x, n, chunk, want_max, out, &e),
+                &e);
 }
 
 static ddph_status svc_chunk_abs_sum(const ddph_services *s, const float *x,
@@ -195,34 +164,28 @@ static ddph_status svc_cast(const ddph_services *s, const void *src,
                             ddph_dtype src_dtype, void *dst,
                             ddph_dtype dst_dtype, size_t n, double scale)
 {
-    ddph_err e;
     ddph_status bad = need_float(s, "cast", src_dtype);
     if (bad == DDPH_OK)
         bad = need_float(s, "cast", dst_dtype);
     if (bad != DDPH_OK)
         return bad;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->cast(host(s)->gpu, src, src_dtype, dst,
-                                       dst_dtype, n, scale, &e),
-                    &e);
-    return keep(host(s),
-                ddph__cpu_cast(src, src_dtype, dst, dst_dtype, n, scale, &e),
+    ddph_hook *h = host(s);
+    ddph_err e;
+    return keep(h,
+                DEV(h)->cast(h->gpu, src, src_dtype, dst, dst_dtype, n, scale,
+                             &e),
                 &e);
 }
 
 static ddph_status svc_divide(const ddph_services *s, void *buf,
                               ddph_dtype dtype, size_t n, double divisor)
 {
-    ddph_err e;
     ddph_status bad = need_float(s, "divide", dtype);
     if (bad != DDPH_OK)
         return bad;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->divide(host(s)->gpu, buf, dtype, n, divisor, &e), &e);
-    return keep(host(s), ddph__cpu_divide(buf, dtype, n, divisor, &e), &e);
+    ddph_hook *h = host(s);
+    ddph_err e;
+    return keep(h, DEV(h)->divide(h->gpu, buf, dtype, n, divisor, &e), &e);
 }
 
 static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
@@ -230,39 +193,28 @@ static ddph_status svc_gemm(const ddph_services *s, int trans_a, int trans_b,
                             const float *a, size_t lda, const float *b,
                             size_t ldb, float beta, float *c, size_t ldc)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->gemm(host(s)->gpu, trans_a, trans_b, m, n, k,
-                                       alpha, a, lda, b, ldb, beta, c, ldc, &e),
-                    &e);
-    return keep(host(s),
-                ddph__cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-                               beta, c, ldc, &e),
+    return keep(h,
+                DEV(h)->gemm(h->gpu, trans_a, trans_b, m, n, k, alpha, a, lda,
+                             b, ldb, beta, c, ldc, &e),
                 &e);
 }
 
 static ddph_status svc_orthogonalize(const ddph_services *s, float *x,
                                      size_t rows, size_t cols, double eps)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(
-            host(s),
-            GPU(host(s))->orthogonalize(host(s)->gpu, x, rows, cols, eps, &e),
-            &e);
-    return keep(host(s), ddph__cpu_orthogonalize(x, rows, cols, eps, &e), &e);
+    return keep(h, DEV(h)->orthogonalize(h->gpu, x, rows, cols, eps, &e), &e);
 }
 
 static ddph_status svc_axpy(const ddph_services *s, size_t n, float alpha,
                             const float *x, float *y)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->axpy(host(s)->gpu, n, alpha, x, y, &e), &e);
-    ddph__cpu_axpy(n, alpha, x, y);
-    return DDPH_OK;
+    return keep(h, DEV(h)->axpy(h->gpu, n, alpha, x, y, &e), &e);
 }
 
 static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
@@ -274,25 +226,16 @@ static ddph_status svc_copy(const ddph_services *s, void *dst, const void *src,
                  "copy: unknown ddph_copy_kind %d", (int)kind);
         return DDPH_ERR_INVALID;
     }
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s),
-                    GPU(host(s))->copy(host(s)->gpu, dst, src, bytes, kind, &e),
-                    &e);
-    if (bytes)
-        memcpy(dst, src, bytes);
-    return DDPH_OK;
+    return keep(h, DEV(h)->copy(h->gpu, dst, src, bytes, kind, &e), &e);
 }
 
 static ddph_status svc_zero(const ddph_services *s, void *buf, size_t bytes)
 {
+    ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(host(s)))
-        return keep(host(s), GPU(host(s))->zero(host(s)->gpu, buf, bytes, &e),
-                    &e);
-    if (bytes)
-        memset(buf, 0, bytes);
-    return DDPH_OK;
+    return keep(h, DEV(h)->zero(h->gpu, buf, bytes, &e), &e);
 }
 
 /* On the GPU, ordered on the hook's stream from a pool that keeps freed
@@ -302,20 +245,22 @@ static void *svc_alloc(const ddph_services *s, size_t bytes)
 {
     void *p = NULL;
     ddph_err e;
-    if (ddph__dev_alloc_on(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, bytes,
-                           s->native_stream, &p, &e) != DDPH_OK)
+    if (DEV(host(s))->alloc_on(bytes, s->native_stream, &p, &e) != DDPH_OK)
         return NULL;
     return p;
 }
 
 static void svc_free(const ddph_services *s, void *p)
 {
-    ddph__dev_free_on(ON_GPU(host(s)) ? DDPH_CUDA : DDPH_CPU, p,
-                      s->native_stream);
+    if (p)
+        DEV(host(s))->free_on(p, s->native_stream);
 }
 
 void ddph__services_device_init(ddph_services *s)
 {
+    /* The one choice of device: every service below goes through it. */
+    ddph_hook *h = host(s);
+    h->dev_ops = ON_GPU(h) ? GPU(h)->device_ops : &ddph__dev_cpu_ops;
     s->axpy = svc_axpy;
     s->copy = svc_copy;
     s->zero = svc_zero;

@@ -473,7 +473,11 @@ static int caps_model(ddph_ctx *ctx, const char *name, double first,
 
 void run_bucket_caps(void)
 {
-    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
+    /* The job file's caps are the defaults (auto), not open_job's tiny
+     * test caps, or the "auto" model would measure those. */
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                             "bucket_cap_mb = auto\n"
+                             "first_bucket_cap_mb = auto\n");
     float *grads = malloc(4 * 100000 * sizeof *grads);
     CHECK(grads, "out of memory");
     int automatic = caps_model(ctx, "auto", 0, 0, grads);

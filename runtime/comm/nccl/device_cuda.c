@@ -1,5 +1,6 @@
-/* device_cuda.c: device/device.h's CUDA side (memory, copies, events,
- * check_finite's search), part of the GPU backend module. */
+/* device_cuda.c: device_ops.h's table on the GPU (the arithmetic is
+ * nccl_math.c's; memory, copies, events and check_finite's search are
+ * here), part of the GPU backend module. */
 #include "build-config.h"
 
 #include "comm/nccl/device_cuda.h"
@@ -21,6 +22,7 @@
 
 static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
 {
+    bytes = ddph__dev_alloc_size(bytes);
     void *p;
     CUDA_OR_FAIL(cudaMalloc(&p, bytes), "cudaMalloc");
     /* cudaMemset runs on the legacy default stream, which the runtime's
@@ -89,6 +91,8 @@ static ddph_status mem_alloc_on(size_t bytes, void *stream, void **out,
     ddph_status st = ddph__cuda_pool(&pool, err);
     if (st != DDPH_OK)
         return st;
+    if (!bytes)
+        bytes = 64; /* a pointer of its own */
     void *p;
     cudaStream_t s = (cudaStream_t)stream;
     CUDA_OR_FAIL(cudaMallocFromPoolAsync(&p, bytes, (cudaMemPool_t)pool, s),
@@ -222,12 +226,30 @@ static ddph_status copy_batch(void *const *dst, const void *const *src,
     return DDPH_OK;
 }
 
-const ddph_dev_cuda_ops ddph__cuda_memory = {
+const ddph_dev_ops ddph__cuda_device_ops = {
+    .device = DDPH_CUDA,
+    .cast = ddph__nccl_cast,
+    .divide = ddph__nccl_divide,
+    .gemm = ddph__nccl_gemm,
+    .orthogonalize = ddph__nccl_orthogonalize,
+    .axpy = ddph__nccl_axpy,
+    .copy = ddph__nccl_copy,
+    .zero = ddph__nccl_zero,
+    .topk = ddph__nccl_topk,
+    .absmax = ddph__nccl_absmax,
+    .gather = ddph__nccl_gather,
+    .scatter_add = ddph__nccl_scatter_add,
+    .quantize_int8 = ddph__nccl_quantize_int8,
+    .dequantize_int8 = ddph__nccl_dequantize_int8,
+    .pack_signs = ddph__nccl_pack_signs,
+    .unpack_signs = ddph__nccl_unpack_signs,
+    .chunk_abs = ddph__nccl_chunk_abs,
     .alloc = mem_alloc,
     .free = mem_free,
     .alloc_on = mem_alloc_on,
     .free_on = mem_free_on,
-    .copy = mem_copy,
+    .copy_on = mem_copy,
+    .copy_batch = copy_batch,
     .event_create = event_create,
     .event_destroy = event_destroy,
     .event_record = event_record,
@@ -238,5 +260,4 @@ const ddph_dev_cuda_ops ddph__cuda_memory = {
     .nonfinite_find = nonfinite_find,
     .nonfinite_fetch = nonfinite_fetch,
     .check_on = check_on,
-    .copy_batch = copy_batch,
 };

@@ -1,4 +1,5 @@
-/* nccl_math.c: the device operations of the GPU backend (backend_nccl.h):
+/* nccl_math.c: the arithmetic of the GPU's device table (device_cuda.c's
+ * ddph__cuda_device_ops; declared in backend_nccl.h):
  * casts, divides and Gram-Schmidt as CUDA kernels (cuda_ops.cu), GEMM and
  * axpy on cuBLAS, Householder QR on cuSOLVER, copies, top-k and int8, all
  * on the communication stream. */
