@@ -983,7 +983,7 @@ static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
     ddph_status st = job ? ddph__config_load(job, &cfg, &e) : DDPH_ERR_IO;
     if (st == DDPH_OK) {
         st = ddph__hook_create(&cfg, t->plugin, 0, DDPH_WRAP_NONE, "probe", mpi,
-                               NULL, NULL, log, &h, &e);
+                               ddph__mpi_comm(mpi), NULL, NULL, log, &h, &e);
         ddph__config_free(&cfg);
     }
     float *buf = malloc(PROBE_ELEMENTS * sizeof *buf);

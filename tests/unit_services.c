@@ -24,6 +24,7 @@ static const ddph_services *fixture_init(fixture *f)
     f->mpi.world.rank = 0;
     f->mpi.world.size = 1;
     f->hook.mpi = &f->mpi;
+    f->hook.comm = ddph__mpi_comm(&f->mpi);
     static char model[] = "unit";
     f->hook.model = model;
     ddph__services_init(&f->hook);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "comm/backend_mpi.h"
+#include "comm/comm.h"
 #include "device/device.h"
 #include "support/util.h"
 
@@ -60,52 +61,10 @@ typedef struct ddph_gpu_ops {
     void (*finalize)(ddph_gpu *g, int abort);
     void *(*stream)(ddph_gpu *g); /* the hooks' cudaStream_t */
     int (*device)(ddph_gpu *g);   /* this rank's GPU */
-    /* The world: the MPI world's group with its NCCL communicator. */
-    struct ddph_group *(*world)(ddph_gpu *g);
-
-    ddph_status (*allreduce)(ddph_gpu *g, struct ddph_group *grp, void *buf,
-                             size_t count, ddph_dtype dtype, ddph_redop op,
-                             ddph_err *err);
-    ddph_status (*allgather)(ddph_gpu *g, struct ddph_group *grp,
-                             const void *send, void *recv, size_t count,
-                             ddph_dtype dtype, ddph_err *err);
-    ddph_status (*broadcast)(ddph_gpu *g, struct ddph_group *grp, void *buf,
-                             size_t count, ddph_dtype dtype, int root,
-                             ddph_err *err);
-    ddph_status (*reduce_scatter)(ddph_gpu *g, struct ddph_group *grp,
-                                  const void *send, void *recv, size_t count,
-                                  ddph_dtype dtype, ddph_redop op,
-                                  ddph_err *err);
-    ddph_status (*allgatherv)(ddph_gpu *g, struct ddph_group *grp,
-                              const void *send, void *recv,
-                              const size_t *counts, ddph_dtype dtype,
-                              ddph_err *err);
-    ddph_status (*alltoall)(ddph_gpu *g, struct ddph_group *grp,
-                            const void *send, void *recv, size_t count,
-                            ddph_dtype dtype, ddph_err *err);
-    /* Nonblocking: enqueued on the stream; wait waits for the stream. */
-    ddph_status (*start_allreduce)(ddph_gpu *g, struct ddph_group *grp,
-                                   void *buf, size_t count, ddph_dtype dtype,
-                                   ddph_redop op, ddph_err *err);
-    ddph_status (*start_allgather)(ddph_gpu *g, struct ddph_group *grp,
-                                   const void *send, void *recv, size_t count,
-                                   ddph_dtype dtype, ddph_err *err);
-    ddph_status (*start_allgatherv)(ddph_gpu *g, struct ddph_group *grp,
-                                    const void *send, void *recv,
-                                    const size_t *counts, ddph_dtype dtype,
-                                    ddph_err *err);
-    ddph_status (*start_alltoall)(ddph_gpu *g, struct ddph_group *grp,
-                                  const void *send, void *recv, size_t count,
-                                  ddph_dtype dtype, ddph_err *err);
-    ddph_status (*wait)(ddph_gpu *g, struct ddph_group *grp, const char *what,
-                        ddph_err *err);
-    /* 1: the stream ran all it was given; 0: still running; -1: failed
-     * (wait then reports why without waiting for timeout_s). */
-    int (*idle)(ddph_gpu *g);
-    ddph_status (*split)(ddph_gpu *g, struct ddph_group *parent, int color,
-                         int key, struct ddph_group **out, ddph_err *err);
-    ddph_status (*intra_node)(ddph_gpu *g, struct ddph_group **out,
-                              ddph_err *err);
+    /* The collectives on GPU memory (comm.h's table; its state is the
+     * ddph_gpu): the world is the MPI world's group with its NCCL
+     * communicator, the nonblocking ones are enqueued on the stream. */
+    const ddph_comm_ops *comm;
 
     /* ---- arithmetic, memory and ordering on the GPU: device_ops.h's
      * table (the module's state is its struct ddph_gpu) ---- */

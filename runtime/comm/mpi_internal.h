@@ -16,7 +16,8 @@
  *   mpi_nonblocking.c  nonblocking collectives (ABI minor 2)
  *   mpi_fingerprint.c  the collectives' fingerprints ([runtime]
  *                      check_collectives)
- *   mpi_groups.c       barriers, splits, the ranks of a host */
+ *   mpi_groups.c       barriers, splits, the ranks of a host
+ *   mpi_comm.c         all of the above as comm.h's tables */
 #ifndef DDPH_MPI_INTERNAL_H
 #define DDPH_MPI_INTERNAL_H
 

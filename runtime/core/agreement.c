@@ -132,7 +132,8 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     int64_t crc[2];
     crc[0] = (int64_t)compared_crc(mine, len);
     crc[1] = -crc[0];
-    ddph_status st = ddph__mpi_allreduce_i64(mpi, crc, 2, DDPH_MAX, err);
+    ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), crc, 2, DDPH_MAX,
+                                              err);
     if (st != DDPH_OK || crc[0] == -crc[1]) { /* max == min: all equal */
         free(mine);
         if (st != DDPH_OK)
@@ -142,14 +143,16 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     }
     /* They differ: rank 0's text goes to everyone. */
     int64_t len0 = (int64_t)len;
-    st = ddph__mpi_bcast_bytes(mpi, &len0, sizeof len0, 0, err);
+    st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), &len0, sizeof len0, 0,
+                                   err);
     char *theirs = st == DDPH_OK ? malloc((size_t)len0 + 1) : NULL;
     if (st == DDPH_OK && !theirs)
         st = ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     if (st == DDPH_OK) {
         if (rank == 0)
             memcpy(theirs, mine, len);
-        st = ddph__mpi_bcast_bytes(mpi, theirs, (size_t)len0, 0, err);
+        st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), theirs,
+                                       (size_t)len0, 0, err);
         theirs[len0] = '\0';
     }
     char diff[1024] = "";
@@ -158,9 +161,11 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
                                           sizeof diff))
         first_rank = rank;
     if (st == DDPH_OK)
-        st = ddph__mpi_allreduce_i64(mpi, &first_rank, 1, DDPH_MIN, err);
+        st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &first_rank, 1,
+                                          DDPH_MIN, err);
     if (st == DDPH_OK && first_rank < size)
-        st = ddph__mpi_bcast_bytes(mpi, diff, sizeof diff, (int)first_rank, err);
+        st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), diff, sizeof diff,
+                                       (int)first_rank, err);
     free(theirs);
     free(mine);
     if (st != DDPH_OK) {

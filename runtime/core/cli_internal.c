@@ -35,7 +35,8 @@ ddph_status ddph__hook_probe_create(ddph_hook_probe *p, const ddph_config *cfg,
 {
     ddph_hook *h = NULL;
     ddph_status st = ddph__hook_create(cfg, name, line, wrapper, who, &p->mpi,
-                                       NULL, NULL, log, &h, err);
+                                       ddph__mpi_comm(&p->mpi), NULL, NULL,
+                                       log, &h, err);
     ddph__hook_destroy(h);
     return st;
 }

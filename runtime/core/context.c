@@ -32,7 +32,8 @@ static void warn_rank0(void *user, const char *msg)
 static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
 {
     int64_t v[2] = {ctx->cfg.lanes, -(int64_t)ctx->cfg.lanes};
-    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 2, DDPH_MAX, err);
+    ddph_status st =
+        CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), v, 2, DDPH_MAX, err);
     if (st == DDPH_OK && v[0] != -v[1])
         st = ddph__fail(err, DDPH_ERR_CONFIG,
                         "%s: [runtime] lanes differs between ranks (%lld on "
@@ -53,13 +54,14 @@ static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
     ddph_err load_err;
     load_err.msg[0] = '\0';
     ddph_status st = ddph__gpu_load(&ops, &load_err);
-    st = ddph__mpi_agree(&ctx->mpi, st, load_err.msg, err);
+    st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), st, load_err.msg, err);
     ddph_gpu_host host;
     ddph__gpu_host_init(&host, &ctx->mpi);
     if (st == DDPH_OK)
         st = ops->init(&host, &ctx->gpu, err);
     if (st == DDPH_OK) {
         ctx->gpu_ops = ops;
+        ctx->comm = (ddph_comm){ops->comm, ctx->gpu};
         ctx->comm_stream = ops->stream(ctx->gpu);
         ctx->cuda_device = ops->device(ctx->gpu);
         st = ddph__dev_event_create(&ctx->step_end_event, err);
@@ -101,6 +103,9 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
                            : DDPH__DEFAULT_TIMEOUT_S;
     ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
     ctx->mpi_up = st == DDPH_OK;
+    /* The hooks' collectives go to MPI unless backend = nccl starts. */
+    ctx->comm = ddph__mpi_comm(&ctx->mpi);
+    ctx->control = ddph__mpi_control(&ctx->mpi);
     ctx->mpi.check_collectives =
         cfg_st == DDPH_OK && ctx->cfg.check_collectives;
     ctx->log.rank = ctx->mpi.world.rank;
@@ -110,7 +115,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
                                                &cfg_err);
     if (ctx->mpi_up)
-        st = ddph__mpi_agree(&ctx->mpi, cfg_st, cfg_err.msg, &e);
+        st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), cfg_st, cfg_err.msg, &e);
     else if (cfg_st != DDPH_OK)
         st = cfg_st, e = cfg_err;
     /* The ranks of this host: the GPU, OpenBLAS's threads, shared buckets. */
@@ -167,16 +172,16 @@ ddph_status ddph_close(ddph_ctx *ctx)
                  "rank %d closed the job (ddph_close) in the middle of a "
                  "synchronising step",
                  mpi->world.rank);
-        ddph__mpi_fail_job(mpi, DDPH_ERR_STATE, msg);
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_STATE, msg);
     }
     /* The peers learn that this rank does no more steps: one waiting on a
      * later step's collective fails at once instead of after timeout_s. */
     if (ctx->mpi_up)
-        ddph__mpi_closing(mpi);
+        CONTROL(ctx)->closing(CONTROL_SELF(ctx));
     /* Returns promptly even on a broken job: every collective then fails
      * at once. */
     ddph__reducer_stop(ctx);
-    int broken = ctx->mpi_up && atomic_load(&mpi->broken);
+    int broken = ctx->mpi_up && CONTROL(ctx)->broken(CONTROL_SELF(ctx));
     if (ctx->timeline.enabled && ctx->mpi_up && !broken) {
         ddph_err e;
         if (ddph__timeline_write(&ctx->timeline, mpi, ctx->cfg.trace, &e) !=
@@ -189,7 +194,7 @@ ddph_status ddph_close(ddph_ctx *ctx)
     if (ctx->timeline.enabled && ctx->mpi_up && broken) {
         /* When it is needed most: each rank's own events, alone. */
         ddph_err fault, e;
-        ddph__mpi_fault(mpi, &fault);
+        CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
         if (ddph__timeline_write_failed(&ctx->timeline, mpi->world.rank,
                                         ctx->cfg.trace, fault.msg, &e) !=
             DDPH_OK)
@@ -363,7 +368,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
                                "step_begin while a step is open (call "
                                "ddph_step_wait and ddph_step_end first)");
     ddph_err fault;
-    ddph_status broken = ddph__mpi_fault(&ctx->mpi, &fault);
+    ddph_status broken = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
     if (broken != DDPH_OK) {
         ddph__err_prefix(&fault, "step_begin: the job has failed (close it "
                                  "and exit)");
@@ -436,7 +441,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
             return ddph__ctx_fail(ctx, js, &je);
     }
     ctx->last_step = (flags & DDPH_STEP_LAST) != 0;
-    atomic_store(&ctx->mpi.in_sync_step, ctx->syncs);
+    CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), ctx->syncs);
     ctx->in_step = 1;
     ctx->step_start = ddph__timeline_now(&ctx->timeline);
     ctx->step_count++;
@@ -512,11 +517,11 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
         ctx->step_models[i]->window = 0;
         ctx->step_models[i]->iteration++;
     }
-    atomic_fetch_add(&ctx->mpi.syncs_done, 1);
-    atomic_store(&ctx->mpi.in_sync_step, 0);
+    CONTROL(ctx)->step_synced(CONTROL_SELF(ctx));
     if (ctx->last_step && st == DDPH_OK) {
         ctx->data_ended = 1;
-        ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_DATA_END, "its last step");
+        CONTROL(ctx)->depart(CONTROL_SELF(ctx), DDPH__DEPART_DATA_END,
+                             "its last step");
     }
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }

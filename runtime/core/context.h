@@ -13,6 +13,7 @@
 #include <ddphook/plugin.h>
 
 #include "comm/backend_mpi.h"
+#include "comm/comm.h"
 #include "comm/gpu.h"
 #include "support/config.h"
 #include "plugin/hook.h"
@@ -141,6 +142,11 @@ struct ddph_ctx {
     int mpi_up;
     ddph_gpu *gpu; /* backend = nccl: the GPU module's state, else NULL */
     const ddph_gpu_ops *gpu_ops; /* the module's table, with gpu */
+    /* The hooks' collectives: MPI's, or the GPU module's with gpu; chosen
+     * once, when the context opens. */
+    ddph_comm comm;
+    /* The job's control plane, as the reducer reaches it (comm.h). */
+    ddph_control control;
     void *compute_stream; /* the trainer's cudaStream_t (nccl backend) */
     void *comm_stream;    /* the hooks' stream (nccl backend), or NULL */
     int cuda_device;      /* this rank's GPU (nccl backend) */
@@ -183,6 +189,10 @@ struct ddph_ctx {
     int stop;
 };
 
+/* The job's control plane: CONTROL(ctx)->fault(CONTROL_SELF(ctx), ...). */
+#define CONTROL(ctx) ((ctx)->control.ops)
+#define CONTROL_SELF(ctx) ((ctx)->control.self)
+
 /* failure.c: records err as the context's last error, logs it, returns
  * st. */
 ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
@@ -191,6 +201,10 @@ ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
 
 /* model.c (and ddph__model_stats_line, in cli_internal.h) */
 void ddph__model_free(ddph_model *m);
+/* What finalize does on this rank alone: the hook (with ctx->comm), the
+ * buckets, the layout handed to the hook, the lanes' views.  Finalize
+ * then agrees across ranks; the reducer's unit tests use it as is. */
+ddph_status ddph__model_build(ddph_model *m, ddph_err *err);
 
 /* reducer.c */
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);

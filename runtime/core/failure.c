@@ -21,8 +21,8 @@ ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
     ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
     /* A collective broke the job on this rank and no one told the peers
      * yet: they get this, the fullest message. */
-    if (ctx->mpi_up && atomic_load(&ctx->mpi.broken))
-        ddph__mpi_fail_job(&ctx->mpi, st, ctx->error);
+    if (ctx->mpi_up && CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, ctx->error);
     return st;
 }
 

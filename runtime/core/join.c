@@ -59,8 +59,8 @@ static ddph_status sync_final_model(ddph_ctx *ctx, ddph_err *err)
 {
     int64_t w = ctx->mpi.world.size;
     int64_t key = ctx->join_trained * w + ctx->mpi.world.rank;
-    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, &key, 1, DDPH_MAX,
-                                             err);
+    ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &key, 1,
+                                                 DDPH_MAX, err);
     if (st != DDPH_OK) {
         ddph__err_prefix(err, "join: finding the last rank to join");
         return st;
@@ -111,10 +111,10 @@ ddph_status ddph_join(ddph_ctx *ctx)
                  "ddph_join",
                  ctx->mpi.world.rank, m->window, m->window == 1 ? "" : "es",
                  m->name);
-        ddph__mpi_fail_job(&ctx->mpi, DDPH_ERR_STATE, msg);
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_STATE, msg);
         return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "%s", msg);
     }
-    ctx->join_trained = (int64_t)atomic_load(&ctx->mpi.syncs_done);
+    ctx->join_trained = CONTROL(ctx)->syncs_done(CONTROL_SELF(ctx));
     ctx->joined = 1;
     ddph_status st = DDPH_OK;
     ddph_err e;

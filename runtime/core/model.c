@@ -241,7 +241,7 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
                                   : bk->dtype;
         bk->divided_by = cast_in && ddph__hook_divides_first(m->hook,
                                                              bk->store_dtype)
-                             ? (double)ctx->mpi.world.size
+                             ? (double)ctx->comm.ops->world(ctx->comm.self)->size
                              : 0;
         size_t es = ddph__dtype_size(bk->store_dtype);
         st = ddph__dev_alloc(bk->device, bk->numel * es, &bk->storage, err);
@@ -376,30 +376,23 @@ static ddph_status hand_layout(ddph_model *m, ddph_err *err)
     return st;
 }
 
-ddph_status ddph_model_finalize(ddph_model *m)
+ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
 {
-    if (!m)
-        return DDPH_ERR_INVALID;
     ddph_ctx *ctx = m->ctx;
-    ddph_err e, agree_err;
-    if (m->finalized)
-        return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "model '%s' is finalized already",
-                                          m->name);
     const ddph_model_section *ms = ddph__config_model(&ctx->cfg, m->name);
     const char *hook = ms && ms->hook ? ms->hook : ctx->cfg.hook_name;
     int hook_line = ms && ms->hook ? ms->hook_line : ctx->cfg.hook_line;
     ddph_wrapper wrapper = ms && ms->wrapper_set ? ms->wrapper
                                                  : ctx->cfg.wrapper;
-    e.msg[0] = '\0';
     ddph_status st = ddph__hook_create(&ctx->cfg, hook, hook_line, wrapper,
-                                       m->name, &ctx->mpi, ctx->gpu,
-                                       ctx->gpu_ops, &ctx->log, &m->hook, &e);
+                                       m->name, &ctx->mpi, ctx->comm, ctx->gpu,
+                                       ctx->gpu_ops, &ctx->log, &m->hook, err);
     if (st == DDPH_OK) {
         m->hook->timeline = &ctx->timeline;
-        st = build_buckets(m, &e);
+        st = build_buckets(m, err);
     }
     if (st == DDPH_OK)
-        st = hand_layout(m, &e);
+        st = hand_layout(m, err);
     /* Lanes: the hook's view from each lane, when it allows concurrent
      * buckets; else lane 0 alone. */
     m->nlanes = 1;
@@ -409,10 +402,24 @@ ddph_status ddph_model_finalize(ddph_model *m)
         for (; m->nlanes < n && st == DDPH_OK; m->nlanes++)
             st = ddph__hook_lane_view(m->hook, m->nlanes,
                                       ctx->lanes[m->nlanes].group,
-                                      &m->lane_hooks[m->nlanes], &e);
+                                      &m->lane_hooks[m->nlanes], err);
     }
     if (st != DDPH_OK)
-        ddph__err_prefix(&e, "model '%s'", m->name);
+        ddph__err_prefix(err, "model '%s'", m->name);
+    return st;
+}
+
+ddph_status ddph_model_finalize(ddph_model *m)
+{
+    if (!m)
+        return DDPH_ERR_INVALID;
+    ddph_ctx *ctx = m->ctx;
+    ddph_err e, agree_err;
+    if (m->finalized)
+        return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "model '%s' is finalized already",
+                                          m->name);
+    e.msg[0] = '\0';
+    ddph_status st = ddph__model_build(m, &e);
     /* Every rank takes part, even one that failed above, so that nobody
      * waits for it. */
     ddph_status ag = ddph__agree(ctx, m, st, &e, &agree_err);
@@ -436,7 +443,7 @@ ddph_status ddph_model_finalize(ddph_model *m)
     m->id = ctx->models_finalized++;
     for (int i = 0; i < m->nlanes; i++)
         m->lane_hooks[i]->model_id = m->id;
-    ddph__mpi_model_named(&ctx->mpi, m->id, m->name);
+    CONTROL(ctx)->model_named(CONTROL_SELF(ctx), m->id, m->name);
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %d parameters in %d buckets, hook '%s' from %s",
               m->name, m->nparams, m->nbuckets, m->hook->plugin->api.name,

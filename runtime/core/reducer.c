@@ -19,6 +19,13 @@
 #include "device/cpu_ops.h"
 #include "device/device.h"
 
+/* This rank, for messages: the job's control plane (comm.h) knows it,
+ * whether MPI's or a test's fake. */
+static int rank_of(ddph_ctx *ctx)
+{
+    return CONTROL(ctx)->rank(CONTROL_SELF(ctx));
+}
+
 /* The averaged gradients of a host bucket back into the trainer's memory
  * (both sides are host memory): a memcpy, or a cast from a bucket kept in
  * the hook's half type. */
@@ -63,7 +70,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     /* On the GPU the hook's stream first waits for the copies into the
      * bucket, enqueued on the trainer's stream. */
     /* A broken job runs no more hooks: every bucket fails at once. */
-    ddph_status st = ddph__mpi_fault(&ctx->mpi, &e);
+    ddph_status st = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &e);
     if (st == DDPH_OK && b->ready_event)
         st = ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e);
     if (st == DDPH_OK)
@@ -88,10 +95,10 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
                      "hook '%s' failed on model '%s' bucket %d (rank %d): "
                      "%s: %s",
                      hook->plugin->api.name, m->name, index,
-                     ctx->mpi.world.rank, ddph_status_name(st), e.msg);
+                     rank_of(ctx), ddph_status_name(st), e.msg);
         /* This rank's collectives are out of step with its peers' now:
          * the job is over, and the peers hear it at once. */
-        ddph__mpi_fail_job(&ctx->mpi, st, message ? message : e.msg);
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, message ? message : e.msg);
     }
     ddph_bucket_callback callback = m->bucket_callback;
     /* The trainer's gradients hold the results before it is told; on a
@@ -100,7 +107,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     const char *why = message ? message : e.msg;
     ddph_err fault;
     if (callback && st == DDPH_OK) {
-        told = ddph__mpi_fault(&ctx->mpi, &fault);
+        told = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
         why = fault.msg;
         if (told == DDPH_OK && !ctx->cfg.gradient_as_bucket_view &&
             !ctx->comm_stream) {
@@ -168,7 +175,7 @@ ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err)
     struct ddph_group *groups[DDPH__MAX_LANES];
     /* The GPU backend keeps one lane: one stream orders its work. */
     int n = ctx->comm_stream ? 1 : ctx->cfg.lanes;
-    ddph_status st = ddph__mpi_lane_groups(&ctx->mpi, n, groups, err);
+    ddph_status st = CONTROL(ctx)->lane_groups(CONTROL_SELF(ctx), n, groups, err);
     if (st != DDPH_OK)
         return st;
     for (int i = 0; i < n; i++) {
@@ -360,7 +367,7 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
                 snprintf(m->nonfinite, sizeof m->nonfinite,
                          "model '%s' bucket %d (rank %d): gradient of '%s' is "
                          "not finite at element %zu (check_finite = true)",
-                         m->name, p->bucket, ctx->mpi.world.rank, p->name, at);
+                         m->name, p->bucket, rank_of(ctx), p->name, at);
         }
     }
     pthread_mutex_lock(&ctx->mu);
@@ -412,7 +419,7 @@ static ddph_status gpu_nonfinite_report(ddph_model *m, ddph_err *err)
         snprintf(m->nonfinite, sizeof m->nonfinite,
                  "model '%s' bucket %d (rank %d): gradient of '%s' is not "
                  "finite at element %llu (check_finite = true)",
-                 m->name, p->bucket, ctx->mpi.world.rank, p->name,
+                 m->name, p->bucket, rank_of(ctx), p->name,
                  (unsigned long long)first[i]);
         break;
     }
@@ -450,7 +457,7 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
                      "the trainer's bucket callback has not returned from "
                      "model '%s' bucket %d (rank %d) after %.1f s "
                      "(timeout_s = %g): it is stuck; this rank abandons it",
-                     m->name, lane->running.bucket, ctx->mpi.world.rank,
+                     m->name, lane->running.bucket, rank_of(ctx),
                      now - active, limit);
         else
             snprintf(msg, sizeof msg,
@@ -459,9 +466,9 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
                      "collective (timeout_s = %g): it is stuck; this rank "
                      "abandons it",
                      m->hook->plugin->api.name, m->name,
-                     lane->running.bucket, ctx->mpi.world.rank,
+                     lane->running.bucket, rank_of(ctx),
                      now - lane->hook_since, now - active, limit);
-        ddph__mpi_fail_job(&ctx->mpi, DDPH_ERR_TIMEOUT, msg);
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_TIMEOUT, msg);
         return ddph__fail(err, DDPH_ERR_TIMEOUT, "%s", msg);
     }
     return DDPH_OK;
@@ -479,10 +486,10 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             st = ddph__fail(err, DDPH_ERR_STATE,
                             "model '%s' (rank %d): %d parameter%s never "
                             "marked ready in this step: %s",
-                            m->name, ctx->mpi.world.rank, missing,
+                            m->name, rank_of(ctx), missing,
                             missing == 1 ? " was" : "s were", names);
             /* Their buckets never launch here: the peers would wait. */
-            ddph__mpi_fail_job(&ctx->mpi, st, err->msg);
+            CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, err->msg);
         }
     }
     /* Host buckets are copied back one by one as their hooks finish, by
@@ -511,12 +518,12 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             if (stuck != DDPH_OK)
                 return stuck;
             if (early && bk->status == DDPH_OK && !bk->copied_back &&
-                !atomic_load(&ctx->mpi.broken))
+                !CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
                 copy_back(m, bk);
         }
     }
     /* Failed here or elsewhere: the gradients are not worth copying. */
-    ddph_status fault = ddph__mpi_fault(&ctx->mpi, err);
+    ddph_status fault = CONTROL(ctx)->fault(CONTROL_SELF(ctx), err);
     if (fault != DDPH_OK)
         return fault;
     for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
@@ -529,9 +536,9 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
         for (int k = 0; k < ctx->nstep_models && !found; k++)
             if (ctx->step_models[k]->nonfinite[0])
                 found = ctx->step_models[k]->nonfinite;
-        st = ddph__mpi_agree(&ctx->mpi, found ? DDPH_ERR_NONFINITE : DDPH_OK,
+        st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), found ? DDPH_ERR_NONFINITE : DDPH_OK,
                              found, err);
-        if (atomic_load(&ctx->mpi.broken))
+        if (CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
             return st;
     }
     for (int k = 0; k < ctx->nstep_models; k++) {

@@ -30,9 +30,10 @@ ddph_status ddph__join_roll_call(ddph_ctx *ctx, int training,
     /* The roll call is a step's first collective: a peer that leaves the
      * steps meanwhile (a trainer collective, DDPH_STEP_LAST) is reported
      * at once, as in any step (backend_mpi.h). */
-    int was = atomic_exchange(&ctx->mpi.in_sync_step, 1);
-    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 3, DDPH_SUM, err);
-    atomic_store(&ctx->mpi.in_sync_step, was);
+    int was = CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), 1);
+    ddph_status st =
+        CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), v, 3, DDPH_SUM, err);
+    CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), was);
     if (st != DDPH_OK) {
         ddph__err_prefix(err, "join: counting the ranks still training");
         return st;

@@ -124,7 +124,7 @@ static char *rank_path(const char *path, int rank, const char *suffix)
 static ddph_status agree(ddph_ctx *ctx, ddph_status st, ddph_err *err)
 {
     ddph_err local = *err;
-    return ddph__mpi_agree(&ctx->mpi, st, st != DDPH_OK ? local.msg : NULL,
+    return CONTROL(ctx)->agree(CONTROL_SELF(ctx), st, st != DDPH_OK ? local.msg : NULL,
                            err);
 }
 
@@ -392,7 +392,7 @@ static ddph_status newest_common(ddph_ctx *ctx, const rank_set *set,
             if (set->s[i].fd >= 0 && g < bound && g > top)
                 top = g;
         }
-        ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, &top, 1,
+        ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &top, 1,
                                                  DDPH_MAX, err);
         if (st != DDPH_OK)
             return st;
@@ -407,7 +407,7 @@ static ddph_status newest_common(ddph_ctx *ctx, const rank_set *set,
         /* Missing anywhere, or two different saves of one generation. */
         int64_t id = have < 0 ? -1 : (int64_t)set->s[have].id;
         int64_t v[3] = {have < 0, id, have < 0 ? INT64_MIN : -id};
-        st = ddph__mpi_allreduce_i64(&ctx->mpi, v, 3, DDPH_MAX, err);
+        st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), v, 3, DDPH_MAX, err);
         if (st != DDPH_OK)
             return st;
         if (v[0] == 0 && v[1] == -v[2]) {
@@ -480,7 +480,7 @@ static ddph_status wrote_everywhere(ddph_ctx *ctx, ddph_status local,
     int64_t first = local == DDPH_OK ? ctx->mpi.world.size
                                      : ctx->mpi.world.rank;
     ddph_err e;
-    ddph_status st = ddph__mpi_allreduce_i64(&ctx->mpi, &first, 1, DDPH_MIN,
+    ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &first, 1, DDPH_MIN,
                                              &e);
     if (st != DDPH_OK)
         return ddph__fail(err, st, "%s", e.msg);
@@ -528,7 +528,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
             getrandom(&id, sizeof id, 0) != sizeof id)
             id = (uint64_t)ddph__now() * 1000003u ^ (uint64_t)getpid();
         id %= STATE_ID_LIMIT;
-        st = ddph__mpi_bcast_bytes(&ctx->mpi, &id, sizeof id, 0, err);
+        st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), &id, sizeof id, 0, err);
     }
     buffer b = {0};
     if (st == DDPH_OK) {

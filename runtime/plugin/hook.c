@@ -13,7 +13,7 @@
 
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, ddph_gpu *gpu,
+                              ddph_mpi *mpi, ddph_comm comm, ddph_gpu *gpu,
                               const ddph_gpu_ops *gpu_ops,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err)
@@ -24,6 +24,7 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
     h->mpi = mpi;
+    h->comm = comm;
     h->model_id = -1;
     h->gpu = gpu;
     h->gpu_ops = gpu_ops;
@@ -192,7 +193,10 @@ static ddph_status settle(ddph_hook *h, const char *call, ddph_status st)
     /* The fingerprint of the call's last collective (backend_mpi.h): a
      * call whose collectives did not match its peers' fails. */
     ddph_err e;
-    ddph_status fs = ddph__mpi_fingerprint_settle(h->mpi, &e);
+    const ddph_comm_ops *ops = h->comm.ops;
+    ddph_status fs = ops->fingerprint_settle
+                         ? ops->fingerprint_settle(h->comm.self, &e)
+                         : DDPH_OK;
     if (fs != DDPH_OK && st == DDPH_OK) {
         snprintf(h->message, sizeof h->message, "%s", e.msg);
         return fs;
@@ -271,7 +275,7 @@ ddph_status ddph__hook_on_step_end(ddph_hook *h, const ddph_step_info *info,
         return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
                           "hook '%s' on_step_end failed on model '%s' (rank "
                           "%d): %s",
-                          api->name, h->model, h->mpi->world.rank,
+                          api->name, h->model, h->services.rank,
                           h->message[0] ? h->message : "(no message)");
     return DDPH_OK;
 }
@@ -331,7 +335,7 @@ ddph_status ddph__hook_on_layout(ddph_hook *h, const ddph_layout *layout,
     if (st != DDPH_OK)
         return ddph__fail(err, st > 0 ? DDPH_ERR_HOOK : st,
                           "hook '%s' on_layout failed (rank %d): %s",
-                          api->name, h->mpi->world.rank,
+                          api->name, h->services.rank,
                           h->message[0] ? h->message : "(no message)");
     return DDPH_OK;
 }

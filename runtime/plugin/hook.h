@@ -10,6 +10,7 @@
 #include <ddphook/plugin.h>
 
 #include "comm/backend_mpi.h"
+#include "comm/comm.h"
 #include "comm/gpu.h"
 #include "support/config.h"
 #include "plugin/loader.h"
@@ -24,6 +25,8 @@ typedef struct ddph_hook {
     ddph_wrapper wrapper;
     ddph_services services;
     ddph_mpi *mpi;
+    /* The collectives: the backend its context chose (comm.h). */
+    ddph_comm comm;
     ddph_gpu *gpu; /* with backend = nccl (CUDA buckets), else NULL */
     const ddph_gpu_ops *gpu_ops; /* the GPU module's table, with gpu */
     /* Its services' arithmetic and memory: the CPU's table, or with gpu
@@ -57,11 +60,12 @@ typedef struct ddph_hook {
 
 /* Loads `name` (a name along plugin_path or a path, chosen on `line` of
  * the job file, 0 for the default), validates the [hook.NAME] options of
- * cfg and creates the instance.  `gpu` (with its module's `gpu_ops`, or
- * NULL) makes its services act on GPU memory. */
+ * cfg and creates the instance.  `comm` is the backend of its collectives;
+ * `gpu` (with its module's `gpu_ops`, or NULL) makes its arithmetic and
+ * memory services act on GPU memory. */
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, ddph_gpu *gpu,
+                              ddph_mpi *mpi, ddph_comm comm, ddph_gpu *gpu,
                               const ddph_gpu_ops *gpu_ops,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err);

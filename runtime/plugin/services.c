@@ -22,13 +22,15 @@ static int svc_group_size(const ddph_group *g)
     return g->size;
 }
 
+/* The backend the context chose, and its state. */
+#define COMM(h) ((h)->comm.ops)
+#define SELF(h) ((h)->comm.self)
+
 static ddph_status svc_intra_node(const ddph_services *s, ddph_group **out)
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(h))
-        return keep(h, GPU(h)->intra_node(h->gpu, out, &e), &e);
-    return keep(h, ddph__mpi_intra_node(h->mpi, out, &e), &e);
+    return keep(h, COMM(h)->intra_node(SELF(h), out, &e), &e);
 }
 
 static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
@@ -36,9 +38,7 @@ static ddph_status svc_split(const ddph_services *s, ddph_group *parent,
 {
     ddph_hook *h = host(s);
     ddph_err e;
-    if (ON_GPU(h))
-        return keep(h, GPU(h)->split(h->gpu, parent, color, key, out, &e), &e);
-    return keep(h, ddph__mpi_split(h->mpi, parent, color, key, out, &e), &e);
+    return keep(h, COMM(h)->split(SELF(h), parent, color, key, out, &e), &e);
 }
 
 /* A collective's span on the communication track of the timeline. */
@@ -57,21 +57,35 @@ static double span_start(const ddph_hook *h)
     return h->timeline ? ddph__timeline_now(h->timeline) : 0;
 }
 
-/* Bytes this rank sends and receives in each collective
- * (docs/plugin-guide.md, "Counting bytes"), one counter per kind, shared
- * by the blocking call and its nonblocking start. */
-static void count_allreduce(ddph_hook *h, size_t count, ddph_dtype dtype)
-{
-    h->call_bytes += count * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * ddph__dtype_size(dtype);
-}
+/* A buffer of a collective: where, and how many bytes. */
+typedef struct span {
+    const void *at;
+    size_t bytes;
+} span;
 
-static void count_allgather(ddph_hook *h, const ddph_group *g, size_t count,
-                            ddph_dtype dtype)
-{
-    h->call_bytes += count * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
-}
+typedef enum {
+    ALLREDUCE,
+    ALLGATHER,
+    ALLGATHERV,
+    BROADCAST,
+    REDUCE_SCATTER,
+    ALLTOALL
+} collective_kind;
+
+/* One collective a hook asked for, blocking or not: what services.c
+ * checks, counts and traces, and what it hands the backend. */
+typedef struct collective {
+    collective_kind kind;
+    const char *what; /* its name in fingerprints, traces and messages */
+    ddph_group *g;
+    const void *send; /* the in-place ones: the buffer, as recv */
+    void *recv;
+    size_t count; /* elements per rank; allgatherv: gathered in all */
+    const size_t *counts; /* allgatherv */
+    ddph_dtype dtype;
+    int op, root; /* -1 where they do not apply */
+    span reads, writes;
+} collective;
 
 /* The elements an allgatherv gathers in all. */
 static size_t counts_total(const ddph_group *g, const size_t *counts)
@@ -82,102 +96,174 @@ static size_t counts_total(const ddph_group *g, const size_t *counts)
     return total;
 }
 
-/* Returns the elements gathered in all. */
-static size_t count_allgatherv(ddph_hook *h, const ddph_group *g,
-                               const size_t *counts, ddph_dtype dtype)
+static collective allreduce_of(ddph_group *g, void *buf, size_t count,
+                               ddph_dtype dtype, ddph_redop op)
+{
+    span all = {buf, count * ddph__dtype_size(dtype)};
+    return (collective){ALLREDUCE, "allreduce", g, buf, buf, count, NULL,
+                        dtype, (int)op, -1, all, all};
+}
+
+static collective allgather_of(ddph_group *g, const void *send, void *recv,
+                               size_t count, ddph_dtype dtype)
+{
+    size_t es = ddph__dtype_size(dtype);
+    return (collective){ALLGATHER, "allgather", g, send, recv, count, NULL,
+                        dtype, -1, -1, (span){send, count * es},
+                        (span){recv, count * (size_t)g->size * es}};
+}
+
+static collective allgatherv_of(ddph_group *g, const void *send, void *recv,
+                                const size_t *counts, ddph_dtype dtype)
 {
     size_t es = ddph__dtype_size(dtype), total = counts_total(g, counts);
-    h->call_bytes += counts[g->rank] * es;
-    h->call_recv_bytes += (total - counts[g->rank]) * es;
-    return total;
+    return (collective){ALLGATHERV, "allgatherv", g, send, recv, total,
+                        counts, dtype, -1, -1,
+                        (span){send, counts[g->rank] * es},
+                        (span){recv, total * es}};
 }
 
-static void count_alltoall(ddph_hook *h, const ddph_group *g, size_t count,
-                           ddph_dtype dtype)
+static collective alltoall_of(ddph_group *g, const void *send, void *recv,
+                              size_t count, ddph_dtype dtype)
 {
-    size_t others = count * (size_t)(g->size - 1) * ddph__dtype_size(dtype);
-    h->call_bytes += others;
-    h->call_recv_bytes += others;
+    size_t bytes = count * (size_t)g->size * ddph__dtype_size(dtype);
+    return (collective){ALLTOALL, "alltoall", g, send, recv, count, NULL,
+                        dtype, -1, -1, (span){send, bytes},
+                        (span){recv, bytes}};
 }
 
-/* Every collective a hook issues on the MPI path is compared across the
- * group's ranks ([runtime] check_collectives, backend_mpi.h), the exchange
- * running while the collective does: an extra, a missing or a different
- * collective fails the job on every rank, and the hook call with it.  op
- * and root are -1 where they do not apply. */
-static ddph_status checked(ddph_hook *h, ddph_group *g, const char *what,
-                           const void *buf, ddph_dtype dtype, size_t count,
-                           int op, int root, ddph_err *e)
+/* Bytes this rank sends and receives in each collective
+ * (docs/plugin-guide.md, "Counting bytes"). */
+static void count_bytes(ddph_hook *h, const collective *c)
 {
-    if (ON_GPU(h))
+    size_t es = ddph__dtype_size(c->dtype), others = (size_t)(c->g->size - 1);
+    size_t sent = 0, received = 0;
+    switch (c->kind) {
+    case ALLREDUCE:
+        sent = received = c->count * es;
+        break;
+    case ALLGATHER:
+        sent = c->count * es;
+        received = c->count * others * es;
+        break;
+    case ALLGATHERV:
+        sent = c->counts[c->g->rank] * es;
+        received = c->count * es - sent;
+        break;
+    case BROADCAST:
+        if (c->g->rank == c->root)
+            sent = c->count * es;
+        else
+            received = c->count * es;
+        break;
+    case REDUCE_SCATTER:
+        sent = c->count * (size_t)c->g->size * es;
+        received = c->count * es;
+        break;
+    case ALLTOALL:
+        sent = received = c->count * others * es;
+        break;
+    }
+    h->call_bytes += sent;
+    h->call_recv_bytes += received;
+}
+
+/* The backend's call for c: started into *nb when nb is not NULL (the
+ * nonblocking kinds), else run to its end. */
+static ddph_status issue(ddph_hook *h, const collective *c, ddph_comm_op *nb,
+                         ddph_err *e)
+{
+    const ddph_comm_ops *o = COMM(h);
+    void *self = SELF(h);
+    ddph_redop op = (ddph_redop)c->op;
+    switch (c->kind) {
+    case ALLREDUCE:
+        return nb ? o->start_allreduce(self, c->g, c->recv, c->count,
+                                       c->dtype, op, nb, e)
+                  : o->allreduce(self, c->g, c->recv, c->count, c->dtype, op,
+                                 e);
+    case ALLGATHER:
+        return nb ? o->start_allgather(self, c->g, c->send, c->recv, c->count,
+                                       c->dtype, nb, e)
+                  : o->allgather(self, c->g, c->send, c->recv, c->count,
+                                 c->dtype, e);
+    case ALLGATHERV:
+        return nb ? o->start_allgatherv(self, c->g, c->send, c->recv,
+                                        c->counts, c->dtype, nb, e)
+                  : o->allgatherv(self, c->g, c->send, c->recv, c->counts,
+                                  c->dtype, e);
+    case ALLTOALL:
+        return nb ? o->start_alltoall(self, c->g, c->send, c->recv, c->count,
+                                      c->dtype, nb, e)
+                  : o->alltoall(self, c->g, c->send, c->recv, c->count,
+                                c->dtype, e);
+    case BROADCAST:
+        return o->broadcast(self, c->g, c->recv, c->count, c->dtype, c->root,
+                            e);
+    case REDUCE_SCATTER:
+        return o->reduce_scatter(self, c->g, c->send, c->recv, c->count,
+                                 c->dtype, op, e);
+    }
+    return ddph__fail(e, DDPH_ERR_INVALID, "%s: unknown collective", c->what);
+}
+
+/* Every collective a hook issues is compared across the group's ranks
+ * where the backend does it ([runtime] check_collectives, backend_mpi.h),
+ * the exchange running while the collective does: an extra, a missing or
+ * a different collective fails the job on every rank, and the hook call
+ * with it. */
+static ddph_status checked(ddph_hook *h, const collective *c, ddph_err *e)
+{
+    if (!COMM(h)->fingerprint)
         return DDPH_OK;
     /* Where in the bucket a reduction's data lies: two pieces of one size
      * swapped on one rank would otherwise match.  (Not for the gathers and
      * broadcasts, whose buffers may lie at a place of each rank's own.) */
-    const char *p = buf, *at = h->call_buffer;
-    int reduces = op >= 0 && root < 0;
+    const char *p = c->send, *at = h->call_buffer;
+    int reduces = c->op >= 0 && c->root < 0;
     int64_t offset = reduces && at && p >= at && p < at + h->call_buffer_bytes
                          ? (int64_t)(p - at)
                          : -1;
-    return ddph__mpi_fingerprint(h->mpi, g, what, dtype, count, op, root,
-                                 h->model_id, h->call_iteration,
-                                 h->call_bucket, offset, e);
+    return COMM(h)->fingerprint(SELF(h), c->g, c->what, c->dtype, c->count,
+                                c->op, c->root, h->model_id, h->call_iteration,
+                                h->call_bucket, offset, e);
+}
+
+/* A blocking collective: checked, counted, run and traced. */
+static ddph_status blocking(ddph_hook *h, collective c)
+{
+    ddph_err e;
+    ddph_status fp = checked(h, &c, &e);
+    if (fp != DDPH_OK)
+        return keep(h, fp, &e);
+    double t0 = span_start(h);
+    count_bytes(h, &c);
+    ddph_status st = issue(h, &c, NULL, &e);
+    return traced(h, c.what, c.count, c.dtype, t0, keep(h, st, &e));
 }
 
 static ddph_status svc_allreduce(const ddph_services *s, ddph_group *g,
                                  void *buf, size_t count, ddph_dtype dtype,
                                  ddph_redop op)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status fp =
-        checked(h, g, "allreduce", buf, dtype, count, (int)op, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    double t0 = span_start(h);
-    count_allreduce(h, count, dtype);
-    ddph_status st =
-        ON_GPU(h) ? GPU(h)->allreduce(h->gpu, g, buf, count, dtype, op, &e)
-                  : ddph__mpi_allreduce(h->mpi, g, buf, count, dtype, op, &e);
-    return traced(h, "allreduce", count, dtype, t0, keep(h, st, &e));
+    return blocking(host(s), allreduce_of(g, buf, count, dtype, op));
 }
 
 static ddph_status svc_allgather(const ddph_services *s, ddph_group *g,
                                  const void *send, void *recv, size_t count,
                                  ddph_dtype dtype)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status fp = checked(h, g, "allgather", send, dtype, count, -1, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    double t0 = span_start(h);
-    count_allgather(h, g, count, dtype);
-    ddph_status st =
-        ON_GPU(h) ? GPU(h)->allgather(h->gpu, g, send, recv, count, dtype, &e)
-                  : ddph__mpi_allgather(h->mpi, g, send, recv, count, dtype,
-                                        "allgather", &e);
-    return traced(h, "allgather", count, dtype, t0, keep(h, st, &e));
+    return blocking(host(s), allgather_of(g, send, recv, count, dtype));
 }
 
 static ddph_status svc_broadcast(const ddph_services *s, ddph_group *g,
                                  void *buf, size_t count, ddph_dtype dtype,
                                  int root)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status fp = checked(h, g, "broadcast", buf, dtype, count, -1, root, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    double t0 = span_start(h);
-    if (g->rank == root)
-        h->call_bytes += count * ddph__dtype_size(dtype);
-    else
-        h->call_recv_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st =
-        ON_GPU(h) ? GPU(h)->broadcast(h->gpu, g, buf, count, dtype, root, &e)
-                  : ddph__mpi_broadcast(h->mpi, g, buf, count, dtype, root, &e);
-    return traced(h, "broadcast", count, dtype, t0, keep(h, st, &e));
+    span all = {buf, count * ddph__dtype_size(dtype)};
+    return blocking(host(s),
+                    (collective){BROADCAST, "broadcast", g, buf, buf, count,
+                                 NULL, dtype, -1, root, all, all});
 }
 
 static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
@@ -185,20 +271,12 @@ static ddph_status svc_reduce_scatter(const ddph_services *s, ddph_group *g,
                                       size_t count, ddph_dtype dtype,
                                       ddph_redop op)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status fp =
-        checked(h, g, "reduce_scatter", send, dtype, count, (int)op, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    double t0 = span_start(h);
-    h->call_bytes += count * (size_t)g->size * ddph__dtype_size(dtype);
-    h->call_recv_bytes += count * ddph__dtype_size(dtype);
-    ddph_status st = ON_GPU(h) ? GPU(h)->reduce_scatter(h->gpu, g, send, recv,
-                                                        count, dtype, op, &e)
-                               : ddph__mpi_reduce_scatter(h->mpi, g, send, recv,
-                                                          count, dtype, op, &e);
-    return traced(h, "reduce_scatter", count, dtype, t0, keep(h, st, &e));
+    size_t es = ddph__dtype_size(dtype);
+    return blocking(host(s),
+                    (collective){REDUCE_SCATTER, "reduce_scatter", g, send,
+                                 recv, count, NULL, dtype, (int)op, -1,
+                                 (span){send, count * (size_t)g->size * es},
+                                 (span){recv, count * es}});
 }
 
 /* ---- minor 2: variable counts and all-to-all ------------------------------ */
@@ -207,36 +285,14 @@ static ddph_status svc_allgatherv(const ddph_services *s, ddph_group *g,
                                   const void *send, void *recv,
                                   const size_t *counts, ddph_dtype dtype)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status fp = checked(h, g, "allgatherv", send, dtype, counts_total(g, counts),
-                             -1, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    double t0 = span_start(h);
-    size_t total = count_allgatherv(h, g, counts, dtype);
-    ddph_status st =
-        ON_GPU(h)
-            ? GPU(h)->allgatherv(h->gpu, g, send, recv, counts, dtype, &e)
-            : ddph__mpi_allgatherv(h->mpi, g, send, recv, counts, dtype, &e);
-    return traced(h, "allgatherv", total, dtype, t0, keep(h, st, &e));
+    return blocking(host(s), allgatherv_of(g, send, recv, counts, dtype));
 }
 
 static ddph_status svc_alltoall(const ddph_services *s, ddph_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status fp = checked(h, g, "alltoall", send, dtype, count, -1, -1, &e);
-    if (fp != DDPH_OK)
-        return keep(h, fp, &e);
-    double t0 = span_start(h);
-    count_alltoall(h, g, count, dtype);
-    ddph_status st =
-        ON_GPU(h) ? GPU(h)->alltoall(h->gpu, g, send, recv, count, dtype, &e)
-                  : ddph__mpi_alltoall(h->mpi, g, send, recv, count, dtype, &e);
-    return traced(h, "alltoall", count, dtype, t0, keep(h, st, &e));
+    return blocking(host(s), alltoall_of(g, send, recv, count, dtype));
 }
 
 /* ---- minor 2: nonblocking collectives --------------------------------------
@@ -249,20 +305,12 @@ struct ddph_request {
     const char *what;
     size_t count;
     ddph_dtype dtype;
-    double t0;      /* the timeline's clock, for the span */
-    double started; /* ddph__now() at the start, for the deadline */
-    struct ddph_group *group;
-    ddph_mpi_op op; /* MPI; unused on the GPU, where the stream orders */
+    double t0;       /* the timeline's clock, for the span */
+    ddph_comm_op op; /* the backend's: its group, name and start */
     /* The memory it reads and the memory it writes until it ends. */
     const char *reads, *writes;
     size_t read_bytes, write_bytes;
 };
-
-/* A buffer of a nonblocking collective: where, and how many bytes. */
-typedef struct span {
-    const void *at;
-    size_t bytes;
-} span;
 
 static int overlap(const char *a, size_t an, const void *b, size_t bn)
 {
@@ -299,18 +347,21 @@ static ddph_status no_overlap(ddph_hook *h, const char *what, span rd,
     return DDPH_OK;
 }
 
-static ddph_request *request_new(ddph_hook *h, const char *what,
-                                 struct ddph_group *g, size_t count,
-                                 ddph_dtype dtype)
+static ddph_request *request_new(ddph_hook *h, const collective *c)
 {
     ddph_request *r = calloc(1, sizeof *r);
     if (!r) {
-        snprintf(h->message, sizeof h->message, "%s: out of memory", what);
+        snprintf(h->message, sizeof h->message, "%s: out of memory", c->what);
         return NULL;
     }
-    *r = (ddph_request){.owner = h, .what = what, .count = count,
-                        .dtype = dtype, .t0 = span_start(h),
-                        .started = ddph__now(), .group = g};
+    *r = (ddph_request){.owner = h, .what = c->what, .count = c->count,
+                        .dtype = c->dtype, .t0 = span_start(h),
+                        .reads = c->reads.at, .read_bytes = c->reads.bytes,
+                        .writes = c->writes.at,
+                        .write_bytes = c->writes.bytes};
+    r->op.group = c->g;
+    r->op.what = c->what;
+    r->op.start = ddph__now();
     return r;
 }
 
@@ -344,9 +395,6 @@ static void request_end(ddph_request *r)
     free(r);
 }
 
-/* The GPU or the MPI form of a call, by the hook's backend. */
-#define BY_BACKEND(h, gpu_call, mpi_call) (ON_GPU(h) ? (gpu_call) : (mpi_call))
-
 /* A nonblocking collective may complete after on_bucket has returned
  * (the host waits for what the hook left outstanding), so its buffers must
  * not be the hook's own locals: by then MPI would write into stack memory
@@ -378,75 +426,43 @@ static ddph_status not_on_stack(ddph_hook *h, const char *what,
     return DDPH_OK;
 }
 
-/* What every nonblocking start does first: refuse the hook's own stack
- * buffers, compare the collective across the ranks, make the request
- * (count: its elements, for the timeline).  NULL with *st and h->message
- * set when the collective must not start. */
-static ddph_request *request_begin(ddph_hook *h, const char *what,
-                                   ddph_group *g, span rd, span wr,
-                                   ddph_dtype dtype, size_t count, int op,
-                                   ddph_status *st)
+/* A nonblocking collective (`what`: its name, "iallreduce", ...): the
+ * hook's own stack buffers refused, compared across the ranks, counted,
+ * and started into a request that wait or test ends. */
+static ddph_status nonblocking(ddph_hook *h, const char *what, collective c,
+                               ddph_request **req)
 {
     ddph_err e;
-    if ((*st = not_on_stack(h, what, rd.at, wr.at)) != DDPH_OK ||
-        (*st = no_overlap(h, what, rd, wr)) != DDPH_OK)
-        return NULL;
-    if ((*st = checked(h, g, what, rd.at, dtype, count, op, -1, &e)) != DDPH_OK) {
-        keep(h, *st, &e);
-        return NULL;
-    }
-    ddph_request *r = request_new(h, what, g, count, dtype);
-    *st = r ? DDPH_OK : DDPH_ERR_NOMEM;
-    if (r) {
-        r->reads = rd.at;
-        r->read_bytes = rd.bytes;
-        r->writes = wr.at;
-        r->write_bytes = wr.bytes;
-    }
-    return r;
+    ddph_status st;
+    *req = NULL;
+    c.what = what;
+    if ((st = not_on_stack(h, what, c.reads.at, c.writes.at)) != DDPH_OK ||
+        (st = no_overlap(h, what, c.reads, c.writes)) != DDPH_OK)
+        return st;
+    if ((st = checked(h, &c, &e)) != DDPH_OK)
+        return keep(h, st, &e);
+    ddph_request *r = request_new(h, &c);
+    if (!r)
+        return DDPH_ERR_NOMEM;
+    count_bytes(h, &c);
+    st = issue(h, &c, &r->op, &e);
+    return request_started(h, r, st, &e, req);
 }
 
 static ddph_status svc_iallreduce(const ddph_services *s, ddph_group *g,
                                   void *buf, size_t count, ddph_dtype dtype,
                                   ddph_redop op, ddph_request **req)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status st;
-    *req = NULL;
-    span all = {buf, count * ddph__dtype_size(dtype)};
-    ddph_request *r = request_begin(h, "iallreduce", g, all, all, dtype, count,
-                                    (int)op, &st);
-    if (!r)
-        return st;
-    count_allreduce(h, count, dtype);
-    st = BY_BACKEND(
-        h, GPU(h)->start_allreduce(h->gpu, g, buf, count, dtype, op, &e),
-        ddph__mpi_start_allreduce(h->mpi, g, buf, count, dtype, op, &r->op,
-                                  &e));
-    return request_started(h, r, st, &e, req);
+    return nonblocking(host(s), "iallreduce",
+                       allreduce_of(g, buf, count, dtype, op), req);
 }
 
 static ddph_status svc_iallgather(const ddph_services *s, ddph_group *g,
                                   const void *send, void *recv, size_t count,
                                   ddph_dtype dtype, ddph_request **req)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status st;
-    *req = NULL;
-    size_t es = ddph__dtype_size(dtype);
-    ddph_request *r = request_begin(
-        h, "iallgather", g, (span){send, count * es},
-        (span){recv, count * (size_t)g->size * es}, dtype, count, -1, &st);
-    if (!r)
-        return st;
-    count_allgather(h, g, count, dtype);
-    st = BY_BACKEND(
-        h, GPU(h)->start_allgather(h->gpu, g, send, recv, count, dtype, &e),
-        ddph__mpi_start_allgather(h->mpi, g, send, recv, count, dtype, &r->op,
-                                  &e));
-    return request_started(h, r, st, &e, req);
+    return nonblocking(host(s), "iallgather",
+                       allgather_of(g, send, recv, count, dtype), req);
 }
 
 static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
@@ -454,44 +470,16 @@ static ddph_status svc_iallgatherv(const ddph_services *s, ddph_group *g,
                                    const size_t *counts, ddph_dtype dtype,
                                    ddph_request **req)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status st;
-    *req = NULL;
-    size_t es = ddph__dtype_size(dtype), total = counts_total(g, counts);
-    ddph_request *r = request_begin(
-        h, "iallgatherv", g, (span){send, counts[g->rank] * es},
-        (span){recv, total * es}, dtype, total, -1, &st);
-    if (!r)
-        return st;
-    r->count = count_allgatherv(h, g, counts, dtype);
-    st = BY_BACKEND(
-        h, GPU(h)->start_allgatherv(h->gpu, g, send, recv, counts, dtype, &e),
-        ddph__mpi_start_allgatherv(h->mpi, g, send, recv, counts, dtype, &r->op,
-                                   &e));
-    return request_started(h, r, st, &e, req);
+    return nonblocking(host(s), "iallgatherv",
+                       allgatherv_of(g, send, recv, counts, dtype), req);
 }
 
 static ddph_status svc_ialltoall(const ddph_services *s, ddph_group *g,
                                  const void *send, void *recv, size_t count,
                                  ddph_dtype dtype, ddph_request **req)
 {
-    ddph_hook *h = host(s);
-    ddph_err e;
-    ddph_status st;
-    *req = NULL;
-    size_t bytes = count * (size_t)g->size * ddph__dtype_size(dtype);
-    ddph_request *r = request_begin(h, "ialltoall", g, (span){send, bytes},
-                                    (span){recv, bytes}, dtype, count, -1,
-                                    &st);
-    if (!r)
-        return st;
-    count_alltoall(h, g, count, dtype);
-    st = BY_BACKEND(
-        h, GPU(h)->start_alltoall(h->gpu, g, send, recv, count, dtype, &e),
-        ddph__mpi_start_alltoall(h->mpi, g, send, recv, count, dtype, &r->op,
-                                 &e));
-    return request_started(h, r, st, &e, req);
+    return nonblocking(host(s), "ialltoall",
+                       alltoall_of(g, send, recv, count, dtype), req);
 }
 
 /* Whether req is one of this hook's outstanding requests (a stale or
@@ -514,9 +502,7 @@ static ddph_status svc_wait(const ddph_services *s, ddph_request *req)
         return DDPH_ERR_INVALID;
     }
     ddph_err e;
-    ddph_status st =
-        BY_BACKEND(h, GPU(h)->wait(h->gpu, req->group, req->what, &e),
-                   ddph__mpi_op_wait(h->mpi, &req->op, &e));
+    ddph_status st = COMM(h)->wait(SELF(h), &req->op, &e);
     request_end(req);
     return keep(h, st, &e);
 }
@@ -532,21 +518,7 @@ static ddph_status svc_test(const ddph_services *s, ddph_request *req,
         return DDPH_ERR_INVALID;
     }
     ddph_err e;
-    ddph_status st;
-    if (ON_GPU(h)) {
-        /* The stream is idle: every request on it completed.  Failed, or
-         * past the deadline: the wait reports (and aborts) what is. */
-        if (GPU(h)->idle(h->gpu) == 0 &&
-            ddph__now() - req->started <= h->mpi->timeout_s)
-            return DDPH_OK;
-        st = GPU(h)->wait(h->gpu, req->group, req->what, &e);
-        *done = 1;
-        request_end(req);
-        return keep(h, st, &e);
-    }
-    st = ddph__mpi_op_test(h->mpi, &req->op, done, &e);
-    if (st != DDPH_OK)
-        *done = 1;
+    ddph_status st = COMM(h)->test(SELF(h), &req->op, done, &e);
     if (*done)
         request_end(req);
     return keep(h, st, &e);
@@ -558,18 +530,7 @@ static ddph_status svc_progress(const ddph_services *s)
     ddph_hook *h = host(s);
     for (ddph_request *r = h->outstanding; r; r = r->next) {
         ddph_err e;
-        ddph_status st;
-        if (ON_GPU(h)) {
-            /* NCCL moves by itself; failed, or past the deadline: the
-             * wait reports (and aborts) what is. */
-            int idle = GPU(h)->idle(h->gpu);
-            if (idle > 0 ||
-                (idle == 0 && ddph__now() - r->started <= h->mpi->timeout_s))
-                continue;
-            st = GPU(h)->wait(h->gpu, r->group, r->what, &e);
-        } else {
-            st = ddph__mpi_op_progress(h->mpi, &r->op, &e);
-        }
+        ddph_status st = COMM(h)->progress(SELF(h), &r->op, &e);
         if (st != DDPH_OK)
             return keep(h, st, &e);
     }
@@ -582,8 +543,7 @@ int ddph__services_settle(ddph_hook *h)
     while (h->outstanding) {
         ddph_request *r = h->outstanding;
         ddph_err e;
-        BY_BACKEND(h, GPU(h)->wait(h->gpu, r->group, r->what, &e),
-                   ddph__mpi_op_wait(h->mpi, &r->op, &e));
+        COMM(h)->wait(SELF(h), &r->op, &e);
         request_end(r);
         n++;
     }
@@ -611,11 +571,12 @@ static void svc_set_error(const ddph_services *s, const char *fmt, ...)
 
 void ddph__services_init(ddph_hook *h)
 {
+    ddph_group *world = COMM(h)->world(SELF(h));
     h->services = (ddph_services){
         .struct_size = sizeof(ddph_services),
         .abi_minor = DDPH_PLUGIN_ABI_MINOR,
-        .rank = h->mpi->world.rank,
-        .world_size = h->mpi->world.size,
+        .rank = world->rank,
+        .world_size = world->size,
         .group_rank = svc_group_rank,
         .group_size = svc_group_size,
         .group_intra_node = svc_intra_node,
@@ -631,7 +592,7 @@ void ddph__services_init(ddph_hook *h)
         .opt_real = ddph__opt_real,
         .opt_string = ddph__opt_string,
         .native_stream = ON_GPU(h) ? GPU(h)->stream(h->gpu) : NULL,
-        .world = ON_GPU(h) ? GPU(h)->world(h->gpu) : &h->mpi->world,
+        .world = world,
         .host = h,
         .device = ON_GPU(h) ? DDPH_CUDA : DDPH_CPU,
         .allgatherv = svc_allgatherv,

@@ -736,3 +736,163 @@ ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     return ddph__nccl_split(n, &n->world, (int)leader, n->world.rank, out, err);
 }
+
+/* ---- comm.h's table: the functions above, with the ddph_nccl as state -- */
+
+static struct ddph_group *comm_world(void *self)
+{
+    return &((ddph_nccl *)self)->world;
+}
+
+static ddph_status comm_split(void *self, struct ddph_group *parent,
+                              int color, int key, struct ddph_group **out,
+                              ddph_err *err)
+{
+    return ddph__nccl_split(self, parent, color, key, out, err);
+}
+
+static ddph_status comm_intra_node(void *self, struct ddph_group **out,
+                                   ddph_err *err)
+{
+    return ddph__nccl_intra_node(self, out, err);
+}
+
+static ddph_status comm_allreduce(void *self, struct ddph_group *g, void *buf,
+                                  size_t count, ddph_dtype dtype,
+                                  ddph_redop op, ddph_err *err)
+{
+    return ddph__nccl_allreduce(self, g, buf, count, dtype, op, err);
+}
+
+static ddph_status comm_allgather(void *self, struct ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_err *err)
+{
+    return ddph__nccl_allgather(self, g, send, recv, count, dtype, err);
+}
+
+static ddph_status comm_allgatherv(void *self, struct ddph_group *g,
+                                   const void *send, void *recv,
+                                   const size_t *counts, ddph_dtype dtype,
+                                   ddph_err *err)
+{
+    return ddph__nccl_allgatherv(self, g, send, recv, counts, dtype, err);
+}
+
+static ddph_status comm_broadcast(void *self, struct ddph_group *g, void *buf,
+                                  size_t count, ddph_dtype dtype, int root,
+                                  ddph_err *err)
+{
+    return ddph__nccl_broadcast(self, g, buf, count, dtype, root, err);
+}
+
+static ddph_status comm_reduce_scatter(void *self, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_redop op, ddph_err *err)
+{
+    return ddph__nccl_reduce_scatter(self, g, send, recv, count, dtype, op,
+                                     err);
+}
+
+static ddph_status comm_alltoall(void *self, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err)
+{
+    return ddph__nccl_alltoall(self, g, send, recv, count, dtype, err);
+}
+
+/* The stream orders the nonblocking collectives: a request is its group
+ * and name, for the wait's messages. */
+static ddph_status comm_start_allreduce(void *self, struct ddph_group *g,
+                                        void *buf, size_t count,
+                                        ddph_dtype dtype, ddph_redop op,
+                                        ddph_comm_op *out, ddph_err *err)
+{
+    (void)out;
+    return ddph__nccl_start_allreduce(self, g, buf, count, dtype, op, err);
+}
+
+static ddph_status comm_start_allgather(void *self, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        size_t count, ddph_dtype dtype,
+                                        ddph_comm_op *out, ddph_err *err)
+{
+    (void)out;
+    return ddph__nccl_start_allgather(self, g, send, recv, count, dtype, err);
+}
+
+static ddph_status comm_start_allgatherv(void *self, struct ddph_group *g,
+                                         const void *send, void *recv,
+                                         const size_t *counts,
+                                         ddph_dtype dtype, ddph_comm_op *out,
+                                         ddph_err *err)
+{
+    (void)out;
+    return ddph__nccl_start_allgatherv(self, g, send, recv, counts, dtype,
+                                       err);
+}
+
+static ddph_status comm_start_alltoall(void *self, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_comm_op *out, ddph_err *err)
+{
+    (void)out;
+    return ddph__nccl_start_alltoall(self, g, send, recv, count, dtype, err);
+}
+
+static ddph_status comm_wait(void *self, ddph_comm_op *op, ddph_err *err)
+{
+    return ddph__nccl_wait(self, op->group, op->what, err);
+}
+
+/* Whether op may still be running: the stream has work left, none of it
+ * failed, and op's deadline has not passed.  Otherwise the wait reports
+ * (and aborts) what is, at once. */
+static int still_running(ddph_nccl *n, const ddph_comm_op *op)
+{
+    return ddph__nccl_idle(n) == 0 && ddph__now() - op->start <= n->timeout_s;
+}
+
+static ddph_status comm_test(void *self, ddph_comm_op *op, int *done,
+                             ddph_err *err)
+{
+    /* The stream is idle: every request on it completed. */
+    *done = 0;
+    if (still_running(self, op))
+        return DDPH_OK;
+    *done = 1;
+    return comm_wait(self, op, err);
+}
+
+static ddph_status comm_progress(void *self, ddph_comm_op *op, ddph_err *err)
+{
+    /* NCCL moves by itself. */
+    if (ddph__nccl_idle(self) > 0 || still_running(self, op))
+        return DDPH_OK;
+    return comm_wait(self, op, err);
+}
+
+const ddph_comm_ops ddph__nccl_comm_ops = {
+    .name = "nccl",
+    .world = comm_world,
+    .split = comm_split,
+    .intra_node = comm_intra_node,
+    .allreduce = comm_allreduce,
+    .allgather = comm_allgather,
+    .allgatherv = comm_allgatherv,
+    .broadcast = comm_broadcast,
+    .reduce_scatter = comm_reduce_scatter,
+    .alltoall = comm_alltoall,
+    .start_allreduce = comm_start_allreduce,
+    .start_allgather = comm_start_allgather,
+    .start_allgatherv = comm_start_allgatherv,
+    .start_alltoall = comm_start_alltoall,
+    .wait = comm_wait,
+    .test = comm_test,
+    .progress = comm_progress,
+    /* The stream orders a rank's collectives; they are not fingerprinted. */
+    .fingerprint = NULL,
+    .fingerprint_settle = NULL,
+};

@@ -8,7 +8,8 @@
  * collective is enqueued on it and polled against timeout_s
  * (cudaStreamQuery, ncclCommGetAsyncError), so a dead peer is reported
  * instead of hanging.  Part of the GPU backend module
- * (module.c gives the runtime these functions as comm/gpu.h's table). */
+ * (module.c gives the runtime these functions as comm/gpu.h's table,
+ * the collectives as comm/comm.h's). */
 #ifndef DDPH_BACKEND_NCCL_H
 #define DDPH_BACKEND_NCCL_H
 
@@ -99,6 +100,10 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
                              ddph_err *err);
 ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
                                   ddph_err *err);
+
+/* The functions above as comm.h's table, whose state is the ddph_nccl
+ * (module.c hands it to the runtime in ddph_gpu_ops.comm). */
+extern const ddph_comm_ops ddph__nccl_comm_ops;
 
 /* Device operations: enqueued on the communication stream, which orders
  * them with everything else a hook does; they return without waiting

@@ -1,0 +1,170 @@
+/* comm.h: the collectives a hook and the reducer use, as one table that
+ * every backend fills: the MPI backend (comm/mpi_comm.c, host memory), the
+ * GPU module (comm/nccl/backend_nccl.c, device memory) and the tests' fake
+ * communicator.  A context chooses its backend once, when it opens
+ * (ddph_ctx.comm), and hands it to every hook; plugin/services.c then
+ * checks, counts and traces each collective in one place and calls the
+ * table, whatever the backend.
+ *
+ * The job's control plane (faults, agreement, the lanes' communicators,
+ * the steps' bookkeeping that tells peers where a rank is) is the second
+ * table here, ddph_control_ops: core/ reaches the job through it (only
+ * opening and closing the job, and the trainer's own collectives, call
+ * the MPI backend by name), so that the reducer runs over the tests' fake
+ * communicator too. */
+#ifndef DDPH_COMM_H
+#define DDPH_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/backend_mpi.h"
+#include "support/util.h"
+
+/* A nonblocking collective from its start until wait or test ends it.
+ * The caller sets group, what and start before the start call; the
+ * backend keeps its own state in the rest. */
+typedef struct ddph_comm_op {
+    struct ddph_group *group;
+    const char *what; /* "iallreduce", ...: named in failures */
+    double start;     /* ddph__now() at the start: the deadline's origin */
+    ddph_mpi_op mpi;  /* the MPI backend's requests */
+    ddph_status done; /* a backend that completes at the start: its status */
+} ddph_comm_op;
+
+typedef struct ddph_comm_ops {
+    const char *name; /* "mpi", "nccl", "fake" */
+
+    /* The world group, with this rank and the job's size. */
+    struct ddph_group *(*world)(void *self);
+    ddph_status (*split)(void *self, struct ddph_group *parent, int color,
+                         int key, struct ddph_group **out, ddph_err *err);
+    ddph_status (*intra_node)(void *self, struct ddph_group **out,
+                              ddph_err *err);
+
+    /* Blocking collectives: plugin.h's definitions. */
+    ddph_status (*allreduce)(void *self, struct ddph_group *g, void *buf,
+                             size_t count, ddph_dtype dtype, ddph_redop op,
+                             ddph_err *err);
+    ddph_status (*allgather)(void *self, struct ddph_group *g,
+                             const void *send, void *recv, size_t count,
+                             ddph_dtype dtype, ddph_err *err);
+    ddph_status (*allgatherv)(void *self, struct ddph_group *g,
+                              const void *send, void *recv,
+                              const size_t *counts, ddph_dtype dtype,
+                              ddph_err *err);
+    ddph_status (*broadcast)(void *self, struct ddph_group *g, void *buf,
+                             size_t count, ddph_dtype dtype, int root,
+                             ddph_err *err);
+    ddph_status (*reduce_scatter)(void *self, struct ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_redop op,
+                                  ddph_err *err);
+    ddph_status (*alltoall)(void *self, struct ddph_group *g,
+                            const void *send, void *recv, size_t count,
+                            ddph_dtype dtype, ddph_err *err);
+
+    /* Nonblocking: started into *op, then ended by wait, or by test
+     * setting *done (a failure ends it too).  progress moves op along
+     * without ending it; it returns a failure or the passed deadline. */
+    ddph_status (*start_allreduce)(void *self, struct ddph_group *g,
+                                   void *buf, size_t count, ddph_dtype dtype,
+                                   ddph_redop op, ddph_comm_op *out,
+                                   ddph_err *err);
+    ddph_status (*start_allgather)(void *self, struct ddph_group *g,
+                                   const void *send, void *recv, size_t count,
+                                   ddph_dtype dtype, ddph_comm_op *out,
+                                   ddph_err *err);
+    ddph_status (*start_allgatherv)(void *self, struct ddph_group *g,
+                                    const void *send, void *recv,
+                                    const size_t *counts, ddph_dtype dtype,
+                                    ddph_comm_op *out, ddph_err *err);
+    ddph_status (*start_alltoall)(void *self, struct ddph_group *g,
+                                  const void *send, void *recv, size_t count,
+                                  ddph_dtype dtype, ddph_comm_op *out,
+                                  ddph_err *err);
+    ddph_status (*wait)(void *self, ddph_comm_op *op, ddph_err *err);
+    ddph_status (*test)(void *self, ddph_comm_op *op, int *done,
+                        ddph_err *err);
+    ddph_status (*progress)(void *self, ddph_comm_op *op, ddph_err *err);
+
+    /* The collectives' fingerprints (backend_mpi.h, check_collectives),
+     * compared while the collective runs; NULL where the backend does not
+     * compare them (the stream orders a GPU's). */
+    ddph_status (*fingerprint)(void *self, struct ddph_group *g,
+                               const char *what, ddph_dtype dtype,
+                               size_t count, int op, int root, int64_t model,
+                               int64_t iteration, int64_t bucket,
+                               int64_t offset, ddph_err *err);
+    ddph_status (*fingerprint_settle)(void *self, ddph_err *err);
+} ddph_comm_ops;
+
+/* A backend: its table and its state, chosen once per context. */
+typedef struct ddph_comm {
+    const ddph_comm_ops *ops;
+    void *self;
+} ddph_comm;
+
+/* The job's control plane as core/ sees it (backend_mpi.h says what each
+ * does over MPI).  A fake serves at least rank to lane_groups, what the
+ * reducer calls. */
+typedef struct ddph_control_ops {
+    /* This rank in the world (for messages). */
+    int (*rank)(void *self);
+    /* DDPH_OK, or the job's first failure (err gets its message). */
+    ddph_status (*fault)(void *self, ddph_err *err);
+    /* Whether the job is broken, without polling the peers. */
+    int (*broken)(void *self);
+    /* Breaks the job because of this rank's failure; the peers hear it. */
+    void (*fail)(void *self, ddph_status st, const char *msg);
+    /* Every rank's outcome: DDPH_OK, or the lowest failing rank's. */
+    ddph_status (*agree)(void *self, ddph_status local, const char *local_msg,
+                         ddph_err *err);
+    /* The lanes' groups: out[0] the world, out[1..n-1] duplicates. */
+    ddph_status (*lane_groups)(void *self, int n, struct ddph_group **out,
+                               ddph_err *err);
+
+    /* The runtime's own small collectives on the world (agreements, roll
+     * calls, state files). */
+    ddph_status (*allreduce_i64)(void *self, int64_t *v, size_t n,
+                                 ddph_redop op, ddph_err *err);
+    ddph_status (*bcast_bytes)(void *self, void *buf, size_t n, int root,
+                               ddph_err *err);
+    /* The end-of-step agreement of the lanes' groups. */
+    ddph_status (*step_agree)(void *self, struct ddph_group *const *groups,
+                              int n, const ddph_step_summary *s,
+                              ddph_err *err);
+    /* Where this rank is, for its peers: in a synchronising step or not
+     * (returns what it was), one more synchronised step done, how many,
+     * and the trainer calls made so far. */
+    int (*in_sync_step)(void *self, int on);
+    void (*step_synced)(void *self);
+    int64_t (*syncs_done)(void *self);
+    int64_t (*trainer_calls)(void *self);
+    /* This rank leaves the steps (DDPH__DEPART_*), or closes the job. */
+    void (*depart)(void *self, int kind, const char *what);
+    void (*closing)(void *self);
+    /* Names model id `id` in the peers' mismatch messages. */
+    void (*model_named)(void *self, int64_t id, const char *name);
+} ddph_control_ops;
+
+typedef struct ddph_control {
+    const ddph_control_ops *ops;
+    void *self;
+} ddph_control;
+
+/* The MPI backend's tables (comm/mpi_comm.c). */
+extern const ddph_comm_ops ddph__mpi_comm_ops;
+extern const ddph_control_ops ddph__mpi_control_ops;
+
+static inline ddph_comm ddph__mpi_comm(ddph_mpi *m)
+{
+    return (ddph_comm){&ddph__mpi_comm_ops, m};
+}
+
+static inline ddph_control ddph__mpi_control(ddph_mpi *m)
+{
+    return (ddph_control){&ddph__mpi_control_ops, m};
+}
+
+#endif

@@ -1,0 +1,271 @@
+/* mpi_comm.c: the MPI backend as comm.h's tables.  Each entry is the
+ * backend_mpi.h function of the same name, with the ddph_mpi the context
+ * chose as its state. */
+#include "build-config.h"
+
+#include "comm/comm.h"
+
+static struct ddph_group *mpi_world(void *self)
+{
+    return &((ddph_mpi *)self)->world;
+}
+
+static ddph_status mpi_split(void *self, struct ddph_group *parent, int color,
+                             int key, struct ddph_group **out, ddph_err *err)
+{
+    return ddph__mpi_split(self, parent, color, key, out, err);
+}
+
+static ddph_status mpi_intra_node(void *self, struct ddph_group **out,
+                                  ddph_err *err)
+{
+    return ddph__mpi_intra_node(self, out, err);
+}
+
+static ddph_status mpi_allreduce(void *self, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err)
+{
+    return ddph__mpi_allreduce(self, g, buf, count, dtype, op, err);
+}
+
+static ddph_status mpi_allgather(void *self, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err)
+{
+    return ddph__mpi_allgather(self, g, send, recv, count, dtype, "allgather",
+                               err);
+}
+
+static ddph_status mpi_allgatherv(void *self, struct ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype,
+                                  ddph_err *err)
+{
+    return ddph__mpi_allgatherv(self, g, send, recv, counts, dtype, err);
+}
+
+static ddph_status mpi_broadcast(void *self, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, int root,
+                                 ddph_err *err)
+{
+    return ddph__mpi_broadcast(self, g, buf, count, dtype, root, err);
+}
+
+static ddph_status mpi_reduce_scatter(void *self, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op, ddph_err *err)
+{
+    return ddph__mpi_reduce_scatter(self, g, send, recv, count, dtype, op,
+                                    err);
+}
+
+static ddph_status mpi_alltoall(void *self, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err)
+{
+    return ddph__mpi_alltoall(self, g, send, recv, count, dtype, err);
+}
+
+static ddph_status mpi_start_allreduce(void *self, struct ddph_group *g,
+                                       void *buf, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_allreduce(self, g, buf, count, dtype, op, &out->mpi,
+                                     err);
+}
+
+static ddph_status mpi_start_allgather(void *self, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_allgather(self, g, send, recv, count, dtype,
+                                     &out->mpi, err);
+}
+
+static ddph_status mpi_start_allgatherv(void *self, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        const size_t *counts, ddph_dtype dtype,
+                                        ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_allgatherv(self, g, send, recv, counts, dtype,
+                                      &out->mpi, err);
+}
+
+static ddph_status mpi_start_alltoall(void *self, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_alltoall(self, g, send, recv, count, dtype,
+                                    &out->mpi, err);
+}
+
+static ddph_status mpi_wait(void *self, ddph_comm_op *op, ddph_err *err)
+{
+    return ddph__mpi_op_wait(self, &op->mpi, err);
+}
+
+static ddph_status mpi_test(void *self, ddph_comm_op *op, int *done,
+                            ddph_err *err)
+{
+    ddph_status st = ddph__mpi_op_test(self, &op->mpi, done, err);
+    if (st != DDPH_OK)
+        *done = 1;
+    return st;
+}
+
+static ddph_status mpi_progress(void *self, ddph_comm_op *op, ddph_err *err)
+{
+    return ddph__mpi_op_progress(self, &op->mpi, err);
+}
+
+static ddph_status mpi_fingerprint(void *self, struct ddph_group *g,
+                                   const char *what, ddph_dtype dtype,
+                                   size_t count, int op, int root,
+                                   int64_t model, int64_t iteration,
+                                   int64_t bucket, int64_t offset,
+                                   ddph_err *err)
+{
+    return ddph__mpi_fingerprint(self, g, what, dtype, count, op, root, model,
+                                 iteration, bucket, offset, err);
+}
+
+static ddph_status mpi_fingerprint_settle(void *self, ddph_err *err)
+{
+    return ddph__mpi_fingerprint_settle(self, err);
+}
+
+const ddph_comm_ops ddph__mpi_comm_ops = {
+    .name = "mpi",
+    .world = mpi_world,
+    .split = mpi_split,
+    .intra_node = mpi_intra_node,
+    .allreduce = mpi_allreduce,
+    .allgather = mpi_allgather,
+    .allgatherv = mpi_allgatherv,
+    .broadcast = mpi_broadcast,
+    .reduce_scatter = mpi_reduce_scatter,
+    .alltoall = mpi_alltoall,
+    .start_allreduce = mpi_start_allreduce,
+    .start_allgather = mpi_start_allgather,
+    .start_allgatherv = mpi_start_allgatherv,
+    .start_alltoall = mpi_start_alltoall,
+    .wait = mpi_wait,
+    .test = mpi_test,
+    .progress = mpi_progress,
+    .fingerprint = mpi_fingerprint,
+    .fingerprint_settle = mpi_fingerprint_settle,
+};
+
+/* ---- the control plane -------------------------------------------------- */
+
+static int mpi_rank(void *self)
+{
+    return ((ddph_mpi *)self)->world.rank;
+}
+
+static ddph_status mpi_fault(void *self, ddph_err *err)
+{
+    return ddph__mpi_fault(self, err);
+}
+
+static int mpi_broken(void *self)
+{
+    return atomic_load(&((ddph_mpi *)self)->broken);
+}
+
+static void mpi_fail(void *self, ddph_status st, const char *msg)
+{
+    ddph__mpi_fail_job(self, st, msg);
+}
+
+static ddph_status mpi_agree(void *self, ddph_status local,
+                             const char *local_msg, ddph_err *err)
+{
+    return ddph__mpi_agree(self, local, local_msg, err);
+}
+
+static ddph_status mpi_lane_groups(void *self, int n, struct ddph_group **out,
+                                   ddph_err *err)
+{
+    return ddph__mpi_lane_groups(self, n, out, err);
+}
+
+static ddph_status mpi_allreduce_i64(void *self, int64_t *v, size_t n,
+                                     ddph_redop op, ddph_err *err)
+{
+    return ddph__mpi_allreduce_i64(self, v, n, op, err);
+}
+
+static ddph_status mpi_bcast_bytes(void *self, void *buf, size_t n, int root,
+                                   ddph_err *err)
+{
+    return ddph__mpi_bcast_bytes(self, buf, n, root, err);
+}
+
+static ddph_status mpi_step_agree(void *self, struct ddph_group *const *groups,
+                                  int n, const ddph_step_summary *s,
+                                  ddph_err *err)
+{
+    return ddph__mpi_step_agree(self, groups, n, s, err);
+}
+
+static int mpi_in_sync_step(void *self, int on)
+{
+    return atomic_exchange(&((ddph_mpi *)self)->in_sync_step, on);
+}
+
+static void mpi_step_synced(void *self)
+{
+    ddph_mpi *m = self;
+    atomic_fetch_add(&m->syncs_done, 1);
+    atomic_store(&m->in_sync_step, 0);
+}
+
+static int64_t mpi_syncs_done(void *self)
+{
+    return (int64_t)atomic_load(&((ddph_mpi *)self)->syncs_done);
+}
+
+static int64_t mpi_trainer_calls(void *self)
+{
+    return (int64_t)atomic_load(&((ddph_mpi *)self)->trainer_calls);
+}
+
+static void mpi_depart(void *self, int kind, const char *what)
+{
+    ddph__mpi_depart(self, kind, what);
+}
+
+static void mpi_closing(void *self)
+{
+    ddph__mpi_closing(self);
+}
+
+static void mpi_model_named(void *self, int64_t id, const char *name)
+{
+    ddph__mpi_model_named(self, id, name);
+}
+
+const ddph_control_ops ddph__mpi_control_ops = {
+    .rank = mpi_rank,
+    .fault = mpi_fault,
+    .broken = mpi_broken,
+    .fail = mpi_fail,
+    .agree = mpi_agree,
+    .lane_groups = mpi_lane_groups,
+    .allreduce_i64 = mpi_allreduce_i64,
+    .bcast_bytes = mpi_bcast_bytes,
+    .step_agree = mpi_step_agree,
+    .in_sync_step = mpi_in_sync_step,
+    .step_synced = mpi_step_synced,
+    .syncs_done = mpi_syncs_done,
+    .trainer_calls = mpi_trainer_calls,
+    .depart = mpi_depart,
+    .closing = mpi_closing,
+    .model_named = mpi_model_named,
+};
