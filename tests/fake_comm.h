@@ -7,8 +7,9 @@
  * A failure can be planted on a chosen collective of a chosen rank: that
  * call fails; when its caller breaks the job (ddph_control_ops.fail, as
  * the reducer does), the peers waiting for it, and every later
- * collective, fail with the caller's message, as on a job over MPI.  No rank waits longer than FAKE_COMM_WAIT_S: a collective one
- * rank never calls fails with DDPH_ERR_TIMEOUT instead of hanging.
+ * collective, fail with the caller's message, as on a job over MPI.
+ * No rank waits longer than FAKE_COMM_WAIT_S: a collective one rank
+ * never calls fails with DDPH_ERR_TIMEOUT instead of hanging.
  *
  * Groups: the world and its duplicates (the lanes); splits are refused.
  * Nonblocking collectives complete when they start. */
