@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,12 @@ struct fake_world {
     ddph_status broken;
     char why[DDPH__ERR_LEN];
     fake_rank *ranks;
+    /* Inputs of collectives that failed, which a peer may still have been
+     * reading: freed with the world, when every rank's thread is done. */
+    struct abandoned {
+        struct abandoned *next;
+        _Alignas(max_align_t) unsigned char data[];
+    } *abandoned;
 };
 
 fake_world *fake_world_new(int size)
@@ -84,6 +91,11 @@ void fake_world_free(fake_world *w)
     }
     for (int l = 0; l < FAKE_COMM_MAX_LANES; l++)
         free(w->meet[l].in);
+    while (w->abandoned) {
+        struct abandoned *next = w->abandoned->next;
+        free(w->abandoned);
+        w->abandoned = next;
+    }
     free(w->ranks);
     free(w);
 }
@@ -159,21 +171,30 @@ static ddph_status exchange(fake_rank *r, int lane, const char *what,
                             void *arg, ddph_err *err)
 {
     fake_world *w = r->w;
-    void *copy = malloc(bytes ? bytes : 1);
-    if (!copy)
+    /* The input follows a list link, so that a failed collective's can
+     * be handed to the world (below). */
+    struct abandoned *block = malloc(sizeof *block + (bytes ? bytes : 1));
+    if (!block)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    unsigned char *copy = block->data;
     if (bytes)
         memcpy(copy, mine, bytes);
     pthread_mutex_lock(&w->mu);
     w->meet[lane].in[r->rank] = copy;
     pthread_mutex_unlock(&w->mu);
     ddph_status st = meet(r, lane, what, err);
-    if (st != DDPH_OK)
-        return st; /* copy leaks: a peer may still read it */
-    combine(w->meet[lane].in, w->size, r->rank, arg);
-    st = meet(r, lane, what, err);
-    if (st == DDPH_OK)
-        free(copy);
+    if (st == DDPH_OK) {
+        combine(w->meet[lane].in, w->size, r->rank, arg);
+        st = meet(r, lane, what, err);
+    }
+    if (st == DDPH_OK) {
+        free(block);
+        return st;
+    }
+    pthread_mutex_lock(&w->mu); /* a peer may still read it */
+    block->next = w->abandoned;
+    w->abandoned = block;
+    pthread_mutex_unlock(&w->mu);
     return st;
 }
 
