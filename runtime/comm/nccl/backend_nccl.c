@@ -60,9 +60,10 @@ static ncclRedOp_t nccl_op(ddph_redop op)
 /* A poll loop's pause: spin briefly (a collective often ends within
  * microseconds), then yield, then sleep, so that a long wait does not
  * hold a core that the trainer's own threads need. */
+#define SPIN_POLLS 64
 static void backoff(unsigned polls)
 {
-    if (polls < 64)
+    if (polls < SPIN_POLLS)
         return;
     if (polls < 1024) {
         sched_yield();
@@ -70,6 +71,15 @@ static void backoff(unsigned polls)
     }
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
+}
+
+/* Whether a poll loop looks at the job's failure notices and its
+ * deadline on this poll: every 256th while it spins, and on every poll
+ * once it yields or sleeps, where one poll may take a time slice of
+ * another thread (192 yields took over 0.3 s beside a busy build). */
+static int time_to_look(unsigned polls)
+{
+    return polls >= SPIN_POLLS || polls % 256 == 255;
 }
 
 /* Every communicator is nonblocking (config.blocking = 0): an NCCL call
@@ -88,9 +98,9 @@ static ddph_status settle(ddph_nccl *n, ncclComm_t *comm, ncclResult_t r,
             break; /* the communicator is gone: report r as it stands */
         if (r != ncclInProgress)
             break;
-        ddph_status broken =
-            polls % 256 == 255 ? n->host.fault(n->mpi, err) : DDPH_OK;
-        if (broken != DDPH_OK || (polls % 256 == 255 && ddph__now() > deadline)) {
+        int look = time_to_look(polls);
+        ddph_status broken = look ? n->host.fault(n->mpi, err) : DDPH_OK;
+        if (broken != DDPH_OK || (look && ddph__now() > deadline)) {
             ncclCommAbort(*comm);
             *comm = NULL;
             return broken != DDPH_OK
@@ -207,10 +217,9 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
                               what, ncclGetErrorString(async), bad->size);
         }
         /* A peer's failure notice, or a failure on another thread. */
-        ddph_status broken = polls % 256 == 255
-                                 ? n->host.fault(n->mpi, err)
-                                 : DDPH_OK;
-        int late = polls % 256 == 255 && ddph__now() > deadline;
+        int look = time_to_look(polls);
+        ddph_status broken = look ? n->host.fault(n->mpi, err) : DDPH_OK;
+        int late = look && ddph__now() > deadline;
         if (broken != DDPH_OK || late) {
             if (!g)
                 abort_all(n);
