@@ -50,6 +50,26 @@ exit_time() {
         sed -n 's/.* at \([0-9.]*\), exit 4$/\1/p'
 }
 
+# snapshot DIR LASTRANK [stacks]: each rank's process as the wait for it
+# ended (its state, each thread's kernel wait channel and, with "stacks"
+# where gdb is installed, its stack), printed if the scenario fails: a rank
+# that said nothing must still show where it was.
+snapshot() {
+    for _r in $(seq 0 "$2"); do
+        _pid=$(cat "$1/pid.$_r" 2>/dev/null) ||
+            { echo "rank $_r: no pid file (ddph_open never returned)"; continue; }
+        _st=$(ps -o stat=,etimes= -p "$_pid" 2>/dev/null)
+        echo "rank $_r: pid $_pid, state/age ${_st:-gone}"
+        [ -n "$_st" ] || continue
+        for _t in /proc/"$_pid"/task/*; do
+            echo "  thread $(cat "$_t/comm" 2>/dev/null): $(cat "$_t/wchan" 2>/dev/null)"
+        done
+        [ "${3:-}" = stacks ] && command -v gdb >/dev/null 2>&1 &&
+            timeout 20 gdb -p "$_pid" -batch -ex 'thread apply all bt 12' 2>/dev/null |
+            grep '^#\|^Thread' | sed 's/^/    /'
+    done
+}
+
 # scenario N FAULT POINT JOB
 scenario() {
     n=$1 what=$2 point=$3 ini=$4
@@ -89,6 +109,11 @@ scenario() {
         awk -v a="$t0" -v b="$(now)" -v l=$((LIMIT + 20)) \
             'BEGIN { exit !(b - a > l) }' && break
     done
+    waited=$(elapsed "$t0" "$(now)")
+    # Stacks only when the wait ran out: attaching gdb takes seconds.
+    stacks=""
+    [ -n "$t_gone" ] || stacks=stacks
+    snapshot "$dir" "$victim" $stacks >"$dir/state" 2>&1
     # The victim may be stopped, and mpiexec waits for it.
     vpid=$(cat "$dir/pid.$victim" 2>/dev/null) && kill -KILL "$vpid" 2>/dev/null
     why=""
@@ -212,6 +237,8 @@ scenario() {
         fail=$((fail + 1))
         echo "FAIL: -n $n $what $point ($jobname): $why"
         sed 's/^/    /' "$log"
+        echo "  the ranks $waited s after the start, when the wait for them ended:"
+        sed 's/^/    /' "$dir/state"
     fi
 }
 

@@ -15,12 +15,14 @@ alive() {
 }
 
 # ranks_gone DIR RANK...: true once every listed rank has written its pid
-# and ended.
+# and ended.  A pid file that is not (yet) a number is a rank not yet
+# started: "alive" would call an empty pid gone.
 ranks_gone() {
     _dir=$1
     shift
     for _r in "$@"; do
         _pid=$(cat "$_dir/pid.$_r" 2>/dev/null) || return 1
+        case $_pid in "" | *[!0-9]*) return 1 ;; esac
         alive "$_pid" && return 1
     done
     return 0

@@ -54,19 +54,27 @@ static double wall(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Written under a temporary name and renamed: the test polls these files,
+ * and an empty pid file read between fopen and the write once passed for a
+ * rank that had ended (tests/ranks.sh), so the test killed a live job. */
 static void write_file(const char *name, const char *fmt, double v)
 {
-    char path[512];
+    char path[512], tmp[520];
     snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "w");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
     if (!f) {
-        perror(path);
+        perror(tmp);
         exit(2);
     }
     fprintf(f, fmt, v);
     fflush(f);
     fsync(fileno(f));
     fclose(f);
+    if (rename(tmp, path) != 0) {
+        perror(path);
+        exit(2);
+    }
 }
 
 /* The victim's fault; returns only for faults that are not a death. */
