@@ -63,14 +63,14 @@ static int cores_wanted(double now)
         cores = n > 0 ? n : 1;
         atomic_store_explicit(&online, cores, memory_order_relaxed);
     }
-    long running = 0, threads = 0;
+    long running = 0;
     int n = 0;
     FILE *f = fopen("/proc/loadavg", "r");
     if (f) {
-        n = fscanf(f, "%*f %*f %*f %ld/%ld", &running, &threads);
+        n = fscanf(f, "%*f %*f %*f %ld/", &running);
         fclose(f);
     }
-    int answer = n != 2 || running > cores;
+    int answer = n != 1 || running > cores;
     atomic_store_explicit(&wanted, answer, memory_order_relaxed);
     return answer;
 }
