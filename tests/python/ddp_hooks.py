@@ -10,8 +10,8 @@ For each hook, two DDP replicas of one model (5 layers, 4 buckets of
 8 KiB after DDP's rebuild, the same layout as ddphook's) see the same
 inputs, step by step, without optimizer (so that gradients stay
 comparable): one with PyTorch's hook, one with ddphook's.  After every
-step their gradients must agree within the tolerances of the reference
-vectors (shared/reference/vectors/README.md).  PowerSGD's random Q is
+step their gradients must agree within the tolerances that the reference
+vectors use (the README of --with-reference-vectors' folder).  PowerSGD's random Q is
 PyTorch's own: torch.randn's output is captured as PyTorch's hook draws it
 and handed to ddphook's hook through q_init_dir.  PyTorch 1.13 cannot run
 two of these hooks as shipped, so their references are the same
