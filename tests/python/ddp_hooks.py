@@ -6,19 +6,19 @@ PyTorch's own hooks, gradient for gradient, on the ranks mpiexec starts.
         --plugin-dir plugins/.libs --out DIR [--steps 6]
 
 One job file gives each hook its own ddphook model ([model.NAME] hook =).
-For each hook, two DDP replicas of one model (5 layers, 4 buckets of
-8 KiB after DDP's rebuild, the same layout as ddphook's) see the same
+For each hook, two DDP replicas of one model (5 layers, 4 buckets of 8
+KiB after DDP's rebuild, the same layout as ddphook's) see the same
 inputs, step by step, without optimizer (so that gradients stay
-comparable): one with PyTorch's hook, one with ddphook's.  After every
+comparable): one with PyTorch's hook, one with ddphook's. After every
 step their gradients must agree within the tolerances that the reference
-vectors use (the README of --with-reference-vectors' folder).  PowerSGD's random Q is
-PyTorch's own: torch.randn's output is captured as PyTorch's hook draws it
-and handed to ddphook's hook through q_init_dir.  PyTorch 1.13 cannot run
-two of these hooks as shipped, so their references are the same
-algorithms made to run: bf16_compress_hook needs NCCL (gloo cannot sum
-bf16), so its reference casts, divides and sums in bf16 in rank order
-over gathered values; batched_powerSGD_hook hands 2-D matrices to its
-3-D _orthogonalize, which is given a batch dimension.
+vectors use (the README of --with-reference-vectors' folder). PowerSGD's
+random Q is PyTorch's own: torch.randn's output is captured as PyTorch's
+hook draws it and handed to ddphook's hook through q_init_dir. PyTorch
+1.13 cannot run two of these hooks as shipped, so their references are
+the same algorithms made to run: bf16_compress_hook needs NCCL (gloo
+cannot sum bf16), so its reference casts, divides and sums in bf16 in
+rank order over gathered values; batched_powerSGD_hook hands 2-D
+matrices to its 3-D _orthogonalize, which is given a batch dimension.
 Prints one PASS/FAIL line per hook (rank 0) and exits 1 on any failure.
 
 --bytes-dir DIR: for each hook, the bytes this rank sent per step through
