@@ -74,12 +74,13 @@ static void backoff(unsigned polls)
 }
 
 /* Whether a poll loop looks at the job's failure notices and its
- * deadline on this poll: every 256th while it spins, and on every poll
- * once it yields or sleeps, where one poll may take a time slice of
- * another thread (192 yields took over 0.3 s beside a busy build). */
+ * deadline on this poll: not while it spins (its first SPIN_POLLS polls,
+ * microseconds), and on every poll once it yields or sleeps, where one
+ * poll may take a time slice of another thread (192 yields took over
+ * 0.3 s beside a busy build). */
 static int time_to_look(unsigned polls)
 {
-    return polls >= SPIN_POLLS || polls % 256 == 255;
+    return polls >= SPIN_POLLS;
 }
 
 /* Every communicator is nonblocking (config.blocking = 0): an NCCL call
