@@ -9,7 +9,8 @@
  * <= 2 KiB a peer), all sends at once (<= 32 KiB a peer) or pairwise
  * exchanges; MPI_Ibcast binomial, or scatter + allgather.  Half-precision
  * sums of 32 KiB or more go round the runtime's own ring
- * (runtime/comm/mpi_ring.c), and on one host a bucket's sum of 64 KiB or
+ * (runtime/comm/mpi_ring.c), and so do f32 sums on more than 2 hosts of
+ * one rank each where a rank's chunk is 32 KiB or more; on one host a bucket's sum of 64 KiB or
  * more is made in shared memory (runtime/comm/shared_buckets.c). */
 #include "build-config.h"
 
@@ -184,6 +185,14 @@ static void ring_allreduce(plan_model *m, plan_cost *c, double bytes,
         step(m, c, s, part, 0);
 }
 
+/* The runtime's choice for an f32 sum (ring_sum in mpi_allreduce.c):
+ * its ring where every host has one rank, there are more than 2, and a
+ * rank's chunk is RING_MIN_BYTES or more. */
+static int f32_ring(const plan_model *m, double bytes)
+{
+    return m->c.per_host == 1 && m->n > 2 && bytes / m->n >= RING_MIN_BYTES;
+}
+
 static void allgather(plan_model *m, plan_cost *c, double bytes)
 {
     double total = bytes * m->n;
@@ -285,11 +294,16 @@ plan_cost plan_collective(plan_model *m, plan_coll kind, double bytes)
     case PLAN_SHARED_ALLREDUCE:
         if (m->c.hosts == 1 && bytes >= SHARED_MIN_BYTES)
             shared_allreduce(m, &c, bytes);
+        else if (f32_ring(m, bytes))
+            ring_allreduce(m, &c, bytes, m->c.add_f32);
         else /* the sum goes through MPI */
             mpich_allreduce(m, &c, bytes, m->c.add_f32, 0);
         break;
     case PLAN_ALLREDUCE:
-        mpich_allreduce(m, &c, bytes, m->c.add_f32, 0);
+        if (f32_ring(m, bytes))
+            ring_allreduce(m, &c, bytes, m->c.add_f32);
+        else
+            mpich_allreduce(m, &c, bytes, m->c.add_f32, 0);
         break;
     case PLAN_ALLREDUCE_USER:
         mpich_allreduce(m, &c, bytes, m->c.add_f32, 1);

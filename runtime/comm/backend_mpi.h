@@ -77,6 +77,8 @@ typedef struct ddph_mpi {
     int node_rank, node_size; /* this rank's index among the ranks of
                                  its host, and their number (set by
                                  ddph__mpi_find_node) */
+    int one_rank_per_host;    /* no host has two ranks of the world (set
+                                 by ddph__mpi_find_node) */
     /* Bucket memory shared by the ranks of a one-host job
      * (shared_buckets.h): added by model finalize, read by the lanes. */
     struct ddph_shared_segment *_Atomic segments;
@@ -335,8 +337,8 @@ ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
 ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
                                  ddph_err *err);
 /* Where this rank is among the ranks of its host (a shared-memory split
- * of the world, timed): sets node_rank and node_size.  Collective; called
- * once by ddph_open. */
+ * of the world, timed): sets node_rank, node_size and one_rank_per_host.
+ * Collective; called once by ddph_open. */
 ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err);
 
 #endif

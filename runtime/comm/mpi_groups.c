@@ -110,5 +110,17 @@ ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err)
     MPI_Comm_rank(comm, &m->node_rank);
     MPI_Comm_size(comm, &m->node_size);
     MPI_Comm_free(&comm);
+    /* Whether every host has one rank: the same answer on every rank, as
+     * the allreduce's choice of algorithm must be (mpi_allreduce.c). */
+    int most = 0;
+    MPI_Request req;
+    int rc = MPI_Iallreduce(&m->node_size, &most, 1, MPI_INT, MPI_MAX,
+                            m->world.comm, &req);
+    if (rc != MPI_SUCCESS)
+        return ddph__mpi_failed(m, err, rc, "MPI_Iallreduce");
+    st = ddph__mpi_wait_timed(m, &req, "intra_node", err);
+    if (st != DDPH_OK)
+        return st;
+    m->one_rank_per_host = most == 1;
     return DDPH_OK;
 }

@@ -8,7 +8,7 @@
  *   mpi_types.c        dtypes and reduction ops in MPI terms (f16/bf16 as
  *                      user-defined operations)
  *   mpi_init.c         initialisation, lanes, agreement, leaving, finalize
- *   mpi_ring.c         the half-precision ring allreduce
+ *   mpi_ring.c         the runtime's ring allreduce (half types; f32 between hosts)
  *   mpi_allreduce.c    the allreduce: in shared memory, by the ring or by
  *                      MPI (above shared_buckets.c, which uses the others)
  *   mpi_collectives.c  the other blocking collectives, the runtime's own
@@ -35,12 +35,13 @@ enum {
     DDPH__TAG_DEPART = 19, /* left the steps (departure notice) */
     DDPH__TAG_PING = 20,   /* 0 bytes: ignored; 1 byte: answer with ANSWER */
     DDPH__TAG_ANSWER = 21,
-    DDPH__TAG_RING = 22 /* the half-precision ring's pieces */
+    DDPH__TAG_RING = 22 /* the ring's pieces */
 };
 
 /* Elements per MPI call: counts are int in MPI-3. */
 #define DDPH__MPI_CHUNK ((size_t)1 << 30)
-/* Half-precision sums below this go through MPICH's allreduce. */
+/* Ring sums (mpi_allreduce.c): half-precision ones below this go through
+ * MPICH's allreduce, and f32 ones whose chunk a rank is below it. */
 #define DDPH__MPI_RING_MIN_BYTES ((size_t)32 << 10)
 
 /* Elements of the next piece of an allreduce or broadcast of `count`

@@ -1,4 +1,4 @@
-/* mpi_ring.c: the half-precision ring allreduce (mpi_internal.h). */
+/* mpi_ring.c: the runtime's ring allreduce (mpi_internal.h). */
 #include "build-config.h"
 
 #include "comm/mpi_internal.h"
@@ -16,12 +16,13 @@
 
 #include "device/cpu_ops.h"
 
-/* ---- half-precision sums: a ring of point-to-point messages ---------------
+/* ---- sums as a ring of point-to-point messages ----------------------------
  * MPI has no f16 or bf16, so their sums are user-defined operations, and
  * MPICH 4.0 runs MPI_Iallreduce with one 1.5-1.9x slower than its blocking
  * MPI_Allreduce over TCP (notes/performance-history.md, "1 Gbit/s after the
  * half-precision work").  Large half-precision sums go round a ring
- * instead: reduce-scatter, then allgather, W-1 steps each, every rank
+ * instead, and so do f32 ones between hosts of one rank each
+ * (mpi_allreduce.c says when): reduce-scatter, then allgather, W-1 steps each, every rank
  * sending 2(W-1)/W of the buffer as plain bytes to the next rank and
  * adding what the previous one sent with the register kernels.  Every
  * wait keeps the call's deadline.  Concurrent calls are on different

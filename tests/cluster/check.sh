@@ -10,7 +10,8 @@
 #    averages and different across hosts, and the hierarchical averager
 #    follows its schedule;
 #  - large and small sums (MPICH's f32 allreduce, the half-precision
-#    ring) give exact averages across hosts;
+#    ring) give exact averages across hosts, and so do f32 sums on 3
+#    hosts of 1 rank, which go round the runtime's ring;
 #  - buckets are never in shared memory across hosts, nor on one host
 #    whose /dev/shm is too small for them (and then the job still runs);
 #  - a host's link cut in the middle of a step (2 hosts x 1 rank): every
@@ -97,6 +98,10 @@ check \
 check \
     "exact averages across hosts, 2 hosts x 2 ranks (f32, fp16 and bf16 rings, bf16 gradients)" \
     timeout 180 sh "$C" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+    "$B/tests/mpi/test_runtime" sums
+check \
+    "exact f32 averages round the runtime's ring, 3 hosts x 1 rank" \
+    timeout 180 sh "$C" --hosts 3 --ranks-per-host 1 --rate 1gbit -- \
     "$B/tests/mpi/test_runtime" sums
 check \
     "no shared buckets across hosts, 2 hosts x 2 ranks (exact averages, gradients not in /dev/shm)" \

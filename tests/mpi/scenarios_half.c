@@ -207,7 +207,8 @@ void run_half_ring(void)
 
 /* sums: the same on f32 gradients through the allreduce hook as well;
  * run by tests/cluster/check.sh on 2 hosts x 2 ranks, where the ring's
- * and MPICH's messages cross a shaped TCP link. */
+ * and MPICH's messages cross a shaped TCP link, and on 3 hosts x 1 rank,
+ * where the f32 sums go round the ring too (mpi_allreduce.c). */
 void run_sums(void)
 {
     half_ring_once("allreduce", DDPH_F32);

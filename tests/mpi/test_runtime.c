@@ -89,7 +89,8 @@ static const scenario registry[] = {
      "messages: exact averages"},
     {"sums", run_sums, "", 0, 120,
      "half-ring and the allreduce hook on f32 gradients "
-     "(tests/cluster/check.sh, 2 hosts x 2 ranks)"},
+     "(tests/cluster/check.sh: 2 hosts x 2 ranks, and 3 x 1, where the "
+     "f32 sums go round the ring too)"},
     {"powersgd", run_powersgd, "2,4", 0, 120,
      "exact reconstruction of rank-1 gradients, error feedback, bytes on the "
      "wire, statistics, PyTorch's invalid-option rule"},
