@@ -77,6 +77,10 @@ ddph_status ddph__mpi_wait_timed_all(ddph_mpi *m, int n, MPI_Request *reqs,
                                      ddph_err *err);
 ddph_status ddph__mpi_wait_timed(ddph_mpi *m, MPI_Request *req,
                                  const char *what, ddph_err *err);
+/* The same for one round of the ring: yields at once while the machine's
+ * cores are all wanted. */
+ddph_status ddph__mpi_wait_round(ddph_mpi *m, int n, MPI_Request *reqs,
+                                 double start, const char *what, ddph_err *err);
 
 /* ---- mpi_types.c ---- */
 MPI_Datatype ddph__mpi_type(const ddph_mpi *m, ddph_dtype t);

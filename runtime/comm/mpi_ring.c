@@ -74,7 +74,7 @@ static ddph_status ring_step(ddph_mpi *m, struct ddph_group *g, char *buf,
                            next, DDPH__TAG_RING, g->comm, &reqs[1]);
         if (rc != MPI_SUCCESS)
             return ddph__mpi_failed(m, err, rc, "allreduce (ring)");
-        ddph_status st = ddph__mpi_wait_timed_all(m, 2, reqs, start, "allreduce", err);
+        ddph_status st = ddph__mpi_wait_round(m, 2, reqs, start, "allreduce", err);
         if (st != DDPH_OK)
             return st;
         if (sum && ri)
