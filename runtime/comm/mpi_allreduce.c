@@ -19,11 +19,11 @@
  * chunk is DDPH__MPI_RING_MIN_BYTES or more (below that the ring's
  * 2(W-1) rounds cost more than MPI's 2 log W): with one rank a host,
  * MPICH 4.0's MPI_Iallreduce carried the GPT example's 3.34 MB at 36% of
- * 3 simulated hosts' 100 Mbit/s links (0.98 s a step), the ring at 83%
- * (0.43 s); 4 hosts: 51-54% (0.74-0.78 s) against 77% (0.52 s)
- * (docs/performance.md, "One rank a host").  With 2
- * ranks both send the same halves in two rounds, and MPICH's was as fast
- * or 1-3% faster; with 2 ranks on each of 2 hosts the ring was slower
+ * 3 simulated hosts' 100 Mbit/s links (0.99-1.00 s a step), the ring at
+ * 87-88% (0.41 s); 4 hosts: 57-60% (0.67-0.71 s) against 73-79%
+ * (0.51-0.55 s) (docs/performance.md, "One rank a host").  With 2 ranks
+ * both send the same halves in two rounds, and MPICH's was as fast or
+ * 1-3% faster; with 2 ranks on each of 2 hosts the ring was slower
  * (ResNet-50's buckets at 1 Gbit/s: 1.52-1.62 s against 1.40-1.47). */
 static int ring_sum(const ddph_mpi *m, const struct ddph_group *g,
                     size_t count, ddph_dtype dtype, ddph_redop op)
