@@ -10,8 +10,9 @@
  * exchanges; MPI_Ibcast binomial, or scatter + allgather.  Half-precision
  * sums of 32 KiB or more go round the runtime's own ring
  * (runtime/comm/mpi_ring.c), and so do f32 sums on more than 2 hosts of
- * one rank each where a rank's chunk is 32 KiB or more; on one host a bucket's sum of 64 KiB or
- * more is made in shared memory (runtime/comm/shared_buckets.c). */
+ * one rank each where a rank's chunk is 32 KiB or more; on one host a
+ * bucket's sum of 64 KiB or more is made in shared memory
+ * (runtime/comm/shared_buckets.c). */
 #include "build-config.h"
 
 #include "plan_model.h"

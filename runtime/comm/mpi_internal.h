@@ -8,7 +8,8 @@
  *   mpi_types.c        dtypes and reduction ops in MPI terms (f16/bf16 as
  *                      user-defined operations)
  *   mpi_init.c         initialisation, lanes, agreement, leaving, finalize
- *   mpi_ring.c         the runtime's ring allreduce (half types; f32 between hosts)
+ *   mpi_ring.c         the runtime's ring allreduce (half types, and f32
+ *                      between hosts of one rank each)
  *   mpi_allreduce.c    the allreduce: in shared memory, by the ring or by
  *                      MPI (above shared_buckets.c, which uses the others)
  *   mpi_collectives.c  the other blocking collectives, the runtime's own

@@ -22,11 +22,12 @@
  * MPI_Allreduce over TCP (notes/performance-history.md, "1 Gbit/s after the
  * half-precision work").  Large half-precision sums go round a ring
  * instead, and so do f32 ones between hosts of one rank each
- * (mpi_allreduce.c says when): reduce-scatter, then allgather, W-1 steps each, every rank
- * sending 2(W-1)/W of the buffer as plain bytes to the next rank and
- * adding what the previous one sent with the register kernels.  Every
- * wait keeps the call's deadline.  Concurrent calls are on different
- * communicators (lanes, subgroups), so the tag cannot mix them up. */
+ * (mpi_allreduce.c says when): reduce-scatter, then allgather, W-1 steps
+ * each, every rank sending 2(W-1)/W of the buffer as plain bytes to the
+ * next rank and adding what the previous one sent with the register
+ * kernels.  Every wait keeps the call's deadline.  Concurrent calls are
+ * on different communicators (lanes, subgroups), so the tag cannot mix
+ * them up. */
 #define RING_BLOCK_BYTES ((size_t)4 << 20) /* per message */
 
 /* The group's receive buffer for a ring of count elements: grown, never
@@ -74,7 +75,8 @@ static ddph_status ring_step(ddph_mpi *m, struct ddph_group *g, char *buf,
                            next, DDPH__TAG_RING, g->comm, &reqs[1]);
         if (rc != MPI_SUCCESS)
             return ddph__mpi_failed(m, err, rc, "allreduce (ring)");
-        ddph_status st = ddph__mpi_wait_round(m, 2, reqs, start, "allreduce", err);
+        ddph_status st =
+            ddph__mpi_wait_round(m, 2, reqs, start, "allreduce", err);
         if (st != DDPH_OK)
             return st;
         if (sum && ri)
