@@ -23,6 +23,14 @@ import ddphook
 import ddphook.torch
 
 
+def say(line):
+    """One write with its newline: the ranks share mpiexec's output, and
+    print()'s text and newline, written apart when stdout is unbuffered,
+    let another rank's line in between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--job", required=True)
@@ -47,10 +55,9 @@ def main():
         for _ in range(3):
             model(torch.randn(4, 16)).sum().backward()
     except Exception as e:  # the point: which exception, what message
-        print("rank %d raised %s: %s" % (rank, type(e).__name__, e),
-              flush=True)
+        say("rank %d raised %s: %s" % (rank, type(e).__name__, e))
         return 3
-    print("rank %d: no exception" % rank, flush=True)
+    say("rank %d: no exception" % rank)
     return 0
 
 
