@@ -25,8 +25,8 @@ import ddphook.torch
 
 def say(line):
     """One write with its newline: the ranks share mpiexec's output, and
-    print()'s text and newline, written apart when stdout is unbuffered,
-    let another rank's line in between."""
+    print() may write the text and the newline apart (an unbuffered
+    stdout), letting another rank's line in between."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
