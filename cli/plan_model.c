@@ -293,13 +293,11 @@ plan_cost plan_collective(plan_model *m, plan_coll kind, double bytes)
         return c;
     switch (kind) {
     case PLAN_SHARED_ALLREDUCE:
-        if (m->c.hosts == 1 && bytes >= SHARED_MIN_BYTES)
+        if (m->c.hosts == 1 && bytes >= SHARED_MIN_BYTES) {
             shared_allreduce(m, &c, bytes);
-        else if (f32_ring(m, bytes))
-            ring_allreduce(m, &c, bytes, m->c.add_f32);
-        else /* the sum goes through MPI */
-            mpich_allreduce(m, &c, bytes, m->c.add_f32, 0);
-        break;
+            break;
+        }
+        /* fall through - the sum is an f32 allreduce like any other */
     case PLAN_ALLREDUCE:
         if (f32_ring(m, bytes))
             ring_allreduce(m, &c, bytes, m->c.add_f32);

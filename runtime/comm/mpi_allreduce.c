@@ -26,9 +26,8 @@
  * 1-3% faster; with 2 ranks on each of 2 hosts the ring was slower
  * (ResNet-50's buckets at 1 Gbit/s: 1.52-1.62 s against 1.40-1.47). */
 static int ring_sum(const ddph_mpi *m, const struct ddph_group *g,
-                    size_t count, ddph_dtype dtype, ddph_redop op)
+                    size_t bytes, ddph_dtype dtype, ddph_redop op)
 {
-    size_t bytes = count * ddph__dtype_size(dtype);
     if (op != DDPH_SUM || g->size < 2 || bytes < DDPH__MPI_RING_MIN_BYTES)
         return 0;
     if (dtype == DDPH_F16 || dtype == DDPH_BF16)
@@ -54,7 +53,7 @@ ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
         if (st != DDPH_OK || done)
             return st;
     }
-    if (ring_sum(m, g, count, dtype, op))
+    if (ring_sum(m, g, count * es, dtype, op))
         return ddph__mpi_ring_allreduce(m, g, buf, count, dtype, err);
     char *p = buf;
     /* An empty allreduce still synchronises, as PyTorch's does. */
