@@ -19,7 +19,17 @@
 # --no-finalize-fix runs without it (tests/cluster/soak.sh counts both).
 #
 #   sh tests/cluster/cluster.sh --hosts H --ranks-per-host R --rate RATE \
-#       [--latency MS] [--no-finalize-fix] -- PROGRAM ARGS...
+#       [--latency MS] [--burst BYTES] [--no-finalize-fix] -- PROGRAM ARGS...
+#
+# The token bucket lets a burst through at the speed of the machine: by
+# default what the link sends in 1 ms, at least 64 KiB, so that a fast
+# rate is not held back by the kernel's timer.  At 100 Mbit/s that is 5
+# ms of the link, and a message smaller than it after a pause takes no
+# time: a real link sends every frame at its rate.  --burst BYTES (at
+# least 3028, two full frames) sets it: --burst 3028 at 100 Mbit/s times
+# small messages as a real link would, and bulk transfers 5% slower than
+# the default; at 1 Gbit/s a burst under 125000 holds bulk transfers
+# well below the rate (the timer again).
 #
 # RATE is tc's syntax (100mbit, 1gbit, 10gbit) or "unlimited".  --latency
 # adds a one-way delay with netem where the kernel has it (it says so and
@@ -52,13 +62,14 @@ usage() {
     sed -n '2,/^set -u/p' "$me" | sed '$d; s/^# \{0,1\}//'
     exit "${1:-2}"
 }
-hosts=2 rph=1 rate=1gbit latency="" finalize_fix=yes
+hosts=2 rph=1 rate=1gbit latency="" burst_arg="" finalize_fix=yes
 while [ $# -gt 0 ]; do
     case $1 in
     --hosts) hosts=$2; shift 2 ;;
     --ranks-per-host) rph=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --latency) latency=$2; shift 2 ;;
+    --burst) burst_arg=$2; shift 2 ;;
     --no-finalize-fix) finalize_fix=no; shift ;;
     -h | --help) usage 0 ;;
     --) shift; break ;;
@@ -68,6 +79,11 @@ done
 [ $# -gt 0 ] || { echo "cluster.sh: no PROGRAM after --" >&2; usage; }
 case $hosts$rph in *[!0-9]*) echo "cluster.sh: --hosts and --ranks-per-host take numbers" >&2; exit 2 ;; esac
 [ "$hosts" -ge 1 ] && [ "$hosts" -le 16 ] || { echo "cluster.sh: --hosts 1..16" >&2; exit 2; }
+case $burst_arg in
+'') ;;
+*[!0-9]*) echo "cluster.sh: --burst takes a count of bytes" >&2; exit 2 ;;
+*) [ "$burst_arg" -ge 3028 ] || { echo "cluster.sh: --burst is at least 3028 bytes (two 1514-byte frames)" >&2; exit 2; } ;;
+esac
 
 skip() { echo "SKIP: cluster.sh: $*"; exit 77; }
 for tool in ip tc "${MPIEXEC:-mpiexec}"; do
@@ -107,8 +123,8 @@ shape() { # NS DEV
             ip netns exec "$1" tc qdisc add dev "$2" root netem delay "${latency}ms" rate "$rate" 2>/dev/null
         fi || skip "--latency needs tc netem, which this kernel lacks (tbf shapes the rate only)"
     else
-        # burst: what the link sends in 1 ms (at least 64 KiB), so a fast
-        # rate is not held back by the timer.
+        # burst: --burst, or what the link sends in 1 ms (at least 64
+        # KiB), so a fast rate is not held back by the timer.
         ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" \
             burst "$burst" latency 100ms ||
             { echo "cluster.sh: tc refused rate '$rate'" >&2; exit 2; }
@@ -121,6 +137,7 @@ bits=$(printf '%s\n' "$rate" | awk '
 [ "$rate" = unlimited ] || [ "$bits" != 0 ] ||
     { echo "cluster.sh: --rate '$rate' is not like 100mbit, 1gbit or unlimited" >&2; exit 2; }
 burst=$(awk -v b="$bits" 'BEGIN { x = b / 8 / 1000; if (x < 65536) x = 65536; printf "%d", x }')
+[ -z "$burst_arg" ] || burst=$burst_arg
 
 map=""
 hostlist=""

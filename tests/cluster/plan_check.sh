@@ -17,7 +17,16 @@
 #
 #   sh tests/cluster/plan_check.sh [--model gpt-example]
 #       [--layouts 2x1,2x2,4x1] [--rates 100mbit,1gbit] [--repeats R]
-#       [--hooks LIST] [--out DIR]
+#       [--rounds N] [--burst BYTES] [--hooks LIST] [--out DIR]
+#
+# --rounds N (default 3) runs each measurement N times, each a job of
+# its own: the table shows the median of the N medians and, beside it,
+# the lowest and highest; the errors are against the median.  A step of
+# a few milliseconds moves by tens of percent from one job to the next
+# here, so one round says little about such a row.  --burst BYTES goes
+# to cluster.sh: its default burst lets a message of up to 64 KiB
+# through at once after a pause, which a real link does not
+# (cluster.sh --help); --burst 3028 at 100 Mbit/s sends it at the rate.
 #
 # Run from a build tree (./ddphook, plugins/.libs).  Needs root, as
 # cluster.sh does (exit 77 otherwise).  The hooks' arithmetic is measured
@@ -28,7 +37,7 @@
 # real one carries 1448 of 1538 (plan's default, 0.94).
 set -u
 here=$(dirname "$(readlink -f "$0")")
-model=gpt-example layouts=2x1,2x2,4x1 rates=100mbit,1gbit repeats=5
+model=gpt-example layouts=2x1,2x2,4x1 rates=100mbit,1gbit repeats=5 rounds=3 burst=""
 hooks=allreduce,fp16,bf16,powersgd,batched_powersgd,topk,int8
 out=tests/out/plan-check
 while [ $# -gt 0 ]; do
@@ -37,34 +46,59 @@ while [ $# -gt 0 ]; do
     --layouts) layouts=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --burst) burst=$2; shift 2 ;;
     --hooks) hooks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "plan_check.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
+case $rounds in
+'' | *[!0-9]* | 0) echo "plan_check.sh: --rounds takes a count of 1 or more" >&2; exit 2 ;;
+esac
 [ -x ./ddphook ] || { echo "plan_check.sh: run it from a build tree (./ddphook)" >&2; exit 2; }
 mkdir -p "$out"
 bin=$(readlink -f ./ddphook)
 plugins=$(readlink -f plugins/.libs)
 cal=$(readlink -f "$out")/plan.cal
-# The calibration, once, outside the cluster.
+# The calibration, once, outside the cluster, with the bucket cap of
+# every prediction below (the calibration's key: a prediction with
+# another would measure again, between two cluster jobs).
 "$bin" plan --model "$model" --hooks "$hooks" --plugin-path "$plugins" \
-    --calibration "$cal" --calibration-repeats "$repeats" >/dev/null ||
+    --bucket-cap-mb 25 --calibration "$cal" --calibration-repeats "$repeats" >/dev/null ||
     { echo "plan_check.sh: the calibration failed" >&2; exit 1; }
 printf 'a 4096\n' >"$out/fit-small.shapes"
 printf 'a 1024 1024\n' >"$out/fit-large.shapes"
-# bench_run H R RATE NAME ARGS...: bench hooks on the cluster into NAME.csv.
+# bench_run H R RATE NAME ARGS...: bench hooks on the cluster, --rounds
+# times (NAME-rK.csv), into NAME.csv: each hook's median step of the
+# rounds in bench's third column, the lowest and highest in two more.
 bench_run() {
     bh=$1 br=$2 brate=$3 name=$4
     shift 4
-    sh "$here/cluster.sh" --hosts "$bh" --ranks-per-host "$br" --rate "$brate" -- \
-        "$bin" bench hooks "$@" --repeats "$repeats" --bucket-cap-mb 25 \
-        --plugin-path "$plugins" --csv "$(readlink -f "$out")/$name.csv" \
-        >"$out/$name.log" 2>&1
-    brc=$?
-    [ $brc -eq 77 ] && { tail -n 1 "$out/$name.log"; exit 77; }
-    [ $brc -eq 0 ] && [ -s "$out/$name.csv" ]
+    rm -f "$out/$name"-r*.csv
+    k=1
+    while [ $k -le "$rounds" ]; do
+        sh "$here/cluster.sh" --hosts "$bh" --ranks-per-host "$br" --rate "$brate" \
+            ${burst:+--burst "$burst"} -- \
+            "$bin" bench hooks "$@" --repeats "$repeats" --bucket-cap-mb 25 \
+            --plugin-path "$plugins" --csv "$(readlink -f "$out")/$name-r$k.csv" \
+            >"$out/$name-r$k.log" 2>&1
+        brc=$?
+        [ $brc -eq 77 ] && { tail -n 1 "$out/$name-r$k.log"; exit 77; }
+        [ $brc -eq 0 ] && [ -s "$out/$name-r$k.csv" ] || return 1
+        k=$((k + 1))
+    done
+    awk -F, 'FNR == 1 { next }
+        { n[$1]++; v[$1, n[$1]] = $3; bytes[$1] = $2; if (!($1 in seen)) { seen[$1] = 1; order[++h] = $1 } }
+        END { print "hook,bytes_per_step,seconds_per_step,lowest,highest"
+              for (i = 1; i <= h; i++) {
+                  k = order[i]; c = n[k]
+                  for (a = 1; a <= c; a++) for (b = a + 1; b <= c; b++)
+                      if (v[k, b] < v[k, a]) { t = v[k, a]; v[k, a] = v[k, b]; v[k, b] = t }
+                  med = c % 2 ? v[k, (c + 1) / 2] : (v[k, c / 2] + v[k, c / 2 + 1]) / 2
+                  printf "%s,%s,%.9g,%.9g,%.9g\n", k, bytes[k], med, v[k, 1], v[k, c] } }' \
+        "$out/$name"-r*.csv >"$out/$name.csv"
 }
 # model_terms KIND:BYTES H R: plan's latency count and seconds per byte/s
 # for one collective ("L W": time = alpha L + W / bandwidth).
@@ -80,6 +114,8 @@ model_terms() {
     echo "$L $W"
 }
 echo "## ddphook plan against ddphook bench hooks: $model, 25 MiB buckets, compute 0"
+echo
+echo "$rounds rounds of bench hooks a row, each the median of $repeats steps; measured: the rounds' median (lowest-highest)${burst:+; tc burst $burst bytes}"
 echo
 echo "| layout | link | hook | measured s/step | predicted, nominal link | error | predicted, measured link | error |"
 echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"
@@ -127,7 +163,7 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
             FNR > 1 && ($1 in nominal) {
                 m = $3; p = nominal[$1]; e = (p - m) / m * 100;
                 f = ($1 in fitted) ? sprintf("%.4f | %+.1f%%", fitted[$1], (fitted[$1] - m) / m * 100) : "- | -";
-                printf "| %s | %s | %s | %.4f | %.4f | %+.1f%% | %s |\n", layout, rate, $1, m, p, e, f }' \
+                printf "| %s | %s | %s | %.4f (%.4f-%.4f) | %.4f | %+.1f%% | %s |\n", layout, rate, $1, m, $4, $5, p, e, f }' \
             "$out/$tag-plan-fit.csv" "$out/$tag-plan.csv" "$out/$tag.csv")
         echo "$rows"
         wn=$(echo "$rows" | awk -F'|' '{ e = $7; gsub(/[ %+]/, "", e); e += 0; if (e < 0) e = -e; if (e > w) w = e } END { print w + 0 }')
