@@ -148,7 +148,8 @@ void run_half_buckets(void)
 /* half-ring: half-precision sums of 32 KiB and more go round a ring of
  * point-to-point messages (runtime/comm/mpi_ring.c), here a 4,500,001-element
  * bucket (blocks of 4 MiB, chunks that do not split evenly) and a small
- * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.
+ * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.  On one host the large bucket is summed in
+ * shared memory unless shared_buckets = false, so both are run.
  * The values divide by 2, 3 and 4 exactly and every partial sum is an
  * integer below 256, so the average is exact in either half type. */
 float ring_value(int rank, size_t k)
@@ -156,11 +157,13 @@ float ring_value(int rank, size_t k)
     return 12.0f * (float)((int)((k * 7 + (size_t)rank * 3) % 11) - 5);
 }
 
-static void half_ring_once(const char *hook, ddph_dtype dtype)
+static void half_ring_once(const char *hook, ddph_dtype dtype, int shared)
 {
     static const size_t numel[2] = {4500001, 30000};
     const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook,
-                           "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05");
+                           shared ? "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05"
+                                  : "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05\n"
+                                    "shared_buckets = false");
     ddph_ctx *ctx = open_path(path);
     int world = ddph_world_size(ctx);
     void *g[2];
@@ -187,9 +190,9 @@ static void half_ring_once(const char *hook, ddph_dtype dtype)
                 float got = dtype == DDPH_F32
                                 ? ((float *)g[i])[k]
                                 : bf16_to_float(((uint16_t *)g[i])[k]);
-                CHECK(got == want, "%s, %d ranks, step %d, p%d[%zu] = %g, "
-                      "want %g", hook, world, s, i, k, (double)got,
-                      (double)want);
+                CHECK(got == want, "%s, %d ranks, shared_buckets %d, "
+                      "step %d, p%d[%zu] = %g, want %g", hook, world, shared,
+                      s, i, k, (double)got, (double)want);
             }
         CHECK_OK(ddph_step_end(ctx), ctx);
     }
@@ -200,9 +203,11 @@ static void half_ring_once(const char *hook, ddph_dtype dtype)
 
 void run_half_ring(void)
 {
-    half_ring_once("fp16", DDPH_F32);
-    half_ring_once("bf16", DDPH_F32);
-    half_ring_once("allreduce", DDPH_BF16);
+    for (int shared = 1; shared >= 0; shared--) {
+        half_ring_once("fp16", DDPH_F32, shared);
+        half_ring_once("bf16", DDPH_F32, shared);
+        half_ring_once("allreduce", DDPH_BF16, shared);
+    }
 }
 
 /* sums: the same on f32 gradients through the allreduce hook as well;
@@ -211,6 +216,6 @@ void run_half_ring(void)
  * where the f32 sums go round the ring too (mpi_allreduce.c). */
 void run_sums(void)
 {
-    half_ring_once("allreduce", DDPH_F32);
+    half_ring_once("allreduce", DDPH_F32, 1);
     run_half_ring();
 }
