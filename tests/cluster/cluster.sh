@@ -27,8 +27,8 @@
 # ms of the link, and a message smaller than it after a pause takes no
 # time: a real link sends every frame at its rate.  --burst BYTES (at
 # least 3028, two full frames) sets it: --burst 3028 at 100 Mbit/s times
-# small messages as a real link would, and bulk transfers 5% slower than
-# the default; at 1 Gbit/s a burst under 125000 holds bulk transfers
+# small messages as a real link would, and bulk transfers 3-6% slower
+# than the default; at 1 Gbit/s a burst under 125000 holds bulk transfers
 # well below the rate (the timer again).
 #
 # RATE is tc's syntax (100mbit, 1gbit, 10gbit) or "unlimited".  --latency

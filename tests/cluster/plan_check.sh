@@ -21,12 +21,13 @@
 #
 # --rounds N (default 3) runs each measurement N times, each a job of
 # its own: the table shows the median of the N medians and, beside it,
-# the lowest and highest; the errors are against the median.  A step of
-# a few milliseconds moves by tens of percent from one job to the next
-# here, so one round says little about such a row.  --burst BYTES goes
-# to cluster.sh: its default burst lets a message of up to 64 KiB
-# through at once after a pause, which a real link does not
-# (cluster.sh --help); --burst 3028 at 100 Mbit/s sends it at the rate.
+# the lowest and highest; the errors are against the median.  On a
+# shared machine a step of a few milliseconds moves by tens of percent
+# from one job to the next, so one round says little about such a row.
+# --burst BYTES goes to cluster.sh: its default burst (what the link
+# sends in 1 ms, at least 64 KiB) lets a smaller message through at once
+# after a pause, which a real link does not (cluster.sh --help);
+# --burst 3028 at 100 Mbit/s sends every message at the rate.
 #
 # Run from a build tree (./ddphook, plugins/.libs).  Needs root, as
 # cluster.sh does (exit 77 otherwise).  The hooks' arithmetic is measured
@@ -56,6 +57,11 @@ while [ $# -gt 0 ]; do
 done
 case $rounds in
 '' | *[!0-9]* | 0) echo "plan_check.sh: --rounds takes a count of 1 or more" >&2; exit 2 ;;
+esac
+case $burst in
+'') ;;
+*[!0-9]*) echo "plan_check.sh: --burst takes a count of bytes" >&2; exit 2 ;;
+*) [ "$burst" -ge 3028 ] || { echo "plan_check.sh: --burst is at least 3028 bytes (cluster.sh --help)" >&2; exit 2; } ;;
 esac
 [ -x ./ddphook ] || { echo "plan_check.sh: run it from a build tree (./ddphook)" >&2; exit 2; }
 mkdir -p "$out"
@@ -125,7 +131,7 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
     for rate in $(echo "$rates" | tr ',' ' '); do
         tag="$model-$layout-$rate"
         if ! bench_run "$h" "$r" "$rate" "$tag" --model "$model" --hooks "$hooks"; then
-            echo "| $layout | $rate | (failed: see $out/$tag.log) | | | | | |"
+            echo "| $layout | $rate | (failed: see $out/$tag-r*.log) | | | | | |"
             continue
         fi
         # The link as measured: the allreduce hook on two sizes.
@@ -141,6 +147,7 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
         else
             fit=""
         fi
+        rm -f "$out/$tag-plan-fit.csv"
         "$bin" plan --model "$model" --hooks "$hooks" --hosts "$h" \
             --ranks-per-host "$r" --link-bandwidth "$rate" --efficiency 0.956 \
             --bucket-cap-mb 25 --plugin-path "$plugins" --calibration "$cal" \
