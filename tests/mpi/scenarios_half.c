@@ -148,8 +148,9 @@ void run_half_buckets(void)
 /* half-ring: half-precision sums of 32 KiB and more go round a ring of
  * point-to-point messages (runtime/comm/mpi_ring.c), here a 4,500,001-element
  * bucket (blocks of 4 MiB, chunks that do not split evenly) and a small
- * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.  On one host the large bucket is summed in
- * shared memory unless shared_buckets = false, so both are run.
+ * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.
+ * On one host the large bucket is summed in shared memory unless
+ * shared_buckets = false, so both are run.
  * The values divide by 2, 3 and 4 exactly and every partial sum is an
  * integer below 256, so the average is exact in either half type. */
 float ring_value(int rank, size_t k)
@@ -160,10 +161,11 @@ float ring_value(int rank, size_t k)
 static void half_ring_once(const char *hook, ddph_dtype dtype, int shared)
 {
     static const size_t numel[2] = {4500001, 30000};
-    const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook,
-                           shared ? "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05"
-                                  : "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05\n"
-                                    "shared_buckets = false");
+    const char *runtime =
+        shared ? "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05"
+               : "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05\n"
+                 "shared_buckets = false";
+    const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook, runtime);
     ddph_ctx *ctx = open_path(path);
     int world = ddph_world_size(ctx);
     void *g[2];

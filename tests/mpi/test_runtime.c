@@ -86,7 +86,8 @@ static const scenario registry[] = {
      "in: the same bits as with gradient_as_bucket_view"},
     {"half-ring", run_half_ring, "2,3,4", 0, 120,
      "half-precision sums of 32 KiB and more go round a ring of point-to-point "
-     "messages: exact averages"},
+     "messages: exact averages (on one host also with shared_buckets = false, "
+     "where the large bucket takes the ring too)"},
     {"sums", run_sums, "", 0, 120,
      "half-ring and the allreduce hook on f32 gradients "
      "(tests/cluster/check.sh: 2 hosts x 2 ranks, and 3 x 1, where the "
