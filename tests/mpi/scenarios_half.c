@@ -161,11 +161,11 @@ float ring_value(int rank, size_t k)
 static void half_ring_once(const char *hook, ddph_dtype dtype, int shared)
 {
     static const size_t numel[2] = {4500001, 30000};
-    const char *runtime =
-        shared ? "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05"
-               : "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05\n"
-                 "shared_buckets = false";
-    const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook, runtime);
+#define HALF_RING_CAPS "bucket_cap_mb = 64\nfirst_bucket_cap_mb = 0.05"
+    const char *path = job(env("DDPH_TEST_PLUGIN_DIR"), hook,
+                           shared ? HALF_RING_CAPS
+                                  : HALF_RING_CAPS "\nshared_buckets = false");
+#undef HALF_RING_CAPS
     ddph_ctx *ctx = open_path(path);
     int world = ddph_world_size(ctx);
     void *g[2];
