@@ -1,7 +1,8 @@
 /* check_gpt.c: the GPT example's backward pass against finite differences
  * (Check), in double precision (examples/train_gpt/gpt.c built with
  * -DGPT_DOUBLE): every element of every parameter tensor of a small
- * model, every layer included, and the layer-done callbacks' order. */
+ * model, every layer included, and the gradient-done callbacks: each
+ * tensor once, in backward's order, with its final gradient. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -78,28 +79,75 @@ START_TEST(every_gradient_matches_finite_differences)
 }
 END_TEST
 
-static void record(void *user, int layer)
+/* What the callback saw: each (tensor, layer) in the order reported, and
+ * a copy of its gradient at that moment. */
+typedef struct seen {
+    const gpt *m;
+    int n, tensor[64], layer[64];
+    real *copy[64];
+} seen;
+
+static real *slice_of(const gpt *m, int t, int l)
 {
-    int *seen = user;
-    seen[++seen[0]] = layer;
+    return m->grad[t] + gpt_slice_size(&m->cfg, t) * (size_t)l;
 }
 
-START_TEST(layers_are_done_last_first)
+static void record(void *user, int t, int l)
+{
+    seen *s = user;
+    ck_assert_int_lt(s->n, 64);
+    size_t n = gpt_slice_size(&s->m->cfg, t);
+    s->tensor[s->n] = t;
+    s->layer[s->n] = l;
+    s->copy[s->n] = malloc(n * sizeof(real));
+    ck_assert_ptr_nonnull(s->copy[s->n]);
+    memcpy(s->copy[s->n], slice_of(s->m, t, l), n * sizeof(real));
+    s->n++;
+}
+
+START_TEST(each_gradient_is_done_once_and_complete)
 {
     gpt m;
     ck_assert_int_eq(gpt_create(&m, &small, B), 0);
     gpt_init(&m, 3);
-    int in[B * 5], tg[B * 5], seen[8] = {0};
+    randomize(&m);
+    int in[B * 5], tg[B * 5];
     make_batch(in, tg);
+    seen s = {.m = &m};
     gpt_forward(&m, in, tg, B);
-    gpt_backward(&m, in, tg, B, record, seen);
-    /* The final LayerNorm (L), the blocks from the last, the embeddings. */
-    ck_assert_int_eq(seen[0], small.layers + 2);
-    ck_assert_int_eq(seen[1], small.layers);
-    ck_assert_int_eq(seen[2], 1);
-    ck_assert_int_eq(seen[3], 0);
-    ck_assert_int_eq(seen[4], -1);
+    memset(m.grads, 0, gpt_param_count(&small) * sizeof *m.grads);
+    gpt_backward(&m, in, tg, B, record, &s);
+    /* Every slice once: the final LayerNorm, the blocks from the last,
+     * each block's tensors from its last, the embeddings. */
+    int per_layer = GPT_FCPROJB - GPT_LN1W + 1;
+    ck_assert_int_eq(s.n, 2 + small.layers * per_layer + 2);
+    int k = 0;
+    int want_t[64], want_l[64];
+    want_t[k] = GPT_LNFW, want_l[k++] = 0;
+    want_t[k] = GPT_LNFB, want_l[k++] = 0;
+    for (int l = small.layers - 1; l >= 0; l--)
+        for (int t = GPT_FCPROJW; t >= GPT_LN1W; t -= 2) {
+            want_t[k] = t, want_l[k++] = l;     /* weight or gain */
+            want_t[k] = t + 1, want_l[k++] = l; /* its bias or shift */
+        }
+    want_t[k] = GPT_WPE, want_l[k++] = 0;
+    want_t[k] = GPT_WTE, want_l[k++] = 0;
+    for (int i = 0; i < s.n; i++) {
+        ck_assert_msg(s.tensor[i] == want_t[i] && s.layer[i] == want_l[i],
+                      "callback %d: %s of layer %d, want %s of layer %d", i,
+                      gpt_tensor_name(s.tensor[i]), s.layer[i],
+                      gpt_tensor_name(want_t[i]), want_l[i]);
+        /* Done means final: backward adds nothing to it afterwards. */
+        size_t n = gpt_slice_size(&small, s.tensor[i]);
+        ck_assert_msg(memcmp(s.copy[i], slice_of(&m, s.tensor[i], s.layer[i]),
+                             n * sizeof(real)) == 0,
+                      "%s of layer %d changed after it was reported done",
+                      gpt_tensor_name(s.tensor[i]), s.layer[i]);
+        free(s.copy[i]);
+    }
     /* Untrained, the loss is about log(V). */
+    gpt_init(&m, 3);
+    gpt_forward(&m, in, tg, B);
     ck_assert(fabs(m.loss - log((double)small.vocab)) < 0.1);
     gpt_free(&m);
 }
@@ -111,7 +159,7 @@ int main(void)
     TCase *tc = tcase_create("Core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_gradient_matches_finite_differences);
-    tcase_add_test(tc, layers_are_done_last_first);
+    tcase_add_test(tc, each_gradient_is_done_once_and_complete);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

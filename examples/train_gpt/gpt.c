@@ -470,8 +470,18 @@ void gpt_forward(gpt *m, const int *inputs, const int *targets, int B)
     m->loss = targets ? loss / BT : 0;
 }
 
+/* Tensors t and t + 1 (a weight and its bias, or a LayerNorm's gain and
+ * shift) of layer l are complete. */
+static void pair_done(gpt_grad_done_fn done, void *user, int t, int l)
+{
+    if (done) {
+        done(user, t, l);
+        done(user, t + 1, l);
+    }
+}
+
 void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
-                  gpt_layer_done_fn done, void *user)
+                  gpt_grad_done_fn done, void *user)
 {
     const gpt_config *c = &m->cfg;
     int T = c->context, C = c->width, V = c->vocab, H = c->heads;
@@ -498,8 +508,7 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
                             : D + a.encoded;
     layernorm_backward(dlast, G[GPT_LNFW], G[GPT_LNFB], D + a.lnf, last,
                        P[GPT_LNFW], A + a.lnf_mean, A + a.lnf_rstd, BT, C);
-    if (done)
-        done(user, c->layers); /* the final LayerNorm */
+    pair_done(done, user, GPT_LNFW, 0);
     for (int l = c->layers - 1; l >= 0; l--) {
         real *L = A + a.layers + a.per_layer * (size_t)l;
         real *DL = D + a.layers + a.per_layer * (size_t)l;
@@ -515,15 +524,18 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
                         slice(G, c, GPT_FCPROJB, l), DL + a.fcproj,
                         L + a.fch_gelu, slice(P, c, GPT_FCPROJW, l), BT, 4 * C,
                         C);
+        pair_done(done, user, GPT_FCPROJW, l);
         gelu_backward(DL + a.fch, L + a.fch, L + a.fch_sig, DL + a.fch_gelu,
                       (size_t)BT * 4 * C);
         linear_backward(DL + a.ln2, slice(G, c, GPT_FCW, l),
                         slice(G, c, GPT_FCB, l), DL + a.fch, L + a.ln2,
                         slice(P, c, GPT_FCW, l), BT, C, 4 * C);
+        pair_done(done, user, GPT_FCW, l);
         layernorm_backward(DL + a.res2, slice(G, c, GPT_LN2W, l),
                            slice(G, c, GPT_LN2B, l), DL + a.ln2, L + a.res2,
                            slice(P, c, GPT_LN2W, l), L + a.ln2_mean,
                            L + a.ln2_rstd, BT, C);
+        pair_done(done, user, GPT_LN2W, l);
         /* res2 = x + attproj */
         for (size_t i = 0; i < n; i++) {
             dx[i] += DL[a.res2 + i];
@@ -532,17 +544,18 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
         linear_backward(DL + a.atty, slice(G, c, GPT_ATTPROJW, l),
                         slice(G, c, GPT_ATTPROJB, l), DL + a.attproj,
                         L + a.atty, slice(P, c, GPT_ATTPROJW, l), BT, C, C);
+        pair_done(done, user, GPT_ATTPROJW, l);
         attention_backward(DL + a.qkv, DL + a.att, DL + a.atty, L + a.qkv,
                            L + a.att, B, T, C, H);
         linear_backward(DL + a.ln1, slice(G, c, GPT_QKVW, l),
                         slice(G, c, GPT_QKVB, l), DL + a.qkv, L + a.ln1,
                         slice(P, c, GPT_QKVW, l), BT, C, 3 * C);
+        pair_done(done, user, GPT_QKVW, l);
         layernorm_backward(dx, slice(G, c, GPT_LN1W, l),
                            slice(G, c, GPT_LN1B, l), DL + a.ln1, x,
                            slice(P, c, GPT_LN1W, l), L + a.ln1_mean,
                            L + a.ln1_rstd, BT, C);
-        if (done)
-            done(user, l);
+        pair_done(done, user, GPT_LN1W, l);
     }
     const real *dx = D + a.encoded;
     for (int i = 0; i < BT; i++) {
@@ -553,8 +566,10 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
             gpe[j] += dx[(size_t)i * C + j];
         }
     }
-    if (done)
-        done(user, -1);
+    if (done) {
+        done(user, GPT_WPE, 0);
+        done(user, GPT_WTE, 0);
+    }
 }
 
 /* ---- optimizer ------------------------------------------------------------------ */

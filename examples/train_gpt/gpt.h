@@ -80,16 +80,19 @@ void gpt_init(gpt *m, uint64_t seed);
  * it also computes m->loss, the mean cross-entropy. */
 void gpt_forward(gpt *m, const int *inputs, const int *targets, int B);
 
-/* Called by gpt_backward after the gradients of layer l are complete (l
- * from L-1 down to 0), then with l = -1 once the embeddings' are too, so
- * that a trainer can hand them to the reduction while backward goes on. */
-typedef void (*gpt_layer_done_fn)(void *user, int layer);
+/* Called by gpt_backward as soon as a tensor's gradient is complete:
+ * tensor t of layer l for the blocks' tensors (from the last layer's last
+ * tensor back to layer 0's first), l = 0 for the others (the final
+ * LayerNorm's first, the embeddings' last), so that a trainer can hand
+ * each to the reduction while backward goes on, as PyTorch's
+ * per-parameter autograd hooks do. */
+typedef void (*gpt_grad_done_fn)(void *user, int tensor, int layer);
 
 /* Backward pass of the last gpt_forward (which had targets): ADDS the
  * gradients of the mean loss into m->grads (zero them between steps, or
  * keep them to accumulate). */
 void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
-                  gpt_layer_done_fn done, void *user);
+                  gpt_grad_done_fn done, void *user);
 
 /* AdamW (decoupled weight decay on matrices only, as GPT-2 trainers do)
  * at step t (from 1), on gradients scaled by grad_scale first. */

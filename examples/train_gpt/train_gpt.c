@@ -3,9 +3,9 @@
  *
  * The model (gpt.h) is registered tensor by tensor, layer by layer, in
  * forward order, with its values (ddph_model_set_param_data: rank 0's
- * initial weights go to every rank).  During backward each layer's
- * gradients are handed to ddph_grad_ready as soon as they are complete,
- * last layer first, so buckets are reduced while backward goes on.  Each
+ * initial weights go to every rank).  During backward each tensor's
+ * gradient is handed to ddph_grad_ready as soon as it is complete, last
+ * layer first, so buckets are reduced while backward goes on.  Each
  * rank computes its shard of every global batch; [accumulate] steps in
  * the job file sets the micro-batches per optimizer step.  AdamW with
  * gradient clipping by global norm (on the averaged gradients), a linear
@@ -252,25 +252,13 @@ static ddph_status register_model(ddph_ctx *ctx, gpt *m, registry *r)
     return st;
 }
 
-/* gpt_backward's callback: a layer's gradients are complete. */
-static void layer_done(void *user, int layer)
+/* gpt_backward's callback: tensor t of layer l has its gradient (l = 0
+ * for whole tensors), which goes to ddphook at once, so that a bucket
+ * starts as soon as its last tensor is done, not its last layer. */
+static void grad_done(void *user, int t, int l)
 {
     registry *r = user;
-    const int *ix = r->index;
-    int L = r->layers;
-    ddph_status st = DDPH_OK;
-    if (layer == L) {
-        st = ddph_grad_ready(r->model, ix[GPT_LNFB * L]);
-        if (st == DDPH_OK)
-            st = ddph_grad_ready(r->model, ix[GPT_LNFW * L]);
-    } else if (layer >= 0) {
-        for (int t = GPT_FCPROJB; t >= GPT_LN1W && st == DDPH_OK; t--)
-            st = ddph_grad_ready(r->model, ix[t * L + layer]);
-    } else {
-        st = ddph_grad_ready(r->model, ix[GPT_WPE * L]);
-        if (st == DDPH_OK)
-            st = ddph_grad_ready(r->model, ix[GPT_WTE * L]);
-    }
+    ddph_status st = ddph_grad_ready(r->model, r->index[t * r->layers + l]);
     if (st != DDPH_OK && r->failed == DDPH_OK)
         r->failed = st;
 }
@@ -554,7 +542,7 @@ int main(int argc, char **argv)
                 FAIL(ctx, "ddph_step_begin");
             gpt_forward(&m, in, tg, local);
             loss += m.loss / accum;
-            gpt_backward(&m, in, tg, local, layer_done, &reg);
+            gpt_backward(&m, in, tg, local, grad_done, &reg);
             if (reg.failed != DDPH_OK)
                 FAIL(ctx, "ddph_grad_ready");
             if (ddph_step_wait(ctx) != DDPH_OK)

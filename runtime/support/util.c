@@ -3,7 +3,12 @@
 
 #include "support/util.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,4 +181,33 @@ void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n)
 {
     *at = count * (size_t)c / (size_t)parts;
     *n = count * (size_t)(c + 1) / (size_t)parts - *at;
+}
+
+/* struct sched_attr as the kernel reads it (its first version, 48 bytes);
+ * glibc 2.36 has no sched_setattr, and later ones may declare the struct. */
+typedef struct thread_sched_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+} thread_sched_attr;
+
+#define SHORT_SLICE_NS 100000 /* the least the kernel accepts */
+
+int ddph__thread_short_slice(void)
+{
+#if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+    thread_sched_attr a;
+    memset(&a, 0, sizeof a);
+    if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0) != 0)
+        return errno;
+    if (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH)
+        return 0; /* real-time or idle: someone chose; leave it */
+    a.size = sizeof a;
+    a.runtime = SHORT_SLICE_NS;
+    return syscall(SYS_sched_setattr, 0, &a, 0) == 0 ? 0 : errno;
+#else
+    return ENOSYS;
+#endif
 }
