@@ -4,14 +4,20 @@
  * each, reduced by the allreduce hook (the plugin the build made).  What
  * a job over MPI would do, without MPI: the order buckets are launched
  * in, the averages, steps that accumulate, a joined rank's shadow steps,
- * and a collective that fails. */
+ * and a collective that fails; and the short time slice its
+ * communication thread asks for. */
 #include "build-config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include "core/context.h"
 #include "fake_comm.h"
@@ -369,6 +375,82 @@ START_TEST(a_failed_collective_names_its_bucket_and_rank_everywhere)
 }
 END_TEST
 
+/* ---- the communication thread's time slice (support/util.c) ------------ */
+
+/* The calling thread's sched_attr (version 0) fields we look at. */
+static int own_slice(uint64_t *flags, uint64_t *runtime)
+{
+    struct {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a;
+    memset(&a, 0, sizeof a);
+    if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0) != 0)
+        return -1;
+    *flags = a.flags;
+    *runtime = a.runtime;
+    return 0;
+}
+
+static void *child_slice(void *arg)
+{
+    uint64_t flags, *runtime = arg;
+    if (own_slice(&flags, runtime) != 0)
+        *runtime = 0;
+    return NULL;
+}
+
+typedef struct slice_seen {
+    int rc, got;
+    uint64_t flags, runtime, child_runtime;
+} slice_seen;
+
+/* What reducer.c's lane thread does first, on a thread of its own. */
+static void *ask_for_slice(void *arg)
+{
+    slice_seen *s = arg;
+    s->rc = ddph__thread_short_slice();
+    s->got = own_slice(&s->flags, &s->runtime) == 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, child_slice, &s->child_runtime) == 0)
+        pthread_join(t, NULL);
+    return NULL;
+}
+
+START_TEST(the_communication_thread_asks_for_a_short_slice)
+{
+    slice_seen s = {0};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, ask_for_slice, &s), 0);
+    pthread_join(t, NULL);
+    /* Refused (seccomp, an old libc's headers) is allowed, and logged by
+     * the runtime; any other failure is a bug in the request. */
+    ck_assert_msg(s.rc == 0 || s.rc == EPERM || s.rc == ENOSYS,
+                  "ddph__thread_short_slice: %s", strerror(s.rc));
+    struct utsname u;
+    int major = 0, minor = 0;
+    if (uname(&u) != 0)
+        snprintf(u.release, sizeof u.release, "unknown");
+    if (s.rc != 0 || !s.got ||
+        sscanf(u.release, "%d.%d", &major, &minor) != 2 ||
+        major * 100 + minor < 612) {
+        printf("short slice: not checked (request %s, kernel %s: custom "
+               "slices need Linux 6.12)\n",
+               s.rc ? strerror(s.rc) : "accepted", u.release);
+        return;
+    }
+    ck_assert_uint_eq(s.runtime, 100000);
+    ck_assert_msg(s.flags & 0x01, "reset-on-fork not set: flags %#llx",
+                  (unsigned long long)s.flags);
+    /* Threads it starts (CUDA's, UCX's, a hook's) keep the default. */
+    ck_assert_uint_ne(s.child_runtime, 100000);
+    ck_assert_uint_ne(s.child_runtime, 0);
+}
+END_TEST
+
 Suite *reducer_suite(void)
 {
     Suite *s = suite_create("reducer");
@@ -381,6 +463,7 @@ Suite *reducer_suite(void)
     tcase_add_test(tc, join_shadow_steps_average_over_the_initial_world);
     tcase_add_test(tc, join_shadow_steps_average_over_the_ranks_training);
     tcase_add_test(tc, a_failed_collective_names_its_bucket_and_rank_everywhere);
+    tcase_add_test(tc, the_communication_thread_asks_for_a_short_slice);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -80,12 +80,13 @@ void gpt_init(gpt *m, uint64_t seed);
  * it also computes m->loss, the mean cross-entropy. */
 void gpt_forward(gpt *m, const int *inputs, const int *targets, int B);
 
-/* Called by gpt_backward as soon as a tensor's gradient is complete:
- * tensor t of layer l for the blocks' tensors (from the last layer's last
- * tensor back to layer 0's first), l = 0 for the others (the final
- * LayerNorm's first, the embeddings' last), so that a trainer can hand
- * each to the reduction while backward goes on, as PyTorch's
- * per-parameter autograd hooks do. */
+/* Called by gpt_backward as soon as a tensor's gradient is complete, so
+ * that a trainer can hand each to the reduction while backward goes on,
+ * as PyTorch's per-parameter autograd hooks do: the final LayerNorm's
+ * gain and shift (layer 0) first; then each block from the last, its
+ * tensors in pairs from the MLP's projection back to the first
+ * LayerNorm, a weight (or gain) before its bias (or shift), with the
+ * block's index as the layer; the embeddings (layer 0) last. */
 typedef void (*gpt_grad_done_fn)(void *user, int tensor, int layer);
 
 /* Backward pass of the last gpt_forward (which had targets): ADDS the

@@ -192,8 +192,10 @@ typedef struct thread_sched_attr {
     uint32_t priority;
     uint64_t runtime, deadline, period;
 } thread_sched_attr;
+_Static_assert(sizeof(thread_sched_attr) == 48, "sched_attr version 0");
 
 #define SHORT_SLICE_NS 100000 /* the least the kernel accepts */
+#define RESET_ON_FORK 0x01    /* SCHED_FLAG_RESET_ON_FORK */
 
 int ddph__thread_short_slice(void)
 {
@@ -206,6 +208,7 @@ int ddph__thread_short_slice(void)
         return 0; /* real-time or idle: someone chose; leave it */
     a.size = sizeof a;
     a.runtime = SHORT_SLICE_NS;
+    a.flags |= RESET_ON_FORK; /* CUDA's, UCX's or a hook's threads: not */
     return syscall(SYS_sched_setattr, 0, &a, 0) == 0 ? 0 : errno;
 #else
     return ENOSYS;

@@ -65,13 +65,15 @@ static inline int64_t ddph__digest_term(size_t index)
 void ddph__activity_bind(_Atomic long long *clock_us);
 void ddph__activity_touch(void);
 /* Asks the kernel to give the calling thread a short time slice (0.1 ms,
- * Linux's sched_setattr for its fair scheduler, EEVDF since 6.6; custom
- * slices since 6.12, and older kernels ignore the request).  Its share of
- * the CPU stays what it was; what changes is that the scheduler picks it
- * sooner when it becomes runnable, so a thread that waits on the network
- * in short bursts gets the core without waiting out another thread's
- * slice.  0, or the errno of the call that failed (its nice value and
- * policy are kept). */
+ * Linux's sched_setattr for its fair scheduler; custom slices since
+ * 6.12).  Its share of the CPU stays what it was; what changes is that
+ * the scheduler picks it sooner when it becomes runnable, so a thread
+ * that waits on the network in short bursts gets the core without
+ * waiting out another thread's slice.  Its nice value and policy are
+ * kept, and threads it starts get the default slice (reset on fork).
+ * Returns the errno of the call that failed, else 0: also where the
+ * thread has a real-time or idle policy (left alone) and where the
+ * kernel is older than 6.12 (which accepts and ignores the request). */
 int ddph__thread_short_slice(void);
 /* Chunk c of `count` elements split `parts` ways as evenly as integers
  * allow: elements [*at, *at + *n).  Every rank computes the same split. */
