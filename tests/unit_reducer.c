@@ -377,16 +377,10 @@ END_TEST
 
 /* ---- the communication thread's time slice (support/util.c) ------------ */
 
-/* The calling thread's sched_attr (version 0) fields we look at. */
+/* The calling thread's scheduling flags and slice. */
 static int own_slice(uint64_t *flags, uint64_t *runtime)
 {
-    struct {
-        uint32_t size, policy;
-        uint64_t flags;
-        int32_t nice;
-        uint32_t priority;
-        uint64_t runtime, deadline, period;
-    } a;
+    ddph__sched_attr a;
     memset(&a, 0, sizeof a);
     if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0) != 0)
         return -1;
@@ -442,11 +436,12 @@ START_TEST(the_communication_thread_asks_for_a_short_slice)
                s.rc ? strerror(s.rc) : "accepted", u.release);
         return;
     }
-    ck_assert_uint_eq(s.runtime, 100000);
-    ck_assert_msg(s.flags & 0x01, "reset-on-fork not set: flags %#llx",
+    ck_assert_uint_eq(s.runtime, DDPH__SHORT_SLICE_NS);
+    ck_assert_msg(s.flags & DDPH__SCHED_RESET_ON_FORK,
+                  "reset-on-fork not set: flags %#llx",
                   (unsigned long long)s.flags);
     /* Threads it starts (CUDA's, UCX's, a hook's) keep the default. */
-    ck_assert_uint_ne(s.child_runtime, 100000);
+    ck_assert_uint_ne(s.child_runtime, DDPH__SHORT_SLICE_NS);
     ck_assert_uint_ne(s.child_runtime, 0);
 }
 END_TEST

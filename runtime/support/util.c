@@ -183,32 +183,18 @@ void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n)
     *n = count * (size_t)(c + 1) / (size_t)parts - *at;
 }
 
-/* struct sched_attr as the kernel reads it (its first version, 48 bytes);
- * glibc 2.36 has no sched_setattr, and later ones may declare the struct. */
-typedef struct thread_sched_attr {
-    uint32_t size, policy;
-    uint64_t flags;
-    int32_t nice;
-    uint32_t priority;
-    uint64_t runtime, deadline, period;
-} thread_sched_attr;
-_Static_assert(sizeof(thread_sched_attr) == 48, "sched_attr version 0");
-
-#define SHORT_SLICE_NS 100000 /* the least the kernel accepts */
-#define RESET_ON_FORK 0x01    /* SCHED_FLAG_RESET_ON_FORK */
-
 int ddph__thread_short_slice(void)
 {
 #if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
-    thread_sched_attr a;
+    ddph__sched_attr a;
     memset(&a, 0, sizeof a);
     if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0) != 0)
         return errno;
     if (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH)
         return 0; /* real-time or idle: someone chose; leave it */
     a.size = sizeof a;
-    a.runtime = SHORT_SLICE_NS;
-    a.flags |= RESET_ON_FORK; /* CUDA's, UCX's or a hook's threads: not */
+    a.runtime = DDPH__SHORT_SLICE_NS;
+    a.flags |= DDPH__SCHED_RESET_ON_FORK; /* CUDA's, UCX's, a hook's: not */
     return syscall(SYS_sched_setattr, 0, &a, 0) == 0 ? 0 : errno;
 #else
     return ENOSYS;

@@ -75,6 +75,18 @@ void ddph__activity_touch(void);
  * thread has a real-time or idle policy (left alone) and where the
  * kernel is older than 6.12 (which accepts and ignores the request). */
 int ddph__thread_short_slice(void);
+/* struct sched_attr as the kernel reads it (its first version, 48 bytes);
+ * glibc 2.36 has no sched_setattr, and later ones may declare the struct. */
+typedef struct ddph__sched_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+} ddph__sched_attr;
+_Static_assert(sizeof(ddph__sched_attr) == 48, "sched_attr version 0");
+#define DDPH__SHORT_SLICE_NS 100000 /* the least the kernel accepts */
+#define DDPH__SCHED_RESET_ON_FORK 0x01 /* SCHED_FLAG_RESET_ON_FORK */
 /* Chunk c of `count` elements split `parts` ways as evenly as integers
  * allow: elements [*at, *at + *n).  Every rank computes the same split. */
 void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n);
