@@ -20,6 +20,7 @@ LIMIT=$((TIMEOUT_S + 5))
 OUT="$B/tests/out/faults"
 rm -rf "$OUT"
 mkdir -p "$OUT"
+export DDPH_TEST_TMPDIR="$OUT" # test_runtime's job files (scenario_util.c)
 job() { # job FILE HOOK [EXTRA] (EXTRA may set the bucket caps instead)
     caps='bucket_cap_mb = 0.02\nfirst_bucket_cap_mb = 0.02\n'
     case ${3:-} in *bucket_cap_mb*) caps= ;; esac

@@ -10,6 +10,12 @@ if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
     exit 77
 fi
 B=${DDPH_TEST_BUILDDIR:?run through make check}
+# The scenarios' job and trace files (tests/mpi/scenario_util.c): here,
+# not in /tmp, where the jobs that fail on purpose would leave them.
+DDPH_TEST_TMPDIR="$B/tests/out/run_mpi"
+rm -rf "$DDPH_TEST_TMPDIR"
+mkdir -p "$DDPH_TEST_TMPDIR" || exit 1
+export DDPH_TEST_TMPDIR
 fail=0
 pass=0
 # run N [--fails NAME] [--limit S] PROGRAM ARGS...

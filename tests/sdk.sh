@@ -20,6 +20,7 @@ S=${DDPH_TEST_SRCDIR:?}
 OUT="$B/tests/out/sdk"
 rm -rf "$OUT"
 mkdir -p "$OUT"
+export DDPH_TEST_TMPDIR="$OUT" # test_runtime's job files (scenario_util.c)
 pass=0
 fail=0
 skipped=""   # the parts a missing prerequisite left out, said at the end

@@ -26,6 +26,7 @@ C="$S/tests/cluster/cluster.sh"
 OUT="$B/tests/out/cluster"
 rm -rf "$OUT"
 mkdir -p "$OUT"
+export DDPH_TEST_TMPDIR="$OUT" # test_runtime's job files (scenario_util.c)
 probe=$(sh "$C" --hosts 1 --ranks-per-host 1 --rate unlimited -- true 2>&1)
 rc=$?
 if [ $rc -eq 77 ]; then

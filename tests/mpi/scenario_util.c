@@ -16,17 +16,28 @@
 const int64_t shapes[NP][2] = {{40, 30}, {30, 1}, {64, 32},
                                {32, 1},  {10, 64}, {10, 1}};
 
+/* Where scenarios write their job and trace files: the folder the test
+ * driver made for the run (tests/out/NAME in the build tree: a job that
+ * fails or is killed on purpose leaves nothing behind in /tmp), else
+ * /tmp. */
+const char *scratch_dir(void)
+{
+    const char *d = getenv("DDPH_TEST_TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
 /* Writes a job file for this rank; extra is appended verbatim (to the
  * [runtime] section, where it sets bucket caps or timeout_s instead of
  * the defaults here). */
 const char *job(const char *hook_dir, const char *hook,
                        const char *extra)
 {
-    static char path[256];
+    static char path[4096];
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    snprintf(path, sizeof path, "/tmp/ddph-test-%d-%d.ini", (int)getppid(),
-             rank);
+    int len = snprintf(path, sizeof path, "%s/ddph-test-%d-%d.ini",
+                       scratch_dir(), (int)getppid(), rank);
+    CHECK(len > 0 && (size_t)len < sizeof path, "DDPH_TEST_TMPDIR too long");
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "cannot write %s", path);
     int caps = !(extra && strstr(extra, "bucket_cap_mb"));

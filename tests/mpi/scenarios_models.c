@@ -348,8 +348,9 @@ void run_two_models(void)
 
 void run_trace(void)
 {
-    char path[256], extra[300];
-    snprintf(path, sizeof path, "/tmp/ddph-trace-%d.json", (int)getppid());
+    char path[4096], extra[4200];
+    snprintf(path, sizeof path, "%s/ddph-trace-%d.json", scratch_dir(),
+             (int)getppid());
     /* Two lanes: bucket 1 runs on lane 1, its own track. */
     snprintf(extra, sizeof extra, "trace = %s\nlanes = 2", path);
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);

@@ -191,9 +191,9 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &check_rank);
     sc->run();
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/ddph-test-%d-%d.ini", (int)getppid(),
-             check_rank);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ddph-test-%d-%d.ini", scratch_dir(),
+             (int)getppid(), check_rank);
     unlink(path);
     MPI_Barrier(MPI_COMM_WORLD);
     if (check_rank == 0)
