@@ -318,8 +318,17 @@ for i in $(seq 1 10); do
         "$B/tests/mpi/test_runtime" shared-buckets </dev/null >/dev/null 2>&1 &
     mp=$!
     sleep "$delay"
-    pkill -KILL -P "$mp" 2>/dev/null
-    pkill -KILL -f "tests/mpi/.libs/test_runtime shared-buckets" 2>/dev/null
+    # The ranks are the children of hydra's proxies, mpiexec's children:
+    # found by pid (a pattern would also kill run_mpi.sh's own
+    # shared-buckets job when make check runs both at once); mpiexec and
+    # each proxy are stopped first so that none starts a process after
+    # its list is read.
+    kill -STOP "$mp" 2>/dev/null
+    for proxy in $(pgrep -P "$mp"); do
+        kill -STOP "$proxy" 2>/dev/null
+        pkill -KILL -P "$proxy" 2>/dev/null
+        kill -KILL "$proxy" 2>/dev/null
+    done
     kill -KILL "$mp" 2>/dev/null
     wait "$mp" 2>/dev/null
 done

@@ -19,10 +19,12 @@ const int64_t shapes[NP][2] = {{40, 30}, {30, 1}, {64, 32},
 /* Where scenarios write their job and trace files: the folder the test
  * driver made for the run (tests/out/NAME in the build tree: a job that
  * fails or is killed on purpose leaves nothing behind in /tmp), else
- * /tmp. */
+ * TMPDIR or /tmp. */
 const char *scratch_dir(void)
 {
     const char *d = getenv("DDPH_TEST_TMPDIR");
+    if (!d || !*d)
+        d = getenv("TMPDIR");
     return d && *d ? d : "/tmp";
 }
 

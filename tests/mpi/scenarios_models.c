@@ -348,11 +348,12 @@ void run_two_models(void)
 
 void run_trace(void)
 {
-    char path[4096], extra[4200];
-    snprintf(path, sizeof path, "%s/ddph-trace-%d.json", scratch_dir(),
-             (int)getppid());
-    /* Two lanes: bucket 1 runs on lane 1, its own track. */
-    snprintf(extra, sizeof extra, "trace = %s\nlanes = 2", path);
+    char name[64], path[4096], extra[128];
+    snprintf(name, sizeof name, "ddph-trace-%d.json", (int)getppid());
+    snprintf(path, sizeof path, "%s/%s", scratch_dir(), name);
+    /* Two lanes: bucket 1 runs on lane 1, its own track.  The trace's
+     * path is relative: beside the job file, in scratch_dir(). */
+    snprintf(extra, sizeof extra, "trace = %s\nlanes = 2", name);
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
     model_fixture fx;
