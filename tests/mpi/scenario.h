@@ -33,6 +33,7 @@ ddph_ctx *open_path(const char *path);
 ddph_ctx *open_job(const char *hook_dir, const char *hook, const char *extra);
 const char *env(const char *name);
 const char *scratch_dir(void);
+void job_path(char *path, size_t cap, int rank);
 void mark_all_ready(ddph_ctx *ctx, ddph_model *m);
 void fixture_free(model_fixture *fx);
 void setup(ddph_ctx *ctx, model_fixture *fx, int shape_bump);

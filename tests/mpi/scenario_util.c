@@ -28,6 +28,15 @@ const char *scratch_dir(void)
     return d && *d ? d : "/tmp";
 }
 
+/* The job file of `rank` (job() writes it, test_runtime's main removes
+ * it): one per rank and mpiexec proxy, in scratch_dir(). */
+void job_path(char *path, size_t cap, int rank)
+{
+    int len = snprintf(path, cap, "%s/ddph-test-%d-%d.ini", scratch_dir(),
+                       (int)getppid(), rank);
+    CHECK(len > 0 && (size_t)len < cap, "DDPH_TEST_TMPDIR too long");
+}
+
 /* Writes a job file for this rank; extra is appended verbatim (to the
  * [runtime] section, where it sets bucket caps or timeout_s instead of
  * the defaults here). */
@@ -37,9 +46,7 @@ const char *job(const char *hook_dir, const char *hook,
     static char path[4096];
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int len = snprintf(path, sizeof path, "%s/ddph-test-%d-%d.ini",
-                       scratch_dir(), (int)getppid(), rank);
-    CHECK(len > 0 && (size_t)len < sizeof path, "DDPH_TEST_TMPDIR too long");
+    job_path(path, sizeof path, rank);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "cannot write %s", path);
     int caps = !(extra && strstr(extra, "bucket_cap_mb"));

@@ -192,8 +192,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &check_rank);
     sc->run();
     char path[4096];
-    snprintf(path, sizeof path, "%s/ddph-test-%d-%d.ini", scratch_dir(),
-             (int)getppid(), check_rank);
+    job_path(path, sizeof path, check_rank);
     unlink(path);
     MPI_Barrier(MPI_COMM_WORLD);
     if (check_rank == 0)
