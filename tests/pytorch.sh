@@ -64,10 +64,11 @@ MAIN=allreduce,fp16,fp16_wrapper,bf16,powersgd,batched_powersgd
 P="--plugin-dir $DDPH_TEST_PLUGIN_DIR"
 for w in 2 4; do
     set -- "ddp_hooks.py $P --out $OUT/ws$w --only $MAIN" \
-        "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_noef"
+        "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_noef" \
+        "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_own_q,batched_own_q"
     if [ "$w" -eq 2 ]; then
         # The bridge's bytes per step, and replay's inputs for them.
-        set -- "$1 --bytes-dir $BYTES" "$2 --bytes-dir $BYTES"
+        set -- "$1 --bytes-dir $BYTES" "$2 --bytes-dir $BYTES" "$3"
     fi
     [ -n "$V" ] && set -- "$@" "ddp_vectors.py --vectors $V/ws$w $P --out $OUT/vectors-ws$w"
     if [ "$w" -eq 2 ]; then
@@ -85,13 +86,13 @@ for w in 2 4; do
     section() { awk -v want="$1" '/^== exit /{ if (k == want) print "exit " $3; next } /^== /{k++; next} k == want' "$log"; }
     passed() { section "$1" | grep -c '^PASS: '; }
     exited() { section "$1" | grep -q '^exit 0$'; }
-    got=$(( $(passed 1) + $(passed 2) ))
-    if exited 1 && exited 2 && [ "$got" -eq 7 ]; then
-        ok "ddp_hooks.py on $w ranks: $got of 7 hooks equal PyTorch's"
+    got=$(( $(passed 1) + $(passed 2) + $(passed 3) ))
+    if exited 1 && exited 2 && exited 3 && [ "$got" -eq 9 ]; then
+        ok "ddp_hooks.py on $w ranks: $got of 9 hooks equal PyTorch's"
     else
-        ko "ddp_hooks.py on $w ranks: $got of 7 passed (see $log)"
+        ko "ddp_hooks.py on $w ranks: $got of 9 passed (see $log)"
     fi
-    k=3
+    k=4
     if [ -n "$V" ]; then
         # The C runtime's replay of them is tests/vectors.sh.
         if exited $k && [ "$(passed $k)" -eq 4 ]; then

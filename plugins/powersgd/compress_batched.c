@@ -55,7 +55,7 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
     /* Both sizes, whatever a loaded state held. */
     int randomize = !st->warm_start || !pb->p || pb->np != n || pb->nq != n;
     if (randomize && !(r = psgd_new_pq(s, pb, n, n)))
-        r = psgd_random_q(st, s, b->index, pb->q, n);
+        r = psgd_random_q(st, s, b->index, pb->q, &n, 1);
     /* Orthogonalised with eps = 0 whatever the option says, as upstream. */
     if (!r)
         r = s->orthogonalize(s, pb->q, side, rank, 0.0);

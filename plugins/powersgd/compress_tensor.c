@@ -43,11 +43,14 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
      * others in bucket order. */
     if (b->ntensors > st->mats_cap) {
         matrix *m = realloc(st->mats, b->ntensors * sizeof *m);
-        if (!m) {
+        if (m)
+            st->mats = m;
+        size_t *g = m ? realloc(st->q_groups, b->ntensors * sizeof *g) : NULL;
+        if (!g) {
             s->set_error(s, "out of memory");
             return DDPH_ERR_NOMEM;
         }
-        st->mats = m;
+        st->q_groups = g;
         st->mats_cap = b->ntensors;
     }
     size_t nmat = 0, flat_n = 0;
@@ -69,8 +72,8 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
     if (!psgd_grow(s, &st->flat, &st->flat_cap, flat_n * sizeof(float) + 4))
         return DDPH_ERR_NOMEM;
     /* P and Q layout: matrices grouped by shape in order of first
-     * appearance (this fixes the random fill order too). */
-    size_t np = 0, nq = 0;
+     * appearance, each group's Q drawn as one torch.randn (PyTorch's qs). */
+    size_t np = 0, nq = 0, ngroups = 0;
     for (size_t i = 0; i < nmat; i++) {
         int first = 1;
         for (size_t j = 0; j < i; j++)
@@ -78,6 +81,7 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
                 first = 0;
         if (!first)
             continue;
+        size_t group_start = nq;
         for (size_t j = i; j < nmat; j++)
             if (st->mats[j].n == st->mats[i].n && st->mats[j].m == st->mats[i].m) {
                 st->mats[j].p_off = np;
@@ -85,6 +89,7 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
                 np += st->mats[j].n * st->mats[j].r;
                 nq += st->mats[j].m * st->mats[j].r;
             }
+        st->q_groups[ngroups++] = nq - group_start;
     }
     if (pb->p && !(r = psgd_fits(s, pb, b->index, "P memory", pb->np, np)))
         r = psgd_fits(s, pb, b->index, "Q memory", pb->nq, nq);
@@ -93,7 +98,7 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
     pb->loaded = 0;
     int randomize = !st->warm_start || !pb->p || pb->np != np || pb->nq != nq;
     if (randomize && !(r = psgd_new_pq(s, pb, np, nq)))
-        r = psgd_random_q(st, s, b->index, pb->q, nq);
+        r = psgd_random_q(st, s, b->index, pb->q, st->q_groups, ngroups);
     for (size_t i = 0; i < nmat && !r; i++)
         r = s->orthogonalize(s, pb->q + st->mats[i].q_off, st->mats[i].m,
                              st->mats[i].r, st->eps);

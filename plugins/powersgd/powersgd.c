@@ -135,6 +135,7 @@ static void psgd_destroy(const ddph_services *s, void *state)
     s->free(s, st->wire);
     s->free(s, st->qt);
     free(st->mats);
+    free(st->q_groups);
     free(st->qinit_dir);
     free(st);
 }
@@ -310,14 +311,19 @@ void psgd_drop_pq(const ddph_services *s, psgd *st, psgd_bucket *pb)
     pb->p = pb->q = NULL;
 }
 
-/* Fills host memory q: normals from a seed drawn as PyTorch draws it,
- * or PyTorch's own Q from q_init_dir. */
+/* Fills host memory q[0..sum of groups): one seed drawn as PyTorch draws
+ * it, then torch.randn for each group in turn, or PyTorch's own Q from
+ * q_init_dir. */
 static ddph_status host_random_q(psgd *st, const ddph_services *s, int bucket,
-                                 float *q, size_t n)
+                                 float *q, const size_t *groups,
+                                 size_t ngroups, size_t n)
 {
     uint32_t seed = mt_randint(&st->rng, 1000000000u);
     if (!st->qinit_dir) {
-        normal_fill(seed, q, n);
+        torch_gen g;
+        torch_gen_seed(&g, seed);
+        for (size_t i = 0, at = 0; i < ngroups; at += groups[i++])
+            torch_randn(&g, q + at, groups[i]);
         return DDPH_OK;
     }
     char path[4096];
@@ -338,8 +344,11 @@ static ddph_status host_random_q(psgd *st, const ddph_services *s, int bucket,
 
 /* A new random Q in device memory q: drawn on the host, copied over. */
 ddph_status psgd_random_q(psgd *st, const ddph_services *s, int bucket,
-                          float *q, size_t n)
+                          float *q, const size_t *groups, size_t ngroups)
 {
+    size_t n = 0;
+    for (size_t i = 0; i < ngroups; i++)
+        n += groups[i];
     if (n > st->host_q_cap) {
         float *h = realloc(st->host_q, n * sizeof *h);
         if (!h) {
@@ -349,7 +358,8 @@ ddph_status psgd_random_q(psgd *st, const ddph_services *s, int bucket,
         st->host_q = h;
         st->host_q_cap = n;
     }
-    ddph_status r = host_random_q(st, s, bucket, st->host_q, n);
+    ddph_status r =
+        host_random_q(st, s, bucket, st->host_q, groups, ngroups, n);
     return r ? r : s->copy(s, q, st->host_q, n * sizeof(float),
                            DDPH_COPY_FROM_HOST);
 }

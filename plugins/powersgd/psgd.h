@@ -54,7 +54,8 @@ typedef struct psgd {
     void *wire;
     size_t wire_cap;
     matrix *mats;
-    size_t mats_cap;
+    size_t *q_groups; /* each shape group's Q floats, in Q's order */
+    size_t mats_cap;  /* of both */
     float *qt; /* CPU: one matrix's Q transposed, r x m */
     size_t qt_cap;
     float *host_q; /* host memory where random Qs are drawn */
@@ -95,7 +96,7 @@ ddph_status psgd_new_pq(const ddph_services *s, psgd_bucket *pb, size_t np,
                         size_t nq);
 void psgd_drop_pq(const ddph_services *s, psgd *st, psgd_bucket *pb);
 ddph_status psgd_random_q(psgd *st, const ddph_services *s, int bucket,
-                          float *q, size_t n);
+                          float *q, const size_t *groups, size_t ngroups);
 /* The algorithm of this plugin on f32 input in[0..numel): per tensor
  * (compress_tensor.c) or batched (compress_batched.c). */
 ddph_status psgd_compress(psgd *st, const ddph_bucket *b,

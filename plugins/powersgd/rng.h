@@ -6,9 +6,13 @@
  * sequence, as PyTorch's PowerSGDState.rng, and for seed 0 the first seeds
  * are 209652396, 398764591, 924231285.
  *
- * normals: for each seed, an MT19937 seeded with it feeds Box-Muller on
- * 53-bit uniforms.  This is NOT torch.randn's stream (which the design
- * does not require); it is deterministic and identical on every rank. */
+ * normals: torch.manual_seed(seed) then torch.randn(n) on the CPU, as
+ * torch 1.13 computes it where the CPU has AVX2 (the x86-64 machines
+ * PyTorch runs on): MT19937 uniforms turned into normals 16 at a time by
+ * Box-Muller over avx_mathfun's Cephes polynomials (n >= 16), or one
+ * double Box-Muller pair at a time, the second kept for the next call
+ * (n < 16).  Written in scalar C with the same roundings, so every CPU
+ * draws the same bits. */
 #ifndef PSGD_RNG_H
 #define PSGD_RNG_H
 
@@ -26,7 +30,16 @@ void mt_seed(mt19937 *m, uint32_t seed);
 uint32_t mt_next32(mt19937 *m);
 /* numpy legacy RandomState.randint(0, high) for high <= 2^32. */
 uint32_t mt_randint(mt19937 *m, uint32_t high);
-/* Fills out[0..n-1] with standard normals from a generator seeded by seed. */
-void normal_fill(uint32_t seed, float *out, size_t n);
+/* torch's CPU generator: MT19937 and the cached second normal. */
+typedef struct torch_gen {
+    mt19937 mt;
+    int has_next_normal;
+    double next_normal;
+} torch_gen;
+
+/* torch.manual_seed(seed). */
+void torch_gen_seed(torch_gen *g, uint64_t seed);
+/* torch.randn(n) into out[0..n-1], continuing g. */
+void torch_randn(torch_gen *g, float *out, size_t n);
 
 #endif

@@ -13,7 +13,8 @@ comparable): one with PyTorch's hook, one with ddphook's. After every
 step their gradients must agree within the tolerances that the reference
 vectors use (the README of --with-reference-vectors' folder). PowerSGD's
 random Q is PyTorch's own: torch.randn's output is captured as PyTorch's
-hook draws it and handed to ddphook's hook through q_init_dir. PyTorch
+hook draws it and handed to ddphook's hook through q_init_dir, and, in the
+*_own_q cases, drawn by ddphook itself as torch.randn draws it. PyTorch
 1.13 cannot run two of these hooks as shipped, so their references are
 the same algorithms made to run: bf16_compress_hook needs NCCL (gloo
 cannot sum bf16), so its reference casts, divides and sums in bf16 in
@@ -86,8 +87,10 @@ def batched_orthogonalize(orig):
 
 def QCapture(folder, rank, fn):
     """fn, with torch.randn's output, as PyTorch's PowerSGD hook draws it,
-    written in ddphook's q_init_dir layout: r{rank}_it{iter}_b{bucket}_qinit.f32."""
-    os.makedirs(folder, exist_ok=True)
+    written in ddphook's q_init_dir layout: r{rank}_it{iter}_b{bucket}_qinit.f32
+    (folder None: nothing written, ddphook draws the same Q itself)."""
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
 
     def captured(state, bucket):
         drawn = []
@@ -106,7 +109,7 @@ def QCapture(folder, rank, fn):
             fut.wait()
         finally:
             torch.randn = randn
-        if drawn:
+        if drawn and folder is not None:
             path = os.path.join(folder, "r%d_it%d_b%d_qinit.f32" % (
                 rank, it, bucket.index()))
             torch.cat(drawn).numpy().tofile(path)
@@ -162,6 +165,20 @@ def cases(out, rank):
                              QCapture(q("batched"), rank,
                                       psgd.batched_powerSGD_hook),
                              psgd_tol, psgd_tol),
+        # No q_init_dir: ddphook draws Q as torch.randn does.
+        # Rank 3: Qs of 72 and 96 floats, torch.randn's redrawn tails.
+        "powersgd_own_q": ("powersgd", "none",
+                           {"matrix_approximation_rank": 3,
+                            "start_powerSGD_iter": 2},
+                           lambda: psgd_state(3),
+                           QCapture(None, rank, psgd.powerSGD_hook),
+                           psgd_tol, psgd_tol),
+        "batched_own_q": ("batched_powersgd", "none",
+                          {"matrix_approximation_rank": 2,
+                           "start_powerSGD_iter": 2},
+                          lambda: psgd_state(2),
+                          QCapture(None, rank, psgd.batched_powerSGD_hook),
+                          psgd_tol, psgd_tol),
     }
 
 
