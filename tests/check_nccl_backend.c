@@ -16,6 +16,7 @@
 
 #include <ddphook/plugin.h>
 
+#include "bf16_host.h"
 #include "comm/nccl/backend_nccl.h"
 #include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
@@ -636,6 +637,57 @@ END_TEST
 /* NCCL may answer ncclInProgress to the calls inside a group: the group
  * must go on (a rank that stopped there would leave its peers waiting for
  * the rest), and the communicator be settled before its next call. */
+/* Half-precision sums, as the fp16 and bf16 hooks hand them to NCCL:
+ * rank r gives 1 + r/8 (exact in both types), so the sum says whether
+ * the backend named the right type. */
+static uint16_t f16_from_float(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t b;
+    memcpy(&b, &h, sizeof b);
+    return b;
+}
+
+static float f16_to_float(uint16_t b)
+{
+    _Float16 h;
+    memcpy(&h, &b, sizeof h);
+    return (float)h;
+}
+
+static void rank_half_sums(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    int w = c->n->world.size;
+    for (int bf = 0; bf < 2 && c->st == DDPH_OK; bf++) {
+        uint16_t v[3];
+        float mine = 1.0f + (float)c->rank / 8;
+        for (int i = 0; i < 3; i++)
+            v[i] = bf ? bf16_from_float(mine) : f16_from_float(mine);
+        c->st = ddph__nccl_allreduce(c->n, &c->n->world, v, 3,
+                                     bf ? DDPH_BF16 : DDPH_F16, DDPH_SUM,
+                                     &c->err);
+        float want = (float)w + (float)(w * (w - 1) / 2) / 8;
+        float got = bf ? bf16_to_float(v[2]) : f16_to_float(v[2]);
+        if (c->st == DDPH_OK && got != want)
+            c->st = ddph__fail(&c->err, DDPH_ERR_BACKEND,
+                               "%s sum %g, want %g", bf ? "bf16" : "f16",
+                               (double)got, (double)want);
+    }
+    ddph__nccl_finalize(c->n, 0);
+}
+
+START_TEST(half_precision_sums)
+{
+    int w = worlds[_i];
+    team_start(w);
+    team_run(w, rank_half_sums);
+    all_ranks(w, DDPH_OK, NULL);
+}
+END_TEST
+
 START_TEST(in_progress_inside_groups)
 {
     int w = worlds[_i];
@@ -1144,6 +1196,7 @@ int main(void)
     int nw = (int)(sizeof worlds / sizeof worlds[0]);
     tcase_add_loop_test(ranks_tc, collectives_move_real_data, 0, nw);
     tcase_add_loop_test(ranks_tc, in_progress_inside_groups, 0, nw);
+    tcase_add_loop_test(ranks_tc, half_precision_sums, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);
     tcase_add_loop_test(ranks_tc, split_stall_aborts_the_parent_and_frees_the_child,

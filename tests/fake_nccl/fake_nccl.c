@@ -262,6 +262,60 @@ static size_t type_size(ncclDataType_t t)
 #define IMAX(a, b) ((a) > (b) ? (a) : (b))
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))
 
+/* f16 and bf16 sums as NCCL's kernels do them: each partial sum in float,
+ * rounded back to the type after every rank (so the order matters, as on
+ * the GPU). */
+static float bf16_f(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t f_bf16(float f) /* round to nearest even */
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if (isnan(f))
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+static float f16_f(uint16_t b)
+{
+    _Float16 h;
+    memcpy(&h, &b, sizeof h);
+    return (float)h;
+}
+
+static uint16_t f_f16(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t b;
+    memcpy(&b, &h, sizeof b);
+    return b;
+}
+
+static void reduce_half(const void *const *in, int nranks, size_t off,
+                        size_t count, ncclDataType_t type, ncclRedOp_t op,
+                        void *out)
+{
+    if (op != ncclSum)
+        die("f16/bf16: only sums in the fake");
+    for (size_t i = 0; i < count; i++) {
+        uint16_t acc = ((const uint16_t *)in[0])[off + i];
+        for (int r = 1; r < nranks; r++) {
+            uint16_t v = ((const uint16_t *)in[r])[off + i];
+            if (type == ncclBfloat16)
+                acc = f_bf16(bf16_f(acc) + bf16_f(v));
+            else
+                acc = f_f16(f16_f(acc) + f16_f(v));
+        }
+        ((uint16_t *)out)[i] = acc;
+    }
+}
+
 static void reduce(const void *const *in, int nranks, size_t off,
                    size_t count, ncclDataType_t type, ncclRedOp_t op,
                    void *out)
@@ -273,6 +327,9 @@ static void reduce(const void *const *in, int nranks, size_t off,
     case ncclInt64: REDUCE(int64_t, IMAX, IMIN); break;
     case ncclInt8: REDUCE(int8_t, IMAX, IMIN); break;
     case ncclUint8: REDUCE(uint8_t, IMAX, IMIN); break;
+    case ncclFloat16: case ncclBfloat16:
+        reduce_half(in, nranks, off, count, type, op, out);
+        break;
     default: die("no reduction for this type in the fake");
     }
 }

@@ -10,7 +10,8 @@
  * collective completes when every rank of its communicator has enqueued
  * it, and until then each rank's stream answers cudaErrorNotReady, left
  * as the thread's last error as CUDA does; MAX and MIN on floats are
- * fmaxf and fminf (a NaN is dropped); a communicator is ready when every
+ * fmaxf and fminf (a NaN is dropped); f16 and bf16 sum in float,
+ * rounded to the type after each rank; a communicator is ready when every
  * rank has joined it; ncclCommSplit runs the child's init as a job of
  * the parent, as NCCL does: the parent answers ncclInProgress until the
  * child has connected, then the child is delivered, a failed one too,
