@@ -511,6 +511,14 @@ static void all_ranks(int w, ddph_status want, const char *text)
     }
 }
 
+/* fn on W ranks; every rank ends with `want` (and `text`). */
+static void team_expect(int w, rank_fn fn, ddph_status want, const char *text)
+{
+    team_start(w);
+    team_run(w, fn);
+    all_ranks(w, want, text);
+}
+
 static const int worlds[] = {2, 4};
 
 /* Every collective the backend offers, with real data: each value says
@@ -681,10 +689,7 @@ static void rank_half_sums(rank_ctx *c)
 
 START_TEST(half_precision_sums)
 {
-    int w = worlds[_i];
-    team_start(w);
-    team_run(w, rank_half_sums);
-    all_ranks(w, DDPH_OK, NULL);
+    team_expect(worlds[_i], rank_half_sums, DDPH_OK, NULL);
 }
 END_TEST
 
@@ -952,9 +957,7 @@ static void rank_split_fails(rank_ctx *c)
 
 static void split_failure_checked(int w, ddph_status want, const char *text)
 {
-    team_start(w);
-    team_run(w, rank_split_fails);
-    all_ranks(w, want, text);
+    team_expect(w, rank_split_fails, want, text);
     for (int r = 0; r < w; r++) {
         ck_assert_msg(strstr(ranks[r].err.msg, "parent's communicator"),
                       "rank %d: '%s' does not say the parent was aborted", r,
@@ -1030,9 +1033,7 @@ static void rank_clean_teardown(rank_ctx *c)
 START_TEST(teardown_finalizes_then_destroys)
 {
     int w = worlds[_i];
-    team_start(w);
-    team_run(w, rank_clean_teardown);
-    all_ranks(w, DDPH_OK, NULL);
+    team_expect(w, rank_clean_teardown, DDPH_OK, NULL);
     for (int r = 0; r < w; r++) {
         ck_assert_int_eq(fake_seen[r].finalizes, 1);
         ck_assert_int_eq(fake_seen[r].destroys, 1);
