@@ -90,8 +90,19 @@ int main(int argc, char **argv)
     int on_host = argc > 3 && strcmp(argv[3], "--host") == 0;
     ddph_ctx *ctx;
     if (ddph_open(argv[1], &argc, &argv, &ctx) != DDPH_OK)
-        return 1; /* ddph_open has printed why (and chosen this rank's GPU) */
+        return 1; /* ddph_open has printed why */
     int rank = ddph_rank(ctx), rc = 1;
+    /* The GPU the runtime chose for this rank.  --host: the mpi backend
+     * chooses none; the rank modulo the GPUs seen spreads a host's ranks
+     * for the trainer's own compute. */
+    int device = ddph_cuda_device(ctx);
+    if (device < 0)
+        device = rank % count;
+    if (cudaSetDevice(device) != cudaSuccess) {
+        fprintf(stderr, "gpu_trainer: cudaSetDevice(%d) failed\n", device);
+        ddph_close(ctx);
+        return 1;
+    }
     cudaStream_t stream = NULL;
     cublasHandle_t blas = NULL;
     float *x = NULL, *y = NULL, *w[2] = {0}, *g[2] = {0}, *hid = NULL,

@@ -16,6 +16,7 @@
 
 #include <ddphook/plugin.h>
 
+#include "bf16_host.h"
 #include "comm/nccl/backend_nccl.h"
 #include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
@@ -352,8 +353,10 @@ START_TEST(split_that_never_completes_times_out)
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 1, 0, &g, &err),
                      DDPH_ERR_TIMEOUT);
     ck_assert_msg_has(err, "ncclCommSplit did not complete within timeout_s");
-    ck_assert_int_eq(fake_seen[0].aborts, 1);
+    /* The parent, and the half-made child NCCL writes out as it stops. */
+    ck_assert_int_eq(fake_seen[0].aborts, 2);
     ddph__nccl_finalize(n, 1);
+    ck_assert_int_eq(fake_live_comms(0), 0);
 }
 END_TEST
 
@@ -382,6 +385,7 @@ typedef struct rank_ctx {
     double took;
     int caller_device;
     int world_works; /* after a failure elsewhere */
+    int live;        /* communicators not ended after teardown */
 } rank_ctx;
 
 static rank_ctx ranks[FAKE_MAX_RANKS];
@@ -505,6 +509,14 @@ static void all_ranks(int w, ddph_status want, const char *text)
                           "rank %d of %d: '%s' lacks '%s'", r, w,
                           ranks[r].err.msg, text);
     }
+}
+
+/* fn on W ranks; every rank ends with `want` (and `text`). */
+static void team_expect(int w, rank_fn fn, ddph_status want, const char *text)
+{
+    team_start(w);
+    team_run(w, fn);
+    all_ranks(w, want, text);
 }
 
 static const int worlds[] = {2, 4};
@@ -633,6 +645,54 @@ END_TEST
 /* NCCL may answer ncclInProgress to the calls inside a group: the group
  * must go on (a rank that stopped there would leave its peers waiting for
  * the rest), and the communicator be settled before its next call. */
+/* Half-precision sums, as the fp16 and bf16 hooks hand them to NCCL:
+ * rank r gives 1 + r/8 (exact in both types), so the sum says whether
+ * the backend named the right type. */
+static uint16_t f16_from_float(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t b;
+    memcpy(&b, &h, sizeof b);
+    return b;
+}
+
+static float f16_to_float(uint16_t b)
+{
+    _Float16 h;
+    memcpy(&h, &b, sizeof h);
+    return (float)h;
+}
+
+static void rank_half_sums(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    int w = c->n->world.size;
+    for (int bf = 0; bf < 2 && c->st == DDPH_OK; bf++) {
+        uint16_t v[3];
+        float mine = 1.0f + (float)c->rank / 8;
+        for (int i = 0; i < 3; i++)
+            v[i] = bf ? bf16_from_float(mine) : f16_from_float(mine);
+        c->st = ddph__nccl_allreduce(c->n, &c->n->world, v, 3,
+                                     bf ? DDPH_BF16 : DDPH_F16, DDPH_SUM,
+                                     &c->err);
+        float want = (float)w + (float)(w * (w - 1) / 2) / 8;
+        float got = bf ? bf16_to_float(v[2]) : f16_to_float(v[2]);
+        if (c->st == DDPH_OK && got != want)
+            c->st = ddph__fail(&c->err, DDPH_ERR_BACKEND,
+                               "%s sum %g, want %g", bf ? "bf16" : "f16",
+                               (double)got, (double)want);
+    }
+    ddph__nccl_finalize(c->n, 0);
+}
+
+START_TEST(half_precision_sums)
+{
+    team_expect(worlds[_i], rank_half_sums, DDPH_OK, NULL);
+}
+END_TEST
+
 START_TEST(in_progress_inside_groups)
 {
     int w = worlds[_i];
@@ -872,7 +932,11 @@ END_TEST
 
 /* ---- splits, teardown, asynchronous errors --------------------------- */
 
-static void rank_split_child_stuck(rank_ctx *c)
+/* A split whose child fails or never connects: in NCCL the child's init
+ * is a job of the parent, so the parent is lost with it; what must not
+ * be lost is the half-made child NCCL writes out (it is freed), nor the
+ * cause (the message names the split and the parent). */
+static void rank_split_fails(rank_ctx *c)
 {
     rank_init(c);
     if (c->st != DDPH_OK)
@@ -880,32 +944,46 @@ static void rank_split_child_stuck(rank_ctx *c)
     struct ddph_group *g = NULL;
     c->st = ddph__nccl_split(c->n, &c->n->world, c->rank % 2, c->rank, &g,
                              &c->err);
-    /* The world goes on: only the child was aborted. */
+    /* The world was aborted: a collective on it says so, calling no NCCL. */
     float x = 1;
-    ddph_err e2;
-    if (c->n->world.nccl &&
+    ddph_err e2 = {0};
+    c->world_works =
         ddph__nccl_allreduce(c->n, &c->n->world, &x, 1, DDPH_F32, DDPH_SUM,
-                             &e2) == DDPH_OK &&
-        x == (float)c->n->world.size)
-        c->world_works = 1;
+                             &e2) == DDPH_OK ||
+        !strstr(e2.msg, "aborted after an earlier failure");
     ddph__nccl_finalize(c->n, 0);
+    c->live = fake_live_comms(c->rank);
 }
 
-START_TEST(split_timeout_aborts_only_the_child)
+static void split_failure_checked(int w, ddph_status want, const char *text)
 {
-    int w = worlds[_i];
-    fake.child_pending = -1; /* the new communicators never connect */
-    team_start(w);
-    team_run(w, rank_split_child_stuck);
-    all_ranks(w, DDPH_ERR_TIMEOUT,
-              "ncclCommSplit (the new communicator) did not complete");
+    team_expect(w, rank_split_fails, want, text);
     for (int r = 0; r < w; r++) {
-        ck_assert_msg(ranks[r].world_works,
-                      "rank %d: the world was not usable after the split's "
-                      "timeout", r);
-        ck_assert_int_eq(fake_seen[r].aborts, 1); /* the child */
-        ck_assert_int_eq(fake_seen[r].destroys, 1); /* the world */
+        ck_assert_msg(strstr(ranks[r].err.msg, "parent's communicator"),
+                      "rank %d: '%s' does not say the parent was aborted", r,
+                      ranks[r].err.msg);
+        ck_assert_msg(!ranks[r].world_works,
+                      "rank %d: the world still ran after its split failed "
+                      "(NCCL sets the split's failure on it)", r);
+        ck_assert_msg(ranks[r].live == 0,
+                      "rank %d: %d communicators left after teardown (the "
+                      "half-made child leaked)", r, ranks[r].live);
     }
+}
+
+START_TEST(split_stall_aborts_the_parent_and_frees_the_child)
+{
+    fake.child_pending = -1; /* the new communicators never connect */
+    split_failure_checked(worlds[_i], DDPH_ERR_TIMEOUT,
+                          "ncclCommSplit did not complete");
+}
+END_TEST
+
+START_TEST(split_failure_lands_on_the_parent)
+{
+    fake.child_settles = ncclSystemError;
+    split_failure_checked(worlds[_i], DDPH_ERR_BACKEND,
+                          "ncclCommSplit failed: unhandled system error");
 }
 END_TEST
 
@@ -955,9 +1033,7 @@ static void rank_clean_teardown(rank_ctx *c)
 START_TEST(teardown_finalizes_then_destroys)
 {
     int w = worlds[_i];
-    team_start(w);
-    team_run(w, rank_clean_teardown);
-    all_ranks(w, DDPH_OK, NULL);
+    team_expect(w, rank_clean_teardown, DDPH_OK, NULL);
     for (int r = 0; r < w; r++) {
         ck_assert_int_eq(fake_seen[r].finalizes, 1);
         ck_assert_int_eq(fake_seen[r].destroys, 1);
@@ -1121,9 +1197,12 @@ int main(void)
     int nw = (int)(sizeof worlds / sizeof worlds[0]);
     tcase_add_loop_test(ranks_tc, collectives_move_real_data, 0, nw);
     tcase_add_loop_test(ranks_tc, in_progress_inside_groups, 0, nw);
+    tcase_add_loop_test(ranks_tc, half_precision_sums, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);
-    tcase_add_loop_test(ranks_tc, split_timeout_aborts_only_the_child, 0, nw);
+    tcase_add_loop_test(ranks_tc, split_stall_aborts_the_parent_and_frees_the_child,
+                        0, nw);
+    tcase_add_loop_test(ranks_tc, split_failure_lands_on_the_parent, 0, nw);
     tcase_add_loop_test(ranks_tc, teardown_ends_by_the_deadline, 0, nw);
     tcase_add_loop_test(ranks_tc, teardown_finalizes_then_destroys, 0, nw);
     tcase_add_loop_test(ranks_tc, async_error_reaches_a_hooks_test, 0, nw);

@@ -292,6 +292,11 @@ int ddph_world_size(const ddph_ctx *ctx)
     return ctx->mpi.world.size;
 }
 
+int ddph_cuda_device(const ddph_ctx *ctx)
+{
+    return ctx && ctx->gpu ? ctx->cuda_device : -1;
+}
+
 ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream)
 {
     if (!ctx)

@@ -77,6 +77,8 @@ struct ncclComm {
     int pending;
     ncclResult_t settles;
     int ended, aborted, finalizing;
+    int made_by; /* the rank whose call made it */
+    ncclResult_t failed; /* NCCL's asyncResult once set: for good */
     int open; /* its parts not yet completed */
     struct split_round *split_wait;
     ncclComm_t *deliver;
@@ -156,6 +158,16 @@ int fake_comm_ended(ncclComm_t c) { return c->ended; }
 
 int fake_comm_aborted(ncclComm_t c) { return c->aborted; }
 
+int fake_live_comms(int rank)
+{
+    int live = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < ncomms; i++)
+        live += comms[i].made_by == rank && !comms[i].ended;
+    pthread_mutex_unlock(&mu);
+    return live;
+}
+
 static fake_record *seen(void) { return &fake_seen[my_rank]; }
 
 /* ---- communicators (under mu) ------------------------------------------ */
@@ -181,6 +193,7 @@ static struct ncclComm *new_comm(struct clique *q, int rank)
     struct ncclComm *c = &comms[ncomms++];
     c->q = q;
     c->rank = rank;
+    c->made_by = my_rank;
     q->member[rank] = c;
     q->joined++;
     return c;
@@ -199,6 +212,14 @@ static void need_settled(ncclComm_t comm)
     if (comm->pending != 0 || comm->split_wait ||
         comm->q->joined < comm->q->nranks || comm->finalizing)
         die("a call on a communicator that has not settled");
+}
+
+/* NCCL's ncclCommEnsureReady: a communicator whose asynchronous error is
+ * set answers it to every call, for good. */
+static ncclResult_t failure_of(ncclComm_t comm)
+{
+    need_usable(comm);
+    return comm->failed;
 }
 
 /* A part of rank r's work done (or dropped by an abort). */
@@ -241,6 +262,60 @@ static size_t type_size(ncclDataType_t t)
 #define IMAX(a, b) ((a) > (b) ? (a) : (b))
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))
 
+/* f16 and bf16 sums as NCCL's kernels do them: each partial sum in float,
+ * rounded back to the type after every rank (so the order matters, as on
+ * the GPU). */
+static float bf16_f(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t f_bf16(float f) /* round to nearest even */
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if (isnan(f))
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+static float f16_f(uint16_t b)
+{
+    _Float16 h;
+    memcpy(&h, &b, sizeof h);
+    return (float)h;
+}
+
+static uint16_t f_f16(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t b;
+    memcpy(&b, &h, sizeof b);
+    return b;
+}
+
+static void reduce_half(const void *const *in, int nranks, size_t off,
+                        size_t count, ncclDataType_t type, ncclRedOp_t op,
+                        void *out)
+{
+    if (op != ncclSum)
+        die("f16/bf16: only sums in the fake");
+    for (size_t i = 0; i < count; i++) {
+        uint16_t acc = ((const uint16_t *)in[0])[off + i];
+        for (int r = 1; r < nranks; r++) {
+            uint16_t v = ((const uint16_t *)in[r])[off + i];
+            if (type == ncclBfloat16)
+                acc = f_bf16(bf16_f(acc) + bf16_f(v));
+            else
+                acc = f_f16(f16_f(acc) + f16_f(v));
+        }
+        ((uint16_t *)out)[i] = acc;
+    }
+}
+
 static void reduce(const void *const *in, int nranks, size_t off,
                    size_t count, ncclDataType_t type, ncclRedOp_t op,
                    void *out)
@@ -252,6 +327,9 @@ static void reduce(const void *const *in, int nranks, size_t off,
     case ncclInt64: REDUCE(int64_t, IMAX, IMIN); break;
     case ncclInt8: REDUCE(int8_t, IMAX, IMIN); break;
     case ncclUint8: REDUCE(uint8_t, IMAX, IMIN); break;
+    case ncclFloat16: case ncclBfloat16:
+        reduce_half(in, nranks, off, count, type, op, out);
+        break;
     default: die("no reduction for this type in the fake");
     }
 }
@@ -296,14 +374,42 @@ static struct fake_stream *as_stream(cudaStream_t s)
     return f;
 }
 
+/* An enqueue's answer (under mu): a failed communicator's error; else
+ * the script's.  An error inside a group fails the group, and NCCL's
+ * group end sets it on the nonblocking communicators that had work in
+ * it: here at once.  Outside a group, a nonblocking communicator of 2+
+ * ranks answers ncclInProgress to every enqueue (NCCL >= 2.23 launches
+ * each implicit group on a thread of its own, group.cc), settling a few
+ * polls later. */
+static ncclResult_t enqueue_answer(ncclComm_t comm)
+{
+    ncclResult_t failed = failure_of(comm);
+    if (failed != ncclSuccess)
+        return failed;
+    need_settled(comm);
+    ncclResult_t answer = group_depth ? fake.in_group : fake.returns;
+    if (answer != ncclSuccess && answer != ncclInProgress && group_depth &&
+        group_comm && !group_comm->blocking)
+        group_comm->failed = answer;
+    if (answer != ncclSuccess && answer != ncclInProgress &&
+        !comm->blocking && group_depth)
+        comm->failed = answer;
+    if (answer == ncclSuccess && !group_depth && !comm->blocking &&
+        comm->q->nranks > 1) {
+        comm->pending = 2;
+        comm->settles = ncclSuccess;
+        answer = ncclInProgress;
+    }
+    return answer;
+}
+
 /* Rank comm->rank's part of a collective. */
 static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
                          void *recv, size_t count, ncclDataType_t type,
                          ncclRedOp_t op, int root, cudaStream_t s)
 {
     pthread_mutex_lock(&mu);
-    need_settled(comm);
-    ncclResult_t answer = group_depth ? fake.in_group : fake.returns;
+    ncclResult_t answer = enqueue_answer(comm);
     if (answer != ncclSuccess && answer != ncclInProgress) {
         pthread_mutex_unlock(&mu);
         return answer; /* refused: nothing enqueued */
@@ -345,7 +451,7 @@ static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
         run(k);
     if (group_depth)
         group_comm = comm;
-    else if (answer == ncclInProgress) {
+    else if (fake.returns == ncclInProgress) { /* the script's, not 2 */
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
@@ -358,8 +464,7 @@ static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
                              int peer, cudaStream_t s)
 {
     pthread_mutex_lock(&mu);
-    need_settled(comm);
-    ncclResult_t answer = group_depth ? fake.in_group : fake.returns;
+    ncclResult_t answer = enqueue_answer(comm);
     if (answer != ncclSuccess && answer != ncclInProgress) {
         pthread_mutex_unlock(&mu);
         return answer;
@@ -408,7 +513,7 @@ static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
     }
     if (group_depth)
         group_comm = comm;
-    else if (answer == ncclInProgress) {
+    else if (fake.returns == ncclInProgress) { /* the script's, not 2 */
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
@@ -630,6 +735,7 @@ static void make_children(struct split_round *s)
         struct clique *child = clique_for(1000000 + ncliques, m);
         for (int i = 0; i < m; i++) {
             struct ncclComm *c = new_comm(child, i);
+            c->made_by = q->member[members[i]]->made_by;
             c->blocking = 0;
             c->pending = fake.child_pending;
             c->settles = fake.child_settles;
@@ -643,6 +749,11 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
                            ncclComm_t *newcomm, ncclConfig_t *config)
 {
     pthread_mutex_lock(&mu);
+    ncclResult_t failed = failure_of(comm);
+    if (failed != ncclSuccess) {
+        pthread_mutex_unlock(&mu);
+        return failed;
+    }
     need_settled(comm);
     seen()->splits++;
     seen()->split_color = color;
@@ -671,8 +782,11 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
         comm->settles = fake.settles;
     }
     pthread_mutex_unlock(&mu);
-    /* Nonblocking: *newcomm is written when the parent settles. */
-    return config->blocking ? ncclSuccess : fake.returns;
+    /* Nonblocking: the child's init is a job of the parent, run on a
+     * thread; *newcomm is written when it ends. */
+    if (config->blocking)
+        return ncclSuccess;
+    return fake.returns == ncclSuccess ? ncclInProgress : fake.returns;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
@@ -682,18 +796,28 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
     seen()->async_polls++;
     if (comm->q->error != ncclSuccess) {
         *async = comm->q->error;
+    } else if (comm->failed != ncclSuccess) {
+        *async = comm->failed;
     } else if (comm->split_wait) {
-        /* The parent settles once every rank has split; then (and only
-         * then) the new communicator is delivered. */
+        /* NCCL runs the child's whole init as a job of the parent: the
+         * parent is in progress until every rank has split and the
+         * child has connected (or failed); then the child is delivered,
+         * even a failed one, and its failure is set on the parent. */
         struct split_round *s = comm->split_wait;
-        if (s->done && comm->pending == 0) {
-            *comm->deliver = s->child[comm->rank];
+        struct ncclComm *child = s->done ? s->child[comm->rank] : NULL;
+        if (s->done && comm->pending == 0 && (!child || child->pending == 0)) {
+            *comm->deliver = child;
             comm->split_wait = NULL;
             comm->deliver = NULL;
-            *async = comm->settles;
+            if (child && child->settles != ncclSuccess)
+                child->failed = comm->failed = child->settles;
+            *async = comm->failed != ncclSuccess ? comm->failed
+                                                 : comm->settles;
         } else {
             if (comm->pending > 0)
                 comm->pending--;
+            else if (child && child->pending > 0)
+                child->pending--;
             *async = ncclInProgress;
         }
     } else if (comm->q->joined < comm->q->nranks) {
@@ -713,10 +837,30 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
     return ncclSuccess;
 }
 
+/* The abort of a parent whose split is under way stops the child's init
+ * and joins its thread, which writes *newcomm as it ends: the child as
+ * far as it got (a communicator of its own when the peers never came). */
+static void deliver_half_made(struct ncclComm *parent)
+{
+    struct split_round *s = parent->split_wait;
+    struct ncclComm *child = s->done ? s->child[parent->rank] : NULL;
+    if (!child && s->color[parent->rank] != NCCL_SPLIT_NOCOLOR) {
+        child = new_comm(clique_for(2000000 + ncliques, 2), 0);
+        child->made_by = parent->made_by;
+    }
+    if (child)
+        child->failed = ncclSystemError;
+    *parent->deliver = child;
+    parent->split_wait = NULL;
+    parent->deliver = NULL;
+}
+
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
     pthread_mutex_lock(&mu);
     need_usable(comm);
+    if (comm->split_wait)
+        deliver_half_made(comm);
     comm->ended = 1;
     comm->aborted = 1;
     drop_parts(comm);

@@ -10,9 +10,17 @@
  * collective completes when every rank of its communicator has enqueued
  * it, and until then each rank's stream answers cudaErrorNotReady, left
  * as the thread's last error as CUDA does; MAX and MIN on floats are
- * fmaxf and fminf (a NaN is dropped); a communicator is ready when every
- * rank has joined it; ncclCommSplit delivers the new communicator only
- * when the parent is polled after every rank has called it; calls inside
+ * fmaxf and fminf (a NaN is dropped); f16 and bf16 sum in float,
+ * rounded to the type after each rank; a communicator is ready when every
+ * rank has joined it; ncclCommSplit runs the child's init as a job of
+ * the parent, as NCCL does: the parent answers ncclInProgress until the
+ * child has connected, then the child is delivered, a failed one too,
+ * and its failure is set on the parent for good; aborting a parent
+ * whose split is under way delivers the half-made child; a communicator
+ * with an error answers it to every later call; every enqueue outside a
+ * group on a nonblocking communicator of 2+ ranks answers
+ * ncclInProgress (NCCL >= 2.23); an error inside a group is set on the
+ * group's nonblocking communicators; calls inside
  * a group may answer ncclInProgress, and ncclGroupEnd on a nonblocking
  * communicator does, leaving it to be settled; a scripted asynchronous
  * error strikes in the middle of a collective (it then never completes);
@@ -91,5 +99,9 @@ cudaError_t fake_peek_last_error(void);
 int fake_comm_ended(ncclComm_t c);
 /* Whether it was aborted (not destroyed). */
 int fake_comm_aborted(ncclComm_t c);
+/* How many communicators made for this rank (its inits, its share of
+ * splits, half-made ones included) are not yet ended: 0 after a clean
+ * teardown, or one leaked. */
+int fake_live_comms(int rank);
 
 #endif

@@ -134,6 +134,10 @@ static int run(const char *dir, const gpu_case *c, int gpu, int rank,
     int ok = out->v && host && (half || !c->bf16) &&
              ddph_open(path, NULL, NULL, &ctx) == DDPH_OK;
     unlink(path);
+    /* Every allocation below on the rank's GPU, which the runtime chose. */
+    if (ok && gpu)
+        ok = ddph_cuda_device(ctx) >= 0 &&
+             cudaSetDevice(ddph_cuda_device(ctx)) == cudaSuccess;
     cudaStream_t stream = NULL;
     if (ok && gpu && c->own_stream)
         ok = cudaStreamCreate(&stream) == cudaSuccess &&

@@ -24,6 +24,9 @@ static void run_average(int view, int lanes)
              view ? "gradient_as_bucket_view = true" : "", lanes);
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", extra);
     int world = ddph_world_size(ctx);
+    /* The CPU backend chooses no GPU. */
+    CHECK(ddph_cuda_device(ctx) == -1, "ddph_cuda_device = %d on the mpi "
+          "backend, not -1", ddph_cuda_device(ctx));
     model_fixture fx;
     setup(ctx, &fx, 0);
     CHECK_OK(ddph_model_finalize(fx.m), ctx);

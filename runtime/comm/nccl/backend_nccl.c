@@ -689,20 +689,38 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
         ncclResult_t r = ncclCommSplit((ncclComm_t)parent->nccl,
                                        color < 0 ? NCCL_SPLIT_NOCOLOR : color,
                                        key, &c, &config);
-        /* Nonblocking: NCCL delivers the new communicator into c only once
-         * the parent has settled, so the parent is asked first; then the
-         * child, which may still be connecting.  Both against one
-         * timeout_s.  A child that fails is aborted, never the parent. */
+        /* NCCL runs the child's init as a job of the parent (init.cc's
+         * ncclCommInitChildComm, group.cc): the parent answers
+         * ncclInProgress until the child has connected, and a failure of
+         * the child is set on the parent for good, so that NCCL refuses
+         * the parent's later calls.  A split that fails or stalls thus
+         * costs the parent too: settle() aborts it (which stops the
+         * child's init), and the half-made child NCCL wrote into c is
+         * aborted as well, freeing it. */
         double deadline = ddph__now() + n->timeout_s;
         ncclComm_t pc = (ncclComm_t)parent->nccl;
         split_st = settle(n, &pc, r == ncclSuccess ? ncclInProgress : r,
                           "ncclCommSplit", deadline, &nerr);
         parent->nccl = pc;
+        if (split_st != DDPH_OK && c) {
+            ncclCommAbort(c);
+            c = NULL;
+        }
+        if (split_st != DDPH_OK && !pc) {
+            ddph_err why = nerr; /* not formatted into itself */
+            ddph__fail(&nerr, split_st,
+                       "%s; NCCL ties a split to its parent, so the "
+                       "parent's communicator (a %d-rank group) was "
+                       "aborted too, and collectives on it now fail",
+                       why.msg, parent->size);
+        }
         if (split_st == DDPH_OK && color >= 0 && !c)
             split_st = ddph__fail(&nerr, DDPH_ERR_BACKEND,
                                   "ncclCommSplit settled without giving "
                                   "this rank its communicator (colour %d)",
                                   color);
+        /* Settled parent: the child is ready; asked once more all the
+         * same, and only the child is aborted should it fail. */
         if (split_st == DDPH_OK && c)
             split_st = settle(n, &c, ncclInProgress,
                               "ncclCommSplit (the new communicator)",

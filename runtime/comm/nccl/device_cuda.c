@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -20,7 +21,54 @@
             return ddph__cuda_fail(err, e_, what);                          \
     } while (0)
 
-static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
+/* The rank's GPU (ddph__nccl_init's choice; -1 before). */
+static _Atomic int home_device = -1;
+
+void ddph__cuda_set_home(int device)
+{
+    atomic_store(&home_device, device);
+}
+
+/* An operation may come from any thread of the trainer's, whose current
+ * device is its own: allocations, pools and events belong to the current
+ * device, and a launch or record on the communication stream fails from
+ * another.  So each operation below makes the rank's GPU current, and
+ * puts the caller's back after; when it is current already, the cost is
+ * one cudaGetDevice (a thread-local read in the CUDA runtime). */
+static cudaError_t enter_home(int *saved)
+{
+    int home = atomic_load(&home_device), current = -1;
+    *saved = -1;
+    if (home < 0)
+        return cudaSuccess;
+    cudaError_t e = cudaGetDevice(&current);
+    if (e != cudaSuccess || current == home)
+        return e;
+    e = cudaSetDevice(home);
+    if (e == cudaSuccess)
+        *saved = current;
+    return e;
+}
+
+static void leave_home(int saved)
+{
+    if (saved >= 0)
+        cudaSetDevice(saved);
+}
+
+/* `return expr;` with the rank's GPU current while expr runs. */
+#define ON_HOME(expr)                                                        \
+    do {                                                                     \
+        int saved_;                                                          \
+        cudaError_t e_ = enter_home(&saved_);                                \
+        if (e_ != cudaSuccess)                                               \
+            return ddph__cuda_fail(err, e_, "cudaSetDevice (this rank's GPU)"); \
+        ddph_status st_ = (expr);                                            \
+        leave_home(saved_);                                                  \
+        return st_;                                                          \
+    } while (0)
+
+static ddph_status mem_alloc_here(size_t bytes, void **out, ddph_err *err)
 {
     bytes = ddph__dev_alloc_size(bytes);
     void *p;
@@ -39,6 +87,11 @@ static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
     return DDPH_OK;
 }
 
+static ddph_status mem_alloc(size_t bytes, void **out, ddph_err *err)
+{
+    ON_HOME(mem_alloc_here(bytes, out, err));
+}
+
 static void mem_free(void *p)
 {
     cudaFree(p);
@@ -55,8 +108,9 @@ static cudaMemPool_t pools[MAX_DEVICES];
 
 ddph_status ddph__cuda_pool(void **out, ddph_err *err)
 {
-    int dev = 0;
-    CUDA_OR_FAIL(cudaGetDevice(&dev), "cudaGetDevice");
+    int dev = atomic_load(&home_device);
+    if (dev < 0)
+        CUDA_OR_FAIL(cudaGetDevice(&dev), "cudaGetDevice");
     if (dev < 0 || dev >= MAX_DEVICES)
         return ddph__fail(err, DDPH_ERR_UNSUPPORTED,
                           "GPU %d: at most %d GPUs are supported", dev,
@@ -84,7 +138,7 @@ ddph_status ddph__cuda_pool(void **out, ddph_err *err)
                             : ddph__cuda_fail(err, e, "cudaMemPoolCreate");
 }
 
-static ddph_status mem_alloc_on(size_t bytes, void *stream, void **out,
+static ddph_status mem_alloc_on_here(size_t bytes, void *stream, void **out,
                                 ddph_err *err)
 {
     void *pool = NULL;
@@ -113,12 +167,17 @@ static ddph_status mem_alloc_on(size_t bytes, void *stream, void **out,
     return DDPH_OK;
 }
 
+static ddph_status mem_alloc_on(size_t bytes, void *stream, void **out, ddph_err *err)
+{
+    ON_HOME(mem_alloc_on_here(bytes, stream, out, err));
+}
+
 static void mem_free_on(void *p, void *stream)
 {
     cudaFreeAsync(p, (cudaStream_t)stream);
 }
 
-static ddph_status mem_copy(void *dst, const void *src, size_t bytes,
+static ddph_status mem_copy_here(void *dst, const void *src, size_t bytes,
                             void *stream, ddph_err *err)
 {
     CUDA_OR_FAIL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
@@ -127,7 +186,12 @@ static ddph_status mem_copy(void *dst, const void *src, size_t bytes,
     return DDPH_OK;
 }
 
-static ddph_status event_create(void **event, ddph_err *err)
+static ddph_status mem_copy(void *dst, const void *src, size_t bytes, void *stream, ddph_err *err)
+{
+    ON_HOME(mem_copy_here(dst, src, bytes, stream, err));
+}
+
+static ddph_status event_create_here(void **event, ddph_err *err)
 {
     cudaEvent_t e;
     CUDA_OR_FAIL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
@@ -136,16 +200,26 @@ static ddph_status event_create(void **event, ddph_err *err)
     return DDPH_OK;
 }
 
+static ddph_status event_create(void **event, ddph_err *err)
+{
+    ON_HOME(event_create_here(event, err));
+}
+
 static void event_destroy(void *event)
 {
     cudaEventDestroy((cudaEvent_t)event);
 }
 
-static ddph_status event_record(void *event, void *stream, ddph_err *err)
+static ddph_status event_record_here(void *event, void *stream, ddph_err *err)
 {
     CUDA_OR_FAIL(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream),
                  "cudaEventRecord");
     return DDPH_OK;
+}
+
+static ddph_status event_record(void *event, void *stream, ddph_err *err)
+{
+    ON_HOME(event_record_here(event, stream, err));
 }
 
 static ddph_status event_wait(void *stream, void *event, ddph_err *err)
@@ -168,7 +242,7 @@ static ddph_status bind(int device, ddph_err *err)
     return DDPH_OK;
 }
 
-static ddph_status nonfinite_reset(uint64_t *first, size_t n, void *stream,
+static ddph_status nonfinite_reset_here(uint64_t *first, size_t n, void *stream,
                                    ddph_err *err)
 {
     CUDA_OR_FAIL(cudaMemsetAsync(first, 0xff, n * sizeof *first,
@@ -177,7 +251,12 @@ static ddph_status nonfinite_reset(uint64_t *first, size_t n, void *stream,
     return DDPH_OK;
 }
 
-static ddph_status nonfinite_find(const void *buf, ddph_dtype dtype, size_t n,
+static ddph_status nonfinite_reset(uint64_t *first, size_t n, void *stream, ddph_err *err)
+{
+    ON_HOME(nonfinite_reset_here(first, n, stream, err));
+}
+
+static ddph_status nonfinite_find_here(const void *buf, ddph_dtype dtype, size_t n,
                                   uint64_t *first, void *stream, ddph_err *err)
 {
     CUDA_OR_FAIL((cudaError_t)ddph__cuda_first_nonfinite(
@@ -186,7 +265,12 @@ static ddph_status nonfinite_find(const void *buf, ddph_dtype dtype, size_t n,
     return DDPH_OK;
 }
 
-static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first,
+static ddph_status nonfinite_find(const void *buf, ddph_dtype dtype, size_t n, uint64_t *first, void *stream, ddph_err *err)
+{
+    ON_HOME(nonfinite_find_here(buf, dtype, n, first, stream, err));
+}
+
+static ddph_status nonfinite_fetch_here(uint64_t *out, const uint64_t *first,
                                    size_t n, void *stream, ddph_err *err)
 {
     CUDA_OR_FAIL(cudaMemcpyAsync(out, first, n * sizeof *out,
@@ -195,6 +279,11 @@ static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first,
     CUDA_OR_FAIL(cudaStreamSynchronize((cudaStream_t)stream),
                  "cudaStreamSynchronize");
     return DDPH_OK;
+}
+
+static ddph_status nonfinite_fetch(uint64_t *out, const uint64_t *first, size_t n, void *stream, ddph_err *err)
+{
+    ON_HOME(nonfinite_fetch_here(out, first, n, stream, err));
 }
 
 static ddph_status check_on(const void *p, int device, ddph_err *err)
@@ -211,19 +300,24 @@ static ddph_status check_on(const void *p, int device, ddph_err *err)
                           "%p is memory of GPU %d, but this rank's GPU is "
                           "%d (the rank's index among its host's ranks, "
                           "modulo the GPUs it sees): allocate the gradients "
-                          "there",
+                          "there (cudaSetDevice(ddph_cuda_device(ctx)))",
                           p, a.device, device);
     return ddph__fail(err, DDPH_ERR_INVALID,
                       "%p is host memory, not GPU memory (DDPH_CUDA)", p);
 }
 
-static ddph_status copy_batch(void *const *dst, const void *const *src,
+static ddph_status copy_batch_here(void *const *dst, const void *const *src,
                               const size_t *bytes, size_t n, void *stream,
                               ddph_err *err)
 {
     CUDA_OR_FAIL((cudaError_t)ddph__cuda_copy_batch(dst, src, bytes, n, stream),
                  "copy_batch kernel");
     return DDPH_OK;
+}
+
+static ddph_status copy_batch(void *const *dst, const void *const *src, const size_t *bytes, size_t n, void *stream, ddph_err *err)
+{
+    ON_HOME(copy_batch_here(dst, src, bytes, n, stream, err));
 }
 
 const ddph_dev_ops ddph__cuda_device_ops = {

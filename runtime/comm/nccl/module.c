@@ -19,11 +19,21 @@ static int device(ddph_gpu *g)
     return g->device;
 }
 
+/* The backend, and the device table told the rank's GPU. */
+static ddph_status init(const ddph_gpu_host *host, ddph_gpu **out,
+                        ddph_err *err)
+{
+    ddph_status st = ddph__nccl_init(host, out, err);
+    if (st == DDPH_OK)
+        ddph__cuda_set_home((*out)->device);
+    return st;
+}
+
 static const ddph_gpu_ops table = {
     .version = DDPH__GPU_MODULE_VERSION,
     .struct_size = sizeof(ddph_gpu_ops),
     .probe = ddph__nccl_probe,
-    .init = ddph__nccl_init,
+    .init = init,
     .finalize = ddph__nccl_finalize,
     .stream = stream,
     .device = device,

@@ -80,6 +80,14 @@ ddph_status ddph_close(ddph_ctx *ctx);
 const char *ddph_last_error(const ddph_ctx *ctx);
 int ddph_rank(const ddph_ctx *ctx);
 int ddph_world_size(const ddph_ctx *ctx);
+/* With backend = nccl: this rank's GPU, as a CUDA device index of this
+ * process.  The runtime chooses it: the rank's index among the ranks of
+ * its host, modulo the GPUs the rank sees (so a rank that sees only its
+ * own, through CUDA_VISIBLE_DEVICES, gets 0).  ddph_open leaves the
+ * calling thread's current device alone: before allocating gradients,
+ * call cudaSetDevice(ddph_cuda_device(ctx)) on each thread that makes
+ * GPU memory or launches work for the runtime.  -1 on other backends. */
+int ddph_cuda_device(const ddph_ctx *ctx);
 
 /* With backend = nccl: the trainer's compute stream (a cudaStream_t; NULL
  * = the legacy default stream; a trainer built with --default-stream
