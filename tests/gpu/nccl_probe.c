@@ -97,6 +97,12 @@ static int open_comm(int blocking, ncclComm_t *comm, int report)
     return settled == ncclSuccess ? 0 : (FACT("FAILED: init did not settle"), 1);
 }
 
+/* What ncclCommSplit left in *newcomm, which held `sentinel`. */
+static const char *newcomm_is(ncclComm_t c, ncclComm_t sentinel)
+{
+    return c == NULL ? "NULL" : c == sentinel ? "untouched" : "a communicator";
+}
+
 static int splits(ncclComm_t parent)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -108,7 +114,22 @@ static int splits(ncclComm_t parent)
     FACT("ncclCommSplit NCCL_SPLIT_NOCOLOR (nonblocking): returned %s, "
          "parent settled to %s, *newcomm %s", ncclGetErrorString(r),
          ncclGetErrorString(settled),
-         child == NULL ? "NULL" : child == sentinel ? "untouched" : "a communicator");
+         newcomm_is(child, sentinel));
+    child = sentinel;
+    r = ncclCommSplit(parent, 0, 0, &child, &config);
+    const char *right_after = newcomm_is(child, sentinel);
+    long polls = settle(parent, &settled);
+    FACT("ncclCommSplit colour 0 (nonblocking): returned %s, *newcomm right "
+         "after: %s; parent settled to %s after %ld polls, *newcomm then %s",
+         ncclGetErrorString(r), right_after, ncclGetErrorString(settled), polls,
+         newcomm_is(child, sentinel));
+    if (child != NULL && child != sentinel) {
+        ncclResult_t child_state = ncclSuccess;
+        polls = settle(child, &child_state);
+        FACT("the split's child settled to %s after %ld polls",
+             ncclGetErrorString(child_state), polls);
+        ncclCommDestroy(child);
+    }
     /* A config NCCL_CONFIG_INITIALIZER did not fill (its magic is 0). */
     ncclConfig_t bad;
     memset(&bad, 0, sizeof bad);
@@ -117,25 +138,9 @@ static int splits(ncclComm_t parent)
     settle(parent, &settled);
     FACT("ncclCommSplit with a zeroed config: returned %s, parent then %s, "
          "*newcomm %s", ncclGetErrorString(r), ncclGetErrorString(settled),
-         child == NULL ? "NULL" : child == sentinel ? "untouched" : "a communicator");
+         newcomm_is(child, sentinel));
     if (child != NULL && child != sentinel)
         ncclCommDestroy(child);
-    child = sentinel;
-    r = ncclCommSplit(parent, 0, 0, &child, &config);
-    const char *right_after = child == NULL ? "NULL"
-                              : child == sentinel ? "untouched" : "a communicator";
-    long polls = settle(parent, &settled);
-    FACT("ncclCommSplit colour 0 (nonblocking): returned %s, *newcomm right "
-         "after: %s; parent settled to %s after %ld polls, *newcomm then %s",
-         ncclGetErrorString(r), right_after, ncclGetErrorString(settled), polls,
-         child == NULL ? "NULL" : child == sentinel ? "untouched" : "a communicator");
-    if (child != NULL && child != sentinel) {
-        ncclResult_t child_state = ncclSuccess;
-        polls = settle(child, &child_state);
-        FACT("the split's child settled to %s after %ld polls",
-             ncclGetErrorString(child_state), polls);
-        ncclCommDestroy(child);
-    }
     return 0;
 }
 
@@ -185,9 +190,11 @@ int main(void)
     FACT("NCCL %d, CUDA runtime %d, driver API %d", version, runtime, driver);
     if (stream_query())
         return 1;
-    ncclComm_t blocking = NULL, nonblocking = NULL;
+    /* The splits on a communicator of their own: the invalid one may
+     * leave it in error. */
+    ncclComm_t blocking = NULL, nonblocking = NULL, splitter = NULL;
     if (open_comm(1, &blocking, 1) || open_comm(0, &nonblocking, 1) ||
-        splits(nonblocking))
+        open_comm(0, &splitter, 0) || splits(splitter))
         return 1;
     cudaStream_t s;
     float *buf = NULL;
@@ -204,6 +211,10 @@ int main(void)
     r = ncclCommAbort(blocking);
     FACT("ncclCommAbort (blocking, idle): %s in %.1f ms", ncclGetErrorString(r),
          (now() - t0) * 1e3);
+    t0 = now();
+    r = ncclCommAbort(splitter);
+    FACT("ncclCommAbort (after the splits): %s in %.1f ms",
+         ncclGetErrorString(r), (now() - t0) * 1e3);
     cudaFree(buf);
     cudaStreamDestroy(s);
     FACT("done");
