@@ -10,8 +10,9 @@
  * a device-to-device cudaMemcpy of the same N MiB, both timed with CUDA
  * events; ratio = memcpy time / cast time.  Hooks: each hook of LIST (default allreduce,fp16) reduces one
  * 1024-row f32 matrix of N MiB in GPU memory through the real runtime
- * (backend = nccl); the baseline is a raw ncclAllReduce of the same f32
- * bytes on a communicator of the benchmark's own; ratio = baseline time /
+ * (backend = nccl); the baseline is a raw out-of-place ncclAllReduce of
+ * the same f32 bytes on a communicator of the benchmark's own (at one
+ * rank: a device-to-device copy of them); ratio = baseline time /
  * hook time, both timed from a device synchronisation and an MPI barrier
  * to the slowest rank's end.  Times are medians of R runs. */
 #include "build-config.h"
@@ -130,9 +131,12 @@ out:
     return ok;
 }
 
-/* A raw ncclAllReduce of n floats, the median of `repeats`. */
-static int raw_allreduce(float *buf, size_t n, int repeats, int rank,
-                         int world, double *median_s)
+/* A raw ncclAllReduce of n floats, the median of `repeats`: out of
+ * place, from `buf` into `sum`, so that at one rank it still moves the
+ * bytes (one copy; NCCL's one-rank in-place allreduce copies nothing,
+ * while a hook's step copies its gradients into the bucket and back). */
+static int raw_allreduce(const float *buf, float *sum, size_t n, int repeats,
+                         int rank, int world, double *median_s)
 {
     int ok = 0;
     ncclUniqueId id;
@@ -148,7 +152,7 @@ static int raw_allreduce(float *buf, size_t n, int repeats, int rank,
     CHECK(ncclCommInitRank(&comm, world, id, rank), "ncclCommInitRank");
     for (int r = -2; r < repeats; r++) { /* two warm-up calls */
         double t0 = start_clock();
-        CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, 0),
+        CHECK(ncclAllReduce(buf, sum, n, ncclFloat32, ncclSum, comm, 0),
               "ncclAllReduce");
         double dt = stop_clock(t0);
         if (r >= 0)
@@ -266,11 +270,12 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
                world == 1 ? "" : "s", prop.name, repeats);
     }
     ok = bench_casts(n, repeats, rank);
-    float *grad = NULL;
+    float *grad = NULL, *sum = NULL;
     double raw = 0;
     ok = ok && cudaMalloc((void **)&grad, n * 4) == cudaSuccess &&
+         cudaMalloc((void **)&sum, n * 4) == cudaSuccess &&
          cudaMemset(grad, 0, n * 4) == cudaSuccess &&
-         raw_allreduce(grad, n, repeats, rank, world, &raw);
+         raw_allreduce(grad, sum, n, repeats, rank, world, &raw);
     /* Bus bandwidth as nccl-tests define it for allreduce. */
     double bus = world > 1 ? 2.0 * (world - 1) / world : 1.0;
     if (ok && rank == 0)
@@ -292,6 +297,7 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
     }
     free(list);
     cudaFree(grad);
+    cudaFree(sum);
     if (!inited)
         MPI_Finalize();
     return ok ? 0 : 1;

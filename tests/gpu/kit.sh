@@ -6,16 +6,18 @@
 # them).  It builds the tree's current files, with the nccl backend, for
 # one GPU architecture, and writes ddphook-gpu-kit.tar.gz in the top
 # folder (about 30 MB): the real binaries (ddphook, test_gpu,
-# test_device_ops, gpu_trainer),
+# test_device_ops, gpu_trainer, nccl_probe),
 # libddphook, the plugins, post_localsgd.so, and every shared library they
 # load that is neither CUDA's nor the C and C++ runtime's (MPICH and UCX,
-# OpenBLAS, LAPACKE, zlib, ...).  run.sh there finds the CUDA libraries
+# OpenBLAS, LAPACKE, zlib, ...; NCCL with KIT_NCCL=yes).  run.sh there finds the CUDA libraries
 # (in /usr/local/cuda, the linker cache, or a Python environment's
 # nvidia-* packages).
 #
 #   sh tests/gpu/kit.sh                         here (GPU_ARCH=90: Hopper)
 #   CUDA_DIR=/usr/local/cuda-12.8 sh tests/gpu/kit.sh
 #                                               with another CUDA (12 or 13)
+#   KIT_NCCL=yes sh tests/gpu/kit.sh            with NCCL's library, for a
+#                                               machine that has none
 #   sh tests/gpu/run.sh --kit ddphook-gpu-kit.tar.gz     there
 set -eu
 cd "$(dirname "$0")/../.."
@@ -50,14 +52,15 @@ echo "kit: building for sm $archs in $work/src (log: $work/build.log)"
     ./configure --with-cuda="$cuda" \
         --with-cuda-arch="$archs" NVCCFLAGS= &&
     make -j"$(nproc)" &&
-    make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/test_device_ops tests/gpu/post_localsgd.la
+    make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/test_device_ops \
+        tests/gpu/nccl_probe tests/gpu/post_localsgd.la
 } >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; exit 1; }
 grep -q '^#define HAVE_NCCL 1' build-config.h ||
     { echo "kit: configure did not enable the nccl backend" >&2; exit 1; }
 
 # libtool leaves the uninstalled programs' real executables in .libs/.
 cp ddphook ddphook-bench-gpu tests/gpu/.libs/test_gpu tests/gpu/test_device_ops \
-    examples/.libs/gpu_trainer "$kit/bin/"
+    tests/gpu/nccl_probe examples/.libs/gpu_trainer "$kit/bin/"
 # MPICH's launcher, for the 2-rank runs on a machine with 2 GPUs and no
 # MPICH of its own (run.sh puts the kit's bin/ first on PATH).
 cp -L "$(command -v mpiexec)" "$kit/bin/mpiexec"
@@ -68,12 +71,24 @@ cp -L plugins/.libs/*.so "$kit/plugins/"
 mkdir -p "$kit/backends"
 cp -L runtime/comm/nccl/.libs/nccl.so "$kit/backends/"
 
-# Every library they load, except CUDA's and those any Linux has.
+# Every library they load, except CUDA's and those any Linux has.  NCCL
+# is no part of the toolkit, and a machine with only the driver and the
+# toolkit has none: KIT_NCCL=yes packs it too (about 200 MB more, which
+# compresses hardly at all; the `device` machines have NCCL in their
+# Python environment's nvidia-nccl-cu13, where run.sh finds it).
+case ${KIT_NCCL:-no} in
+yes) pack_nccl=libnccl.so ;;
+no) pack_nccl=none ;;
+*) echo "kit: KIT_NCCL is yes or no, not $KIT_NCCL" >&2; exit 1 ;;
+esac
 system_lib='/(ld-linux[^/]*|linux-vdso[^/]*|lib(c|m|dl|pthread|rt|gcc_s|stdc\+\+)\.so\.[0-9]+)$'
 needed() { LD_LIBRARY_PATH=$kit/lib ldd "$kit"/bin/* "$kit"/lib/*.so* "$kit"/plugins/*.so "$kit"/backends/*.so; }
 needed | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
 while read -r soname path; do
-    case $path in /usr/local/cuda*|"$cuda"/*|"$kit"/*) continue ;; esac
+    case $soname:$path in
+    "$pack_nccl"*) ;;
+    *:/usr/local/cuda*|*:"$cuda"/*|*:"$kit"/*) continue ;;
+    esac
     printf '%s\n' "$path" | grep -Eq "$system_lib" && continue
     cp -L "$path" "$kit/lib/$soname"
 done
@@ -90,6 +105,8 @@ glibc=$(for f in "$kit"/bin/* "$kit"/lib/* "$kit"/plugins/* "$kit"/backends/*; d
     echo "source: $(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), CUDA $cuda_version, sm $archs"
     echo "needs: NVIDIA driver >= $min_driver, CUDA ${cuda_version%%.*}'s libraries, glibc >= ${glibc#GLIBC_}"
+    [ -f "$kit/lib/libnccl.so.2" ] && echo "carries: NCCL" ||
+        echo "carries no NCCL: the machine needs libnccl.so.2 (or a kit made with KIT_NCCL=yes)"
 } >"$kit/MANIFEST"
 tar -czf "$top/ddphook-gpu-kit.tar.gz" -C "$work" ddphook-gpu-kit
 echo "kit: $top/ddphook-gpu-kit.tar.gz ($(du -k "$top/ddphook-gpu-kit.tar.gz" | cut -f1) KiB)"

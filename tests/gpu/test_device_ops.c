@@ -462,6 +462,27 @@ out:
     cudaFree(d);
 }
 
+/* top-k's and absmax's scratch comes from a pool of their own: the
+ * device's default pool, the trainer's, never served a byte of it. */
+static void default_pool_untouched(void)
+{
+    int dev = 0;
+    cudaMemPool_t pool;
+    uint64_t high = 0;
+    if (!cuda_ok(cudaGetDevice(&dev), "cudaGetDevice") ||
+        !cuda_ok(cudaDeviceGetDefaultMemPool(&pool, dev),
+                 "cudaDeviceGetDefaultMemPool") ||
+        !cuda_ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh,
+                                         &high),
+                 "cudaMemPoolGetAttribute"))
+        return;
+    char detail[96];
+    snprintf(detail, sizeof detail, "it served up to %llu bytes",
+             (unsigned long long)high);
+    check(high == 0, "topk and absmax leave the default memory pool unused",
+          detail);
+}
+
 int main(void)
 {
     int devices = 0;
@@ -483,6 +504,7 @@ int main(void)
     signs_and_chunks(x, BIG);
     topk_gather_scatter(BIG);
     topk_edges(x);
+    default_pool_untouched();
     gram_schmidt();
     copy_batch();
     free(x);

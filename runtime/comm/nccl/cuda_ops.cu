@@ -6,7 +6,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -445,6 +447,43 @@ extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
 // aligned for any type.
 static size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Scratch of top-k and absmax, stream-ordered, from a pool of their own
+// per device that keeps what is freed: the device's default pool (the
+// trainer's, which cudaMallocAsync would use) is left alone, and since
+// absmax synchronises the stream at every call, a default pool (release
+// threshold 0) would hand its block back to the driver each time and map
+// a new one at the next call.
+static cudaError_t scratch_alloc(void **p, size_t bytes, cudaStream_t st)
+{
+    constexpr int max_devices = 64;
+    static std::mutex lock;
+    static cudaMemPool_t pools[max_devices];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= max_devices)
+        return cudaErrorInvalidDevice;
+    {
+        std::lock_guard<std::mutex> hold(lock);
+        if (!pools[dev]) {
+            cudaMemPoolProps props;
+            memset(&props, 0, sizeof props);
+            props.allocType = cudaMemAllocationTypePinned;
+            props.location.type = cudaMemLocationTypeDevice;
+            props.location.id = dev;
+            cudaMemPool_t pool;
+            if ((e = cudaMemPoolCreate(&pool, &props)) != cudaSuccess)
+                return e;
+            uint64_t keep_all = UINT64_MAX;
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                    &keep_all);
+            pools[dev] = pool;
+        }
+    }
+    return cudaMallocFromPoolAsync(p, bytes, pools[dev], st);
+}
+
 extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
                                float *values, int *indices, void *stream)
 {
@@ -475,8 +514,8 @@ extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
     size_t cub_at = idx_at + (indices ? 0 : aligned(k * sizeof(int)));
     size_t cub_bytes = scan_bytes > select_bytes ? scan_bytes : select_bytes;
     char *scratch = nullptr;
-    e = cudaMallocAsync(reinterpret_cast<void **>(&scratch), cub_at + cub_bytes,
-                        st);
+    e = scratch_alloc(reinterpret_cast<void **>(&scratch), cub_at + cub_bytes,
+                      st);
     if (e != cudaSuccess)
         return static_cast<int>(e);
     auto *hist = reinterpret_cast<unsigned long long *>(scratch + hist_at);
@@ -543,8 +582,8 @@ extern "C" int ddph__cuda_absmax(const float *x, size_t n, float *out,
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     unsigned *best = nullptr, host = 0;
-    cudaError_t e = cudaMallocAsync(reinterpret_cast<void **>(&best),
-                                    sizeof host, st);
+    cudaError_t e = scratch_alloc(reinterpret_cast<void **>(&best),
+                                  sizeof host, st);
     if (e == cudaSuccess)
         e = cudaMemsetAsync(best, 0, sizeof host, st);
     if (e == cudaSuccess && n) {
