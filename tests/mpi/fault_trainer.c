@@ -6,6 +6,8 @@
  *
  * FAULT is what happens to the victim (the last rank):
  *   exit  _exit(3)           kill  SIGKILL to itself
+ *   exit0 exit(0): the C library's exit, atexit handlers run
+ *   _exit0 _exit(0): no atexit handler runs
  *   stop  SIGSTOP to itself  hook  its hook fails alone (the job's hook must
  *                                  be tests/fake_plugins/failing_last_rank)
  *   nan   a NaN in its gradients (the job sets check_finite = true)
@@ -107,6 +109,10 @@ static void fault(const char *what, const char *where, const char *point)
     }
     if (strcmp(what, "exit") == 0)
         _exit(3);
+    if (strcmp(what, "exit0") == 0)
+        exit(0);
+    if (strcmp(what, "_exit0") == 0)
+        _exit(0);
     raise(strcmp(what, "kill") == 0 ? SIGKILL : SIGSTOP);
     /* SIGCONT from the test only comes once the others are judged. */
     _exit(3);
