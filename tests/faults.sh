@@ -42,6 +42,19 @@ job "$OUT/hook.ini" "$DDPH_TEST_FAKE_DIR/failing_last_rank.so" \
 
 pass=0
 fail=0
+# record WHY NAME SUMMARY LOG: a PASS line when WHY is empty, else a FAIL
+# line with the log (and status 1).
+record() {
+    if [ -z "$1" ]; then
+        pass=$((pass + 1))
+        echo "PASS: $2 :: $3"
+        return 0
+    fi
+    fail=$((fail + 1))
+    echo "FAIL: $2: $1"
+    sed 's/^/    /' "$4"
+    return 1
+}
 now() { date +%s.%N; }
 # Seconds from a to b, one decimal.
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -88,7 +101,7 @@ scenario() {
     # kill below).  Jobs that end well keep them: MPICH 4.0's finalize can
     # deadlock without CMA.
     tls=""
-    case $what in exit | stop | close | hook | hang | last | average)
+    case $what in exit | exit0 | stop | close | hook | hang | last | average)
         tls="UCX_TLS=^cma UCX_TCP_PUT_ENABLE=n" ;;
     esac
     # shellcheck disable=SC2086 # $tls is assignments or nothing
@@ -137,7 +150,7 @@ scenario() {
         reported=$(grep -c "^SURVIVOR rank [0-9]*: .* exit 4" "$log")
         summary="every survivor gone ${worst:-?} s after the fault ($reported reported and exited 4 themselves, the launcher ended the rest)"
         ;;
-    exit | stop | close)
+    exit | exit0 | stop | close)
         [ -n "$stamp" ] || why="the victim never reached its fault"
         for r in $(seq 0 $((victim - 1))); do
             [ -n "$why" ] && break
@@ -154,7 +167,7 @@ scenario() {
             took=$(elapsed "$stamp" "$t")
             # A rank that closes early says so: no timeout to wait for.
             limit=$LIMIT
-            [ "$what" = close ] && limit=2
+            case $what in close | exit0) limit=2 ;; esac
             if awk -v x="$took" -v l=$limit 'BEGIN { exit !(x > l) }'; then
                 why="rank $r exited ${took} s after the fault (limit $limit s)"
                 break
@@ -163,6 +176,10 @@ scenario() {
                 why="rank $r names neither the timeout nor the failed rank"
             # A stopped rank answers no roll call: every survivor names it
             # (from its own roll call, or in the notice of the first).
+            # exit() ran ddphook's exit handler: the victim said how it left.
+            [ "$what" = exit0 ] && [ -z "$why" ] &&
+                ! grep -q "^ddphook\[rank $r\]: error: .*rank $victim failed: rank $victim exited (exit() or a return from main)" "$log" &&
+                why="rank $r does not say that rank $victim exited"
             [ "$what" = stop ] && [ -z "$why" ] &&
                 ! grep -q "rank $r.*ranks* \([0-9]*, \)*$victim\(, [0-9]*\)* did not answer" "$log" &&
                 why="rank $r does not name the stopped rank $victim"
@@ -219,7 +236,7 @@ scenario() {
         done
         summary="every other rank named rank $victim and exited 4, the last ${worst:-?} s after its last step"
         ;;
-    none)
+    none | fork)
         grep -q '^ok$' "$log" || why="the healthy job did not finish"
         summary="the healthy job finished"
         ;;
@@ -231,20 +248,16 @@ scenario() {
     pkill -KILL -P "$mp" 2>/dev/null
     kill -KILL "$mp" 2>/dev/null
     wait "$mp" 2>/dev/null
-    if [ -z "$why" ]; then
-        pass=$((pass + 1))
-        echo "PASS: -n $n $what $point ($jobname) :: $summary"
-    else
-        fail=$((fail + 1))
-        echo "FAIL: -n $n $what $point ($jobname): $why"
-        sed 's/^/    /' "$log"
+    record "$why" "-n $n $what $point ($jobname)" "$summary" "$log" || {
         echo "  the ranks $waited s after the start, when the wait for them ended:"
         sed 's/^/    /' "$dir/state"
-    fi
+    }
 }
 
 A="$OUT/allreduce.ini"
 scenario 4 none none "$A"
+# A forked child (a data loader) that calls exit(0) leaves the job alone.
+scenario 4 fork mid-step "$A"
 for point in mid-step mid-accumulation during-save before-close; do
     scenario 4 exit "$point" "$A"
     scenario 4 stop "$point" "$A"
@@ -254,6 +267,37 @@ scenario 4 close mid-accumulation "$A"
 scenario 4 kill mid-step "$A"
 scenario 4 kill during-save "$A"
 scenario 2 exit mid-step "$A"
+# exit(0) with the job open: the leaving rank's own exit handler tells
+# its peers at once, with or without a step in flight.
+scenario 4 exit0 mid-step "$A"
+scenario 2 exit0 before-close "$A"
+
+# under_launcher N FAULT POINT: exit(0) under hydra's own clean-up (no
+# -disable-auto-cleanup), which kills the other ranks within tens of
+# milliseconds of the first one's end and, without ddphook's exit handler,
+# reports success (-n 2) or its own bare "BAD TERMINATION" (-n 4).
+# mpiexec must end non-zero with the leaving rank named.
+under_launcher() {
+    dir="$OUT/launcher-$1-$2-$3"
+    mkdir -p "$dir"
+    UCX_TLS=^cma UCX_TCP_PUT_ENABLE=n timeout $((LIMIT + 20)) "$MPIEXEC" -n "$1" \
+        "$B/tests/mpi/fault_trainer" "$A" "$2" "$3" "$dir" </dev/null >"$dir/log" 2>&1
+    rc=$?
+    v=$(($1 - 1))
+    named=$(grep "^ddphook\[rank [0-9]*\]: error: .*rank $v failed: rank $v exited" "$dir/log" |
+        sed 's/\].*//' | sort -u | wc -l)
+    why=""
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        why="mpiexec status $rc"
+    elif ! grep -q "rank $v exited (exit() or a return from main) .*without ddph_close: the job fails; exiting with status 1" "$dir/log"; then
+        why="rank $v does not say that it exited"
+    fi
+    record "$why" "-n $1 $2 $3 under hydra's clean-up" \
+        "mpiexec status $rc, rank $v named by itself and by $named of $v survivors" "$dir/log"
+}
+under_launcher 2 exit0 mid-step
+under_launcher 4 exit0 mid-step
+under_launcher 4 exit0 before-close
 scenario 2 stop before-close "$A"
 scenario 4 hook mid-step "$OUT/hook.ini"
 rm -f "$OUT"/hook-trace.json*

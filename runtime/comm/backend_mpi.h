@@ -179,6 +179,9 @@ int ddph__mpi_finalize_hazard(const ddph_mpi *m, char *msg, size_t n);
  * (once: later calls only keep the first failure).  msg should name the
  * rank, and the bucket or the call that failed. */
 void ddph__mpi_fail_job(ddph_mpi *m, ddph_status st, const char *msg);
+/* Keeps MPI progressing for `seconds` (the notices just sent leave this
+ * rank even when no other thread calls MPI): for a process about to end. */
+void ddph__mpi_linger(ddph_mpi *m, double seconds);
 /* Whether the job is broken (polls the alarms first).  If it is, err gets
  * the first failure's message and the return value is its status;
  * DDPH_OK otherwise. */

@@ -168,6 +168,20 @@ void ddph__mpi_fail_job(ddph_mpi *m, ddph_status st, const char *msg)
     pthread_mutex_unlock(&m->fault_mu);
 }
 
+void ddph__mpi_linger(ddph_mpi *m, double seconds)
+{
+    if (m->alarm == MPI_COMM_NULL || m->world.size < 2)
+        return;
+    double until = ddph__now() + seconds;
+    struct timespec ms = {0, 1000000};
+    while (ddph__now() < until) {
+        int flag = 0; /* only progress: nothing is received */
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->alarm, &flag,
+                   MPI_STATUS_IGNORE);
+        nanosleep(&ms, NULL);
+    }
+}
+
 void ddph__mpi_closing(ddph_mpi *m)
 {
     atomic_store(&m->closing, 1);

@@ -8,6 +8,7 @@
 
 #include "core/cli_internal.h"
 #include "core/context.h"
+#include "core/exit_guard.h"
 #include "device/cpu_ops.h"
 #include "device/device.h"
 #include "plugin/job_check.h"
@@ -140,6 +141,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         ddph_close(ctx);
         return st;
     }
+    ddph__exit_guard_arm(ctx);
     *out = ctx;
     return DDPH_OK;
 }
@@ -163,6 +165,7 @@ ddph_status ddph_close(ddph_ctx *ctx)
 {
     if (!ctx)
         return DDPH_OK;
+    ddph__exit_guard_disarm(ctx);
     ddph_mpi *mpi = &ctx->mpi;
     /* The peers wait for this step's collectives: tell them now rather
      * than let them wait for timeout_s. */

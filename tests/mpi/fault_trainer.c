@@ -6,6 +6,10 @@
  *
  * FAULT is what happens to the victim (the last rank):
  *   exit  _exit(3)           kill  SIGKILL to itself
+ *   exit0 exit(0): the C library's exit, atexit handlers run
+ *   _exit0 _exit(0): no atexit handler runs
+ *   fork  it forks a child (a data loader) that calls exit(0) while the
+ *         job is open, and carries on: the job must succeed
  *   stop  SIGSTOP to itself  hook  its hook fails alone (the job's hook must
  *                                  be tests/fake_plugins/failing_last_rank)
  *   nan   a NaN in its gradients (the job sets check_finite = true)
@@ -37,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ddphook/ddphook.h>
@@ -77,6 +82,24 @@ static void write_file(const char *name, const char *fmt, double v)
     }
 }
 
+/* A child that calls exit(0) while the parent's job is open: ddphook's
+ * exit handler, inherited, must leave it (and the job) alone. */
+static void fork_child_that_exits(void)
+{
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0)
+        exit(0);
+    int status = -1;
+    if (child < 0 || waitpid(child, &status, 0) != child ||
+        !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "rank %d: its forked child ended with status %d "
+                        "(raw %d), not 0\n", g_rank,
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
+        _exit(5);
+    }
+}
+
 /* The victim's fault; returns only for faults that are not a death. */
 static void fault(const char *what, const char *where, const char *point)
 {
@@ -85,6 +108,10 @@ static void fault(const char *what, const char *where, const char *point)
     if (strcmp(what, "hook") == 0 || strcmp(what, "nan") == 0 ||
         strcmp(what, "hang") == 0 || strcmp(what, "none") == 0)
         return;
+    if (strcmp(what, "fork") == 0) {
+        fork_child_that_exits();
+        return;
+    }
     write_file("fault", "%.6f\n", wall());
     fprintf(stderr, "rank %d: fault '%s' at %s on purpose\n", g_rank, what,
             point);
@@ -107,6 +134,10 @@ static void fault(const char *what, const char *where, const char *point)
     }
     if (strcmp(what, "exit") == 0)
         _exit(3);
+    if (strcmp(what, "exit0") == 0)
+        exit(0);
+    if (strcmp(what, "_exit0") == 0)
+        _exit(0);
     raise(strcmp(what, "kill") == 0 ? SIGKILL : SIGSTOP);
     /* SIGCONT from the test only comes once the others are judged. */
     _exit(3);
