@@ -86,7 +86,8 @@ int ddph_world_size(const ddph_ctx *ctx);
  * own, through CUDA_VISIBLE_DEVICES, gets 0).  ddph_open leaves the
  * calling thread's current device alone: before allocating gradients,
  * call cudaSetDevice(ddph_cuda_device(ctx)) on each thread that makes
- * GPU memory or launches work for the runtime.  -1 on other backends. */
+ * GPU memory or launches work for the runtime.  -1 on other backends.
+ * Since 0.9.0 (library 9:0:8). */
 int ddph_cuda_device(const ddph_ctx *ctx);
 
 /* With backend = nccl: the trainer's compute stream (a cudaStream_t; NULL
