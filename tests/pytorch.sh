@@ -71,7 +71,7 @@ for w in 2 4; do
     fi
     [ -n "$V" ] && set -- "$@" "ddp_vectors.py --vectors $V/ws$w $P --out $OUT/vectors-ws$w"
     if [ "$w" -eq 2 ]; then
-        for phase in full resume resume-without-state; do
+        for phase in full resume resume-resaved resume-without-state; do
             set -- "$@" "ddp_resume.py $P --out $OUT/resume --phase $phase"
         done
     fi
@@ -102,23 +102,32 @@ for w in 2 4; do
         k=$((k + 1))
     fi
     if [ "$w" -eq 2 ]; then
-        exited $k && exited $((k + 1)) && exited $((k + 2)) ||
-            ko "ddp_resume.py (see $log)"
+        exited $k && exited $((k + 1)) && exited $((k + 2)) &&
+            exited $((k + 3)) || ko "ddp_resume.py (see $log)"
     fi
 done
 [ -n "$V" ] || echo "(reference vectors not found at '${REFERENCE_VECTORS:-}': their DDP check is left out; configure --with-reference-vectors=DIR)"
 
-# The hook's state through state.save/state.load: a run resumed after
-# step 3 ends where an uninterrupted one does, byte for byte; without the
-# hook's state it does not.
+# The hook's state through state.save/state.load, saved the way nanoGPT
+# saves its checkpoint (rank 0 alone runs a gloo collective first): a run
+# resumed after step 3 ends where an uninterrupted one does, byte for
+# byte, also from the state saved again right after loading it; without
+# the hook's state it does not.  A save no step follows is written when
+# the job closes.
 res="$OUT/resume"
 for r in 0 1; do
     if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
+        cmp -s "$res/full.rank$r.f32" "$res/resume-resaved.rank$r.f32" &&
         [ -s "$res/full.rank$r.f32" ] &&
         ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
-        ok "rank $r: resumed with the hook's state = uninterrupted, byte for byte (and not without it)"
+        ok "rank $r: resumed with the hook's state (saved after rank 0's lone gloo collective; saved again after loading) = uninterrupted, byte for byte (and not without it)"
     else
         ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
+    fi
+    if [ -s "$res/full-last.hooks.rank$r" ]; then
+        ok "rank $r: a save no step follows is written when the job closes"
+    else
+        ko "rank $r: $res/full-last.hooks.rank$r not written at close"
     fi
 done
 
