@@ -10,15 +10,22 @@
 #  - PyTorch's reference vectors (allreduce, fp16, bf16, PowerSGD) fed
 #    through DDP come out as PyTorch recorded them (tests/python/ddp_vectors.py,
 #    where configure found the vectors);
-#  - PowerSGD's state saved and loaded from Python resumes a run exactly
-#    (tests/python/ddp_resume.py);
+#  - PowerSGD's state saved and loaded from Python resumes a run exactly,
+#    saved as nanoGPT saves its checkpoint (rank 0 alone runs a gloo
+#    collective first: state.save must not wait for the other ranks), or
+#    saved again right after loading; a save no step follows is written at
+#    the job's close (tests/python/ddp_resume.py);
 #  - the bytes each rank sends per step through the bridge, for every hook
 #    above, equal what the C runtime sends for the same parameters,
 #    buckets and job (`ddphook replay` of a trace of the bridge's
 #    parameters);
 #  - a bad job file, a missing plugin, a hook that fails on every rank and
 #    one that fails on the last rank only raise on every rank, naming the
-#    cause, within seconds; processes started without mpiexec are refused
+#    cause, within seconds; so does one comm_hook pair registered on two
+#    DDP models, and the process exits non-zero even when the script
+#    catches that exception and returns 0; a rank interrupted by SIGINT
+#    says so and the other names it (never the other way round);
+#    processes started without mpiexec are refused
 #    (tests/python/ddp_errors.py).
 # All but the error cases run in one launch per world size
 # (tests/python/ddp_suite.py): each start of Python and torch costs
@@ -72,7 +79,7 @@ for w in 2 4; do
     fi
     [ -n "$V" ] && set -- "$@" "ddp_vectors.py --vectors $V/ws$w $P --out $OUT/vectors-ws$w"
     if [ "$w" -eq 2 ]; then
-        for phase in full resume resume-without-state; do
+        for phase in full resume resume-resaved resume-without-state; do
             set -- "$@" "ddp_resume.py $P --out $OUT/resume --phase $phase"
         done
     fi
@@ -103,23 +110,32 @@ for w in 2 4; do
         k=$((k + 1))
     fi
     if [ "$w" -eq 2 ]; then
-        exited $k && exited $((k + 1)) && exited $((k + 2)) ||
-            ko "ddp_resume.py (see $log)"
+        exited $k && exited $((k + 1)) && exited $((k + 2)) &&
+            exited $((k + 3)) || ko "ddp_resume.py (see $log)"
     fi
 done
 [ -n "$V" ] || echo "(reference vectors not found at '${REFERENCE_VECTORS:-}': their DDP check is left out; configure --with-reference-vectors=DIR)"
 
-# The hook's state through state.save/state.load: a run resumed after
-# step 3 ends where an uninterrupted one does, byte for byte; without the
-# hook's state it does not.
+# The hook's state through state.save/state.load, saved the way nanoGPT
+# saves its checkpoint (rank 0 alone runs a gloo collective first): a run
+# resumed after step 3 ends where an uninterrupted one does, byte for
+# byte, also from the state saved again right after loading it; without
+# the hook's state it does not.  A save no step follows is written when
+# the job closes.
 res="$OUT/resume"
 for r in 0 1; do
     if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
+        cmp -s "$res/full.rank$r.f32" "$res/resume-resaved.rank$r.f32" &&
         [ -s "$res/full.rank$r.f32" ] &&
         ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
-        ok "rank $r: resumed with the hook's state = uninterrupted, byte for byte (and not without it)"
+        ok "rank $r: resumed with the hook's state (saved after rank 0's lone gloo collective; saved again after loading) = uninterrupted, byte for byte (and not without it)"
     else
         ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
+    fi
+    if [ -s "$res/full-last.hooks.rank$r" ]; then
+        ok "rank $r: a save no step follows is written when the job closes"
+    else
+        ko "rank $r: $res/full-last.hooks.rank$r not written at close"
     fi
 done
 
@@ -139,9 +155,10 @@ for name in $(echo "$MAIN,powersgd_noef" | tr ',' ' '); do
     fi
 done
 
-# errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)
+# errors: CASE NAME WANT JOB-TEXT [ARGS] (WANT: a pattern every rank's
+# message has; ARGS: more arguments of ddp_errors.py)
 errors() {
-    case=$1 name=$2 want=$3
+    case=$1 name=$2 want=$3 args=${5:-}
     job="$OUT/err-$name.ini"
     printf '%b' "$4" > "$job"
     log="$OUT/err-$name.log"
@@ -149,7 +166,7 @@ errors() {
     # -disable-auto-cleanup: hydra would otherwise kill the other ranks as
     # soon as the first one exits non-zero, before they can report.
     timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_errors.py" \
-        --job "$job" --case "$case" </dev/null >"$log" 2>&1
+        --job "$job" --case "$case" $args </dev/null >"$log" 2>&1
     rc=$?
     t=$(( $(date +%s) - t0 ))
     # One line a verdict, even where two ranks' writes met on one line.
@@ -168,6 +185,28 @@ errors hook failing-hook "fake failure on bucket 1" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
 errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+
+errors two-models two-models "one comm_hook pair serves one DDP model" "${R}[hook]\nname = allreduce\n"
+# The script catches the exception and returns 0: ddphook declared the
+# job failed, so the process still exits non-zero.
+errors two-models two-models-swallowed "one comm_hook pair serves one DDP model" \
+    "${R}[hook]\nname = allreduce\n" --swallow
+
+# SIGINT to rank 1 between steps (it dies of its KeyboardInterrupt): rank
+# 1 says it was interrupted, rank 0 names rank 1, neither blames rank 0.
+log="$OUT/err-sigint.log"
+printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/err-sigint.ini"
+timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/err-sigint.ini" --case sigint </dev/null >"$log" 2>&1
+rc=$?
+said=$(grep -c '^ddphook\[rank 1\]: error: .*rank 1 aborted the job: interrupted (SIGINT' "$log")
+named=$(grep -c '^ddphook\[rank 0\]: error: .*rank 1 failed: rank 1 aborted the job: interrupted (SIGINT' "$log")
+blamed=$(grep -c 'rank 0 failed\|rank 0 aborted\|rank 1 closed the job' "$log")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$said" -ge 1 ] && [ "$named" -ge 1 ] && [ "$blamed" -eq 0 ]; then
+    ok "sigint: rank 1 says it was interrupted, rank 0 names it, no rank blames rank 0"
+else
+    ko "sigint: exit $rc, rank 1 said so $said times, rank 0 named it $named times, $blamed lines blame the wrong rank (see $log)"
+fi
 
 # Started without mpiexec (as torchrun does): refused on every rank.
 log="$OUT/err-ranks.log"

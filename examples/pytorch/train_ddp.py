@@ -205,6 +205,7 @@ def main():
                                        (time.time() - t0) / step), flush=True)
     if a.save:
         state.save(a.save)
+        state.flush()  # no step follows: written now, not at the close
     if rank == 0:
         stats = state.hook_stats()
         print("hook '%s': %s" % (state.hook_name(), ", ".join(

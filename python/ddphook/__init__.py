@@ -90,6 +90,9 @@ class Job:
         self.closed = False
         self.failed = None  # the message of the failure that ended the job
         self.step_to_end = None  # ddphook.torch: whose step awaits its end
+        # Collective work the job owes before it closes (ddphook.torch's
+        # deferred state saves): run by close() on a healthy job.
+        self.before_close = []
 
     @property
     def rank(self):
@@ -143,19 +146,40 @@ class Job:
         if self.step_to_end is not None:
             self.step_to_end.step_end()
 
-    def close(self):
-        """Ends the job (every rank meets, within timeout_s); raises Error
-        when the job had failed.  Idempotent."""
+    def abort(self, reason):
+        """Fails the job on every rank, naming this rank and `reason` (the
+        peers hear it within about a second); close() then raises."""
         if self.closed:
             return
+        if self.failed is None:
+            self.failed = reason
+        lib().ddph_abort(self.ctx, reason.encode(errors="replace"))
+
+    def close(self):
+        """Ends the job (every rank meets, within timeout_s): first what
+        the job owes (ddphook.torch's deferred state saves), then
+        ddph_close.  Raises Error when the job had failed; the process then
+        exits non-zero (see _close_at_exit).  Idempotent."""
+        if self.closed:
+            return
+        owed_error = None
+        while self.failed is None and self.before_close:
+            try:
+                self.before_close.pop(0)()
+            except Error as e:
+                owed_error = owed_error or e
         self.closed = True
         st = lib().ddph_close(self.ctx)
-        if st != 0:
-            raise Error("ddphook: the job failed: %s" % (
-                self.failed or status_name(st)), status_name(st))
+        if st != 0 or owed_error is not None:
+            global _failed
+            _failed = self.failed or (str(owed_error) if owed_error
+                                      else status_name(st))
+            raise Error("ddphook: the job failed: %s" % _failed,
+                status_name(st) if st != 0 else owed_error.status)
 
 
 _job = None
+_failed = None  # the failure of a job this process closed, if any
 
 
 def open_job(ini_path):
@@ -163,8 +187,9 @@ def open_job(ini_path):
     calls it).  A later call must name the same file."""
     global _job
     if _job is None or _job.closed:
+        if _job is None:
+            atexit.register(_close_at_exit)
         _job = Job(ini_path)
-        atexit.register(_close_at_exit)
         return _job
     want = os.path.abspath(ini_path) if ini_path else None
     if want != _job.path:
@@ -179,15 +204,36 @@ def current_job():
     return _job if _job is not None and not _job.closed else None
 
 
+def _uncaught_reason():
+    """Why the script is ending, when an uncaught exception ends it
+    (Python keeps it in sys.last_type before the atexit functions run)."""
+    kind = getattr(sys, "last_type", None)
+    if kind is None:
+        return None
+    if issubclass(kind, KeyboardInterrupt):
+        return "interrupted (SIGINT: KeyboardInterrupt)"
+    return ("its script ended with an uncaught %s: %s" % (
+        kind.__name__, getattr(sys, "last_value", "")))[:200]
+
+
 def _close_at_exit():
+    """The job's end when the script did not close it, and the process's
+    exit status: never 0 after a job this process ran has failed (also
+    one closed earlier, say by a hook call that failed, whose exception
+    the script caught)."""
     job = current_job()
-    if job is None:
-        return
-    try:
-        job.close()
-    except Error:
-        # The runtime said why on stderr.  MPI is left unfinalized on a
-        # failed job: the process ends now, non-zero.
+    if job is not None:
+        reason = _uncaught_reason()
+        if reason is not None:
+            # The peers learn that this rank is gone and why, rather than
+            # that it closed the job under them.
+            job.abort(reason)
+        try:
+            job.close()
+        except Error:
+            pass  # the runtime said why on stderr
+    if _failed is not None:
+        # MPI is left unfinalized on a failed job: the process ends now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)

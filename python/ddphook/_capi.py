@@ -41,6 +41,7 @@ _SIGNATURES = {
     "ddph_status_name": (_S, [_I]),
     "ddph_open": (_I, [_S, _P, _P, ctypes.POINTER(_P)]),
     "ddph_close": (_I, [_P]),
+    "ddph_abort": (_I, [_P, _S]),
     "ddph_last_error": (_S, [_P]),
     "ddph_rank": (_I, [_P]),
     "ddph_world_size": (_I, [_P]),

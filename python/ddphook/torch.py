@@ -159,6 +159,10 @@ class HookState:
         self._step_open = False
         self._end_pending = False  # step waited, ddph_step_end not yet run
         self._load_path = None
+        # state.save() paths, written collectively at the next step's
+        # first bucket (or by flush(), load() or the job's close).
+        self._saves_pending = []
+        job.before_close.append(self._flush_at_close)
         self._warned_layout = False
         self._idle = threading.Event()
         self._idle.set()
@@ -265,11 +269,13 @@ class HookState:
             raise Error("ddphook: the job has failed: %s" % self.job.failed)
         entry = _Entry(bucket)
         if entry.buffer.device.type != "cpu":
-            self._abort()
-            raise Error("ddphook: bucket %d is on %s: the PyTorch bridge "
+            err = Error("ddphook: bucket %d is on %s: the PyTorch bridge "
                         "reduces CPU tensors over MPI" %
                         (entry.index, entry.buffer.device),
                         "DDPH_ERR_UNSUPPORTED")
+            self._abort(err)
+            raise err
+        self._check_own(entry)
         entries = [entry]
         if self.model is None:
             # The first step: every bucket is needed before the parameters
@@ -285,19 +291,41 @@ class HookState:
                 params = [by_id[k] for k in reversed(list(self._ready))]
             try:
                 self._build(params)
-            except BaseException:
-                self._abort()
+            except BaseException as exc:
+                self._abort(exc)
                 raise
         try:
             for e in entries:
                 self._launch(e)
-        except BaseException:
-            self._abort()
+        except BaseException as exc:
+            self._abort(exc)
             raise
         if bucket.is_last():
             self._idle.clear()
             self._work.put(True)
         return entry.fut.then(_unwrap)
+
+    def _check_own(self, entry):
+        """A bucket of this state's DDP model, or a clear Error (one state
+        per DDP model: its parameters are registered once)."""
+        if self.model is not None:
+            foreign = [p for p in entry.params if id(p) not in self.index]
+        elif self._names:  # comm_hook(model=): its parameters are known
+            foreign = [p for p in entry.params if id(p) not in self._names]
+        else:
+            return
+        if foreign:
+            err = Error(
+                "ddphook: DDP model bucket %d holds %d parameter%s that are "
+                "not those of the model '%s' this hook state serves: one "
+                "comm_hook pair serves one DDP model; register "
+                "ddphook.torch.comm_hook(job, model=ddp_model, name=NAME) "
+                "with a name of its own on each DDP model (rank %d)" % (
+                    entry.index, len(foreign),
+                    "" if len(foreign) == 1 else "s", self.name,
+                    self.job.rank), "DDPH_ERR_STATE")
+            self._abort(err)
+            raise err
 
     def _launch(self, e):
         job = self.job
@@ -306,6 +334,8 @@ class HookState:
             # another's) ends first.
             if getattr(job, "step_to_end", None) is not None:
                 job.step_to_end.step_end()
+            # Between steps on every rank: the saves asked for since.
+            self._commit_saves("the step after state.save()")
             models = (ctypes.c_void_p * 1)(self.model)
             job.check(lib().ddph_step_begin_flags(job.ctx, models, 1,
                                                   _capi.STEP_FORCE_SYNC),
@@ -341,11 +371,13 @@ class HookState:
                     "DDP's bucket_cap_mb and its 1 MiB first bucket)" %
                     (index, index))
 
-    def _abort(self):
-        """A failure in the middle of a step: closing the job tells the
-        peers at once (they would wait for this rank's buckets)."""
-        if self.job.failed is None:
-            self.job.failed = "rank %d's hook call failed" % self.job.rank
+    def _abort(self, exc):
+        """A failure in a hook call (perhaps in the middle of a step): the
+        job fails on every rank at once, naming this rank and the cause
+        (the peers would wait for this rank's buckets); the process then
+        exits non-zero even if the script catches the exception."""
+        self.job.abort("its hook call failed: %s" % (
+            str(exc) or type(exc).__name__))
         try:
             self.job.close()
         except Error:
@@ -449,22 +481,63 @@ class HookState:
         self.job._usable()
 
     def save(self, path):
-        """Saves the hook's state (PowerSGD's error feedback and Q, ...) to
-        `path` on every rank (collective: ddph_state_save)."""
-        self._between_steps("save")
+        """Asks for the hook's state (PowerSGD's error feedback and Q, ...)
+        as it is now to be saved to `path` (PATH.rank<R> on every rank).
+        Call it on every rank, between steps, where the script saves its
+        checkpoint.  Returns `path` at once, with no collective, so that it
+        adds no ordering to the script's own torch.distributed calls: the
+        ranks write it together (ddph_state_save) at the first bucket of
+        the next synchronised step, before anything of that step (the
+        state written is the one of this call), or at flush(), load() or
+        the job's close, whichever comes first.  A failure of that save
+        raises ddphook.Error there on every rank."""
+        self._idle.wait()
+        if self._step_open or self._early:
+            raise Error("ddphook: save: only between steps", "DDPH_ERR_STATE")
+        if self.job.failed is not None or self.job.closed:
+            raise Error("ddphook: save %s: the job has failed or is closed%s"
+                        % (path, ": " + self.job.failed if self.job.failed
+                           else ""), "DDPH_ERR_STATE")
+        self._saves_pending.append(path)
+        return path
+
+    def flush(self):
+        """Writes the saves asked for and not written yet, now (collective:
+        every rank calls it).  Raises Error on every rank if one fails."""
+        self._between_steps("flush")
+        self._commit_saves("state.flush()")
+
+    def _flush_at_close(self):
+        if self._saves_pending:
+            self.flush()
+
+    def _commit_saves(self, where):
+        """The pending saves, every rank at the same point of the job."""
+        if not self._saves_pending:
+            return
+        paths, self._saves_pending = self._saves_pending, []
         if self.model is None:
-            raise Error("ddphook: save: no step has run yet (nothing to "
-                        "save)", "DDPH_ERR_STATE")
-        self.job.check(lib().ddph_state_save(self.job.ctx, path.encode()),
-                       "save %s" % path)
+            raise Error("ddphook: save %s: no backward pass has run, so the "
+                        "hook has no state to write yet (its parameters are "
+                        "registered at the first one)" % paths[0],
+                        "DDPH_ERR_STATE")
+        for path in paths:
+            self.job.check(lib().ddph_state_save(self.job.ctx,
+                                                 path.encode()),
+                           "save %s (asked for by state.save(), written at %s)"
+                           % (path, where))
 
     def load(self, path):
         """Loads a state saved by save() (collective); before the first
-        step it is applied when the parameters are registered."""
+        step it is applied when the parameters are registered.  Saves asked
+        for before it are written first."""
         self._between_steps("load")
         if self.model is None:
+            if self._saves_pending:
+                self._commit_saves("state.load()")  # raises: no state yet
             self._load_path = path
             return
+        self._commit_saves("state.load()")
         self.job.check(lib().ddph_state_load(self.job.ctx, path.encode()),
                        "load %s" % path)
 

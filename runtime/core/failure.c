@@ -5,6 +5,7 @@
 #include "build-config.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/context.h"
@@ -34,4 +35,20 @@ ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
     ddph__vfail(&e, st, fmt, ap);
     va_end(ap);
     return ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_abort(ddph_ctx *ctx, const char *reason)
+{
+    if (!ctx || !reason)
+        return DDPH_ERR_INVALID;
+    if (ctx->mpi_up && CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
+        return DDPH_OK; /* the first failure stays the job's */
+    char msg[256];
+    snprintf(msg, sizeof msg, "rank %d aborted the job: %s",
+             ctx->mpi.world.rank, reason);
+    /* The peers first: they may be waiting on this rank right now. */
+    if (ctx->mpi_up)
+        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_STATE, msg);
+    ddph__ctx_failf(ctx, DDPH_ERR_STATE, "%s", msg);
+    return DDPH_OK;
 }

@@ -5,17 +5,25 @@ backward pass fail) with a message naming the cause, and return; the
 caller (tests/pytorch.sh) checks each rank's output and that the run ends
 well before timeout_s.
 
-    mpiexec -n W /usr/bin/python3 ddp_errors.py --job JOB --case CASE
+    mpiexec -n W /usr/bin/python3 ddp_errors.py --job JOB --case CASE [--swallow]
 
 CASE: open (the job file itself is bad: ddphook.torch.comm_hook raises),
 hook (the hook fails on every rank at the first backward pass), peer (the
 last rank's hook fails, the others hear it), ranks (started without
 mpiexec, as torchrun would, with RANK, WORLD_SIZE and a file rendezvous
 RENDEZVOUS: each process is an MPI job of its own, and comm_hook must
-refuse rather than reduce each rank alone)."""
+refuse rather than reduce each rank alone), two-models (one comm_hook
+pair registered on two DDP models: a clear ddphook.Error), sigint (the
+last rank gets SIGINT between steps, as from a terminal's Ctrl-C, and
+dies of its KeyboardInterrupt: it must say it was interrupted and the
+others must name it).  --swallow: the script catches the exception and
+returns 0, as a careless one would; the process must still exit non-zero
+when ddphook declared the job failed."""
 import argparse
 import os
+import signal
 import sys
+import time
 
 import torch
 
@@ -34,7 +42,10 @@ def say(line):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--job", required=True)
-    ap.add_argument("--case", required=True, choices=["open", "hook", "peer", "ranks"])
+    ap.add_argument("--case", required=True,
+                    choices=["open", "hook", "peer", "ranks", "two-models",
+                             "sigint"])
+    ap.add_argument("--swallow", action="store_true")
     a = ap.parse_args()
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     try:
@@ -51,12 +62,23 @@ def main():
         torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 200
         model = torch.nn.parallel.DistributedDataParallel(
             net, bucket_cap_mb=200 / 2**20)
-        model.register_comm_hook(*ddphook.torch.comm_hook(a.job, model=model))
-        for _ in range(3):
-            model(torch.randn(4, 16)).sum().backward()
+        pair = ddphook.torch.comm_hook(a.job, model=model)
+        model.register_comm_hook(*pair)
+        models = [model]
+        if a.case == "two-models":
+            models.append(torch.nn.parallel.DistributedDataParallel(
+                torch.nn.Linear(16, 4)))
+            models[1].register_comm_hook(*pair)
+        for step in range(3):
+            for m in models:
+                m(torch.randn(4, 16)).sum().backward()
+            if a.case == "sigint" and step == 1:
+                if rank == int(os.environ.get("PMI_SIZE", "1")) - 1:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(60)  # where the KeyboardInterrupt comes
     except Exception as e:  # the point: which exception, what message
         say("rank %d raised %s: %s" % (rank, type(e).__name__, e))
-        return 3
+        return 0 if a.swallow else 3
     say("rank %d: no exception" % rank)
     return 0
 

@@ -75,6 +75,14 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
  * Closing with an accumulation window open (gradients accumulated but
  * never synchronised) logs a warning. */
 ddph_status ddph_close(ddph_ctx *ctx);
+/* Fails the job on every rank because of this rank, saying why (`reason`,
+ * e.g. "interrupted (SIGINT)"): this rank's next calls fail, and each
+ * peer's collective fails within about a second with "rank R failed: rank
+ * R aborted the job: REASON", so no rank waits for timeout_s and none is
+ * blamed for this one's departure.  Never blocks; ddph_close then returns
+ * the failure (call it next, and exit non-zero).  Does nothing on a job
+ * that has failed already. */
+ddph_status ddph_abort(ddph_ctx *ctx, const char *reason);
 /* The detailed message of the most recent failure on ctx ("" if none).
  * Valid until the next call on ctx. */
 const char *ddph_last_error(const ddph_ctx *ctx);
