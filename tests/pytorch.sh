@@ -61,9 +61,10 @@ ok() { pass=$((pass + 1)); echo "PASS: $*"; }
 ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 # One launch per world size runs tests/python's programs in turn
-# (ddp_suite.py: Python and torch start once).  Two ddp_hooks.py runs:
+# (ddp_suite.py: Python and torch start once).  Three ddp_hooks.py runs:
 # PyTorch's options for PowerSGD are one set per job file
-# ([hook.powersgd]), as are the reference vectors'.
+# ([hook.powersgd]), as are the reference vectors', and the last draws
+# its own Q.
 V=${REFERENCE_VECTORS:-}
 [ -n "$V" ] && [ -f "$V/ws2/inputs/trace.ini" ] || V=
 BYTES="$OUT/bytes"

@@ -81,7 +81,7 @@ ddph_status ddph_close(ddph_ctx *ctx);
  * R aborted the job: REASON", so no rank waits for timeout_s and none is
  * blamed for this one's departure.  Never blocks; ddph_close then returns
  * the failure (call it next, and exit non-zero).  Does nothing on a job
- * that has failed already. */
+ * that has failed already.  Since 0.9.0 (library 9:0:8). */
 ddph_status ddph_abort(ddph_ctx *ctx, const char *reason);
 /* The detailed message of the most recent failure on ctx ("" if none).
  * Valid until the next call on ctx. */
