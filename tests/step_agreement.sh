@@ -11,7 +11,8 @@
 #  - it loads another build of the hook (same name, version, options):
 #    refused at finalize on every rank, naming both files;
 #  - PowerSGD and batched PowerSGD with it on another OpenBLAS kernel
-#    (OPENBLAS_CORETYPE): the same bits on every rank.
+#    (OPENBLAS_CORETYPE) and thread count, at ranks 4, 65, 96 (and 4096):
+#    the same bits on every rank.
 # (Models, NO_SYNC, trainer calls, Join and ddph_close: test_runtime's
 # scenarios.)
 set -u
@@ -82,17 +83,23 @@ at = $at"
         fail=$((fail + 1)); echo "FAIL: another build of the hook on rank $last of $w (exit $rc)"
         printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
     fi
-    # PowerSGD with the last rank on another OpenBLAS kernel (a cluster of
-    # mixed CPU generations): every rank's averaged gradients are the same
-    # bits (its orthogonalisation and P Q^T are ddphook's own arithmetic).
-    for hook in powersgd batched_powersgd; do
-        printf '[runtime]\nplugin_path = %s\ntimeout_s = 60\n[hook]\nname = %s\n[hook.%s]\nstart_powerSGD_iter = 2\nmatrix_approximation_rank = 4\n' \
-            "$DDPH_TEST_PLUGIN_DIR" "$hook" "$hook" > "$OUT/$hook.ini"
-        "$B/tests/tools/make_trace" "$OUT/p$w" "$w" 4 1 w=256,300 v=300,128 b=300
-        o="$OUT/o-$hook-$w"
-        out=$(timeout 120 "$MPIEXEC" -n "$last" "$B/ddphook" replay --job "$OUT/$hook.ini" \
-            --trace "$OUT/p$w" --out "$o" : -n 1 env OPENBLAS_CORETYPE=Prescott \
-            "$B/ddphook" replay --job "$OUT/$hook.ini" --trace "$OUT/p$w" --out "$o" </dev/null 2>&1)
+    # PowerSGD with the last rank on another OpenBLAS kernel and thread
+    # count (a cluster of mixed CPU generations and core counts): every
+    # rank's averaged gradients are the same bits, at small ranks and at
+    # ranks above 64 (the hook's own arithmetic does its orthogonalisation
+    # and P Q^T whatever the rank; batched PowerSGD's 4096 is cut to its
+    # 340 x 340 square).  min_compression_rate 1 compresses the 256 x 300
+    # matrix up to rank 96 and the 300 x 128 one up to rank 89.
+    "$B/tests/tools/make_trace" "$OUT/p$w" "$w" 4 1 w=256,300 v=300,128 b=300
+    for run in powersgd:4 powersgd:65 powersgd:96 batched_powersgd:4 \
+               batched_powersgd:65 batched_powersgd:96 batched_powersgd:4096; do
+        hook=${run%%:*} rank=${run#*:}
+        printf '[runtime]\nplugin_path = %s\ntimeout_s = 60\n[hook]\nname = %s\n[hook.%s]\nstart_powerSGD_iter = 2\nmin_compression_rate = 1\nmatrix_approximation_rank = %s\n' \
+            "$DDPH_TEST_PLUGIN_DIR" "$hook" "$hook" "$rank" > "$OUT/$hook$rank.ini"
+        o="$OUT/o-$hook$rank-$w"
+        out=$(timeout 120 "$MPIEXEC" -n "$last" "$B/ddphook" replay --job "$OUT/$hook$rank.ini" \
+            --trace "$OUT/p$w" --out "$o" : -n 1 env OPENBLAS_CORETYPE=Prescott OPENBLAS_NUM_THREADS=2 \
+            "$B/ddphook" replay --job "$OUT/$hook$rank.ini" --trace "$OUT/p$w" --out "$o" </dev/null 2>&1)
         rc=$?
         differ=0
         for r in $(seq 1 "$last"); do
@@ -100,13 +107,14 @@ at = $at"
                 cmp -s "$o/rank0.step$s.out.f32" "$o/rank$r.step$s.out.f32" || differ=$((differ + 1))
             done
         done
+        what="$hook at rank $rank with rank $last on OpenBLAS's Prescott kernels and 2 threads"
         if [ "$rc" -eq 0 ] && [ "$differ" -eq 0 ]; then
-            pass=$((pass + 1)); echo "PASS: $hook with rank $last on OpenBLAS's Prescott kernels: every rank's 4 steps the same bits"
+            pass=$((pass + 1)); echo "PASS: $what: every rank's 4 steps the same bits"
         else
-            fail=$((fail + 1)); echo "FAIL: $hook with rank $last on OpenBLAS's Prescott kernels (exit $rc, $differ files differ from rank 0's)"
+            fail=$((fail + 1)); echo "FAIL: $what (exit $rc, $differ files differ from rank 0's)"
             printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
         fi
     done
 done
 echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -eq 26 ]
+[ "$fail" -eq 0 ] && [ "$pass" -eq 36 ]

@@ -1,6 +1,7 @@
 /* unit_psgd_cpu.c: PowerSGD's fused CPU sweep (plugins/powersgd/psgd_cpu.h)
  * gives, on whatever vector path this CPU takes, exactly the products and
- * sums of the plain loop: the same values to the bit, tails included. */
+ * sums of the plain loop: the same values to the bit, tails included, at
+ * small ranks and at ranks whose panels of Q^T are narrower than m. */
 #include "build-config.h"
 
 #include <stdlib.h>
@@ -21,42 +22,45 @@ static float value(size_t k, unsigned salt)
 START_TEST(reconstruct_matches_plain_loop)
 {
     static const size_t ms[] = {1, 7, 8, 9, 31, 321};
-    static const size_t rs[] = {1, 2, 3, 4, 16};
-    enum { H = 5 };
+    static const size_t rs[] = {1, 2, 3, 4, 16, 65, 1500};
+    enum { H = 9 }; /* two blocks of four rows and one row */
     for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
         for (size_t b = 0; b < sizeof rs / sizeof *rs; b++) {
             size_t m = ms[a], r = rs[b], bytes = H * m * sizeof(float);
             float *p = malloc(H * r * sizeof *p);
-            float *qt = malloc(r * m * sizeof *qt);
+            float *q = malloc(m * r * sizeof *q);
+            float *packed = malloc(m * r * sizeof *packed);
             float *out = malloc(bytes), *err = malloc(bytes);
             float *want = malloc(bytes), *want_err = malloc(bytes);
-            ck_assert(p && qt && out && err && want && want_err);
+            ck_assert(p && q && packed && out && err && want && want_err);
             for (size_t k = 0; k < H * r; k++)
                 p[k] = value(k, 1);
-            for (size_t k = 0; k < r * m; k++)
-                qt[k] = value(k, 2);
+            for (size_t k = 0; k < m * r; k++)
+                q[k] = value(k, 2);
             for (size_t k = 0; k < H * m; k++)
                 err[k] = want_err[k] = value(k, 3);
             for (size_t i = 0; i < H; i++)
                 for (size_t j = 0; j < m; j++) {
-                    float x = p[i * r] * qt[j];
+                    float x = p[i * r] * q[j * r];
                     for (size_t k = 1; k < r; k++)
-                        x += p[i * r + k] * qt[k * m + j];
+                        x += p[i * r + k] * q[j * r + k];
                     want[i * m + j] = x;
                     want_err[i * m + j] -= x;
                 }
-            psgd_cpu_reconstruct(H, m, r, p, qt, out, err);
+            psgd_cpu_pack(m, r, q, packed);
+            psgd_cpu_reconstruct(H, m, r, p, packed, out, err);
             ck_assert_msg(memcmp(out, want, bytes) == 0,
                           "result differs at m = %zu, r = %zu", m, r);
             ck_assert_msg(memcmp(err, want_err, bytes) == 0,
                           "error differs at m = %zu, r = %zu", m, r);
             memset(out, 0, bytes);
-            psgd_cpu_reconstruct(H, m, r, p, qt, out, NULL);
+            psgd_cpu_reconstruct(H, m, r, p, packed, out, NULL);
             ck_assert_msg(memcmp(out, want, bytes) == 0,
                           "result without error differs at m = %zu, r = %zu",
                           m, r);
             free(p);
-            free(qt);
+            free(q);
+            free(packed);
             free(out);
             free(err);
             free(want);

@@ -92,7 +92,7 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
      * others a block at a time, the new error and the bucket's part of
      * the result written from flat. */
     size_t whole =
-        side && psgd_fused(s, rank) ? len / side : 0; /* side 0: empty */
+        side && psgd_fused(s) ? len / side : 0; /* side 0: empty */
     if (whole && !r)
         r = psgd_reconstruct(st, s, whole, side, rank, pb->p, pb->q, in,
                              st->use_ef ? mm : NULL);
@@ -101,10 +101,8 @@ ddph_status psgd_compress(psgd *st, const ddph_bucket *b,
         size_t lo = i * side, hi = lo + h * side;
         size_t nin = lo >= len ? 0 : (hi < len ? hi : len) - lo;
         float *res = st->use_ef ? st->flat : mm + lo;
-        r = s->gemm(s, 0, 1, h, side, rank, 1.0f, pb->p + i * rank, rank,
-                    pb->q, rank, 0.0f, res, side);
-        if (!r && st->use_ef)
-            r = s->axpy(s, h * side, -1.0f, res, mm + lo);
+        r = psgd_reconstruct(st, s, h, side, rank, pb->p + i * rank, pb->q,
+                             res, st->use_ef ? mm + lo : NULL);
         if (!r && nin)
             r = s->copy(s, in + lo, res, nin * sizeof(float),
                         DDPH_COPY_DEVICE);

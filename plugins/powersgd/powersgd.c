@@ -250,10 +250,11 @@ ddph_status psgd_back_project(psgd *st, const ddph_services *s, size_t n,
     return ret;
 }
 
-/* The fused CPU sweep (psgd_cpu.h) serves rank r. */
-int psgd_fused(const ddph_services *s, size_t r)
+/* The fused CPU sweep (psgd_cpu.h) serves every rank on the CPU: its
+ * result is the same bits on every rank, which OpenBLAS's is not. */
+int psgd_fused(const ddph_services *s)
 {
-    return s->device == DDPH_CPU && r <= PSGD_CPU_MAX_RANK;
+    return s->device == DDPH_CPU;
 }
 
 /* The result P Q^T of an n x m matrix (p: n x r, q: m x r) into out, and
@@ -264,10 +265,10 @@ ddph_status psgd_reconstruct(psgd *st, const ddph_services *s, size_t n,
                              size_t m, size_t r, const float *p, const float *q,
                              float *out, float *err)
 {
-    if (psgd_fused(s, r)) {
+    if (psgd_fused(s)) {
         if (!psgd_grow(s, &st->qt, &st->qt_cap, m * r * sizeof(float)))
             return DDPH_ERR_NOMEM;
-        transpose(q, m, r, st->qt);
+        psgd_cpu_pack(m, r, q, st->qt);
         psgd_cpu_reconstruct(n, m, r, p, st->qt, out, err);
         return DDPH_OK;
     }

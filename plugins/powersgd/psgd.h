@@ -88,7 +88,7 @@ size_t psgd_block_rows(const ddph_services *s, size_t n, size_t m);
 ddph_status psgd_back_project(psgd *st, const ddph_services *s, size_t n,
                               size_t m, size_t r, const float *mm,
                               const float *p, float *q);
-int psgd_fused(const ddph_services *s, size_t r);
+int psgd_fused(const ddph_services *s);
 ddph_status psgd_reconstruct(psgd *st, const ddph_services *s, size_t n,
                              size_t m, size_t r, const float *p, const float *q,
                              float *out, float *err);

@@ -4,8 +4,8 @@
  * overrides), and kernels of different CPU generations round differently.
  * Where every rank computes from the same inputs and keeps the result
  * without averaging it, as PowerSGD does when it orthogonalises the
- * averaged P and when it multiplies P by Q^T, ranks on different CPUs
- * would get different bits and their replicas would drift apart.  These
+ * averaged P, ranks on different CPUs would get different bits and their
+ * replicas would drift apart.  These
  * kernels are plain C in one fixed order of operations, compiled once, so
  * they give the same bits wherever the library runs. */
 #ifndef DDPH_CPU_PORTABLE_H
@@ -16,9 +16,10 @@
 #include "support/util.h"
 
 /* gemm's inner dimension up to which ddph__cpu_gemm uses the portable
- * kernel: PowerSGD's decompression (k = its rank), whose inputs every
- * rank shares.  Longer products (M Q, M^T P) have per-rank inputs that
- * are averaged afterwards, and go to OpenBLAS. */
+ * kernel: a plugin's product of shared inputs at a small rank.  Longer
+ * products (M Q, M^T P) have per-rank inputs that are averaged
+ * afterwards, and go to OpenBLAS; PowerSGD's P Q^T, at any rank, is its
+ * own fixed-order sweep (plugins/powersgd/psgd_cpu.h). */
 #define DDPH__PORTABLE_GEMM_MAX_K 64
 
 /* Row-major C = alpha op(A) op(B) + beta C (beta = 0: C is not read),

@@ -195,9 +195,8 @@ static void free_steps(float *out[][NP], int steps)
  * the averaged M = input + error onto the space U its own columns span,
  * and the new error of each rank is M - result: the test keeps every
  * rank's error itself and checks each step's result against that, with
- * and without error feedback, at ranks 1 and 4 (the CPU's fused sweep,
- * plugins/powersgd/psgd_cpu.h) and 5 and 20 (OpenBLAS above
- * PSGD_CPU_MAX_RANK). */
+ * and without error feedback, at ranks 1, 4, 5 and 20 (the CPU's fused
+ * sweep, plugins/powersgd/psgd_cpu.h, in blocks of 4 rows). */
 #define PB_N 500
 #define PB_M 321
 #define PB_BIAS 7
