@@ -307,7 +307,22 @@ typedef struct ddph_step_summary {
     int64_t trainer_calls; /* trainer calls made so far */
     int64_t iteration;   /* the first model's synchronised steps so far */
     int64_t first_model; /* its id */
+    int64_t passes_digest; /* every model's passes */
+    int64_t join_role;   /* DDPH__STEP_PLAIN, or the rank's part under join */
 } ddph_step_summary;
+
+/* What a rank's passes must match at a step's end.  Without join every
+ * rank's must be the same (PLAIN).  Under [runtime] join the ranks
+ * still TRAINING must agree; a rank whose DATA_ENDED (a step flagged
+ * END_OF_DATA or LAST) may have synchronised fewer passes than they (its
+ * data cut its window short), never more; a JOINED rank's shadow step has
+ * none of its own. */
+enum {
+    DDPH__STEP_PLAIN = -1,
+    DDPH__STEP_TRAINING = 0,
+    DDPH__STEP_DATA_ENDED = 1,
+    DDPH__STEP_JOINED = 2
+};
 
 /* The end-of-step agreement (with check_collectives): one small exchange
  * on each lane's twin communicator, in the same sequence as the lane's

@@ -32,6 +32,15 @@ enum { FP_KIND_STEP_END = 10, FP_KIND_TRAINER_BROADCAST = 14 };
 enum { FP_FIELDS = 10 };
 /* The bucket field of a trainer call and of an end of step. */
 enum { FP_TRAINER_CALL = -3, FP_STEP_END = -2 };
+/* The bits of an end of step's last field that hold the rank's part
+ * under join (DDPH__STEP_TRAINING ...). */
+#define FP_ROLE_MASK ((int64_t)3)
+
+/* An end of step under join (its last field is not negative). */
+static int fp_joined_step(const int64_t *r)
+{
+    return r[1] == FP_KIND_STEP_END && r[9] >= 0;
+}
 
 static const char *fp_op_name(int64_t op)
 {
@@ -88,14 +97,20 @@ static void fp_describe(const ddph_mpi *m, const int64_t *r, char *out,
     if (r[1] == FP_KIND_STEP_END) {
         char models[256];
         fp_models(m, r[2], models, sizeof models);
+        int64_t role = fp_joined_step(r) ? r[9] & FP_ROLE_MASK : -1;
         snprintf(out, cap,
                  "the end of its step (models %s, iteration %lld, %lld "
-                 "backward pass%s, %lld trainer call%s so far, hooks and "
-                 "passes digest %llx) after %lld collective%s",
+                 "backward pass%s%s, %lld trainer call%s so far, hooks%s "
+                 "digest %llx) after %lld collective%s",
                  models, (long long)r[6], (long long)r[3],
-                 r[3] == 1 ? "" : "es", (long long)r[5],
-                 r[5] == 1 ? "" : "s", (unsigned long long)r[4],
-                 (long long)r[0], r[0] == 1 ? "" : "s");
+                 r[3] == 1 ? "" : "es",
+                 role == DDPH__STEP_DATA_ENDED ? ", the end of its data"
+                 : role == DDPH__STEP_JOINED   ? " of zeros, joined"
+                                               : "",
+                 (long long)r[5], r[5] == 1 ? "" : "s",
+                 role < 0 ? " and passes" : "", (unsigned long long)r[4],
+                 (long long)r[0],
+                 r[0] == 1 ? "" : "s");
         return;
     }
     const char *dtype = r[2] >= 0 && r[2] < DDPH_DTYPE_COUNT
@@ -148,7 +163,8 @@ static const char *fp_hint(const int64_t *a, const int64_t *b)
                                 "different collective on some rank";
     if (a[2] != b[2])
         return "the ranks stepped different models";
-    if (a[3] != b[3] || a[6] != b[6])
+    /* ([9]: every model's passes, under join) */
+    if (a[3] != b[3] || a[6] != b[6] || a[9] != b[9])
         return "the ranks synchronised different backward passes: a "
                "DDPH_STEP_NO_SYNC or an accumulation window on some rank "
                "only";
@@ -174,35 +190,94 @@ static _Thread_local struct {
     const char *what;
 } pending_fp;
 
+/* The records of a step's end under join as they must agree: a joined
+ * rank's passes, and those of a rank whose data ended short of the
+ * window of the ranks still training, are taken from the first of those
+ * (the one they must match); a longer window keeps its own and differs.
+ * Returns the rank whose record stands for the group in messages. */
+static int fp_join_view(const int64_t *all, int size, int64_t *view)
+{
+    memcpy(view, all, (size_t)size * FP_FIELDS * sizeof *all);
+    int ref = -1;
+    for (int r = 0; r < size && ref < 0; r++) {
+        const int64_t *rec = all + (size_t)r * FP_FIELDS;
+        if (fp_joined_step(rec) &&
+            (rec[9] & FP_ROLE_MASK) == DDPH__STEP_TRAINING)
+            ref = r;
+    }
+    /* No rank still training: no window to match. */
+    const int64_t passes = ref < 0 ? 0 : all[(size_t)ref * FP_FIELDS + 3];
+    const int64_t digest = ref < 0 ? 0 : all[(size_t)ref * FP_FIELDS + 9];
+    for (int r = 0; r < size; r++) {
+        int64_t *v = view + (size_t)r * FP_FIELDS;
+        int64_t role = v[9] & FP_ROLE_MASK;
+        if (!fp_joined_step(v) || role == DDPH__STEP_TRAINING)
+            continue; /* compared as it is */
+        int longer =
+            ref >= 0 && role == DDPH__STEP_DATA_ENDED && v[3] > passes;
+        v[3] = longer ? v[3] : passes;
+        v[9] = digest;
+    }
+    return ref < 0 ? 0 : ref;
+}
+
 /* Compares the records of a completed exchange; the first rank whose
- * record differs from rank 0's fails the job on every rank. */
-static ddph_status fp_compare(ddph_mpi *m, const int64_t *all, int size,
+ * record differs from rank 0's (under join, at a step's end, from the
+ * first rank still training's) fails the job on every rank. */
+static ddph_status fp_compare(ddph_mpi *m, const int64_t *records, int size,
                               ddph_err *err)
 {
-    size_t bytes = FP_FIELDS * sizeof *all;
-    int odd = -1;
-    for (int r = 1; r < size && odd < 0; r++)
-        if (memcmp(all + (size_t)r * FP_FIELDS, all, bytes) != 0)
-            odd = r;
-    if (odd < 0)
+    size_t bytes = FP_FIELDS * sizeof *records;
+    int differ = 0; /* the usual case first: every record the same */
+    for (int r = 1; r < size && !differ; r++)
+        differ = memcmp(records + (size_t)r * FP_FIELDS, records, bytes) != 0;
+    if (!differ)
         return DDPH_OK;
-    char same[128] = "", first[400], other[400];
+    const int64_t *all = records;
+    int64_t *view = NULL;
+    int base = 0; /* the record that stands for the ranks that agree */
+    if (fp_joined_step(records)) {
+        view = malloc((size_t)size * bytes);
+        if (!view) {
+            const char *msg = "the end-of-step agreement: out of memory";
+            ddph__mpi_fail_job(m, DDPH_ERR_NOMEM, msg);
+            return ddph__fail(err, DDPH_ERR_NOMEM, "%s", msg);
+        }
+        base = fp_join_view(records, size, view);
+        all = view;
+    }
+    const int64_t *want = all + (size_t)base * FP_FIELDS;
+    int odd = -1;
+    for (int r = 0; r < size && odd < 0; r++)
+        if (memcmp(all + (size_t)r * FP_FIELDS, want, bytes) != 0)
+            odd = r;
+    if (odd < 0) {
+        free(view);
+        return DDPH_OK;
+    }
+    char same[192] = "", first[400], other[400];
     size_t used = 0;
-    for (int r = 0; r < size; r++)
-        if (memcmp(all + (size_t)r * FP_FIELDS, all, bytes) == 0 &&
-            used + 12 < sizeof same)
-            used += (size_t)snprintf(same + used, sizeof same - used, "%s%d",
-                                     used ? ", " : "", r);
-    const int64_t *theirs = all + (size_t)odd * FP_FIELDS;
-    fp_describe(m, all, first, sizeof first);
-    fp_describe(m, theirs, other, sizeof other);
+    for (int r = 0; r < size; r++) {
+        const int64_t *rec = records + (size_t)r * FP_FIELDS;
+        int joined = fp_joined_step(rec) &&
+                     (rec[9] & FP_ROLE_MASK) == DDPH__STEP_JOINED;
+        if (memcmp(all + (size_t)r * FP_FIELDS, want, bytes) == 0 &&
+            used + 24 < sizeof same)
+            used += (size_t)snprintf(same + used, sizeof same - used,
+                                     "%s%d%s", used ? ", " : "", r,
+                                     joined ? " (joined)" : "");
+    }
+    /* In words, each rank's record as it sent it. */
+    fp_describe(m, records + (size_t)base * FP_FIELDS, first, sizeof first);
+    fp_describe(m, records + (size_t)odd * FP_FIELDS, other, sizeof other);
     char msg[DDPH__NOTICE_LEN];
     snprintf(msg, sizeof msg,
              "the ranks' %s differ (group of %d ranks): rank %d called %s "
              "where rank%s %s called %s (%s)",
-             all[7] == FP_TRAINER_CALL ? "trainer calls" : "collectives",
+             want[7] == FP_TRAINER_CALL ? "trainer calls" : "collectives",
              size, odd, other, strchr(same, ',') ? "s" : "", same, first,
-             fp_hint(all, theirs));
+             fp_hint(want, all + (size_t)odd * FP_FIELDS));
+    free(view);
     ddph_status st = ddph__fail(err, DDPH_ERR_MISMATCH, "%s", msg);
     ddph__mpi_fail_job(m, st, msg);
     return st;
@@ -346,6 +421,12 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
     /* Every lane's exchange starts before any is waited for: a rank whose
      * lane is still waiting in a collective that this rank skipped finds
      * this record in place of the collective's fingerprint at once. */
+    /* Without join every rank's passes are compared whole; under join
+     * the last field carries the rank's part and its passes, which
+     * fp_join_view compares (never negative). */
+    int plain = s->join_role == DDPH__STEP_PLAIN;
+    int64_t passes_bits = s->passes_digest & INT64_MAX & ~FP_ROLE_MASK;
+    int64_t join_field = plain ? -1 : passes_bits | s->join_role;
     MPI_Request reqs[DDPH__MAX_LANES];
     int64_t *blocks[DDPH__MAX_LANES] = {0};
     int started = 0;
@@ -355,8 +436,9 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
             continue;
         const int64_t record[FP_FIELDS] = {
             g->sequence++, FP_KIND_STEP_END, s->models,    s->passes,
-            s->digest,     s->trainer_calls, s->iteration, FP_STEP_END,
-            s->first_model, -1};
+            plain ? s->digest ^ s->passes_digest : s->digest,
+            s->trainer_calls, s->iteration, FP_STEP_END,   s->first_model,
+            join_field};
         st = fp_exchange(m, g, record, &reqs[started], &blocks[started], err);
         if (st == DDPH_OK)
             started++;

@@ -449,6 +449,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
             return ddph__ctx_fail(ctx, js, &je);
     }
     ctx->last_step = (flags & DDPH_STEP_LAST) != 0;
+    ctx->ends_data = (flags & (DDPH_STEP_END_OF_DATA | DDPH_STEP_LAST)) != 0;
     CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), ctx->syncs);
     ctx->in_step = 1;
     ctx->step_start = ddph__timeline_now(&ctx->timeline);

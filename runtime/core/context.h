@@ -169,6 +169,7 @@ struct ddph_ctx {
     int waited;  /* step_wait returned for this step */
     int warned_mixed_windows; /* warn_shared_schedule said it once */
     int last_step;  /* this step was flagged DDPH_STEP_LAST */
+    int ends_data;  /* ...or END_OF_DATA: its window may be short (join) */
     int lanes_abandoned; /* a lane is stuck in a hook (reducer.c) */
     int data_ended; /* ...and has synchronised: no step may follow */
     int syncs;   /* this step synchronises */

@@ -34,17 +34,21 @@ ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
         if (!any)
             return DDPH_OK;
     }
-    /* Under join a joined rank shadows the others' steps with one pass of
-     * zeros whatever they accumulated: passes are not compared then (the
-     * roll call checks the models). */
-    int passes_count = !ctx->cfg.join;
+    /* Under join the ranks' passes may differ legitimately (a joined
+     * rank's shadow, a window cut short by the end of a rank's data):
+     * each rank says which it is, and the exchange compares the passes of
+     * the ranks still training (backend_mpi.h). */
     ddph_step_summary s = {0};
     ddph_model *first = ctx->step_models[0];
     s.first_model = first->id;
     s.iteration = (int64_t)first->iteration;
-    s.passes = passes_count ? first->window + 1 : 0;
+    s.passes = first->window + 1;
     s.trainer_calls = CONTROL(ctx)->trainer_calls(CONTROL_SELF(ctx));
     s.digest = after_optimizer ? 1 : 0;
+    s.join_role = !ctx->cfg.join ? DDPH__STEP_PLAIN
+                  : ctx->joined  ? DDPH__STEP_JOINED
+                  : ctx->ends_data ? DDPH__STEP_DATA_ENDED
+                                   : DDPH__STEP_TRAINING;
     for (int k = 0; k < ctx->nstep_models; k++) {
         const ddph_model *m = ctx->step_models[k];
         if (m->id < 63 && s.models >= 0)
@@ -53,7 +57,7 @@ ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
             s.models = mix(s.models, (uint64_t)m->id) | INT64_MIN;
         s.digest = mix(s.digest, (uint64_t)m->id);
         s.digest = mix(s.digest, (uint64_t)hook_identity(m->hook));
-        s.digest = mix(s.digest, passes_count ? (uint64_t)m->window + 1 : 0);
+        s.passes_digest = mix(s.passes_digest, (uint64_t)m->window + 1);
     }
     struct ddph_group *groups[DDPH__MAX_LANES];
     for (int i = 0; i < ctx->nlanes; i++)

@@ -2,8 +2,9 @@
  * DDPH_OK from ddph_step_wait unless every rank did the same step: the
  * same collectives on every lane (their number; each one's fingerprint
  * was compared as it ran), the same models, the same backward passes
- * synchronised, the same hook builds and the same number of trainer calls
- * so far.  One small exchange per lane per synchronising step, in the
+ * synchronised (under join: by the ranks still training; a rank whose
+ * data ended may have fewer, a joined rank has none of its own), the
+ * same hook builds and the same number of trainer calls so far.  One small exchange per lane per synchronising step, in the
  * lane's fingerprint sequence ([runtime] check_collectives, on by
  * default), so a rank that skipped a collective its peers are still
  * waiting in is found at once, not after timeout_s. */

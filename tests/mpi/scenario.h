@@ -96,6 +96,10 @@ void run_helper_kind(void);
 void run_helper_extra(void);
 void run_join_stale(void);
 void run_join_open_window(void);
+void run_join_no_sync_one_rank(void);
+void run_join_no_sync_beside_joined(void);
+void run_join_no_sync_data_end(void);
+void run_join_accumulate(void);
 void run_close_outcome(void);
 
 #endif

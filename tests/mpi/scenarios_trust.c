@@ -286,6 +286,119 @@ void run_join_open_window(void)
     fixture_free(&fx);
 }
 
+/* Under join the last rank flags step 2 DDPH_STEP_NO_SYNC where the
+ * others synchronise (run_no_sync_one_rank's misstep): the others' step 2
+ * meets its step 3, and every rank fails there, naming it.  With
+ * `early_joiner`, rank 0 has one batch and has joined by then: its shadow
+ * step meets the mismatch too, and ddph_join fails.  With `odd_batches`
+ * 4, the last rank's step 3 ends its data (a window that may be shorter
+ * than the others', never longer). */
+static void join_extra_no_sync(int early_joiner, int odd_batches)
+{
+    ddph_ctx *ctx = join_job("");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    int rank = my_rank(), last = world() - 1, odd = rank == last;
+    int batches = early_joiner && rank == 0 ? 1 : odd ? odd_batches : 5;
+    char want[64];
+    snprintf(want, sizeof want, "rank %d called the end of its step", last);
+    ddph_status st = DDPH_OK;
+    int step = 0;
+    for (; step < batches && st == DDPH_OK; step++) {
+        unsigned flags = odd && step == 2          ? DDPH_STEP_NO_SYNC
+                         : step == batches - 1 ? DDPH_STEP_END_OF_DATA
+                                                   : 0;
+        CHECK_OK(ddph_step_begin_flags(ctx, &fx.m, 1, flags), ctx);
+        fill(&fx, rank, step, 0);
+        mark_all_ready(ctx, fx.m);
+        st = ddph_step_wait(ctx);
+        if (st == DDPH_OK)
+            CHECK_OK(ddph_step_end(ctx), ctx);
+    }
+    if (st == DDPH_OK) {
+        CHECK(early_joiner && rank == 0, "every step returned DDPH_OK");
+        st = ddph_join(ctx);
+    } else {
+        CHECK(step - 1 == (odd ? 3 : 2), "failed at step %d", step - 1);
+    }
+    CHECK(strstr(ddph_last_error(ctx), "synchronised different backward "
+                                       "passes"),
+          "%s", ddph_last_error(ctx));
+    expect_failed_step(ctx, st, want);
+    fixture_free(&fx);
+}
+
+void run_join_no_sync_one_rank(void)
+{
+    join_extra_no_sync(0, 5);
+}
+
+void run_join_no_sync_beside_joined(void)
+{
+    join_extra_no_sync(1, 5);
+}
+
+void run_join_no_sync_data_end(void)
+{
+    join_extra_no_sync(0, 4);
+}
+
+/* Rank r's batches in run_join_accumulate. */
+static int accumulate_batches(int r)
+{
+    return 3 + 2 * r;
+}
+
+/* Uneven inputs under join, accumulating through DDPH_STEP_NO_SYNC the
+ * same way on every rank (PyTorch's no_sync() with Join): rank r has
+ * 3 + 2r batches and synchronises every second pass, its last window of
+ * one pass at the end of its data, where the ranks still training sum
+ * two.  Each synchronising step averages the windows of the ranks still
+ * training over the world size. */
+void run_join_accumulate(void)
+{
+    ddph_ctx *ctx = join_job("");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    int rank = my_rank(), w = world(), batches = accumulate_batches(rank);
+    for (int p = 0; p < NP; p++)
+        memset(fx.grads[p], 0, fx.numel[p] * sizeof(float));
+    for (int t = 0; t < batches; t++) {
+        unsigned flags = t == batches - 1 ? DDPH_STEP_END_OF_DATA
+                         : t % 2 == 0     ? DDPH_STEP_NO_SYNC
+                                          : 0;
+        CHECK_OK(ddph_step_begin_flags(ctx, &fx.m, 1, flags), ctx);
+        for (int p = 0; p < NP; p++)
+            for (size_t i = 0; i < fx.numel[p]; i++)
+                fx.grads[p][i] += value(rank, t, p, i);
+        mark_all_ready(ctx, fx.m);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        int synced = ddph_step_syncs(ctx);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+        if (!synced)
+            continue;
+        int from = t - t % 2; /* the window's first pass */
+        for (int p = 0; p < NP; p++)
+            for (size_t i = 0; i < fx.numel[p]; i++) {
+                double want = 0;
+                for (int r = 0; r < w; r++)
+                    for (int u = from; u < from + 2 &&
+                                       u < accumulate_batches(r); u++)
+                        want += value(r, u, p, i);
+                want /= w;
+                CHECK(fabs(fx.grads[p][i] - want) < 1e-5,
+                      "window from pass %d: param %d [%zu] = %g, want %g",
+                      from, p, i, fx.grads[p][i], want);
+                fx.grads[p][i] = 0;
+            }
+    }
+    CHECK_OK(ddph_join(ctx), ctx);
+    CHECK_OK(ddph_close(ctx), NULL);
+    fixture_free(&fx);
+}
+
 /* ddph_close returns the job's outcome on every rank: after a model the
  * ranks disagree on (a clean refusal that leaves the job usable), and
  * after an error only the last rank's call reported. */

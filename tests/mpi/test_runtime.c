@@ -144,6 +144,17 @@ static const scenario registry[] = {
     {"join-open-window", run_join_open_window, "2,4", 1, 120,
      "ddph_join with an accumulation window open: refused on every rank, "
      "saying to flag DDPH_STEP_END_OF_DATA"},
+    {"join-no-sync-one-rank", run_join_no_sync_one_rank, "2,4", 1, 120,
+     "under join the last rank flags one step NO_SYNC: that step fails on "
+     "every rank, naming it and the backward passes"},
+    {"join-no-sync-beside-joined", run_join_no_sync_beside_joined, "3,4", 1,
+     120, "the same while rank 0 has joined: its shadow step fails too"},
+    {"join-no-sync-data-end", run_join_no_sync_data_end, "2,4", 1, 120,
+     "the same where the last rank's data ends at that step: a window "
+     "longer than the others' fails on every rank"},
+    {"join-accumulate", run_join_accumulate, "2,4", 0, 120,
+     "uneven inputs under join, accumulating through NO_SYNC on every rank "
+     "alike: exact averages, the last windows cut short"},
     {"close-outcome", run_close_outcome, "2,4", 0, 120,
      "ddph_close returns the job's outcome on every rank: after a finalize "
      "disagreement, and after an error on the last rank only"},
