@@ -95,7 +95,7 @@ done
 loads_step "an interrupted commit, .next intact (the control)" "$OUT/damaged/ck" 2
 printf 'X' | dd of="$OUT/damaged/ck.rank1.next" bs=1 seek=200 conv=notrunc 2>/dev/null
 if loads_step "a damaged newer .next on rank 1" "$OUT/damaged/ck" 1; then
-    if printf '%s\n' "$out" | grep -q "ddphook\[rank 1\]: warn: state_load: skipping $OUT/damaged/ck.rank1.next: checksum mismatch (corrupt or altered file); loading generation 1"; then
+    if printf '%s\n' "$out" | grep -q "ddphook\[rank 1\]: warn: state_load: a file is skipped: $OUT/damaged/ck.rank1.next: checksum mismatch (corrupt or altered file); loading generation 1"; then
         ok "the damaged file is named in a warning of rank 1"
     else
         bad "no warning names the damaged file" "$out"
@@ -105,7 +105,7 @@ fi
 # damaged file must not have replaced the intact one.
 KILL_AT=mkstemp:1:before KILL_MATCH=.rank1 preload_on 1 180 \
     "$T" "$job" "$OUT/damaged/ck" $NUMEL run 1 </dev/null >"$OUT/damaged.log" 2>&1
-if grep -q "ddphook\[rank 1\]: warn: state_save: skipping $OUT/damaged/ck.rank1.next: checksum mismatch" "$OUT/damaged.log"; then
+if grep -q "ddphook\[rank 1\]: warn: state_save: a file is skipped: $OUT/damaged/ck.rank1.next: checksum mismatch" "$OUT/damaged.log"; then
     ok "the save names the damaged file in a warning of rank 1"
 else
     bad "the save did not name the damaged file" "$(cat "$OUT/damaged.log")"

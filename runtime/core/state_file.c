@@ -317,21 +317,23 @@ static ddph_status check_sum(int fd, const char *file, uint64_t size,
         return ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory", file);
     uLong crc = crc32_z(0L, Z_NULL, 0);
     uint64_t body = size - 4, done = 0;
-    ssize_t r = 0;
+    int failed = 0; /* errno of a failed read */
     while (done < body) {
         size_t want = body - done < PIECE ? (size_t)(body - done) : PIECE;
-        r = pread(fd, piece, want, (off_t)done);
+        ssize_t r = pread(fd, piece, want, (off_t)done);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r <= 0) {
+            failed = r < 0 ? errno : 0;
             break;
+        }
         crc = crc32_z(crc, piece, (size_t)r);
         done += (uint64_t)r;
     }
     free(piece);
     if (done < body || pread(fd, tail, 4, (off_t)body) != 4)
         return ddph__fail(err, DDPH_ERR_IO, "%s: %s", file,
-                          r < 0 ? strerror(errno) : "changed while read");
+                          failed ? strerror(failed) : "changed while read");
     buffer b = {.data = tail, .len = 4};
     uint32_t stored = 0;
     get_u32(&b, &stored);
@@ -448,8 +450,8 @@ static void warn_skipped(ddph_ctx *ctx, const rank_set *set,
                          const char *what, const char *instead)
 {
     if (set->st != DDPH_OK && !set->absent)
-        ddph__log(&ctx->log, DDPH_LOG_WARN, "%s: skipping %s; %s", what,
-                  set->err.msg, instead);
+        ddph__log(&ctx->log, DDPH_LOG_WARN, "%s: a file is skipped: %s; %s",
+                  what, set->err.msg, instead);
 }
 
 /* Collective: the newest generation that every rank holds (the same save
