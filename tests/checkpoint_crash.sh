@@ -25,22 +25,10 @@ T="$B/tests/mpi/ckpt_trainer"
 KILL_SO="$B/tests/tools/.libs/kill_at.so"
 NUMEL=${CKPT_NUMEL:-262144}
 W=4
-rm -rf "$OUT"
-mkdir -p "$OUT"
-chmod 755 "$OUT"
-OPENBLAS_NUM_THREADS=1
-export OPENBLAS_NUM_THREADS
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS: $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 20 | sed 's/^/    /'; }
-job="$OUT/topk.ini"
-printf '[runtime]\nplugin_path = %s\ntimeout_s = 20\n[hook]\nname = topk\n[hook.topk]\nratio = 0.01\n' \
-    "$DDPH_TEST_PLUGIN_DIR" > "$job"
+# shellcheck source=tests/ckpt_common.sh
+JOB_TIMEOUT=20
+. "$DDPH_TEST_SRCDIR/tests/ckpt_common.sh"
 
-# The hook state's bytes after the header (generation and save id differ
-# between saves of one state) and before the checksum.
-payload() { tail -c +37 "$1" | head -c -4 | cksum; }
 # which_step PREFIX: the step of the reference that every PREFIX.rank<R>
 # equals, or "none".
 which_step() {
@@ -79,9 +67,7 @@ fi
 crash() {
     d="$OUT/$1"
     mkdir -p "$d"
-    KILL_AT=$3 KILL_MATCH=".rank$2" VICTIM=$2 KILL_SO=$KILL_SO \
-        timeout 120 "$MPIEXEC" -n $W sh -c \
-        'if [ "$PMI_RANK" = "$VICTIM" ]; then LD_PRELOAD=$KILL_SO; export LD_PRELOAD; fi; exec "$0" "$@"' \
+    KILL_AT=$3 KILL_MATCH=".rank$2" preload_on "$2" 120 \
         "$T" "$job" "$d/ck" $NUMEL run 2 </dev/null >"$d/log" 2>&1
     rc=$?
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then

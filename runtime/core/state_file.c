@@ -268,6 +268,9 @@ typedef struct rank_set {
     slot s[NSLOTS];
     ddph_status st; /* the first reason a present file was refused */
     ddph_err err;
+    int absent; /* neither file is there (st says so) */
+    char *lock_path; /* PATH.rank<R>.lock: held by a save */
+    int lock_fd;
 } rank_set;
 
 /* Checks the header (the first STATE_HEADER_BYTES of b) against this job. */
@@ -300,6 +303,57 @@ static ddph_status parse_header(const ddph_ctx *ctx, const char *file,
     return DDPH_OK;
 }
 
+/* A file whose checksum does not match is damaged: it is skipped like
+ * any refused file, so that a torn or corrupted newer save never hides an
+ * intact older one.  Read in pieces: a state file may be large. */
+static ddph_status check_sum(int fd, const char *file, uint64_t size,
+                             ddph_err *err)
+{
+    if (size < STATE_HEADER_BYTES + 8)
+        return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
+    enum { PIECE = 1 << 20 };
+    unsigned char *piece = malloc(PIECE), tail[4];
+    if (!piece)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory", file);
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    uint64_t body = size - 4, done = 0;
+    int failed = 0; /* errno of a failed read */
+    while (done < body) {
+        size_t want = body - done < PIECE ? (size_t)(body - done) : PIECE;
+        ssize_t r = pread(fd, piece, want, (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            failed = r < 0 ? errno : 0;
+            break;
+        }
+        crc = crc32_z(crc, piece, (size_t)r);
+        done += (uint64_t)r;
+    }
+    free(piece);
+    if (done < body || pread(fd, tail, 4, (off_t)body) != 4)
+        return ddph__fail(err, DDPH_ERR_IO, "%s: %s", file,
+                          failed ? strerror(failed) : "changed while read");
+    buffer b = {.data = tail, .len = 4};
+    uint32_t stored = 0;
+    get_u32(&b, &stored);
+    if (stored != (uint32_t)crc)
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s: checksum mismatch (corrupt or altered file)",
+                          file);
+    return DDPH_OK;
+}
+
+/* The owner and mode checks of plugins, for state files: a save applies
+ * them to the folder before writing, a load to the file it opens. */
+static ddph_trust state_trust(const ddph_ctx *ctx)
+{
+    return (ddph_trust){.kind = "state file",
+                        .escape = "allow_insecure_state",
+                        .check = !ctx->cfg.allow_insecure_state,
+                        .final_link = 0};
+}
+
 static void set_refuse(rank_set *set, ddph_status st, const ddph_err *e)
 {
     if (set->st == DDPH_OK) {
@@ -308,24 +362,33 @@ static void set_refuse(rank_set *set, ddph_status st, const ddph_err *e)
     }
 }
 
-/* Opens this rank's two files, if present, with the owner and mode checks
- * of plugins (unless allow_insecure_state) and reads their headers.  A
- * refused file is closed and its reason kept in set->st. */
-static ddph_status scan(ddph_ctx *ctx, const char *path, rank_set *set)
+/* This rank's file names, nothing opened. */
+static ddph_status set_init(const ddph_ctx *ctx, const char *path,
+                            rank_set *set)
 {
     static const char *const suffix[NSLOTS] = {"", ".next"};
-    const ddph_trust trust = {.kind = "state file",
-                              .escape = "allow_insecure_state",
-                              .check = !ctx->cfg.allow_insecure_state,
-                              .final_link = 0};
     memset(set, 0, sizeof *set);
-    for (int i = 0; i < NSLOTS; i++)
+    set->lock_fd = -1;
+    for (int i = 0; i < NSLOTS; i++) {
         set->s[i].fd = -1;
+        if (!(set->s[i].path = rank_path(path, ctx->mpi.world.rank,
+                                         suffix[i])))
+            return DDPH_ERR_NOMEM;
+    }
+    set->lock_path = rank_path(path, ctx->mpi.world.rank, ".lock");
+    return set->lock_path ? DDPH_OK : DDPH_ERR_NOMEM;
+}
+
+/* Opens this rank's two files, if present, with the owner and mode checks
+ * of plugins (unless allow_insecure_state), reads their headers and
+ * verifies their checksums.  A refused or damaged file is closed and its
+ * reason kept in set->st. */
+static void scan(ddph_ctx *ctx, rank_set *set)
+{
+    const ddph_trust trust = state_trust(ctx);
     int present = 0;
     for (int i = 0; i < NSLOTS; i++) {
         slot *sl = &set->s[i];
-        if (!(sl->path = rank_path(path, ctx->mpi.world.rank, suffix[i])))
-            return DDPH_ERR_NOMEM;
         struct stat sb;
         if (lstat(sl->path, &sb) != 0 && errno == ENOENT)
             continue;
@@ -351,6 +414,8 @@ static ddph_status scan(ddph_ctx *ctx, const char *path, rank_set *set)
         if (st == DDPH_OK)
             st = parse_header(ctx, sl->path, &b, &sl->generation, &sl->id,
                               &e);
+        if (st == DDPH_OK)
+            st = check_sum(sl->fd, sl->path, (uint64_t)sb.st_size, &e);
         if (st != DDPH_OK) {
             set_refuse(set, st, &e);
             close(sl->fd);
@@ -359,12 +424,12 @@ static ddph_status scan(ddph_ctx *ctx, const char *path, rank_set *set)
     }
     if (!present) {
         ddph_err e;
+        set->absent = 1;
         set_refuse(set,
                    ddph__fail(&e, DDPH_ERR_IO, "%s: %s", set->s[0].path,
                               strerror(ENOENT)),
                    &e);
     }
-    return DDPH_OK;
 }
 
 static void set_close(rank_set *set)
@@ -374,6 +439,19 @@ static void set_close(rank_set *set)
             close(set->s[i].fd);
         free(set->s[i].path);
     }
+    ddph__file_unlock(set->lock_path, set->lock_fd);
+    free(set->lock_path);
+}
+
+/* A file of this rank that was skipped (damaged, from another job, or
+ * refused) while the ranks go on with another generation: said on this
+ * rank, which the log line names. */
+static void warn_skipped(ddph_ctx *ctx, const rank_set *set,
+                         const char *what, const char *instead)
+{
+    if (set->st != DDPH_OK && !set->absent)
+        ddph__log(&ctx->log, DDPH_LOG_WARN, "%s: a file is skipped: %s; %s",
+                  what, set->err.msg, instead);
 }
 
 /* Collective: the newest generation that every rank holds (the same save
@@ -494,23 +572,37 @@ static ddph_status wrote_everywhere(ddph_ctx *ctx, ddph_status local,
 }
 
 /* What a save and a load start with, on this rank: the call is allowed
- * now, and this rank's files are scanned. */
+ * now, and this rank's files are scanned.  A save first checks the folder
+ * with the load's own rule (what it writes must be loadable) and takes the
+ * path's lock (one job at a time), both before anything is written. */
 static ddph_status begin(ddph_ctx *ctx, const char *what, const char *path,
-                         rank_set *set, ddph_err *err)
+                         int saving, rank_set *set, ddph_err *err)
 {
     err->msg[0] = '\0';
     ddph_status st = check_between_steps(ctx, what, err);
-    if (scan(ctx, path, set) != DDPH_OK && st == DDPH_OK)
-        st = ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory", what);
+    if (set_init(ctx, path, set) != DDPH_OK)
+        return st ? st
+                  : ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory",
+                               what);
+    if (st == DDPH_OK && saving) {
+        const ddph_trust trust = state_trust(ctx);
+        st = ddph__safe_folder_as(&trust, set->s[SLOT_FINAL].path, err);
+        if (st == DDPH_OK)
+            st = ddph__file_lock(set->lock_path, path, &set->lock_fd, err);
+        if (st != DDPH_OK)
+            ddph__err_prefix(err, "state_save (nothing was written)");
+    }
+    if (st == DDPH_OK)
+        scan(ctx, set);
     return st;
 }
 
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
     rank_set set;
-    ddph_status st = begin(ctx, "state_save", path, &set, err);
-    /* A file in a folder others can write is refused before anything is
-     * written to it; other bad files are replaced. */
+    ddph_status st = begin(ctx, "state_save", path, 1, &set, err);
+    /* A file others could have replaced is refused before anything is
+     * written; other bad files are replaced. */
     if (st == DDPH_OK && set.st == DDPH_ERR_INSECURE)
         st = ddph__fail(err, set.st, "%s", set.err.msg);
     st = agree(ctx, st, err);
@@ -518,6 +610,9 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
     int64_t newest = -1;
     if (st == DDPH_OK)
         st = newest_common(ctx, &set, &chosen, &newest, err);
+    if (st == DDPH_OK)
+        warn_skipped(ctx, &set, "state_save",
+                     "this save removes or replaces it");
     if (st == DDPH_OK)
         st = agree(ctx, tidy(&set, chosen, err), err);
     /* The generation orders the saves of this path; the id, random and
@@ -641,7 +736,7 @@ static ddph_status validate(ddph_ctx *ctx, const slot *sl, buffer *b,
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
     rank_set set;
-    ddph_status st = agree(ctx, begin(ctx, "state_load", path, &set, err),
+    ddph_status st = agree(ctx, begin(ctx, "state_load", path, 0, &set, err),
                            err);
     int chosen = -1;
     int64_t newest = -1;
@@ -673,6 +768,12 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         if (local == DDPH_OK)
             local = validate(ctx, sl, &b, err);
         st = agree(ctx, local, err);
+    }
+    if (st == DDPH_OK) {
+        char instead[64];
+        snprintf(instead, sizeof instead, "loading generation %llu",
+                 (unsigned long long)sl->generation);
+        warn_skipped(ctx, &set, "state_load", instead);
     }
     if (st == DDPH_OK && ctx->mpi.world.rank == 0) {
         if (newest > (int64_t)sl->generation)

@@ -9,6 +9,12 @@
  * length (u64), payload; last, the crc32 of every byte before it (u32,
  * crc32_z: files past 4 GiB included).
  *
+ * Before it writes anything, a save checks the folder of PATH.rank<R>
+ * with the load's own owner and mode rule (so a save into /tmp is refused
+ * at once, not at the next load) and takes PATH.rank<R>.lock (flock, "pid
+ * P on HOST" inside, removed at the end): a second job saving to PATH is
+ * told so.  Both outcomes are agreed across ranks.
+ *
  * Saving has two phases, so that a crash or a full disk at any point
  * leaves a loadable set: every rank writes PATH.rank<R>.next (a temporary
  * made exclusively beside it, synced, renamed, folder synced); the ranks
@@ -17,7 +23,10 @@
  * last save stays.  A save first completes what an interrupted one left
  * (the newest generation every rank holds moves into place; incomplete
  * files and temporaries go).  Loading takes the newest generation that
- * every rank holds, in either file, and logs which.
+ * every rank holds intact, in either file, and logs which.  Both read
+ * every file's checksum before choosing: a damaged file is skipped with
+ * a warning of its rank (and a save removes or replaces it), never
+ * chosen over an intact older generation.
  *
  * Both calls are collective and refused inside a step or an accumulation
  * window; every rank succeeds or every rank fails with the failing rank's

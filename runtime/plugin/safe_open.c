@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ typedef struct walk {
     char where[PATH_MAX]; /* the path walked so far, links resolved */
     int check;            /* 0: the escape key is set */
     int final_link;       /* 0: a link as the last component is refused */
+    int folder;           /* 1: walk to the folder a file will be written in */
 } walk;
 
 static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
@@ -48,7 +50,9 @@ static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     return ddph__fail(err, st, "%s %s %s%s%s%s: %s",
-                      st == DDPH_ERR_INSECURE ? "refusing" : "cannot load",
+                      st == DDPH_ERR_INSECURE ? "refusing"
+                      : w->folder             ? "cannot write"
+                                              : "cannot load",
                       w->kind, w->given, strcmp(w->where, w->given) ? " (at " : "",
                       strcmp(w->where, w->given) ? w->where : "",
                       strcmp(w->where, w->given) ? ")" : "", why);
@@ -67,19 +71,26 @@ static ddph_status check_folder(walk *w, const struct stat *sb, int own_folder,
                          "%s = true to load it anyway)",
                          own_folder ? "its folder" : "the folder", w->where,
                          (unsigned)sb->st_uid, w->escape);
+    /* A shared sticky folder (/tmp, /dev/shm) cannot be made private:
+     * the way out is a folder of one's own. */
+    if ((sb->st_mode & (S_IWGRP | S_IWOTH)) && own_folder &&
+        (sb->st_mode & S_ISVTX))
+        return walk_fail(w, err, DDPH_ERR_INSECURE,
+                         "its folder %s is writable by %s, who could "
+                         "replace it (sticky, as /tmp, is not enough for the "
+                         "file's own folder): use a folder only you can "
+                         "write, e.g. $HOME/ckpt or one made with mkdir -m "
+                         "700 %s/mine, or set [runtime] %s = true",
+                         w->where, who_writes(sb->st_mode),
+                         strcmp(w->where, "/") ? w->where : "", w->escape);
     if ((sb->st_mode & (S_IWGRP | S_IWOTH)) &&
         (own_folder || !(sb->st_mode & S_ISVTX)))
         return walk_fail(w, err, DDPH_ERR_INSECURE,
-                         "%s %s is writable by %s, who could replace it%s "
+                         "%s %s is writable by %s, who could replace it "
                          "(chmod go-w the folder, or set [runtime] "
                          "%s = true)",
                          own_folder ? "its folder" : "the folder", w->where,
-                         who_writes(sb->st_mode),
-                         sb->st_mode & S_ISVTX ? " (sticky, as /tmp, is not "
-                                                 "enough for the file's "
-                                                 "own folder)"
-                                               : "",
-                         w->escape);
+                         who_writes(sb->st_mode), w->escape);
     return DDPH_OK;
 }
 
@@ -110,26 +121,24 @@ ddph_status ddph__safe_open(const char *kind, const char *given, int check,
     return ddph__safe_open_as(&trust, given, fd_out, err);
 }
 
-ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
-                               int *fd_out, ddph_err *err)
+/* Walks `start` (given itself, or in folder mode the folder that holds
+ * it) from "/"; *fd_out gets the file (not in folder mode). */
+static ddph_status walk_path(const walk *wp, const char *start, int *fd_out,
+                             ddph_err *err)
 {
-    walk w = {.kind = trust->kind,
-              .given = given,
-              .escape = trust->escape,
-              .check = trust->check,
-              .final_link = trust->final_link};
-    int check = trust->check;
+    walk w = *wp;
+    int check = w.check;
     snprintf(w.where, sizeof w.where, "/");
     /* The components still to walk; a link's target is put in front. */
     char todo[2 * PATH_MAX];
-    if (given[0] == '/')
-        snprintf(todo, sizeof todo, "%s", given);
+    if (start[0] == '/')
+        snprintf(todo, sizeof todo, "%s", start);
     else {
         char cwd[PATH_MAX];
         if (!getcwd(cwd, sizeof cwd))
             return walk_fail(&w, err, DDPH_ERR_PLUGIN, "getcwd: %s",
                              strerror(errno));
-        if ((size_t)snprintf(todo, sizeof todo, "%s/%s", cwd, given) >=
+        if ((size_t)snprintf(todo, sizeof todo, "%s/%s", cwd, start) >=
             sizeof todo)
             return walk_fail(&w, err, DDPH_ERR_PLUGIN, "path too long");
     }
@@ -143,6 +152,15 @@ ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
     while (st == DDPH_OK) {
         while (*rest == '/')
             rest++;
+        if (!*rest && w.folder) {
+            /* The folder the file will be in: its own folder's rule. */
+            struct stat own;
+            st = fstat(dir, &own) != 0
+                     ? walk_fail(&w, err, DDPH_ERR_PLUGIN, "%s",
+                                 strerror(errno))
+                     : check_folder(&w, &own, 1, err);
+            break;
+        }
         if (!*rest) {
             st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
                            "is a folder, not a file");
@@ -223,10 +241,10 @@ ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
         if (S_ISDIR(sb.st_mode)) {
             close(dir);
             dir = next;
-            if (last)
+            if (last && !w.folder)
                 st = walk_fail(&w, err, DDPH_ERR_PLUGIN,
                                "is a folder, not a file");
-            else
+            else if (!last)
                 st = check_folder(&w, &sb, 0, err);
             continue;
         }
@@ -276,8 +294,37 @@ ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
     }
     if (dir >= 0)
         close(dir);
-    if (st == DDPH_OK)
+    if (st == DDPH_OK && fd_out)
         *fd_out = fd;
+    return st;
+}
+
+ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
+                               int *fd_out, ddph_err *err)
+{
+    walk w = {.kind = trust->kind,
+              .given = given,
+              .escape = trust->escape,
+              .check = trust->check,
+              .final_link = trust->final_link};
+    return walk_path(&w, given, fd_out, err);
+}
+
+ddph_status ddph__safe_folder_as(const ddph_trust *trust, const char *given,
+                                 ddph_err *err)
+{
+    /* A link naming the folder is followed, as the file's load will. */
+    walk w = {.kind = trust->kind,
+              .given = given,
+              .escape = trust->escape,
+              .check = trust->check,
+              .final_link = 1,
+              .folder = 1};
+    char *copy = ddph__strdup(given);
+    if (!copy)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    ddph_status st = walk_path(&w, dirname(copy), NULL, err);
+    free(copy);
     return st;
 }
 

@@ -35,6 +35,13 @@ typedef struct ddph_trust {
 ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *path,
                                int *fd, ddph_err *err);
 
+/* Before a file is written at `path`: the folder that will hold it and
+ * every folder above pass the same checks as ddph__safe_open_as applies
+ * to them, so that what is written can be loaded.  Other failures say
+ * "cannot write KIND PATH". */
+ddph_status ddph__safe_folder_as(const ddph_trust *trust, const char *path,
+                                 ddph_err *err);
+
 /* A runtime module (the GPU backend): opened as above (never insecure)
  * and dlopen'd through its descriptor, which stays open: it is never
  * unloaded. */

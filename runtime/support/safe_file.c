@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,4 +136,76 @@ ddph_status ddph__fd_read_regular(int fd, const char *path, size_t max_bytes,
     *data = buf;
     *len = got;
     return DDPH_OK;
+}
+
+/* Who holds the lock file fd: its text, or "pid unknown" while the holder
+ * has not written it yet. */
+static void lock_holder(int fd, char *who, size_t n)
+{
+    ssize_t r = pread(fd, who, n - 1, 0);
+    who[r > 0 ? r : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+    if (!who[0])
+        snprintf(who, n, "pid unknown");
+}
+
+ddph_status ddph__file_lock(const char *path, const char *what, int *fd_out,
+                            ddph_err *err)
+{
+    *fd_out = -1;
+    /* The holder removes the file as it lets go: a lock taken on a file
+     * no longer at path guards nothing, so take the one that is there. */
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return ddph__fail(err, DDPH_ERR_IO, "cannot create the lock file "
+                              "%s: %s", path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int saved = errno;
+            char who[256];
+            lock_holder(fd, who, sizeof who);
+            close(fd);
+            if (saved == EWOULDBLOCK)
+                return ddph__fail(err, DDPH_ERR_STATE,
+                                  "another job (%s) is saving to %s (its "
+                                  "lock %s is held): give each job its own "
+                                  "checkpoint path",
+                                  who, what, path);
+            return ddph__fail(err, DDPH_ERR_IO, "cannot lock %s: %s", path,
+                              strerror(saved));
+        }
+        struct stat held, there;
+        if (fstat(fd, &held) == 0 && lstat(path, &there) == 0 &&
+            held.st_dev == there.st_dev && held.st_ino == there.st_ino) {
+            char host[128] = "?", who[256];
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = '\0';
+            int n = snprintf(who, sizeof who, "pid %ld on %s\n",
+                             (long)getpid(), host);
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, who, (size_t)n, 0) != n) {
+                ddph_status st = ddph__fail(err, DDPH_ERR_IO,
+                                            "cannot write the lock file %s: "
+                                            "%s",
+                                            path, strerror(errno));
+                ddph__file_unlock(path, fd);
+                return st;
+            }
+            *fd_out = fd;
+            return DDPH_OK;
+        }
+        close(fd);
+    }
+    return ddph__fail(err, DDPH_ERR_IO,
+                      "cannot lock %s: it is replaced faster than it can be "
+                      "locked",
+                      path);
+}
+
+void ddph__file_unlock(const char *path, int fd)
+{
+    if (fd < 0)
+        return;
+    /* Removed while still held, so that no one locks it in between. */
+    unlink(path);
+    close(fd);
 }

@@ -38,4 +38,14 @@ ddph_status ddph__fd_read_regular(int fd, const char *path, size_t max_bytes,
                                   const char *limit_why, unsigned char **data,
                                   size_t *len, ddph_err *err);
 
+/* An exclusive lock that two processes writing the same files take: the
+ * file `path` (created beside them, mode 0600, without following a link)
+ * is flock'ed and holds "pid P on HOST".  When another process holds it,
+ * fails with DDPH_ERR_STATE: "another job (pid P on HOST) is saving to
+ * WHAT".  *fd holds the lock until ddph__file_unlock, which removes the
+ * file (a process that dies releases it; the file then stays, unlocked). */
+ddph_status ddph__file_lock(const char *path, const char *what, int *fd,
+                            ddph_err *err);
+void ddph__file_unlock(const char *path, int fd);
+
 #endif

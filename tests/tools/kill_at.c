@@ -6,6 +6,8 @@
  *                        (from 1) whose path contains KILL_MATCH (rename:
  *                        either path), WHEN is before or after the call.
  *   KILL_MATCH=TEXT      e.g. ".rank2"
+ *   KILL_SIGNAL=STOP     stop the process there instead (SIGSTOP; it goes
+ *                        on from there when sent SIGCONT)
  * Without KILL_AT the calls pass through untouched. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_NEXT */
@@ -37,6 +39,11 @@ static int target(int which, const char *name, const char *a, const char *b)
 
 static void die_now(void)
 {
+    const char *sig = getenv("KILL_SIGNAL");
+    if (sig && strcmp(sig, "STOP") == 0) {
+        kill(getpid(), SIGSTOP);
+        return;
+    }
     kill(getpid(), SIGKILL);
     pause();
 }
