@@ -6,10 +6,18 @@
  * It behaves like NCCL where the backend depends on it: several ranks
  * (threads of one process, each naming its rank with fake_set_rank) move
  * real data, in host memory, for every collective the backend uses
- * (allreduce, allgather, broadcast, reduce-scatter, send/recv); a
- * collective completes when every rank of its communicator has enqueued
- * it, and until then each rank's stream answers cudaErrorNotReady, left
- * as the thread's last error as CUDA does; MAX and MIN on floats are
+ * (allreduce, allgather, broadcast, reduce-scatter, send/recv); the GPU
+ * is asynchronous (fake_cuda.c): a stream's work (copies, memsets,
+ * kernels, collectives) runs only when the stream is synchronised or
+ * queried, or when a stream that waits for an event recorded after it
+ * runs, so a missing event wait reads stale data; a collective runs
+ * when every rank of its communicator has enqueued it, and until then
+ * each rank's stream answers cudaErrorNotReady, left as the thread's
+ * last error as CUDA does; a thread has a current device, streams and
+ * events belong to the device current at their making, and a kernel
+ * launch or an event record on another device's stream fails ("invalid
+ * resource handle"), as CUDA does; memory from cudaMalloc and pools
+ * is known to cudaPointerGetAttributes by device; MAX and MIN on floats are
  * fmaxf and fminf (a NaN is dropped); f16 and bf16 sum in float,
  * rounded to the type after each rank; a communicator is ready when every
  * rank has joined it; ncclCommSplit runs the child's init as a job of
