@@ -83,6 +83,15 @@ struct ncclComm {
     int open; /* its parts not yet completed */
     struct split_round *split_wait;
     ncclComm_t *deliver;
+    /* Parts not yet on their streams: NCCL launches a nonblocking
+     * enqueue's kernel from its group thread, so the part lands on the
+     * stream only when the communicator settles (a group's parts, at its
+     * end). */
+    struct {
+        fake_item it;
+        struct fake_stream *s;
+    } unlaunched[64];
+    int nunlaunched;
 };
 
 static struct ncclComm comms[MAX_COMMS];
@@ -98,11 +107,6 @@ static int nrounds;
 
 static _Thread_local int group_depth;
 static _Thread_local struct ncclComm *group_comm;
-/* The stream and position where the thread's current group began on
- * it: a group's sends and receives run together, after what came
- * before on each side. */
-static _Thread_local struct fake_stream *group_stream;
-static _Thread_local long group_first;
 
 void fake_reset(void)
 {
@@ -373,16 +377,60 @@ static int coll_item(fake_item *it)
     return 1;
 }
 
-/* Where the work before this part (or before its group) ends. */
-static long part_from(struct fake_stream *s, long pos)
+/* A part on its stream at pos; `from`: where the work before its group
+ * (or before it, alone) ends on that stream: a group's sends and
+ * receives run together, after what came before on each side. */
+static void landed(const fake_item *it, long pos, long from)
 {
-    if (!group_depth)
-        return pos;
-    if (group_stream != s) {
-        group_stream = s;
-        group_first = pos;
+    if (it->run == coll_item) {
+        struct coll *k = it->a;
+        k->pos[it->rank] = pos;
+        k->arrived++; /* it runs when a stream reaches it: coll_item */
+        return;
     }
-    return group_first;
+    struct p2p *p = it->a;
+    if (it->rank) {
+        p->ss_from = from;
+        p->have_send = 1;
+    } else {
+        p->rs_from = from;
+        p->have_recv = 1;
+    }
+}
+
+/* The communicator's unlaunched parts onto their streams, in order. */
+static void launch(struct ncclComm *c)
+{
+    struct fake_stream *first_s = NULL;
+    long first = 0;
+    for (int i = 0; i < c->nunlaunched; i++) {
+        struct fake_stream *s = c->unlaunched[i].s;
+        long pos = fake_push(s, &c->unlaunched[i].it);
+        if (s != first_s) {
+            first_s = s;
+            first = pos;
+        }
+        landed(&c->unlaunched[i].it, pos, first);
+    }
+    c->nunlaunched = 0;
+}
+
+/* A part launched now (a blocking or 1-rank enqueue outside a group), or
+ * when the communicator settles (answer ncclInProgress, or in a group). */
+static void enqueue_part(struct ncclComm *c, struct fake_stream *s,
+                         fake_item it, ncclResult_t answer)
+{
+    if (!group_depth && answer == ncclSuccess) {
+        long pos = fake_push(s, &it);
+        landed(&it, pos, pos);
+        return;
+    }
+    if (group_depth && group_comm && group_comm != c)
+        fake_die("a group over two communicators: not modelled");
+    if (c->nunlaunched == 64)
+        fake_die("too many parts in one group");
+    c->unlaunched[c->nunlaunched].it = it;
+    c->unlaunched[c->nunlaunched++].s = s;
 }
 
 static void p2p_move(struct p2p *p)
@@ -481,12 +529,11 @@ static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
     k->recv[r] = recv;
     k->stream[r] = fake_as_stream(s);
     k->open[r] = 1;
-    k->pos[r] = fake_push(k->stream[r],
-                          &(fake_item){.run = coll_item, .a = k, .rank = r});
+    enqueue_part(comm, k->stream[r],
+                 (fake_item){.run = coll_item, .a = k, .rank = r}, answer);
     comm->open++;
     seen()->enqueues++;
     fake_stream_left = fake.stream_busy;
-    k->arrived++; /* it runs when a stream reaches it: coll_item */
     if (group_depth)
         group_comm = comm;
     else if (fake.returns == ncclInProgress) { /* the script's, not 2 */
@@ -527,19 +574,18 @@ static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
     }
     size_t bytes = count * type_size(type);
     struct fake_stream *fs = fake_as_stream(s);
-    long pos = fake_push(fs, &(fake_item){.run = p2p_item, .a = p,
-                                          .rank = sending});
     if (sending) {
         p->sbuf = sbuf;
         p->ss = fs;
-        p->ss_from = part_from(fs, pos);
-        p->have_send = p->open_send = 1;
+        p->open_send = 1;
     } else {
         p->rbuf = rbuf;
         p->rs = fs;
-        p->rs_from = part_from(fs, pos);
-        p->have_recv = p->open_recv = 1;
+        p->open_recv = 1;
     }
+    enqueue_part(comm, fs,
+                 (fake_item){.run = p2p_item, .a = p, .rank = sending},
+                 answer);
     if (p->bytes && p->bytes != bytes)
         fake_die("a send and its receive differ in size");
     p->bytes = bytes;
@@ -716,6 +762,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
     pthread_mutex_lock(&fake_mu);
     need_usable(comm);
     seen()->async_polls++;
+    /* The group thread has launched: the parts land on their streams. */
+    if (comm->nunlaunched && comm->pending == 0 && !comm->split_wait &&
+        comm->failed == ncclSuccess && comm->settles == ncclSuccess)
+        launch(comm);
     if (comm->q->error != ncclSuccess) {
         *async = comm->q->error;
     } else if (comm->failed != ncclSuccess) {
@@ -786,6 +836,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
         deliver_half_made(comm);
     comm->ended = 1;
     comm->aborted = 1;
+    comm->nunlaunched = 0; /* never launched */
     drop_parts(comm);
     seen()->aborts++;
     pthread_mutex_unlock(&fake_mu);
@@ -872,7 +923,6 @@ ncclResult_t ncclGroupStart(void)
 {
     if (group_depth++ == 0) {
         group_comm = NULL;
-        group_stream = NULL;
     }
     return ncclSuccess;
 }
@@ -895,6 +945,8 @@ ncclResult_t ncclGroupEnd(void)
     } else if (answer == ncclSuccess && !c->blocking) {
         c->pending = 2;
         answer = ncclInProgress;
+    } else if (answer == ncclSuccess) {
+        launch(c);
     }
     pthread_mutex_unlock(&fake_mu);
     return answer;
