@@ -1170,6 +1170,48 @@ START_TEST(one_gpu_per_rank_and_the_callers_device_kept)
 }
 END_TEST
 
+/* A lone allreduce whose NCCL group thread never finishes (every rank):
+ * each rank reports it within timeout_s, aborts the communicator itself,
+ * and its teardown ends at once, leaving nothing. */
+static void rank_stalled_enqueue(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    pthread_barrier_wait(&team.bar);
+    if (c->rank == 0)
+        fake.enqueue_stalls = 1;
+    pthread_barrier_wait(&team.bar);
+    float data[4] = {1, 2, 3, 4};
+    double t0 = ddph__now();
+    c->st = ddph__nccl_allreduce(c->n, &c->n->world, data, 4, DDPH_F32,
+                                 DDPH_SUM, &c->err);
+    c->took = ddph__now() - t0;
+    c->world_works = c->n->world.nccl != NULL;
+    t0 = ddph__now();
+    ddph__nccl_finalize(c->n, 0);
+    c->took += 100 * (ddph__now() - t0 > TIMEOUT_S); /* teardown blocked */
+    c->live = fake_live_comms(c->rank);
+}
+
+START_TEST(stalled_enqueue_ends_within_timeout)
+{
+    int w = worlds[_i];
+    team_expect(w, rank_stalled_enqueue, DDPH_ERR_TIMEOUT,
+                "ncclAllReduce did not complete within timeout_s");
+    for (int r = 0; r < w; r++) {
+        ck_assert_msg(ranks[r].took >= TIMEOUT_S &&
+                          ranks[r].took < TIMEOUT_S + 1,
+                      "rank %d: %.2f s (timeout_s %.1f; +100: teardown "
+                      "blocked)", r, ranks[r].took, TIMEOUT_S);
+        ck_assert_msg(!ranks[r].world_works,
+                      "rank %d: the communicator was not aborted", r);
+        ck_assert_msg(ranks[r].live == 0, "rank %d: %d communicators left",
+                      r, ranks[r].live);
+    }
+}
+END_TEST
+
 /* ---- the device table (device_cuda.c) over the fake CUDA runtime ---- */
 
 static const ddph_dev_ops *const dev = &ddph__cuda_device_ops;
@@ -1319,6 +1361,7 @@ int main(void)
     tcase_add_loop_test(ranks_tc, in_progress_inside_groups, 0, nw);
     tcase_add_loop_test(ranks_tc, comm_stream_waits_for_the_gradients_event,
                         0, nw);
+    tcase_add_loop_test(ranks_tc, stalled_enqueue_ends_within_timeout, 0, nw);
     tcase_add_loop_test(ranks_tc, half_precision_sums, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);

@@ -482,7 +482,7 @@ static ncclResult_t enqueue_answer(ncclComm_t comm)
         comm->failed = answer;
     if (answer == ncclSuccess && !group_depth && !comm->blocking &&
         comm->q->nranks > 1) {
-        comm->pending = 2;
+        comm->pending = fake.enqueue_stalls ? -1 : 2;
         comm->settles = ncclSuccess;
         answer = ncclInProgress;
     }

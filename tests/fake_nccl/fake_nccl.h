@@ -59,6 +59,10 @@ typedef struct fake_script {
     ncclResult_t returns;
     int pending;
     ncclResult_t settles;
+    /* Nonzero: a lone nonblocking enqueue on 2+ ranks stays
+     * ncclInProgress for ever (its group thread stuck, as in a run-time
+     * connect to a peer that is gone). */
+    int enqueue_stalls;
     /* Every call inside a group answers this (ncclSuccess by default;
      * NCCL may answer ncclInProgress there). */
     ncclResult_t in_group;
