@@ -9,6 +9,7 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -509,6 +510,10 @@ static void all_ranks(int w, ddph_status want, const char *text)
             ck_assert_msg(strstr(ranks[r].err.msg, text),
                           "rank %d of %d: '%s' lacks '%s'", r, w,
                           ranks[r].err.msg, text);
+        ck_assert_msg(fake_seen[r].concurrent_calls == 0,
+                      "rank %d of %d: %d NCCL calls while another thread "
+                      "was inside one on the same communicator", r, w,
+                      fake_seen[r].concurrent_calls);
     }
 }
 
@@ -1212,6 +1217,42 @@ START_TEST(stalled_enqueue_ends_within_timeout)
 }
 END_TEST
 
+/* The fake holds the backend to NCCL's thread rule: a watchdog's
+ * ncclCommAbort while the owner is inside a blocking call on the same
+ * communicator (here ncclCommDestroy, waiting for work that never ends)
+ * is counted. */
+static ncclComm_t blocked_comm;
+
+static void *owner_destroys(void *unused)
+{
+    (void)unused;
+    ncclCommDestroy(blocked_comm);
+    return NULL;
+}
+
+START_TEST(watchdog_abort_inside_a_call_is_caught)
+{
+    fake.fail_op = 1; /* the first collective never completes */
+    fake.fail_comm = 0;
+    ddph_nccl *n = started();
+    ddph_err err = {0};
+    ck_assert_int_eq(ddph__nccl_start_allreduce(n, &n->world, buf, 4,
+                                                DDPH_F32, DDPH_SUM, &err),
+                     DDPH_OK);
+    blocked_comm = (ncclComm_t)n->world.nccl;
+    pthread_t owner;
+    ck_assert_int_eq(pthread_create(&owner, NULL, owner_destroys, NULL), 0);
+    double give_up = ddph__now() + 2;
+    while (!fake_comm_in_call(blocked_comm) && ddph__now() < give_up)
+        sched_yield();
+    ck_assert_int_eq(ncclCommAbort(blocked_comm), ncclSuccess);
+    pthread_join(owner, NULL);
+    ck_assert_int_eq(fake_seen[0].concurrent_calls, 1);
+    n->world.nccl = NULL;
+    ddph__nccl_finalize(n, 1);
+}
+END_TEST
+
 /* ---- the device table (device_cuda.c) over the fake CUDA runtime ---- */
 
 static const ddph_dev_ops *const dev = &ddph__cuda_device_ops;
@@ -1351,6 +1392,7 @@ int main(void)
     tcase_add_test(tc, split_failing_on_every_rank_calls_no_nccl);
     tcase_add_test(tc, split_that_never_completes_times_out);
     tcase_add_test(tc, fake_streams_run_only_when_asked);
+    tcase_add_test(tc, watchdog_abort_inside_a_call_is_caught);
     tcase_add_test(tc, device_table_runs_on_the_ranks_gpu_from_any_thread);
     suite_add_tcase(s, tc);
     TCase *ranks_tc = tcase_create("ranks");

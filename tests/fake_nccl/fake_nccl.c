@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,8 @@ struct ncclComm {
         struct fake_stream *s;
     } unlaunched[64];
     int nunlaunched;
+    int in_call;      /* threads inside an NCCL call on it */
+    pthread_t caller; /* the last to enter */
 };
 
 static struct ncclComm comms[MAX_COMMS];
@@ -148,6 +151,14 @@ cudaError_t fake_peek_last_error(void) { return fake_last_error; }
 int fake_comm_ended(ncclComm_t c) { return c->ended; }
 
 int fake_comm_aborted(ncclComm_t c) { return c->aborted; }
+
+int fake_comm_in_call(ncclComm_t c)
+{
+    pthread_mutex_lock(&fake_mu);
+    int n = c->in_call;
+    pthread_mutex_unlock(&fake_mu);
+    return n;
+}
 
 int fake_live_comms(int rank)
 {
@@ -489,8 +500,44 @@ static ncclResult_t enqueue_answer(ncclComm_t comm)
     return answer;
 }
 
+/* NCCL (Thread Safety): no two threads in calls on one communicator at
+ * once.  Each call opens its window with a yield; a second thread
+ * entering while another is inside is counted (fake_record's
+ * concurrent_calls) and named on stderr. */
+static void enter(ncclComm_t c)
+{
+    if (!c)
+        fake_die("a call on a NULL communicator");
+    pthread_mutex_lock(&fake_mu);
+    if (c->in_call && !pthread_equal(c->caller, pthread_self())) {
+        seen()->concurrent_calls++;
+        fprintf(stderr, "fake NCCL: rank %d: two threads in NCCL calls on "
+                "one communicator at once (NCCL forbids it)\n", fake_my_rank);
+    }
+    c->in_call++;
+    c->caller = pthread_self();
+    pthread_mutex_unlock(&fake_mu);
+    sched_yield();
+}
+
+static void leave(ncclComm_t c)
+{
+    pthread_mutex_lock(&fake_mu);
+    c->in_call--;
+    pthread_mutex_unlock(&fake_mu);
+}
+
+/* `return body;` inside enter/leave. */
+#define GUARDED(comm, body)                                                 \
+    do {                                                                    \
+        enter(comm);                                                        \
+        ncclResult_t r_ = (body);                                           \
+        leave(comm);                                                        \
+        return r_;                                                          \
+    } while (0)
+
 /* Rank comm->rank's part of a collective. */
-static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
+static ncclResult_t post_body(ncclComm_t comm, enum kind kind, const void *send,
                          void *recv, size_t count, ncclDataType_t type,
                          ncclRedOp_t op, int root, cudaStream_t s)
 {
@@ -544,7 +591,7 @@ static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
     return answer;
 }
 
-static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
+static ncclResult_t post_p2p_body(ncclComm_t comm, int sending, const void *sbuf,
                              void *rbuf, size_t count, ncclDataType_t type,
                              int peer, cudaStream_t s)
 {
@@ -713,7 +760,7 @@ static void make_children(struct split_round *s)
     s->done = 1;
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+static ncclResult_t comm_split_body(ncclComm_t comm, int color, int key,
                            ncclComm_t *newcomm, ncclConfig_t *config)
 {
     pthread_mutex_lock(&fake_mu);
@@ -757,7 +804,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
     return fake.returns == ncclSuccess ? ncclInProgress : fake.returns;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
+static ncclResult_t comm_getasyncerror_body(ncclComm_t comm, ncclResult_t *async)
 {
     pthread_mutex_lock(&fake_mu);
     need_usable(comm);
@@ -828,7 +875,7 @@ static void deliver_half_made(struct ncclComm *parent)
     parent->deliver = NULL;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm)
+static ncclResult_t comm_abort_body(ncclComm_t comm)
 {
     pthread_mutex_lock(&fake_mu);
     need_usable(comm);
@@ -843,7 +890,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommFinalize(ncclComm_t comm)
+static ncclResult_t comm_finalize_body(ncclComm_t comm)
 {
     pthread_mutex_lock(&fake_mu);
     need_settled(comm);
@@ -856,7 +903,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
 /* Without a finalize that has settled, NCCL's destroy finalizes itself,
  * blocking until the communicator's work is done: here for at most 3 s,
  * counted, so that a test sees it rather than hangs. */
-ncclResult_t ncclCommDestroy(ncclComm_t comm)
+static ncclResult_t comm_destroy_body(ncclComm_t comm)
 {
     pthread_mutex_lock(&fake_mu);
     need_usable(comm);
@@ -873,6 +920,47 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     seen()->destroys++;
     pthread_mutex_unlock(&fake_mu);
     return ncclSuccess;
+}
+
+static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
+                         void *recv, size_t count, ncclDataType_t type,
+                         ncclRedOp_t op, int root, cudaStream_t s)
+{
+    GUARDED(comm, post_body(comm, kind, send, recv, count, type, op, root, s));
+}
+
+static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
+                             void *rbuf, size_t count, ncclDataType_t type,
+                             int peer, cudaStream_t s)
+{
+    GUARDED(comm, post_p2p_body(comm, sending, sbuf, rbuf, count, type, peer,
+                                s));
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    GUARDED(comm, comm_split_body(comm, color, key, newcomm, config));
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
+{
+    GUARDED(comm, comm_getasyncerror_body(comm, async));
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    GUARDED(comm, comm_abort_body(comm));
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    GUARDED(comm, comm_finalize_body(comm));
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    GUARDED(comm, comm_destroy_body(comm));
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,

@@ -34,7 +34,9 @@
  * error strikes in the middle of a collective (it then never completes);
  * ncclCommDestroy without ncclCommFinalize blocks while the
  * communicator's work is unfinished; a call on a communicator that is
- * ended, or not settled, stops the test (abort).  What a real GPU does
+ * ended, or not settled, stops the test (abort); a call on a
+ * communicator while another thread is inside one on it is counted
+ * (NCCL forbids it: concurrent_calls).  What a real GPU does
  * is tested by tests/gpu. */
 #ifndef DDPH_FAKE_NCCL_H
 #define DDPH_FAKE_NCCL_H
@@ -97,6 +99,9 @@ typedef struct fake_record {
     int async_polls;
     int stream_polls;
     int stream_priority; /* of the last stream created */
+    /* Calls made while another thread was inside one on the same
+     * communicator (NCCL forbids it): 0 unless the backend did. */
+    int concurrent_calls;
 } fake_record;
 
 extern fake_script fake;
@@ -109,6 +114,8 @@ void fake_set_rank(int rank);
 cudaError_t fake_peek_last_error(void);
 /* Whether communicator c was ended (aborted or destroyed). */
 int fake_comm_ended(ncclComm_t c);
+/* How many threads are inside an NCCL call on c now. */
+int fake_comm_in_call(ncclComm_t c);
 /* Whether it was aborted (not destroyed). */
 int fake_comm_aborted(ncclComm_t c);
 /* How many communicators made for this rank (its inits, its share of
