@@ -1243,7 +1243,12 @@ START_TEST(watchdog_abort_inside_a_call_is_caught)
     pthread_t owner;
     ck_assert_int_eq(pthread_create(&owner, NULL, owner_destroys, NULL), 0);
     double give_up = ddph__now() + 2;
-    while (!fake_comm_in_call(blocked_comm) && ddph__now() < give_up)
+    /* Inside, and waiting: destroy counts itself under the fake's lock
+     * just before it waits. */
+    while (!(fake_comm_in_call(blocked_comm) &&
+             __atomic_load_n(&fake_seen[0].destroy_unfinalized,
+                             __ATOMIC_ACQUIRE)) &&
+           ddph__now() < give_up)
         sched_yield();
     ck_assert_int_eq(ncclCommAbort(blocked_comm), ncclSuccess);
     pthread_join(owner, NULL);
