@@ -107,6 +107,7 @@ long fake_push(struct fake_stream *s, const fake_item *it)
     if (s->tail - s->head == QUEUE)
         fake_die("too much work queued on one stream");
     s->items[s->tail % QUEUE] = *it;
+    pthread_cond_broadcast(&fake_cv); /* a synchronise may wait for it */
     return s->tail++;
 }
 
