@@ -395,7 +395,9 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool,
                               const struct cudaMemPoolProps *props)
 {
     pthread_mutex_lock(&fake_mu);
-    struct fake_pool *f = &pools[npools++ % MAX_STREAMS];
+    if (npools == MAX_STREAMS)
+        fake_die("too many memory pools");
+    struct fake_pool *f = &pools[npools++];
     f->device = props->location.id;
     *pool = (cudaMemPool_t)(void *)f;
     pthread_mutex_unlock(&fake_mu);
