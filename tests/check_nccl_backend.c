@@ -9,6 +9,7 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "bf16_host.h"
 #include "comm/nccl/backend_nccl.h"
+#include "comm/nccl/device_cuda.h"
 #include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
 
@@ -508,6 +510,10 @@ static void all_ranks(int w, ddph_status want, const char *text)
             ck_assert_msg(strstr(ranks[r].err.msg, text),
                           "rank %d of %d: '%s' lacks '%s'", r, w,
                           ranks[r].err.msg, text);
+        ck_assert_msg(fake_seen[r].concurrent_calls == 0,
+                      "rank %d of %d: %d NCCL calls while another thread "
+                      "was inside one on the same communicator", r, w,
+                      fake_seen[r].concurrent_calls);
     }
 }
 
@@ -1169,6 +1175,206 @@ START_TEST(one_gpu_per_rank_and_the_callers_device_kept)
 }
 END_TEST
 
+/* A lone allreduce whose NCCL group thread never finishes (every rank):
+ * each rank reports it within timeout_s, aborts the communicator itself,
+ * and its teardown ends at once, leaving nothing. */
+static void rank_stalled_enqueue(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    pthread_barrier_wait(&team.bar);
+    if (c->rank == 0)
+        fake.enqueue_stalls = 1;
+    pthread_barrier_wait(&team.bar);
+    float data[4] = {1, 2, 3, 4};
+    double t0 = ddph__now();
+    c->st = ddph__nccl_allreduce(c->n, &c->n->world, data, 4, DDPH_F32,
+                                 DDPH_SUM, &c->err);
+    c->took = ddph__now() - t0;
+    c->world_works = c->n->world.nccl != NULL;
+    t0 = ddph__now();
+    ddph__nccl_finalize(c->n, 0);
+    c->took += 100 * (ddph__now() - t0 > TIMEOUT_S); /* teardown blocked */
+    c->live = fake_live_comms(c->rank);
+}
+
+START_TEST(stalled_enqueue_ends_within_timeout)
+{
+    int w = worlds[_i];
+    team_expect(w, rank_stalled_enqueue, DDPH_ERR_TIMEOUT,
+                "ncclAllReduce did not complete within timeout_s");
+    for (int r = 0; r < w; r++) {
+        ck_assert_msg(ranks[r].took >= TIMEOUT_S &&
+                          ranks[r].took < TIMEOUT_S + 1,
+                      "rank %d: %.2f s (timeout_s %.1f; +100: teardown "
+                      "blocked)", r, ranks[r].took, TIMEOUT_S);
+        ck_assert_msg(!ranks[r].world_works,
+                      "rank %d: the communicator was not aborted", r);
+        ck_assert_msg(ranks[r].live == 0, "rank %d: %d communicators left",
+                      r, ranks[r].live);
+    }
+}
+END_TEST
+
+/* The fake holds the backend to NCCL's thread rule: a watchdog's
+ * ncclCommAbort while the owner is inside a blocking call on the same
+ * communicator (here ncclCommDestroy, waiting for work that never ends)
+ * is counted. */
+static ncclComm_t blocked_comm;
+
+static void *owner_destroys(void *unused)
+{
+    (void)unused;
+    ncclCommDestroy(blocked_comm);
+    return NULL;
+}
+
+START_TEST(watchdog_abort_inside_a_call_is_caught)
+{
+    fake.fail_op = 1; /* the first collective never completes */
+    fake.fail_comm = 0;
+    ddph_nccl *n = started();
+    ddph_err err = {0};
+    ck_assert_int_eq(ddph__nccl_start_allreduce(n, &n->world, buf, 4,
+                                                DDPH_F32, DDPH_SUM, &err),
+                     DDPH_OK);
+    blocked_comm = (ncclComm_t)n->world.nccl;
+    pthread_t owner;
+    ck_assert_int_eq(pthread_create(&owner, NULL, owner_destroys, NULL), 0);
+    double give_up = ddph__now() + 2;
+    /* Inside, and waiting: destroy counts itself under the fake's lock
+     * just before it waits. */
+    while (!(fake_comm_in_call(blocked_comm) &&
+             __atomic_load_n(&fake_seen[0].destroy_unfinalized,
+                             __ATOMIC_ACQUIRE)) &&
+           ddph__now() < give_up)
+        sched_yield();
+    ck_assert_int_eq(ncclCommAbort(blocked_comm), ncclSuccess);
+    pthread_join(owner, NULL);
+    ck_assert_int_eq(fake_seen[0].concurrent_calls, 1);
+    n->world.nccl = NULL;
+    ddph__nccl_finalize(n, 1);
+}
+END_TEST
+
+/* ---- the device table (device_cuda.c) over the fake CUDA runtime ---- */
+
+static const ddph_dev_ops *const dev = &ddph__cuda_device_ops;
+
+/* The fake's GPU is asynchronous: a copy moves nothing at the enqueue,
+ * only when its stream is queried or synchronised. */
+START_TEST(fake_streams_run_only_when_asked)
+{
+    cudaStream_t s;
+    ck_assert_int_eq(cudaStreamCreate(&s), cudaSuccess);
+    float a[2] = {1, 2}, b[2] = {0, 0};
+    ck_assert_int_eq(cudaMemcpyAsync(b, a, sizeof a, cudaMemcpyDeviceToDevice,
+                                     s),
+                     cudaSuccess);
+    ck_assert_msg(b[0] == 0, "the copy ran at the enqueue");
+    ck_assert_int_eq(cudaStreamSynchronize(s), cudaSuccess);
+    ck_assert_msg(b[0] == 1 && b[1] == 2, "synchronised, b = %g %g", b[0],
+                  b[1]);
+}
+END_TEST
+
+/* A trainer's thread whose current GPU is another one (1) than the
+ * rank's (0): every operation of the table that makes an event,
+ * allocates or launches on the communication stream runs on the rank's
+ * GPU (CUDA refuses a launch or an event record on another device's
+ * stream), and the thread's GPU is put back. */
+START_TEST(device_table_runs_on_the_ranks_gpu_from_any_thread)
+{
+    fake.device_count = 2;
+    ddph_nccl *n = started();
+    ck_assert_int_eq(n->device, 0);
+    ddph__cuda_set_home(n->device);
+    ck_assert_int_eq(cudaSetDevice(1), cudaSuccess);
+    ddph_err err = {0};
+    void *ev = NULL, *mem = NULL;
+    ck_assert_int_eq(dev->event_create(&ev, &err), DDPH_OK);
+    ck_assert_msg(dev->event_record(ev, n->stream, &err) == DDPH_OK,
+                  "event_record from a thread on GPU 1: %s", err.msg);
+    ck_assert_int_eq(dev->alloc(64, &mem, &err), DDPH_OK);
+    ck_assert_msg(dev->check_on(mem, 0, &err) == DDPH_OK,
+                  "alloc from a thread on GPU 1: %s", err.msg);
+    float src[4] = {1, 2, 3, 4};
+    void *dst[1] = {mem};
+    const void *from[1] = {src};
+    size_t bytes[1] = {sizeof src};
+    ck_assert_msg(dev->copy_batch(dst, from, bytes, 1, n->stream, &err) ==
+                      DDPH_OK,
+                  "copy_batch from a thread on GPU 1: %s", err.msg);
+    ck_assert_msg(dev->nonfinite_find(mem, DDPH_F32, 4, (uint64_t *)mem + 4,
+                                      n->stream, &err) == DDPH_OK,
+                  "nonfinite_find from a thread on GPU 1: %s", err.msg);
+    int current = -1;
+    cudaGetDevice(&current);
+    ck_assert_msg(current == 1, "the thread's GPU is now %d, not 1", current);
+    ck_assert_int_eq(dev->sync(n->stream, &err), DDPH_OK);
+    ck_assert_msg(((float *)mem)[3] == 4, "the batch copied %g",
+                  ((float *)mem)[3]);
+    dev->event_destroy(ev);
+    dev->free(mem);
+    ddph__nccl_finalize(n, 0);
+    ddph__cuda_set_home(-1);
+}
+END_TEST
+
+static float compute_src[FAKE_MAX_RANKS][4];
+
+/* As the reducer does it: the gradient written on the trainer's stream,
+ * the bucket's ready event recorded there and waited for by the
+ * communication stream, then the allreduce; a missing wait sums stale
+ * zeros. */
+static void rank_event_ordered(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    ddph_nccl *n = c->n;
+    float *in = compute_src[c->rank], out[4] = {0};
+    for (int i = 0; i < 4; i++)
+        in[i] = (float)((c->rank + 1) * (i + 1));
+    cudaStream_t compute = NULL;
+    void *grad = NULL, *ready = NULL;
+    cudaStreamCreate(&compute);
+    c->st = dev->alloc(sizeof out, &grad, &c->err);
+    if (c->st == DDPH_OK)
+        cudaMemcpyAsync(grad, in, sizeof out, cudaMemcpyHostToDevice,
+                        compute);
+    if (c->st == DDPH_OK)
+        c->st = dev->event_create(&ready, &c->err);
+    if (c->st == DDPH_OK)
+        c->st = dev->event_record(ready, compute, &c->err);
+    if (c->st == DDPH_OK)
+        c->st = dev->event_wait(n->stream, ready, &c->err);
+    if (c->st == DDPH_OK)
+        c->st = ddph__nccl_start_allreduce(n, &n->world, grad, 4, DDPH_F32,
+                                           DDPH_SUM, &c->err);
+    if (c->st == DDPH_OK)
+        c->st = ddph__nccl_copy(n, out, grad, sizeof out, DDPH_COPY_TO_HOST,
+                                &c->err);
+    int w = n->world.size;
+    for (int i = 0; i < 4 && c->st == DDPH_OK; i++)
+        if (out[i] != (float)((i + 1) * w * (w + 1) / 2))
+            c->st = ddph__fail(&c->err, DDPH_ERR_BACKEND,
+                               "rank %d: sum [%d] = %g, want %d", c->rank, i,
+                               out[i], (i + 1) * w * (w + 1) / 2);
+    if (ready)
+        dev->event_destroy(ready);
+    dev->free(grad);
+    cudaStreamSynchronize(compute);
+    ddph__nccl_finalize(n, 0);
+}
+
+START_TEST(comm_stream_waits_for_the_gradients_event)
+{
+    team_expect(worlds[_i], rank_event_ordered, DDPH_OK, NULL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nccl backend (fake NCCL)");
@@ -1190,6 +1396,9 @@ int main(void)
     tcase_add_test(tc, split_makes_a_communicator);
     tcase_add_test(tc, split_failing_on_every_rank_calls_no_nccl);
     tcase_add_test(tc, split_that_never_completes_times_out);
+    tcase_add_test(tc, fake_streams_run_only_when_asked);
+    tcase_add_test(tc, watchdog_abort_inside_a_call_is_caught);
+    tcase_add_test(tc, device_table_runs_on_the_ranks_gpu_from_any_thread);
     suite_add_tcase(s, tc);
     TCase *ranks_tc = tcase_create("ranks");
     tcase_set_timeout(ranks_tc, 30);
@@ -1197,6 +1406,9 @@ int main(void)
     int nw = (int)(sizeof worlds / sizeof worlds[0]);
     tcase_add_loop_test(ranks_tc, collectives_move_real_data, 0, nw);
     tcase_add_loop_test(ranks_tc, in_progress_inside_groups, 0, nw);
+    tcase_add_loop_test(ranks_tc, comm_stream_waits_for_the_gradients_event,
+                        0, nw);
+    tcase_add_loop_test(ranks_tc, stalled_enqueue_ends_within_timeout, 0, nw);
     tcase_add_loop_test(ranks_tc, half_precision_sums, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);

@@ -1,14 +1,18 @@
-/* fake_nccl.c: see fake_nccl.h.  Ranks are threads; one lock guards every
- * communicator and stream; data moves when the last rank of a collective
- * enqueues it (or, for send/recv, when both sides have). */
+/* fake_nccl.c: see fake_nccl.h.  Ranks are threads; one lock
+ * (fake_mu, shared with fake_cuda.c) guards every communicator and
+ * stream; a collective's part is an item on the rank's stream, and its
+ * data moves when a stream reaches it with every rank's part enqueued
+ * (fake_cuda.c runs a stream's items only when asked: GPU asynchrony). */
 #include "build-config.h"
 
-#include "fake_nccl.h"
+#include "fake_internal.h"
 
 #include <cublas_v2.h>
 #include <cusolverDn.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +26,6 @@ fake_record fake_seen[FAKE_MAX_RANKS];
 #define MAX_COMMS 256
 #define MAX_CLIQUES 64
 #define MAX_OPS 4096
-
-/* The streams a rank made: work parts still to complete. */
-struct fake_stream {
-    int pending;
-};
 
 enum kind { ALLREDUCE, ALLGATHER, BROADCAST, REDUCE_SCATTER };
 
@@ -42,6 +41,7 @@ struct coll {
     const void *send[R];
     void *recv[R];
     struct fake_stream *stream[R];
+    long pos[R];  /* where that rank's part is on its stream */
     int open[R]; /* that rank's part is still on its stream */
 };
 
@@ -49,10 +49,12 @@ struct coll {
 struct p2p {
     struct clique *q;
     int src, dst, k, have_send, have_recv, done;
+    int open_send, open_recv; /* still on their streams */
     const void *sbuf;
     void *rbuf;
     size_t bytes;
     struct fake_stream *ss, *rs;
+    long ss_from, rs_from; /* each side's work before its group */
 };
 
 /* One ncclCommSplit of a clique, by its sequence number. */
@@ -82,10 +84,19 @@ struct ncclComm {
     int open; /* its parts not yet completed */
     struct split_round *split_wait;
     ncclComm_t *deliver;
+    /* Parts not yet on their streams: NCCL launches a nonblocking
+     * enqueue's kernel from its group thread, so the part lands on the
+     * stream only when the communicator settles (a group's parts, at its
+     * end). */
+    struct {
+        fake_item it;
+        struct fake_stream *s;
+    } unlaunched[64];
+    int nunlaunched;
+    int in_call;      /* threads inside an NCCL call on it */
+    pthread_t caller; /* the last to enter */
 };
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct ncclComm comms[MAX_COMMS];
 static int ncomms;
 static struct clique cliques[MAX_CLIQUES];
@@ -96,26 +107,13 @@ static struct p2p p2ps[MAX_OPS];
 static int np2ps;
 static struct split_round rounds[MAX_CLIQUES];
 static int nrounds;
-static struct fake_stream streams[MAX_COMMS];
-static int nstreams;
 
-static _Thread_local int my_rank;
-static _Thread_local cudaError_t last_error;
-static _Thread_local int stream_left;
 static _Thread_local int group_depth;
 static _Thread_local struct ncclComm *group_comm;
-static _Thread_local int current_device;
-static int blas_token, solver_token;
-
-static void die(const char *why)
-{
-    fprintf(stderr, "fake NCCL: %s\n", why);
-    abort();
-}
 
 void fake_reset(void)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     memset(&fake, 0, sizeof fake);
     memset(fake_seen, 0, sizeof fake_seen);
     memset(comms, 0, sizeof comms);
@@ -123,15 +121,13 @@ void fake_reset(void)
     memset(colls, 0, sizeof colls);
     memset(p2ps, 0, sizeof p2ps);
     memset(rounds, 0, sizeof rounds);
-    memset(streams, 0, sizeof streams);
-    ncomms = ncliques = ncolls = np2ps = nrounds = nstreams = 0;
+    fake_cuda_reset();
+    ncomms = ncliques = ncolls = np2ps = nrounds = 0;
     next_key = 0;
-    pthread_mutex_unlock(&mu);
-    my_rank = 0;
-    stream_left = 0;
-    last_error = cudaSuccess;
+    pthread_mutex_unlock(&fake_mu);
+    fake_my_rank = 0;
+    fake_cuda_set_rank();
     group_depth = 0;
-    current_device = 0;
     fake.device_count = 1;
     fake.unique_id = ncclSuccess;
     fake.returns = ncclSuccess;
@@ -145,32 +141,38 @@ void fake_reset(void)
 
 void fake_set_rank(int rank)
 {
-    my_rank = rank;
-    stream_left = 0;
-    last_error = cudaSuccess;
+    fake_my_rank = rank;
+    fake_cuda_set_rank();
     group_depth = 0;
-    current_device = 0;
 }
 
-cudaError_t fake_peek_last_error(void) { return last_error; }
+cudaError_t fake_peek_last_error(void) { return fake_last_error; }
 
 int fake_comm_ended(ncclComm_t c) { return c->ended; }
 
 int fake_comm_aborted(ncclComm_t c) { return c->aborted; }
 
+int fake_comm_in_call(ncclComm_t c)
+{
+    pthread_mutex_lock(&fake_mu);
+    int n = c->in_call;
+    pthread_mutex_unlock(&fake_mu);
+    return n;
+}
+
 int fake_live_comms(int rank)
 {
     int live = 0;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     for (int i = 0; i < ncomms; i++)
         live += comms[i].made_by == rank && !comms[i].ended;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return live;
 }
 
-static fake_record *seen(void) { return &fake_seen[my_rank]; }
+static fake_record *seen(void) { return &fake_seen[fake_my_rank]; }
 
-/* ---- communicators (under mu) ------------------------------------------ */
+/* ---- communicators (under fake_mu) ------------------------------------------ */
 
 static struct clique *clique_for(int key, int nranks)
 {
@@ -178,7 +180,7 @@ static struct clique *clique_for(int key, int nranks)
         if (cliques[i].key == key)
             return &cliques[i];
     if (ncliques == MAX_CLIQUES || nranks > R)
-        die("too many communicators or ranks");
+        fake_die("too many communicators or ranks");
     struct clique *q = &cliques[ncliques];
     q->key = key;
     q->nranks = nranks;
@@ -189,11 +191,11 @@ static struct clique *clique_for(int key, int nranks)
 static struct ncclComm *new_comm(struct clique *q, int rank)
 {
     if (ncomms == MAX_COMMS)
-        die("too many communicators");
+        fake_die("too many communicators");
     struct ncclComm *c = &comms[ncomms++];
     c->q = q;
     c->rank = rank;
-    c->made_by = my_rank;
+    c->made_by = fake_my_rank;
     q->member[rank] = c;
     q->joined++;
     return c;
@@ -202,7 +204,7 @@ static struct ncclComm *new_comm(struct clique *q, int rank)
 static void need_usable(ncclComm_t comm)
 {
     if (!comm || comm->ended)
-        die("a call on an ended communicator");
+        fake_die("a call on an ended communicator");
 }
 
 /* NCCL: no call on a nonblocking communicator before it has settled. */
@@ -211,7 +213,7 @@ static void need_settled(ncclComm_t comm)
     need_usable(comm);
     if (comm->pending != 0 || comm->split_wait ||
         comm->q->joined < comm->q->nranks || comm->finalizing)
-        die("a call on a communicator that has not settled");
+        fake_die("a call on a communicator that has not settled");
 }
 
 /* NCCL's ncclCommEnsureReady: a communicator whose asynchronous error is
@@ -223,14 +225,13 @@ static ncclResult_t failure_of(ncclComm_t comm)
 }
 
 /* A part of rank r's work done (or dropped by an abort). */
-static void close_part(struct ncclComm *c, struct fake_stream *s, int *open)
+static void close_part(struct ncclComm *c, int *open)
 {
     if (!*open)
         return;
     *open = 0;
-    s->pending--;
     c->open--;
-    pthread_cond_broadcast(&cv);
+    pthread_cond_broadcast(&fake_cv);
 }
 
 static size_t type_size(ncclDataType_t t)
@@ -302,7 +303,7 @@ static void reduce_half(const void *const *in, int nranks, size_t off,
                         void *out)
 {
     if (op != ncclSum)
-        die("f16/bf16: only sums in the fake");
+        fake_die("f16/bf16: only sums in the fake");
     for (size_t i = 0; i < count; i++) {
         uint16_t acc = ((const uint16_t *)in[0])[off + i];
         for (int r = 1; r < nranks; r++) {
@@ -330,7 +331,7 @@ static void reduce(const void *const *in, int nranks, size_t off,
     case ncclFloat16: case ncclBfloat16:
         reduce_half(in, nranks, off, count, type, op, out);
         break;
-    default: die("no reduction for this type in the fake");
+    default: fake_die("no reduction for this type in the fake");
     }
 }
 
@@ -343,7 +344,7 @@ static void run(struct coll *k)
         size_t total = k->kind == ALLREDUCE ? k->count : k->count * (size_t)w;
         char *tmp = malloc(total * es + 1);
         if (!tmp)
-            die("out of memory");
+            fake_die("out of memory");
         reduce(k->send, w, 0, total, k->type, k->op, tmp);
         for (int r = 0; r < w; r++)
             memmove(k->recv[r],
@@ -363,18 +364,114 @@ static void run(struct coll *k)
     }
     k->done = 1;
     for (int r = 0; r < w; r++)
-        close_part(q->member[r], k->stream[r], &k->open[r]);
+        close_part(q->member[r], &k->open[r]);
 }
 
-static struct fake_stream *as_stream(cudaStream_t s)
+/* Rank it->rank's part of collective it->a, reached on its stream: it
+ * runs once every rank has enqueued it and each peer's stream has run
+ * what comes before the peer's part (the GPU runs every rank's stream by
+ * itself: here, on demand).  A struck collective never runs; an aborted
+ * part is dropped. */
+static int coll_item(fake_item *it)
 {
-    struct fake_stream *f = (struct fake_stream *)(void *)s;
-    if (f < streams || f >= streams + MAX_COMMS)
-        die("not a stream of the fake");
-    return f;
+    struct coll *k = it->a;
+    int w = k->q->nranks;
+    if (!k->open[it->rank])
+        return 1;
+    if (k->arrived < w || k->q->error)
+        return 0;
+    for (int r = 0; r < w; r++)
+        if (r != it->rank && !fake_drain_to(k->stream[r], k->pos[r]))
+            return 0;
+    if (!k->done)
+        run(k);
+    return 1;
 }
 
-/* An enqueue's answer (under mu): a failed communicator's error; else
+/* A part on its stream at pos; `from`: where the work before its group
+ * (or before it, alone) ends on that stream: a group's sends and
+ * receives run together, after what came before on each side. */
+static void landed(const fake_item *it, long pos, long from)
+{
+    if (it->run == coll_item) {
+        struct coll *k = it->a;
+        k->pos[it->rank] = pos;
+        k->arrived++; /* it runs when a stream reaches it: coll_item */
+        return;
+    }
+    struct p2p *p = it->a;
+    if (it->rank) {
+        p->ss_from = from;
+        p->have_send = 1;
+    } else {
+        p->rs_from = from;
+        p->have_recv = 1;
+    }
+}
+
+/* The communicator's unlaunched parts onto their streams, in order. */
+static void launch(struct ncclComm *c)
+{
+    struct fake_stream *first_s = NULL;
+    long first = 0;
+    for (int i = 0; i < c->nunlaunched; i++) {
+        struct fake_stream *s = c->unlaunched[i].s;
+        long pos = fake_push(s, &c->unlaunched[i].it);
+        if (s != first_s) {
+            first_s = s;
+            first = pos;
+        }
+        landed(&c->unlaunched[i].it, pos, first);
+    }
+    c->nunlaunched = 0;
+}
+
+/* A part launched now (a blocking or 1-rank enqueue outside a group), or
+ * when the communicator settles (answer ncclInProgress, or in a group). */
+static void enqueue_part(struct ncclComm *c, struct fake_stream *s,
+                         fake_item it, ncclResult_t answer)
+{
+    if (!group_depth && answer == ncclSuccess) {
+        long pos = fake_push(s, &it);
+        landed(&it, pos, pos);
+        return;
+    }
+    if (group_depth && group_comm && group_comm != c)
+        fake_die("a group over two communicators: not modelled");
+    if (c->nunlaunched == 64)
+        fake_die("too many parts in one group");
+    c->unlaunched[c->nunlaunched].it = it;
+    c->unlaunched[c->nunlaunched++].s = s;
+}
+
+static void p2p_move(struct p2p *p)
+{
+    memmove(p->rbuf, p->sbuf, p->bytes);
+    p->done = 1;
+    close_part(p->q->member[p->src], &p->open_send);
+    close_part(p->q->member[p->dst], &p->open_recv);
+}
+
+/* One side of a send/recv pair: both posted, and the other side's work
+ * before its group has run. */
+static int p2p_item(fake_item *it)
+{
+    struct p2p *p = it->a;
+    int sending = it->rank;
+    if (!(sending ? p->open_send : p->open_recv))
+        return 1;
+    if (!p->have_send || !p->have_recv || p->q->error)
+        return 0;
+    struct fake_stream *other = sending ? p->rs : p->ss;
+    long from = sending ? p->rs_from : p->ss_from;
+    if (!fake_drain_to(other, from))
+        return 0;
+    if (!p->done)
+        p2p_move(p);
+    return 1;
+}
+
+/* An enqueue's answer (under fake_mu): a failed communicator's error; else
  * the script's.  An error inside a group fails the group, and NCCL's
  * group end sets it on the nonblocking communicators that had work in
  * it: here at once.  Outside a group, a nonblocking communicator of 2+
@@ -396,22 +493,58 @@ static ncclResult_t enqueue_answer(ncclComm_t comm)
         comm->failed = answer;
     if (answer == ncclSuccess && !group_depth && !comm->blocking &&
         comm->q->nranks > 1) {
-        comm->pending = 2;
+        comm->pending = fake.enqueue_stalls ? -1 : 2;
         comm->settles = ncclSuccess;
         answer = ncclInProgress;
     }
     return answer;
 }
 
+/* NCCL (Thread Safety): no two threads in calls on one communicator at
+ * once.  Each call opens its window with a yield; a second thread
+ * entering while another is inside is counted (fake_record's
+ * concurrent_calls) and named on stderr. */
+static void enter(ncclComm_t c)
+{
+    if (!c)
+        fake_die("a call on a NULL communicator");
+    pthread_mutex_lock(&fake_mu);
+    if (c->in_call && !pthread_equal(c->caller, pthread_self())) {
+        seen()->concurrent_calls++;
+        fprintf(stderr, "fake NCCL: rank %d: two threads in NCCL calls on "
+                "one communicator at once (NCCL forbids it)\n", fake_my_rank);
+    }
+    c->in_call++;
+    c->caller = pthread_self();
+    pthread_mutex_unlock(&fake_mu);
+    sched_yield();
+}
+
+static void leave(ncclComm_t c)
+{
+    pthread_mutex_lock(&fake_mu);
+    c->in_call--;
+    pthread_mutex_unlock(&fake_mu);
+}
+
+/* `return body;` inside enter/leave. */
+#define GUARDED(comm, body)                                                 \
+    do {                                                                    \
+        enter(comm);                                                        \
+        ncclResult_t r_ = (body);                                           \
+        leave(comm);                                                        \
+        return r_;                                                          \
+    } while (0)
+
 /* Rank comm->rank's part of a collective. */
-static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
+static ncclResult_t post_body(ncclComm_t comm, enum kind kind, const void *send,
                          void *recv, size_t count, ncclDataType_t type,
                          ncclRedOp_t op, int root, cudaStream_t s)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     ncclResult_t answer = enqueue_answer(comm);
     if (answer != ncclSuccess && answer != ncclInProgress) {
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&fake_mu);
         return answer; /* refused: nothing enqueued */
     }
     struct clique *q = comm->q;
@@ -422,7 +555,7 @@ static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
             k = &colls[i];
     if (!k) {
         if (ncolls == MAX_OPS)
-            die("too many collectives");
+            fake_die("too many collectives");
         k = &colls[ncolls++];
         k->q = q;
         k->seq = seq;
@@ -436,37 +569,36 @@ static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
             q->error = fake.fail_with; /* mid-collective */
     } else if (k->kind != kind || k->count != count || k->type != type ||
                k->root != root) {
-        die("ranks enqueued different collectives at one place");
+        fake_die("ranks enqueued different collectives at one place");
     }
     int r = comm->rank;
     k->send[r] = send;
     k->recv[r] = recv;
-    k->stream[r] = as_stream(s);
+    k->stream[r] = fake_as_stream(s);
     k->open[r] = 1;
-    k->stream[r]->pending++;
+    enqueue_part(comm, k->stream[r],
+                 (fake_item){.run = coll_item, .a = k, .rank = r}, answer);
     comm->open++;
     seen()->enqueues++;
-    stream_left = fake.stream_busy;
-    if (++k->arrived == q->nranks && !q->error)
-        run(k);
+    fake_stream_left = fake.stream_busy;
     if (group_depth)
         group_comm = comm;
     else if (fake.returns == ncclInProgress) { /* the script's, not 2 */
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return answer;
 }
 
-static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
+static ncclResult_t post_p2p_body(ncclComm_t comm, int sending, const void *sbuf,
                              void *rbuf, size_t count, ncclDataType_t type,
                              int peer, cudaStream_t s)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     ncclResult_t answer = enqueue_answer(comm);
     if (answer != ncclSuccess && answer != ncclInProgress) {
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&fake_mu);
         return answer;
     }
     struct clique *q = comm->q;
@@ -480,7 +612,7 @@ static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
             p = &p2ps[i];
     if (!p) {
         if (np2ps == MAX_OPS)
-            die("too many sends");
+            fake_die("too many sends");
         p = &p2ps[np2ps++];
         p->q = q;
         p->src = src;
@@ -488,37 +620,50 @@ static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
         p->k = k;
     }
     size_t bytes = count * type_size(type);
+    struct fake_stream *fs = fake_as_stream(s);
     if (sending) {
         p->sbuf = sbuf;
-        p->ss = as_stream(s);
-        p->have_send = 1;
-        p->ss->pending++;
+        p->ss = fs;
+        p->open_send = 1;
     } else {
         p->rbuf = rbuf;
-        p->rs = as_stream(s);
-        p->have_recv = 1;
-        p->rs->pending++;
+        p->rs = fs;
+        p->open_recv = 1;
     }
+    enqueue_part(comm, fs,
+                 (fake_item){.run = p2p_item, .a = p, .rank = sending},
+                 answer);
     if (p->bytes && p->bytes != bytes)
-        die("a send and its receive differ in size");
+        fake_die("a send and its receive differ in size");
     p->bytes = bytes;
     comm->open++;
     seen()->enqueues++;
-    stream_left = fake.stream_busy;
-    if (p->have_send && p->have_recv && !q->error) {
-        memmove(p->rbuf, p->sbuf, p->bytes);
-        p->done = 1;
-        close_part(q->member[src], p->ss, &p->have_send);
-        close_part(q->member[dst], p->rs, &p->have_recv);
-    }
+    fake_stream_left = fake.stream_busy;
     if (group_depth)
         group_comm = comm;
     else if (fake.returns == ncclInProgress) { /* the script's, not 2 */
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return answer;
+}
+
+/* The GPU runs c's work by itself, without the host's asking: the
+ * streams of its open parts are drained (for ncclCommFinalize and
+ * ncclCommDestroy, which wait for that work). */
+static void progress(struct ncclComm *c)
+{
+    for (int i = 0; i < ncolls; i++)
+        if (colls[i].q == c->q && colls[i].open[c->rank])
+            fake_drain_to(colls[i].stream[c->rank], colls[i].pos[c->rank] + 1);
+    for (int i = 0; i < np2ps; i++) {
+        struct p2p *p = &p2ps[i];
+        if (p->q == c->q && p->src == c->rank && p->open_send)
+            fake_drain_to(p->ss, LONG_MAX);
+        if (p->q == c->q && p->dst == c->rank && p->open_recv)
+            fake_drain_to(p->rs, LONG_MAX);
+    }
 }
 
 /* Every part of c's work dropped (ncclCommAbort ends its kernels). */
@@ -526,146 +671,16 @@ static void drop_parts(struct ncclComm *c)
 {
     for (int i = 0; i < ncolls; i++)
         if (colls[i].q == c->q && colls[i].open[c->rank])
-            close_part(c, colls[i].stream[c->rank], &colls[i].open[c->rank]);
+            close_part(c, &colls[i].open[c->rank]);
     for (int i = 0; i < np2ps; i++) {
         struct p2p *p = &p2ps[i];
         if (p->q != c->q || p->done)
             continue;
-        if (p->src == c->rank && p->have_send)
-            close_part(c, p->ss, &p->have_send);
-        if (p->dst == c->rank && p->have_recv)
-            close_part(c, p->rs, &p->have_recv);
+        if (p->src == c->rank)
+            close_part(c, &p->open_send);
+        if (p->dst == c->rank)
+            close_part(c, &p->open_recv);
     }
-}
-
-/* ---- CUDA runtime ------------------------------------------------------ */
-
-const char *cudaGetErrorString(cudaError_t e)
-{
-    switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    default: return "some CUDA error";
-    }
-}
-
-cudaError_t cudaGetLastError(void)
-{
-    cudaError_t e = last_error;
-    last_error = cudaSuccess;
-    return e;
-}
-
-cudaError_t cudaGetDeviceCount(int *count)
-{
-    *count = fake.device_count;
-    return fake.device_count ? cudaSuccess : cudaErrorNoDevice;
-}
-
-cudaError_t cudaSetDevice(int device)
-{
-    if (device < 0 || device >= fake.device_count)
-        return cudaErrorInvalidDevice;
-    current_device = device;
-    return cudaSuccess;
-}
-
-cudaError_t cudaGetDevice(int *device)
-{
-    *device = current_device;
-    return cudaSuccess;
-}
-
-/* A GPU's UUID: its index, and the rank unless every rank shares them. */
-cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
-{
-    if (device < 0 || device >= fake.device_count)
-        return cudaErrorInvalidDevice;
-    memset(prop, 0, sizeof *prop);
-    snprintf(prop->name, sizeof prop->name, "fake GPU %d", device);
-    prop->uuid.bytes[0] = (char)device;
-    prop->uuid.bytes[1] = (char)(fake.one_host ? 0 : my_rank + 1);
-    return cudaSuccess;
-}
-
-cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
-{
-    *least = 0;
-    *greatest = -5;
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags,
-                                         int priority)
-{
-    pthread_mutex_lock(&mu);
-    if (nstreams == MAX_COMMS)
-        die("too many streams");
-    *s = (cudaStream_t)(void *)&streams[nstreams++];
-    pthread_mutex_unlock(&mu);
-    seen()->stream_priority = priority;
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t s) { return cudaSuccess; }
-
-cudaError_t cudaStreamQuery(cudaStream_t s)
-{
-    seen()->stream_polls++;
-    pthread_mutex_lock(&mu);
-    int busy = as_stream(s)->pending > 0;
-    pthread_mutex_unlock(&mu);
-    if (stream_left != 0 || busy) {
-        if (stream_left > 0)
-            stream_left--;
-        last_error = cudaErrorNotReady; /* CUDA keeps it as the last error */
-        return cudaErrorNotReady;
-    }
-    if (fake.stream_ends != cudaSuccess)
-        last_error = fake.stream_ends;
-    return fake.stream_ends;
-}
-
-cudaError_t cudaFree(void *p) { return cudaSuccess; }
-
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return cudaSuccess; }
-
-cudaError_t cudaFreeHost(void *p) { return cudaSuccess; }
-
-/* ---- cuBLAS and cuSOLVER handles ------------------------------------ */
-
-cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
-{
-    *h = (cublasHandle_t)(void *)&blas_token;
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasDestroy_v2(cublasHandle_t h)
-{
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
-{
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-cusolverStatus_t cusolverDnCreate(cusolverDnHandle_t *h)
-{
-    *h = (cusolverDnHandle_t)(void *)&solver_token;
-    return CUSOLVER_STATUS_SUCCESS;
-}
-
-cusolverStatus_t cusolverDnDestroy(cusolverDnHandle_t h)
-{
-    return CUSOLVER_STATUS_SUCCESS;
-}
-
-cusolverStatus_t cusolverDnSetStream(cusolverDnHandle_t h, cudaStream_t s)
-{
-    return CUSOLVER_STATUS_SUCCESS;
 }
 
 /* ---- NCCL ------------------------------------------------------------- */
@@ -686,9 +701,9 @@ const char *ncclGetErrorString(ncclResult_t r)
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     memset(id, 0, sizeof *id);
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     int key = ++next_key;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     memcpy(id->internal, &key, sizeof key);
     return fake.unique_id;
 }
@@ -699,7 +714,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
 {
     int key;
     memcpy(&key, id.internal, sizeof key);
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     seen()->inits++;
     seen()->init_blocking = config->blocking;
     struct ncclComm *c = new_comm(clique_for(key, nranks), rank);
@@ -709,7 +724,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
         c->settles = fake.settles;
     }
     *comm = c;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return fake.returns;
 }
 
@@ -745,13 +760,13 @@ static void make_children(struct split_round *s)
     s->done = 1;
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+static ncclResult_t comm_split_body(ncclComm_t comm, int color, int key,
                            ncclComm_t *newcomm, ncclConfig_t *config)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     ncclResult_t failed = failure_of(comm);
     if (failed != ncclSuccess) {
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&fake_mu);
         return failed;
     }
     need_settled(comm);
@@ -766,7 +781,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
             s = &rounds[i];
     if (!s) {
         if (nrounds == MAX_CLIQUES)
-            die("too many splits");
+            fake_die("too many splits");
         s = &rounds[nrounds++];
         s->q = q;
         s->seq = seq;
@@ -781,7 +796,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
         comm->pending = fake.pending;
         comm->settles = fake.settles;
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     /* Nonblocking: the child's init is a job of the parent, run on a
      * thread; *newcomm is written when it ends. */
     if (config->blocking)
@@ -789,11 +804,15 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
     return fake.returns == ncclSuccess ? ncclInProgress : fake.returns;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
+static ncclResult_t comm_getasyncerror_body(ncclComm_t comm, ncclResult_t *async)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     need_usable(comm);
     seen()->async_polls++;
+    /* The group thread has launched: the parts land on their streams. */
+    if (comm->nunlaunched && comm->pending == 0 && !comm->split_wait &&
+        comm->failed == ncclSuccess && comm->settles == ncclSuccess)
+        launch(comm);
     if (comm->q->error != ncclSuccess) {
         *async = comm->q->error;
     } else if (comm->failed != ncclSuccess) {
@@ -823,17 +842,18 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
     } else if (comm->q->joined < comm->q->nranks) {
         *async = ncclInProgress; /* a peer has not come yet */
     } else if (comm->finalizing) {
+        progress(comm);
         *async = comm->open > 0 ? ncclInProgress : ncclSuccess;
     } else if (comm->pending != 0) {
         if (comm->pending > 0)
             comm->pending--;
         *async = ncclInProgress;
-    } else if (stream_left != 0 && fake.async_while_busy != ncclSuccess) {
+    } else if (fake_stream_left != 0 && fake.async_while_busy != ncclSuccess) {
         *async = fake.async_while_busy;
     } else {
         *async = comm->settles;
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return ncclSuccess;
 }
 
@@ -855,50 +875,92 @@ static void deliver_half_made(struct ncclComm *parent)
     parent->deliver = NULL;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm)
+static ncclResult_t comm_abort_body(ncclComm_t comm)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     need_usable(comm);
     if (comm->split_wait)
         deliver_half_made(comm);
     comm->ended = 1;
     comm->aborted = 1;
+    comm->nunlaunched = 0; /* never launched */
     drop_parts(comm);
     seen()->aborts++;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommFinalize(ncclComm_t comm)
+static ncclResult_t comm_finalize_body(ncclComm_t comm)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     need_settled(comm);
     comm->finalizing = 1;
     seen()->finalizes++;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return comm->blocking ? ncclSuccess : ncclInProgress;
 }
 
 /* Without a finalize that has settled, NCCL's destroy finalizes itself,
  * blocking until the communicator's work is done: here for at most 3 s,
  * counted, so that a test sees it rather than hangs. */
-ncclResult_t ncclCommDestroy(ncclComm_t comm)
+static ncclResult_t comm_destroy_body(ncclComm_t comm)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     need_usable(comm);
     if (!comm->finalizing || comm->open > 0) {
         seen()->destroy_unfinalized++;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 3;
-        while (comm->open > 0 &&
-               pthread_cond_timedwait(&cv, &mu, &until) == 0) {
+        while ((progress(comm), comm->open > 0) &&
+               pthread_cond_timedwait(&fake_cv, &fake_mu, &until) == 0) {
         }
     }
     comm->ended = 1;
     seen()->destroys++;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return ncclSuccess;
+}
+
+static ncclResult_t post(ncclComm_t comm, enum kind kind, const void *send,
+                         void *recv, size_t count, ncclDataType_t type,
+                         ncclRedOp_t op, int root, cudaStream_t s)
+{
+    GUARDED(comm, post_body(comm, kind, send, recv, count, type, op, root, s));
+}
+
+static ncclResult_t post_p2p(ncclComm_t comm, int sending, const void *sbuf,
+                             void *rbuf, size_t count, ncclDataType_t type,
+                             int peer, cudaStream_t s)
+{
+    GUARDED(comm, post_p2p_body(comm, sending, sbuf, rbuf, count, type, peer,
+                                s));
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    GUARDED(comm, comm_split_body(comm, color, key, newcomm, config));
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
+{
+    GUARDED(comm, comm_getasyncerror_body(comm, async));
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    GUARDED(comm, comm_abort_body(comm));
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    GUARDED(comm, comm_finalize_body(comm));
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    GUARDED(comm, comm_destroy_body(comm));
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
@@ -947,8 +1009,9 @@ ncclResult_t ncclGroupEnd(void);
 
 ncclResult_t ncclGroupStart(void)
 {
-    if (group_depth++ == 0)
+    if (group_depth++ == 0) {
         group_comm = NULL;
+    }
     return ncclSuccess;
 }
 
@@ -962,7 +1025,7 @@ ncclResult_t ncclGroupEnd(void)
     group_comm = NULL;
     if (!c)
         return ncclSuccess;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_mu);
     ncclResult_t answer = fake.returns;
     if (answer == ncclInProgress) {
         c->pending = fake.pending;
@@ -970,7 +1033,9 @@ ncclResult_t ncclGroupEnd(void)
     } else if (answer == ncclSuccess && !c->blocking) {
         c->pending = 2;
         answer = ncclInProgress;
+    } else if (answer == ncclSuccess) {
+        launch(c);
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_mu);
     return answer;
 }

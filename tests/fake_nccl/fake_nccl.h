@@ -6,10 +6,18 @@
  * It behaves like NCCL where the backend depends on it: several ranks
  * (threads of one process, each naming its rank with fake_set_rank) move
  * real data, in host memory, for every collective the backend uses
- * (allreduce, allgather, broadcast, reduce-scatter, send/recv); a
- * collective completes when every rank of its communicator has enqueued
- * it, and until then each rank's stream answers cudaErrorNotReady, left
- * as the thread's last error as CUDA does; MAX and MIN on floats are
+ * (allreduce, allgather, broadcast, reduce-scatter, send/recv); the GPU
+ * is asynchronous (fake_cuda.c): a stream's work (copies, memsets,
+ * kernels, collectives) runs only when the stream is synchronised or
+ * queried, or when a stream that waits for an event recorded after it
+ * runs, so a missing event wait reads stale data; a collective runs
+ * when every rank of its communicator has enqueued it, and until then
+ * each rank's stream answers cudaErrorNotReady, left as the thread's
+ * last error as CUDA does; a thread has a current device, streams and
+ * events belong to the device current at their making, and a kernel
+ * launch or an event record on another device's stream fails ("invalid
+ * resource handle"), as CUDA does; memory from cudaMalloc and pools
+ * is known to cudaPointerGetAttributes by device; MAX and MIN on floats are
  * fmaxf and fminf (a NaN is dropped); f16 and bf16 sum in float,
  * rounded to the type after each rank; a communicator is ready when every
  * rank has joined it; ncclCommSplit runs the child's init as a job of
@@ -26,7 +34,9 @@
  * error strikes in the middle of a collective (it then never completes);
  * ncclCommDestroy without ncclCommFinalize blocks while the
  * communicator's work is unfinished; a call on a communicator that is
- * ended, or not settled, stops the test (abort).  What a real GPU does
+ * ended, or not settled, stops the test (abort); a call on a
+ * communicator while another thread is inside one on it is counted
+ * (NCCL forbids it: concurrent_calls).  What a real GPU does
  * is tested by tests/gpu. */
 #ifndef DDPH_FAKE_NCCL_H
 #define DDPH_FAKE_NCCL_H
@@ -51,6 +61,10 @@ typedef struct fake_script {
     ncclResult_t returns;
     int pending;
     ncclResult_t settles;
+    /* Nonzero: a lone nonblocking enqueue on 2+ ranks stays
+     * ncclInProgress for ever (its group thread stuck, as in a run-time
+     * connect to a peer that is gone). */
+    int enqueue_stalls;
     /* Every call inside a group answers this (ncclSuccess by default;
      * NCCL may answer ncclInProgress there). */
     ncclResult_t in_group;
@@ -85,6 +99,9 @@ typedef struct fake_record {
     int async_polls;
     int stream_polls;
     int stream_priority; /* of the last stream created */
+    /* Calls made while another thread was inside one on the same
+     * communicator (NCCL forbids it): 0 unless the backend did. */
+    int concurrent_calls;
 } fake_record;
 
 extern fake_script fake;
@@ -97,6 +114,8 @@ void fake_set_rank(int rank);
 cudaError_t fake_peek_last_error(void);
 /* Whether communicator c was ended (aborted or destroyed). */
 int fake_comm_ended(ncclComm_t c);
+/* How many threads are inside an NCCL call on c now. */
+int fake_comm_in_call(ncclComm_t c);
 /* Whether it was aborted (not destroyed). */
 int fake_comm_aborted(ncclComm_t c);
 /* How many communicators made for this rank (its inits, its share of

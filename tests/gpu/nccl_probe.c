@@ -11,9 +11,18 @@
  *     many ncclCommGetAsyncError polls until it settles;
  *   - how long ncclCommAbort takes;
  *   - a 4-byte allreduce group's latency on a blocking and a
- *     nonblocking 1-rank communicator. */
+ *     nonblocking 1-rank communicator;
+ *   - what a lone (implicit-group) enqueue answers on a nonblocking
+ *     1-rank communicator (the fake: ncclSuccess, no group thread);
+ *   - with 2 GPUs, 2 ranks as threads: what a lone nonblocking enqueue
+ *     answers (NCCL >= 2.23: ncclInProgress, group.cc starts a thread per
+ *     group) and the median 4-byte allreduce latency, enqueue to stream's
+ *     end, blocking against nonblocking: the per-collective price of the
+ *     nonblocking communicators the backend keeps. */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -176,6 +185,107 @@ static int group_latency(ncclComm_t comm, int blocking, cudaStream_t s,
     return 0;
 }
 
+/* A lone ncclAllReduce on a settled nonblocking communicator: its answer
+ * and the polls until it settles. */
+static void lone_enqueue(ncclComm_t comm, cudaStream_t s, float *buf,
+                         const char *label)
+{
+    ncclResult_t r =
+        ncclAllReduce(buf, buf + 1, 1, ncclFloat32, ncclSum, comm, s);
+    ncclResult_t settled = ncclSuccess;
+    long polls = settle(comm, &settled);
+    FACT("lone ncclAllReduce, nonblocking, %s: returned %s, settled to %s "
+         "after %ld polls", label, ncclGetErrorString(r),
+         ncclGetErrorString(settled), polls);
+    cudaStreamSynchronize(s);
+}
+
+/* Two ranks as threads, each on its own GPU. */
+struct pair_rank {
+    int rank, blocking;
+    ncclUniqueId id;
+    double median_us;
+    ncclResult_t lone;
+    int failed;
+};
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void *pair_main(void *arg)
+{
+    struct pair_rank *p = arg;
+    enum { RUNS = 201 };
+    double t[RUNS];
+    ncclComm_t comm = NULL;
+    cudaStream_t s = NULL;
+    float *buf = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = p->blocking;
+    ncclResult_t settled = ncclSuccess;
+    p->failed = cudaSetDevice(p->rank) != cudaSuccess ||
+                cudaStreamCreate(&s) != cudaSuccess ||
+                cudaMalloc((void **)&buf, 2 * sizeof *buf) != cudaSuccess;
+    if (p->failed)
+        return NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, 2, p->id, p->rank, &config);
+    settle(comm, &settled);
+    if ((r != ncclSuccess && r != ncclInProgress) || settled != ncclSuccess) {
+        p->failed = 1;
+        return NULL;
+    }
+    for (int i = 0; i < RUNS && !p->failed; i++) {
+        double t0 = now();
+        r = ncclAllReduce(buf, buf + 1, 1, ncclFloat32, ncclSum, comm, s);
+        if (i == 0)
+            p->lone = r;
+        settle(comm, &settled);
+        p->failed = (r != ncclSuccess && r != ncclInProgress) ||
+                    settled != ncclSuccess ||
+                    cudaStreamSynchronize(s) != cudaSuccess;
+        t[i] = now() - t0;
+    }
+    qsort(t, RUNS, sizeof *t, by_value);
+    p->median_us = t[RUNS / 2] * 1e6;
+    ncclCommDestroy(comm);
+    cudaFree(buf);
+    cudaStreamDestroy(s);
+    return NULL;
+}
+
+static void two_ranks(int devices)
+{
+    if (devices < 2) {
+        FACT("2-rank enqueue and latency: not measured (%d GPU; NCCL needs "
+             "one per rank)", devices);
+        return;
+    }
+    for (int blocking = 1; blocking >= 0; blocking--) {
+        struct pair_rank p[2];
+        memset(p, 0, sizeof p);
+        p[1].rank = 1;
+        p[0].blocking = p[1].blocking = blocking;
+        pthread_t t[2];
+        ncclGetUniqueId(&p[0].id);
+        p[1].id = p[0].id;
+        for (int r = 0; r < 2; r++)
+            pthread_create(&t[r], NULL, pair_main, &p[r]);
+        for (int r = 0; r < 2; r++)
+            pthread_join(t[r], NULL);
+        if (p[0].failed || p[1].failed)
+            FACT("2-rank allreduce, blocking=%d: FAILED", blocking);
+        else
+            FACT("2-rank 4-byte allreduce, blocking=%d: lone enqueue "
+                 "returned %s; median %.1f us (rank 0), %.1f us (rank 1), "
+                 "enqueue to the stream's end", blocking,
+                 ncclGetErrorString(p[0].lone), p[0].median_us,
+                 p[1].median_us);
+    }
+}
+
 int main(void)
 {
     int devices = 0;
@@ -203,6 +313,8 @@ int main(void)
         return FACT("FAILED: cudaStreamCreate or cudaMalloc"), 1;
     if (group_latency(blocking, 1, s, buf) || group_latency(nonblocking, 0, s, buf))
         return 1;
+    lone_enqueue(nonblocking, s, buf, "1 rank");
+    two_ranks(devices);
     double t0 = now();
     ncclResult_t r = ncclCommAbort(nonblocking);
     FACT("ncclCommAbort (nonblocking, idle): %s in %.1f ms",

@@ -8,7 +8,9 @@
 #      tests/fake_nccl stands in for them (the last error after
 #      cudaStreamQuery, ncclCommSplit's returns and *newcomm, nonblocking
 #      init settling, ncclCommAbort's time, a blocking and a nonblocking
-#      1-rank group's latency): its lines are the evidence;
+#      1-rank group's latency, a lone nonblocking enqueue's answer; with
+#      2 GPUs, a 2-rank allreduce's latency, blocking against nonblocking):
+#      its lines are the evidence;
 #   3. tests/gpu/test_device_ops: every CUDA device operation bit for bit
 #      against its CPU twin (and top-k's and absmax's scratch kept out of
 #      the device's default memory pool);
