@@ -60,6 +60,18 @@ printf '[runtime]\nplugin_path = %s:%s/absent\n[hook]\nname = powersdg\n' "$P" "
 expect "a misspelled hook name" \
     "^ddphook check: $OUT/name.ini:4: hook 'powersdg' not found (did you mean 'powersgd'?); paths tried: $P/powersdg.so, $OUT/absent/powersdg.so (the folder does not exist) (\`ddphook plugins\` lists the hooks;" \
     "$B/ddphook" check "$OUT/name.ini"
+# A key after a section's ']' (inih drops it) is refused as the runtime
+# refuses it; a comment there and a UTF-8 byte-order mark are not.
+printf '[runtime]\nplugin_path = %s\n[hook]\nname = topk\n[hook.topk] ratio = 0.5\n' "$P" > "$OUT/after.ini"
+expect "a key after ']'" \
+    "^ddphook check: $OUT/after.ini:5: text after ']' on the section line: put 'ratio = 0.5' on a line of its own\$" \
+    "$B/ddphook" check "$OUT/after.ini"
+printf '\357\273\277[runtime] ; saved by an editor that marks UTF-8\nplugin_path = %s\n[hook]\nname = allreduce\n' "$P" > "$OUT/bom.ini"
+if out=$("$B/ddphook" check "$OUT/bom.ini" 2>&1 </dev/null); then
+    pass=$((pass + 1)); echo "PASS: a byte-order mark and a comment after ']' are accepted"
+else
+    fail=$((fail + 1)); echo "FAIL: a byte-order mark, a comment after ']':"; printf '%s\n' "$out" | sed 's/^/    /'
+fi
 # backend = nccl is checked where the job file is checked.
 if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
     printf '[runtime]\nbackend = nccl\nplugin_path = %s\n' "$P" > "$OUT/nccl.ini"

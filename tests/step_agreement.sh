@@ -8,6 +8,10 @@
 #    rank fails in that very iteration, naming the rank;
 #  - every rank starts two overlapping nonblocking sums: refused, naming
 #    both buffers;
+#  - every rank averages by an allgatherv, the last one with counts that
+#    differ but add up to the same total (MPI accepts the shorter
+#    messages) at iteration 1: every rank fails in that iteration, naming
+#    the rank and a count that differs;
 #  - it loads another build of the hook (same name, version, options):
 #    refused at finalize on every rank, naming both files;
 #  - PowerSGD and batched PowerSGD with it on another OpenBLAS kernel
@@ -69,6 +73,31 @@ at = $at"
         fail=$((fail + 1)); echo "FAIL: overlapping nonblocking sums on $w ranks (exit $rc)"
         printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
     fi
+    job counts "$F/misstep.so" "mode = counts
+at = 1"
+    # Small buckets (eager messages: MPI takes the shorter ones and every
+    # step ended OK) and large ones (where they used to hang until
+    # timeout_s).
+    "$B/tests/tools/make_trace" "$OUT/s$w" "$w" 3 1 w=16,16 b=16
+    for trace in s t; do
+        # The mismatch is found while the allgatherv's data moves: UCX's
+        # single-copy transport would abort a rank whose peer exited
+        # mid-copy before it could report (tests/faults.sh says more).
+        out=$(UCX_TLS=^cma UCX_TCP_PUT_ENABLE=n timeout 120 "$MPIEXEC" -disable-auto-cleanup -n "$w" "$B/ddphook" replay \
+            --job "$OUT/counts.ini" --trace "$OUT/$trace$w" --out "$OUT/o-counts-$trace$w" </dev/null 2>&1)
+        rc=$?
+        want="the ranks' collectives differ \(group of $w ranks\): rank $last called allgatherv\(f32, [0-9]*, counts digest [0-9a-f]*\) as its collective #[0-9]* \(iteration 1, .*the ranks passed different counts"
+        # Each rank names a count that differs: its own, or the rank's
+        # whose report reached it first.
+        what="allgatherv counts skewed on rank $last of $w (same total, $(du -b "$OUT/$trace$w/rank0.step0.f32" | cut -f1)-byte gradients)"
+        if [ "$rc" -ne 0 ] && reported "$w" "$want" "$out" &&
+            reported "$w" "$want.*; on rank [0-9]*, counts\[[0-9]*\] is [0-9]*, but rank [0-9]* sends [0-9]*\)" "$out"; then
+            pass=$((pass + 1)); echo "PASS: $what: every rank fails in that iteration, naming the rank and a count"
+        else
+            fail=$((fail + 1)); echo "FAIL: $what (exit $rc)"
+            printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+        fi
+    done
     job build "$F/misstep.so"
     job other "$F/misstep_sums.so"
     out=$(timeout 120 "$MPIEXEC" -disable-auto-cleanup -n "$last" "$B/ddphook" replay \
@@ -117,4 +146,4 @@ at = $at"
     done
 done
 echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -eq 36 ]
+[ "$fail" -eq 0 ] && [ "$pass" -eq 40 ]

@@ -149,6 +149,46 @@ START_TEST(errors_name_file_and_line)
     expect_error("[runtime]\ntimeout_s = 10\n[hook\nname = x\n",
                  DDPH_ERR_CONFIG, 3,
                  "section header '[hook' has no closing ']'");
+    /* inih drops what follows ']': a key there would be lost. */
+    expect_error("[hook.topk] ratio = 0.5\n", DDPH_ERR_CONFIG, 1,
+                 "text after ']' on the section line: put 'ratio = 0.5' on "
+                 "a line of its own");
+    expect_error("[hook]\nname = x\n[runtime] timeout_s = 1 ; short\n",
+                 DDPH_ERR_CONFIG, 3,
+                 "put 'timeout_s = 1 ; short' on a line of its own");
+    /* '#' starts a comment only at the start of a line (inih's build). */
+    expect_error("[runtime] # note\n", DDPH_ERR_CONFIG, 1,
+                 "text after ']'");
+}
+END_TEST
+
+/* What inih takes after ']' and before the first line stays accepted:
+ * an inline comment, and a UTF-8 byte-order mark (then line 2 is still
+ * line 2). */
+START_TEST(header_comments_and_bom)
+{
+    ddph_config cfg;
+    ddph_err e;
+    char path[256];
+    ck_assert_int_eq(load("[runtime] ; the transport\ntimeout_s = 5\n"
+                          "[hook];x\nname = allreduce\n",
+                          &cfg, &e, path, sizeof path),
+                     DDPH_OK);
+    ck_assert_double_eq(cfg.timeout_s, 5);
+    ddph__config_free(&cfg);
+    ck_assert_int_eq(load("\xEF\xBB\xBF[runtime]\ntimeout_s = 7\n", &cfg,
+                          &e, path, sizeof path),
+                     DDPH_OK);
+    ck_assert_double_eq(cfg.timeout_s, 7);
+    ddph__config_free(&cfg);
+    expect_error("\xEF\xBB\xBF[runtime]\ntimeout_s = x\n", DDPH_ERR_CONFIG,
+                 2, "timeout_s = 'x' is not a number");
+    ck_assert_int_eq(load("\xEF\xBB\xBF", &cfg, &e, path, sizeof path),
+                     DDPH_OK);
+    ddph__config_free(&cfg);
+    /* Only line 1's mark: elsewhere the bytes are text. */
+    expect_error("[runtime]\n\xEF\xBB\xBFtimeout_s = 7\n", DDPH_ERR_CONFIG,
+                 2, "");
 }
 END_TEST
 
@@ -399,6 +439,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, full_file);
     tcase_add_test(tc, errors_name_file_and_line);
+    tcase_add_test(tc, header_comments_and_bom);
     tcase_add_test(tc, every_error_of_a_file);
     tcase_add_test(tc, numbers_print_as_written);
     tcase_add_test(tc, missing_file);

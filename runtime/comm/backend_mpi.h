@@ -37,6 +37,7 @@ struct ddph_group {
     MPI_Comm fingerprints; /* comm's twin for the collectives' fingerprints
                               (MPI_COMM_NULL: not checked) */
     int64_t sequence;      /* collectives issued on comm by hooks so far */
+    uint64_t digest;       /* of their fingerprints, for the end of step */
     void *nccl; /* ncclComm_t of the same ranks (nccl backend), or NULL */
     int rank, size;
     int owned;               /* comm is freed with the group */
@@ -275,11 +276,14 @@ ddph_status ddph__mpi_op_progress(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
  * or a different collective fails the job on every rank, with
  * DDPH_ERR_MISMATCH naming the ranks and what each called.  `model` is
  * the model's id (ddph__mpi_model_named), -1 for none; `offset` the byte
- * where the data starts in the hook's bucket, -1 outside it. */
+ * where the data starts in the hook's bucket, -1 outside it.  `counts`
+ * (an allgatherv's, one per rank of g; NULL for the others) is compared
+ * whole: counts that differ but add up to the same total fail too, naming
+ * the first count this rank expects other than its sender sends. */
 ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
                                   const char *what, ddph_dtype dtype,
-                                  size_t count, int op, int root,
-                                  int64_t model, int64_t iteration,
+                                  size_t count, const size_t *counts, int op,
+                                  int root, int64_t model, int64_t iteration,
                                   int64_t bucket, int64_t offset,
                                   ddph_err *err);
 /* Waits for the calling thread's fingerprint exchange still in flight, if

@@ -93,7 +93,8 @@ typedef struct ddph_comm_ops {
      * compare them (the stream orders a GPU's). */
     ddph_status (*fingerprint)(void *self, struct ddph_group *g,
                                const char *what, ddph_dtype dtype,
-                               size_t count, int op, int root, int64_t model,
+                               size_t count, const size_t *counts, int op,
+                               int root, int64_t model,
                                int64_t iteration, int64_t bucket,
                                int64_t offset, ddph_err *err);
     ddph_status (*fingerprint_settle)(void *self, ddph_err *err);

@@ -125,13 +125,13 @@ static ddph_status mpi_progress(void *self, ddph_comm_op *op, ddph_err *err)
 
 static ddph_status mpi_fingerprint(void *self, struct ddph_group *g,
                                    const char *what, ddph_dtype dtype,
-                                   size_t count, int op, int root,
-                                   int64_t model, int64_t iteration,
+                                   size_t count, const size_t *counts, int op,
+                                   int root, int64_t model, int64_t iteration,
                                    int64_t bucket, int64_t offset,
                                    ddph_err *err)
 {
-    return ddph__mpi_fingerprint(self, g, what, dtype, count, op, root, model,
-                                 iteration, bucket, offset, err);
+    return ddph__mpi_fingerprint(self, g, what, dtype, count, counts, op, root,
+                                 model, iteration, bucket, offset, err);
 }
 
 static ddph_status mpi_fingerprint_settle(void *self, ddph_err *err)

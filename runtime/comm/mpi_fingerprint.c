@@ -27,9 +27,12 @@ static const char *const fp_kinds[] = {
 };
 enum { FP_KIND_STEP_END = 10, FP_KIND_TRAINER_BROADCAST = 14 };
 /* sequence, kind, dtype, count, op, root, iteration, bucket, model, byte
- * offset in the bucket; an end of step holds its summary in the middle
+ * offset in the bucket, counts digest (an allgatherv's whole counts, whose
+ * total alone would let counts that differ pass; an end of step's: the
+ * lane's records so far); then, not compared, the count this rank sends
+ * (its counts[rank]).  An end of step holds its summary in the middle
  * fields (ddph__mpi_step_agree). */
-enum { FP_FIELDS = 10 };
+enum { FP_FIELDS = 12, FP_COMPARED = 11, FP_COUNTS = 10, FP_SENDS = 11 };
 /* The bucket field of a trainer call and of an end of step. */
 enum { FP_TRAINER_CALL = -3, FP_STEP_END = -2 };
 /* The bits of an end of step's last field that hold the rank's part
@@ -40,6 +43,16 @@ enum { FP_TRAINER_CALL = -3, FP_STEP_END = -2 };
 static int fp_joined_step(const int64_t *r)
 {
     return r[1] == FP_KIND_STEP_END && r[9] >= 0;
+}
+
+/* Mixes v into h (splitmix64's finalizer): a digest of a sequence, in
+ * which a count moved from one rank to another shows. */
+static uint64_t fp_mix(uint64_t h, uint64_t v)
+{
+    uint64_t z = h + v * 0x9e3779b97f4a7c15ULL + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
 }
 
 static const char *fp_op_name(int64_t op)
@@ -101,7 +114,7 @@ static void fp_describe(const ddph_mpi *m, const int64_t *r, char *out,
         snprintf(out, cap,
                  "the end of its step (models %s, iteration %lld, %lld "
                  "backward pass%s%s, %lld trainer call%s so far, hooks%s "
-                 "digest %llx) after %lld collective%s",
+                 "digest %llx) after %lld collective%s (digest %llx)",
                  models, (long long)r[6], (long long)r[3],
                  r[3] == 1 ? "" : "es",
                  role == DDPH__STEP_DATA_ENDED ? ", the end of its data"
@@ -109,16 +122,19 @@ static void fp_describe(const ddph_mpi *m, const int64_t *r, char *out,
                                                : "",
                  (long long)r[5], r[5] == 1 ? "" : "s",
                  role < 0 ? " and passes" : "", (unsigned long long)r[4],
-                 (long long)r[0],
-                 r[0] == 1 ? "" : "s");
+                 (long long)r[0], r[0] == 1 ? "" : "s",
+                 (unsigned long long)r[FP_COUNTS]);
         return;
     }
     const char *dtype = r[2] >= 0 && r[2] < DDPH_DTYPE_COUNT
                             ? ddph__dtype_name((ddph_dtype)r[2])
                             : "?";
-    char root[32] = "";
+    char root[48] = "";
     if (r[5] >= 0)
         snprintf(root, sizeof root, ", root %lld", (long long)r[5]);
+    else if (r[FP_COUNTS])
+        snprintf(root, sizeof root, ", counts digest %llx",
+                 (unsigned long long)r[FP_COUNTS]);
     if (r[7] == FP_TRAINER_CALL) {
         snprintf(out, cap, "%s(%lld x %s%s%s) as its trainer call #%lld",
                  kind, (long long)r[3], dtype, fp_op_name(r[4]), root,
@@ -159,8 +175,12 @@ static const char *fp_hint(const int64_t *a, const int64_t *b)
         return a[8] != b[8]   ? "the ranks reduce different models here"
                : a[9] != b[9] ? "the ranks reduce different parts of the "
                                 "bucket here (collectives in another order)"
-                              : "a hook issued an extra, a missing or a "
-                                "different collective on some rank";
+               : a[1] == b[1] && a[3] == b[3] && a[FP_COUNTS] != b[FP_COUNTS]
+                   ? "the ranks passed different counts: counts[r] is "
+                     "what rank r sends, and every rank must pass the "
+                     "same"
+                   : "a hook issued an extra, a missing or a "
+                     "different collective on some rank";
     if (a[2] != b[2])
         return "the ranks stepped different models";
     /* ([9]: every model's passes, under join) */
@@ -172,6 +192,8 @@ static const char *fp_hint(const int64_t *a, const int64_t *b)
         return "the ranks made different numbers of trainer calls";
     if (a[4] != b[4])
         return "the hooks' builds or the models' backward passes differ";
+    if (a[0] == b[0] && a[FP_COUNTS] != b[FP_COUNTS])
+        return "the step's collectives differed in kind, size or counts";
     return "the ranks issued different numbers of collectives";
 }
 
@@ -185,8 +207,10 @@ static const char *fp_hint(const int64_t *a, const int64_t *b)
 static _Thread_local struct {
     ddph_mpi *m;
     MPI_Request req;
-    int64_t *block; /* this rank's record, then every rank's; NULL: none */
-    int size;
+    int64_t *block; /* this rank's record, then every rank's, then its
+                       counts (allgatherv); NULL: none */
+    const int64_t *counts;
+    int size, rank;
     const char *what;
 } pending_fp;
 
@@ -221,13 +245,36 @@ static int fp_join_view(const int64_t *all, int size, int64_t *view)
     return ref < 0 ? 0 : ref;
 }
 
+/* Where the counts of rank `me` part from what each rank sends, after
+ * "; " (the message may reach the other ranks as this rank's). */
+static void fp_counts_detail(const int64_t *all, int size, int me,
+                             const int64_t *counts, char *out, size_t cap)
+{
+    const int64_t *mine = all + (size_t)me * FP_FIELDS;
+    for (int r = 0; r < size; r++) {
+        const int64_t *theirs = all + (size_t)r * FP_FIELDS;
+        if (theirs[1] != mine[1]) /* another collective: no counts */
+            continue;
+        int64_t sends = theirs[FP_SENDS];
+        if (counts[r] != sends) {
+            snprintf(out, cap,
+                     "; on rank %d, counts[%d] is %lld, but rank %d sends "
+                     "%lld",
+                     me, r, (long long)counts[r], r, (long long)sends);
+            return;
+        }
+    }
+    snprintf(out, cap, "; rank %d's counts are what each rank sends", me);
+}
+
 /* Compares the records of a completed exchange; the first rank whose
  * record differs from rank 0's (under join, at a step's end, from the
- * first rank still training's) fails the job on every rank. */
+ * first rank still training's) fails the job on every rank.  counts: this
+ * rank's (rank `me` of the group), or NULL. */
 static ddph_status fp_compare(ddph_mpi *m, const int64_t *records, int size,
-                              ddph_err *err)
+                              int me, const int64_t *counts, ddph_err *err)
 {
-    size_t bytes = FP_FIELDS * sizeof *records;
+    size_t bytes = FP_COMPARED * sizeof *records;
     int differ = 0; /* the usual case first: every record the same */
     for (int r = 1; r < size && !differ; r++)
         differ = memcmp(records + (size_t)r * FP_FIELDS, records, bytes) != 0;
@@ -237,7 +284,7 @@ static ddph_status fp_compare(ddph_mpi *m, const int64_t *records, int size,
     int64_t *view = NULL;
     int base = 0; /* the record that stands for the ranks that agree */
     if (fp_joined_step(records)) {
-        view = malloc((size_t)size * bytes);
+        view = malloc((size_t)size * FP_FIELDS * sizeof *records);
         if (!view) {
             const char *msg = "the end-of-step agreement: out of memory";
             ddph__mpi_fail_job(m, DDPH_ERR_NOMEM, msg);
@@ -268,15 +315,19 @@ static ddph_status fp_compare(ddph_mpi *m, const int64_t *records, int size,
                                      joined ? " (joined)" : "");
     }
     /* In words, each rank's record as it sent it. */
+    const int64_t *theirs = all + (size_t)odd * FP_FIELDS;
     fp_describe(m, records + (size_t)base * FP_FIELDS, first, sizeof first);
     fp_describe(m, records + (size_t)odd * FP_FIELDS, other, sizeof other);
+    char detail[160] = "";
+    if (counts && want[1] == theirs[1] && want[FP_COUNTS] != theirs[FP_COUNTS])
+        fp_counts_detail(records, size, me, counts, detail, sizeof detail);
     char msg[DDPH__NOTICE_LEN];
     snprintf(msg, sizeof msg,
              "the ranks' %s differ (group of %d ranks): rank %d called %s "
-             "where rank%s %s called %s (%s)",
+             "where rank%s %s called %s (%s%s)",
              want[7] == FP_TRAINER_CALL ? "trainer calls" : "collectives",
              size, odd, other, strchr(same, ',') ? "s" : "", same, first,
-             fp_hint(want, all + (size_t)odd * FP_FIELDS));
+             fp_hint(want, theirs), detail);
     free(view);
     ddph_status st = ddph__fail(err, DDPH_ERR_MISMATCH, "%s", msg);
     ddph__mpi_fail_job(m, st, msg);
@@ -287,7 +338,8 @@ static ddph_status fp_compare(ddph_mpi *m, const int64_t *records, int size,
 static ddph_status fp_finish(ddph_err *err)
 {
     ddph_status st = fp_compare(pending_fp.m, pending_fp.block + FP_FIELDS,
-                                pending_fp.size, err);
+                                pending_fp.size, pending_fp.rank,
+                                pending_fp.counts, err);
     free(pending_fp.block);
     pending_fp.block = NULL;
     return st;
@@ -320,19 +372,21 @@ ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err)
     return fp_finish(err);
 }
 
-/* Starts the exchange of one record on g's twin communicator; it becomes
- * this thread's pending exchange. */
 /* Starts the allgather of one record on g's twin communicator into a new
- * block (this rank's record, then every rank's), freed by the caller
- * once *req completed. */
+ * block (this rank's record, then every rank's, then a copy of counts
+ * where not NULL), freed by the caller once *req completed. */
 static ddph_status fp_exchange(ddph_mpi *m, struct ddph_group *g,
-                               const int64_t *record, MPI_Request *req,
-                               int64_t **out, ddph_err *err)
+                               const int64_t *record, const size_t *counts,
+                               MPI_Request *req, int64_t **out, ddph_err *err)
 {
-    int64_t *block = malloc(((size_t)g->size + 1) * FP_FIELDS * sizeof *block);
+    size_t records = ((size_t)g->size + 1) * FP_FIELDS;
+    int64_t *block = malloc((records + (counts ? (size_t)g->size : 0)) *
+                            sizeof *block);
     if (!block)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     memcpy(block, record, FP_FIELDS * sizeof *block);
+    for (int r = 0; counts && r < g->size; r++)
+        block[records + (size_t)r] = (int64_t)counts[r];
     int rc = MPI_Iallgather(block, FP_FIELDS, MPI_INT64_T, block + FP_FIELDS,
                             FP_FIELDS, MPI_INT64_T, g->fingerprints, req);
     if (rc != MPI_SUCCESS) {
@@ -343,9 +397,11 @@ static ddph_status fp_exchange(ddph_mpi *m, struct ddph_group *g,
     return DDPH_OK;
 }
 
+/* Starts the exchange of one record on g's twin communicator; it becomes
+ * this thread's pending exchange. */
 static ddph_status fp_start(ddph_mpi *m, struct ddph_group *g,
                             const char *what, const int64_t *record,
-                            ddph_err *err)
+                            const size_t *counts, ddph_err *err)
 {
     /* The previous collective's exchange first: a mismatch there is the
      * one to report. */
@@ -355,13 +411,18 @@ static ddph_status fp_start(ddph_mpi *m, struct ddph_group *g,
     st = ddph__mpi_collective_fault(m, err);
     if (st != DDPH_OK)
         return st;
+    for (int i = 0; i < FP_COMPARED; i++)
+        g->digest = fp_mix(g->digest, (uint64_t)record[i]);
     int64_t *block;
-    st = fp_exchange(m, g, record, &pending_fp.req, &block, err);
+    st = fp_exchange(m, g, record, counts, &pending_fp.req, &block, err);
     if (st != DDPH_OK)
         return st;
     pending_fp.m = m;
     pending_fp.block = block;
+    pending_fp.counts =
+        counts ? block + ((size_t)g->size + 1) * FP_FIELDS : NULL;
     pending_fp.size = g->size;
+    pending_fp.rank = g->rank;
     pending_fp.what = what;
     return DDPH_OK;
 }
@@ -382,17 +443,21 @@ static int fp_checked(const ddph_mpi *m, const struct ddph_group *g)
 
 ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
                                   const char *what, ddph_dtype dtype,
-                                  size_t count, int op, int root,
-                                  int64_t model, int64_t iteration,
+                                  size_t count, const size_t *counts, int op,
+                                  int root, int64_t model, int64_t iteration,
                                   int64_t bucket, int64_t offset,
                                   ddph_err *err)
 {
     if (!fp_checked(m, g))
         return DDPH_OK;
+    uint64_t counts_digest = 0;
+    for (int r = 0; counts && r < g->size; r++)
+        counts_digest = fp_mix(counts_digest, counts[r]);
     const int64_t record[FP_FIELDS] = {
         g->sequence++, fp_kind(what), (int64_t)dtype, (int64_t)count, op,
-        root,          iteration,     bucket,         model, offset};
-    return fp_start(m, g, what, record, err);
+        root,          iteration,     bucket,         model, offset,
+        (int64_t)counts_digest, counts ? (int64_t)counts[g->rank] : 0};
+    return fp_start(m, g, what, record, counts, err);
 }
 
 ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
@@ -404,10 +469,11 @@ ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
         return DDPH_OK;
     const int64_t record[FP_FIELDS] = {
         g->sequence++, fp_kind(what), (int64_t)dtype,  (int64_t)count, op,
-        root,          -1,            FP_TRAINER_CALL, -1,             -1};
+        root,          -1,            FP_TRAINER_CALL, -1,             -1,
+        0,             0};
     /* Compared before the call's own collective: calls that differ never
      * meet in MPI, where they could hang or fail with MPI's words. */
-    ddph_status st = fp_start(m, g, what, record, err);
+    ddph_status st = fp_start(m, g, what, record, NULL, err);
     return st == DDPH_OK ? ddph__mpi_fingerprint_settle(m, err) : st;
 }
 
@@ -438,8 +504,9 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
             g->sequence++, FP_KIND_STEP_END, s->models,    s->passes,
             plain ? s->digest ^ s->passes_digest : s->digest,
             s->trainer_calls, s->iteration, FP_STEP_END,   s->first_model,
-            join_field};
-        st = fp_exchange(m, g, record, &reqs[started], &blocks[started], err);
+            join_field,    (int64_t)g->digest, 0};
+        st = fp_exchange(m, g, record, NULL, &reqs[started], &blocks[started],
+                         err);
         if (st == DDPH_OK)
             started++;
     }
@@ -451,7 +518,8 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
     for (int i = 0, k = 0; i < n && k < started && st == DDPH_OK; i++) {
         if (!fp_checked(m, groups[i]))
             continue;
-        st = fp_compare(m, blocks[k] + FP_FIELDS, groups[i]->size, err);
+        st = fp_compare(m, blocks[k] + FP_FIELDS, groups[i]->size,
+                        groups[i]->rank, NULL, err);
         k++;
     }
     for (int k = 0; k < started; k++)

@@ -225,8 +225,8 @@ static ddph_status checked(ddph_hook *h, const collective *c, ddph_err *e)
                          ? (int64_t)(p - at)
                          : -1;
     return COMM(h)->fingerprint(SELF(h), c->g, c->what, c->dtype, c->count,
-                                c->op, c->root, h->model_id, h->call_iteration,
-                                h->call_bucket, offset, e);
+                                c->counts, c->op, c->root, h->model_id,
+                                h->call_iteration, h->call_bucket, offset, e);
 }
 
 /* A blocking collective: checked, counted, run and traced. */

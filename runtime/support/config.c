@@ -187,6 +187,18 @@ static int ends_value(const char *line)
     return line[n] != '\0' && line[n] != ';' && line[n] != '#';
 }
 
+/* A UTF-8 byte-order mark (editors on Windows write one) is no part of
+ * the first line: taken off here, so that neither these checks nor inih
+ * see it. */
+static int drop_bom(char *str, int n)
+{
+    static const char bom[3] = {'\xEF', '\xBB', '\xBF'};
+    if (n < 3 || memcmp(str, bom, 3) != 0)
+        return n;
+    memmove(str, str + 3, (size_t)(n - 3));
+    return n - 3;
+}
+
 /* inih's reader: one line per call into inih's buffer of `num` bytes,
  * counted and checked.  A longer line is an error (inih would cut it and
  * take the rest for a line of its own); the rest of it is skipped. */
@@ -212,6 +224,8 @@ static char *counting_reader(char *str, int num, void *stream)
         if (c == '\n')
             break;
     }
+    if (ps->line == 0 && !too_long)
+        n = drop_bom(str, n);
     if (n == 0 && !too_long) {
         set_pending_key(ps);
         return NULL;
@@ -281,6 +295,33 @@ static void free_seen(void *node)
  * on its own line (inih would take the next key as outside any section).
  * A section may appear more than once: its keys merge, and a key set
  * twice is still an error (check_duplicate). */
+/* The inline comments of inih's build: all it reads after a ']' is
+ * nothing, so only a comment may stand there. */
+static int inline_comment(char c)
+{
+#if HAVE_DECL_INI_ALLOW_INLINE_COMMENTS && HAVE_DECL_INI_INLINE_COMMENT_PREFIXES
+    return ini_allow_inline_comments && c && ini_inline_comment_prefixes &&
+           strchr(ini_inline_comment_prefixes, c);
+#elif INI_ALLOW_INLINE_COMMENTS
+    return c && strchr(INI_INLINE_COMMENT_PREFIXES, c);
+#else
+    return 0;
+#endif
+}
+
+/* inih drops whatever follows a section header's ']': a key written there
+ * would be lost without a word. */
+static void check_after_header(parse_state *ps, const char *rest)
+{
+    rest += strspn(rest, " \t");
+    int len = (int)strcspn(rest, "\r\n");
+    if (len == 0 || inline_comment(*rest))
+        return;
+    fail_at(ps, "text after ']' on the section line: put '%.*s' on a line "
+                "of its own",
+            len, rest);
+}
+
 static void check_section_line(parse_state *ps, const char *line)
 {
     while (*line == ' ' || *line == '\t')
@@ -299,6 +340,7 @@ static void check_section_line(parse_state *ps, const char *line)
         n = sizeof ps->section - 1;
     memcpy(ps->section, line + 1, n);
     ps->section[n] = '\0';
+    check_after_header(ps, line + 1 + strcspn(line + 1, "]") + 1);
 }
 
 /* A path relative to the INI's folder, as a user reading the file means. */

@@ -6,7 +6,11 @@
  * skip: that rank issues no collective; extra: it sums its bucket twice;
  * reorder: it sums the bucket's second half before the first (the others
  * the first half first); overlap: every rank starts a nonblocking sum of
- * the bucket and a second one over its middle half before waiting.
+ * the bucket and a second one over its middle half before waiting;
+ * counts: every rank averages by an allgatherv of the buckets (f32), that
+ * rank with 8 elements moved from its own count to rank 0's (the same
+ * total; each rank only receives less than it expects, which MPI
+ * accepts).
  * Built twice: misstep.so, and misstep_sums.so (MISSTEP_SUMS: the same
  * name, version and options, but it sums without averaging), the "other
  * build" of one hook. */
@@ -56,6 +60,37 @@ static ddph_status sum(const ddph_services *s, const ddph_bucket *b,
                         DDPH_SUM);
 }
 
+/* The mean of every rank's bucket, gathered whole by an allgatherv;
+ * `skew`: this rank's counts move 8 elements from its own to rank 0's. */
+static ddph_status gathered_mean(const ddph_services *s, const ddph_bucket *b,
+                                 int skew)
+{
+    int world = s->world_size;
+    if (b->dtype != DDPH_F32 || b->numel < 8)
+        return DDPH_ERR_INVALID;
+    size_t *counts = s->alloc(s, (size_t)world * sizeof *counts);
+    float *all = s->alloc(s, (size_t)world * b->numel * sizeof *all);
+    ddph_status st = counts && all ? DDPH_OK : DDPH_ERR_NOMEM;
+    for (int r = 0; st == DDPH_OK && r < world; r++)
+        counts[r] = b->numel;
+    if (st == DDPH_OK && skew && s->rank != 0) {
+        counts[0] += 8;
+        counts[s->rank] -= 8;
+    }
+    if (st == DDPH_OK)
+        st = s->allgatherv(s, s->world, b->buffer, all, counts, DDPH_F32);
+    float *mean = b->buffer;
+    for (size_t i = 0; st == DDPH_OK && i < b->numel; i++) {
+        float sum = 0;
+        for (int r = 0; r < world; r++)
+            sum += all[(size_t)r * b->numel + i];
+        mean[i] = sum / (float)world;
+    }
+    s->free(s, all);
+    s->free(s, counts);
+    return st;
+}
+
 static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
                                      const ddph_services *s)
 {
@@ -64,6 +99,8 @@ static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
     int me = now && s->rank == m->rank;
     size_t half = b->numel / 2;
     ddph_status st = DDPH_OK;
+    if (m->mode == 'c')
+        return gathered_mean(s, b, me);
     if (m->mode == 'o' && now) {
         ddph_request *all = NULL, *middle = NULL;
         st = s->iallreduce(s, s->world, b->buffer, b->numel, b->dtype,
@@ -103,7 +140,7 @@ static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
 
 static const ddph_option_spec misstep_options[] = {
     {"mode", DDPH_OPT_STRING, "none", 0, 0,
-     "none | skip | extra | reorder | overlap"},
+     "none | skip | extra | reorder | overlap | counts"},
     {"at", DDPH_OPT_INT, "-1", -1, 1e9, "the iteration (-1: every one)"},
     {"rank", DDPH_OPT_INT, "-1", -1, 1e6, "the rank (-1: the last)"},
     {NULL, 0, NULL, 0, 0, NULL},
