@@ -28,7 +28,7 @@
 static ddph_mpi mpi;
 static ddph_status host_fault_status;
 static ddph_status host_split_status;
-static struct ddph_group split_group;
+static ddph_mpi_group split_group;
 
 static void touch(void) {}
 
@@ -52,9 +52,8 @@ static ddph_status host_bcast(ddph_mpi *m, void *buf, size_t bytes, int root,
     return DDPH_OK;
 }
 
-static ddph_status host_split(ddph_mpi *m, struct ddph_group *parent,
-                              int color, int key, struct ddph_group **out,
-                              ddph_err *err)
+static ddph_status host_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
+                              int key, ddph_mpi_group **out, ddph_err *err)
 {
     if (color < 0)
         return ddph__fail(err, DDPH_ERR_INVALID,
@@ -300,7 +299,7 @@ END_TEST
 START_TEST(negative_colour_still_joins_the_split)
 {
     ddph_nccl *n = started();
-    struct ddph_group *g = NULL;
+    ddph_nccl_group *g = NULL;
     ddph_err err = {0};
     /* The other ranks wait in ncclCommSplit until every rank of the
      * parent has called it: this one must, with NCCL_SPLIT_NOCOLOR. */
@@ -318,7 +317,7 @@ END_TEST
 START_TEST(split_makes_a_communicator)
 {
     ddph_nccl *n = started();
-    struct ddph_group *g = NULL;
+    ddph_nccl_group *g = NULL;
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 3, 0, &g, &err), DDPH_OK);
     ck_assert_int_eq(fake_seen[0].split_color, 3);
@@ -336,7 +335,7 @@ START_TEST(split_failing_on_every_rank_calls_no_nccl)
 {
     ddph_nccl *n = started();
     host_split_status = DDPH_ERR_NOMEM;
-    struct ddph_group *g = NULL;
+    ddph_nccl_group *g = NULL;
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 2, 0, &g, &err),
                      DDPH_ERR_NOMEM);
@@ -350,7 +349,7 @@ START_TEST(split_that_never_completes_times_out)
     ddph_nccl *n = started();
     fake.returns = ncclInProgress;
     fake.pending = -1;
-    struct ddph_group *g = NULL;
+    ddph_nccl_group *g = NULL;
     ddph_err err = {0};
     ck_assert_int_eq(ddph__nccl_split(n, &n->world, 1, 0, &g, &err),
                      DDPH_ERR_TIMEOUT);
@@ -379,7 +378,7 @@ typedef struct rank_ctx {
     int rank;
     ddph_mpi mpi;
     ddph_nccl *n;
-    struct ddph_group split_group;
+    ddph_mpi_group split_group;
     ddph_gpu_host host;
     char message[512];
     ddph_status st;
@@ -425,9 +424,8 @@ static ddph_status team_bcast(ddph_mpi *m, void *data, size_t bytes, int root,
     return DDPH_OK;
 }
 
-static ddph_status team_split(ddph_mpi *m, struct ddph_group *parent,
-                              int color, int key, struct ddph_group **out,
-                              ddph_err *err)
+static ddph_status team_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
+                              int key, ddph_mpi_group **out, ddph_err *err)
 {
     int me = m->world.rank;
     team.color[me] = color;
@@ -443,7 +441,7 @@ static ddph_status team_split(ddph_mpi *m, struct ddph_group *parent,
     pthread_barrier_wait(&team.bar);
     if (color < 0)
         return ddph__fail(err, DDPH_ERR_INVALID, "colour %d: no group", color);
-    struct ddph_group *g = &ranks[me].split_group;
+    ddph_mpi_group *g = &ranks[me].split_group;
     memset(g, 0, sizeof *g);
     g->rank = rank;
     g->size = size;
@@ -615,7 +613,7 @@ static void rank_collectives(rank_ctx *c)
     EXPECT(m == (float)top, "MAX over ranks with a NaN = %g, not %d (fmaxf)",
            (double)m, top);
     /* A split into even and odd ranks; its own collectives. */
-    struct ddph_group *half = NULL;
+    ddph_nccl_group *half = NULL;
     if (st == DDPH_OK)
         st = ddph__nccl_split(n, &n->world, me % 2, me, &half, err);
     int64_t v = me;
@@ -811,12 +809,18 @@ static ddph_status keep_err(const ddph_services *s, ddph_status st)
     return st;
 }
 
+/* The services hand out the heads of the backend's groups. */
+static ddph_nccl_group *NG(ddph_group *g)
+{
+    return (ddph_nccl_group *)g;
+}
+
 static ddph_status mock_allreduce(const ddph_services *s, ddph_group *g,
                                   void *data, size_t count, ddph_dtype dtype,
                                   ddph_redop op)
 {
-    return keep_err(s, ddph__nccl_allreduce(CTX(s)->n, g, data, count, dtype,
-                                            op, &CTX(s)->err));
+    return keep_err(s, ddph__nccl_allreduce(CTX(s)->n, NG(g), data, count,
+                                            dtype, op, &CTX(s)->err));
 }
 
 /* Requests: the stream runs everything in order, so any pointer will do. */
@@ -825,7 +829,7 @@ static ddph_status mock_ialltoall(const ddph_services *s, ddph_group *g,
                                   ddph_dtype dtype, ddph_request **req)
 {
     *req = (ddph_request *)(void *)CTX(s);
-    return keep_err(s, ddph__nccl_start_alltoall(CTX(s)->n, g, send, recv,
+    return keep_err(s, ddph__nccl_start_alltoall(CTX(s)->n, NG(g), send, recv,
                                                  count, dtype, &CTX(s)->err));
 }
 
@@ -834,7 +838,7 @@ static ddph_status mock_iallgather(const ddph_services *s, ddph_group *g,
                                    ddph_dtype dtype, ddph_request **req)
 {
     *req = (ddph_request *)(void *)CTX(s);
-    return keep_err(s, ddph__nccl_start_allgather(CTX(s)->n, g, send, recv,
+    return keep_err(s, ddph__nccl_start_allgather(CTX(s)->n, NG(g), send, recv,
                                                   count, dtype, &CTX(s)->err));
 }
 
@@ -860,7 +864,7 @@ static void rank_int8(rank_ctx *c)
     s->abi_minor = DDPH_PLUGIN_ABI_MINOR;
     s->rank = c->rank;
     s->world_size = c->n->world.size;
-    s->world = (ddph_group *)&c->n->world;
+    s->world = &c->n->world.head;
     s->group_size = mock_group_size;
     s->opt_bool = mock_opt_bool;
     s->alloc = mock_alloc;
@@ -947,7 +951,7 @@ static void rank_split_fails(rank_ctx *c)
     rank_init(c);
     if (c->st != DDPH_OK)
         return;
-    struct ddph_group *g = NULL;
+    ddph_nccl_group *g = NULL;
     c->st = ddph__nccl_split(c->n, &c->n->world, c->rank % 2, c->rank, &g,
                              &c->err);
     /* The world was aborted: a collective on it says so, calling no NCCL. */
@@ -1104,7 +1108,7 @@ static void rank_error_elsewhere(rank_ctx *c)
     rank_init(c);
     if (c->st != DDPH_OK)
         return;
-    struct ddph_group *g = NULL;
+    ddph_nccl_group *g = NULL;
     float x = 1, y = 1;
     ddph_status st = ddph__nccl_split(c->n, &c->n->world, 0, c->rank, &g,
                                       &c->err);

@@ -37,7 +37,7 @@ START_TEST(table_describes_a_cpu_instance)
     const ddph_services *s = fixture_init(&f);
     ck_assert_int_eq(s->device, DDPH_CPU);
     ck_assert_ptr_null(s->native_stream);
-    ck_assert_ptr_eq(s->world, &f.mpi.world);
+    ck_assert_ptr_eq(s->world, &f.mpi.world.head);
     ck_assert_int_eq(s->world_size, 1);
     ck_assert_uint_eq(s->struct_size, sizeof(ddph_services));
     /* Every member a hook may call is set. */

@@ -27,28 +27,35 @@
 
 #include <ddphook/plugin.h>
 
+#include "comm/comm.h"
 #include "support/config.h"
 #include "support/util.h"
 
 struct ddph_shared_segment; /* shared_buckets.h */
 
-struct ddph_group {
+/* The MPI backend's group: comm.h's head (rank and size, read here by
+ * name), then the communicators. */
+typedef struct ddph_mpi_group {
+    union {
+        struct ddph_group head; /* what the tables hand out */
+        struct {
+            int rank, size;
+        };
+    };
     MPI_Comm comm;
     MPI_Comm fingerprints; /* comm's twin for the collectives' fingerprints
                               (MPI_COMM_NULL: not checked) */
     int64_t sequence;      /* collectives issued on comm by hooks so far */
     uint64_t digest;       /* of their fingerprints, for the end of step */
-    void *nccl; /* ncclComm_t of the same ranks (nccl backend), or NULL */
-    int rank, size;
     int owned;               /* comm is freed with the group */
     int world_order;         /* the world's ranks in its order (the world,
                                 a lane): shared buckets apply */
-    struct ddph_group *next; /* groups made on behalf of hooks */
+    struct ddph_mpi_group *next; /* groups made on behalf of hooks */
     /* The half-precision ring's receive buffer: a group is used by one
      * thread at a time. */
     char *scratch;
     size_t scratch_bytes;
-};
+} ddph_mpi_group;
 
 /* Longest message a failure notice carries. */
 #define DDPH__NOTICE_LEN 1024
@@ -62,10 +69,10 @@ struct ddph_group {
 #define DDPH__MPI_PIECE_BYTES ((size_t)16 << 20)
 
 typedef struct ddph_mpi {
-    struct ddph_group world;
+    ddph_mpi_group world;
     MPI_Comm alarm;      /* notices, and the barrier of ddph_close: never
                             a collective a peer could match with a step's */
-    struct ddph_group trainer; /* the trainer's own collectives (ddph_barrier,
+    ddph_mpi_group trainer; /* the trainer's own collectives (ddph_barrier,
                                   replica checks), likewise never matched
                                   with a step's */
     int initialized_mpi; /* ddph_open called MPI_Init_thread */
@@ -74,7 +81,7 @@ typedef struct ddph_mpi {
     double timeout_s;
     MPI_Datatype half_type;          /* f16 and bf16 */
     MPI_Op ops[DDPH_DTYPE_COUNT][3]; /* user ops for the half types */
-    struct ddph_group *groups;       /* every split, freed at finalize */
+    ddph_mpi_group *groups;       /* every split, freed at finalize */
     int node_rank, node_size; /* this rank's index among the ranks of
                                  its host, and their number (set by
                                  ddph__mpi_find_node) */
@@ -194,33 +201,33 @@ ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err);
 ddph_status ddph__mpi_agree(ddph_mpi *m, ddph_status local,
                             const char *local_msg, ddph_err *err);
 
-ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
+ddph_status ddph__mpi_allreduce(ddph_mpi *m, ddph_mpi_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, ddph_redop op,
                                 ddph_err *err);
 /* A barrier on g within timeout_s; `what` names it in a timeout. */
-ddph_status ddph__mpi_barrier(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_barrier(ddph_mpi *m, ddph_mpi_group *g,
                               const char *what, ddph_err *err);
 /* `what` names the collective in a failure ("allgather" for a hook's). */
-ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_allgather(ddph_mpi *m, ddph_mpi_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, const char *what,
                                 ddph_err *err);
-ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
+ddph_status ddph__mpi_broadcast(ddph_mpi *m, ddph_mpi_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, int root,
                                 ddph_err *err);
-ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, ddph_mpi_group *g,
                                      const void *send, void *recv,
                                      size_t count, ddph_dtype dtype,
                                      ddph_redop op, ddph_err *err);
 /* recv holds the ranks' counts[r] elements one after the other, in rank
  * order; send this rank's counts[rank]. */
-ddph_status ddph__mpi_allgatherv(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_allgatherv(ddph_mpi *m, ddph_mpi_group *g,
                                  const void *send, void *recv,
                                  const size_t *counts, ddph_dtype dtype,
                                  ddph_err *err);
 /* Block r of send (count elements) goes to rank r; block r of recv comes
  * from rank r. */
-ddph_status ddph__mpi_alltoall(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_alltoall(ddph_mpi *m, ddph_mpi_group *g,
                                const void *send, void *recv, size_t count,
                                ddph_dtype dtype, ddph_err *err);
 
@@ -238,19 +245,19 @@ typedef struct ddph_mpi_op {
     int *counts, *displs;
 } ddph_mpi_op;
 
-ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, ddph_mpi_group *g,
                                       void *buf, size_t count,
                                       ddph_dtype dtype, ddph_redop op,
                                       ddph_mpi_op *out, ddph_err *err);
-ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_allgather(ddph_mpi *m, ddph_mpi_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_mpi_op *out, ddph_err *err);
-ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, ddph_mpi_group *g,
                                        const void *send, void *recv,
                                        const size_t *counts, ddph_dtype dtype,
                                        ddph_mpi_op *out, ddph_err *err);
-ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, ddph_mpi_group *g,
                                      const void *send, void *recv,
                                      size_t count, ddph_dtype dtype,
                                      ddph_mpi_op *out, ddph_err *err);
@@ -280,7 +287,7 @@ ddph_status ddph__mpi_op_progress(ddph_mpi *m, ddph_mpi_op *op, ddph_err *err);
  * (an allgatherv's, one per rank of g; NULL for the others) is compared
  * whole: counts that differ but add up to the same total fail too, naming
  * the first count this rank expects other than its sender sends. */
-ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_fingerprint(ddph_mpi *m, ddph_mpi_group *g,
                                   const char *what, ddph_dtype dtype,
                                   size_t count, const size_t *counts, int op,
                                   int root, int64_t model, int64_t iteration,
@@ -302,39 +309,13 @@ ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
                                    ddph_dtype dtype, size_t count, int op,
                                    int root, ddph_err *err);
 
-/* What defines a synchronising step, compared across ranks at its end. */
-typedef struct ddph_step_summary {
-    int64_t models;      /* a bit per model id stepped (a digest with the
-                            sign bit set past 62 models) */
-    int64_t passes;      /* backward passes synchronised (first model) */
-    int64_t digest;      /* hooks' identities, every model's passes */
-    int64_t trainer_calls; /* trainer calls made so far */
-    int64_t iteration;   /* the first model's synchronised steps so far */
-    int64_t first_model; /* its id */
-    int64_t passes_digest; /* every model's passes */
-    int64_t join_role;   /* DDPH__STEP_PLAIN, or the rank's part under join */
-} ddph_step_summary;
-
-/* What a rank's passes must match at a step's end.  Without join every
- * rank's must be the same (PLAIN).  Under [runtime] join the ranks
- * still TRAINING must agree; a rank whose DATA_ENDED (a step flagged
- * END_OF_DATA or LAST) may have synchronised fewer passes than they (its
- * data cut its window short), never more; a JOINED rank's shadow step has
- * none of its own. */
-enum {
-    DDPH__STEP_PLAIN = -1,
-    DDPH__STEP_TRAINING = 0,
-    DDPH__STEP_DATA_ENDED = 1,
-    DDPH__STEP_JOINED = 2
-};
-
 /* The end-of-step agreement (with check_collectives): one small exchange
  * on each lane's twin communicator, in the same sequence as the lane's
  * collectives' fingerprints.  A rank that skipped, added or reordered a
  * collective, or whose step differs in s, meets a different record: the
  * job fails on every rank in this very step, naming the rank and what
  * differed.  Every lane's exchange is started before any is waited for. */
-ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
+ddph_status ddph__mpi_step_agree(ddph_mpi *m, ddph_mpi_group *const *groups,
                                  int n, const ddph_step_summary *s,
                                  ddph_err *err);
 
@@ -353,14 +334,28 @@ ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
  * out[1..n-1] duplicates of it, made within timeout_s.  Collective: every
  * rank must ask for the same n. */
 ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
-                                  struct ddph_group **out, ddph_err *err);
-ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
-                            int key, struct ddph_group **out, ddph_err *err);
-ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
+                                  ddph_mpi_group **out, ddph_err *err);
+ddph_status ddph__mpi_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
+                            int key, ddph_mpi_group **out, ddph_err *err);
+ddph_status ddph__mpi_intra_node(ddph_mpi *m, ddph_mpi_group **out,
                                  ddph_err *err);
 /* Where this rank is among the ranks of its host (a shared-memory split
  * of the world, timed): sets node_rank, node_size and one_rank_per_host.
  * Collective; called once by ddph_open. */
 ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err);
+
+/* The MPI backend's tables (comm/mpi_comm.c). */
+extern const ddph_comm_ops ddph__mpi_comm_ops;
+extern const ddph_control_ops ddph__mpi_control_ops;
+
+static inline ddph_comm ddph__mpi_comm(ddph_mpi *m)
+{
+    return (ddph_comm){&ddph__mpi_comm_ops, m};
+}
+
+static inline ddph_control ddph__mpi_control(ddph_mpi *m)
+{
+    return (ddph_control){&ddph__mpi_control_ops, m};
+}
 
 #endif

@@ -11,15 +11,32 @@
  * table here, ddph_control_ops: core/ reaches the job through it (only
  * opening and closing the job, and the trainer's own collectives, call
  * the MPI backend by name), so that the reducer runs over the tests' fake
- * communicator too. */
+ * communicator too.
+ *
+ * Nothing here names a backend: groups and the state of a nonblocking
+ * collective are each backend's own (a group begins with the neutral head
+ * below, an op carries opaque room for the backend's requests). */
 #ifndef DDPH_COMM_H
 #define DDPH_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/backend_mpi.h"
+#include <ddphook/plugin.h>
+
 #include "support/util.h"
+
+/* A group of ranks.  Every backend's group begins with this head (its
+ * first member), which core/ and the services read; the rest is the
+ * backend's own (the MPI backend's communicators, NCCL's). */
+struct ddph_group {
+    int rank, size;
+};
+
+/* Room for a backend's state of one nonblocking collective, kept in the
+ * op itself so that starting one allocates nothing (each backend checks
+ * at compile time that its state fits). */
+#define DDPH__COMM_OP_STATE 64
 
 /* A nonblocking collective from its start until wait or test ends it.
  * The caller sets group, what and start before the start call; the
@@ -28,7 +45,8 @@ typedef struct ddph_comm_op {
     struct ddph_group *group;
     const char *what; /* "iallreduce", ...: named in failures */
     double start;     /* ddph__now() at the start: the deadline's origin */
-    ddph_mpi_op mpi;  /* the MPI backend's requests */
+    /* The backend's own state of the collective (MPI: its requests). */
+    _Alignas(max_align_t) unsigned char state[DDPH__COMM_OP_STATE];
     ddph_status done; /* a backend that completes at the start: its status */
 } ddph_comm_op;
 
@@ -106,6 +124,32 @@ typedef struct ddph_comm {
     void *self;
 } ddph_comm;
 
+/* What defines a synchronising step, compared across ranks at its end. */
+typedef struct ddph_step_summary {
+    int64_t models;      /* a bit per model id stepped (a digest with the
+                            sign bit set past 62 models) */
+    int64_t passes;      /* backward passes synchronised (first model) */
+    int64_t digest;      /* hooks' identities, every model's passes */
+    int64_t trainer_calls; /* trainer calls made so far */
+    int64_t iteration;   /* the first model's synchronised steps so far */
+    int64_t first_model; /* its id */
+    int64_t passes_digest; /* every model's passes */
+    int64_t join_role;   /* DDPH__STEP_PLAIN, or the rank's part under join */
+} ddph_step_summary;
+
+/* What a rank's passes must match at a step's end.  Without join every
+ * rank's must be the same (PLAIN).  Under [runtime] join the ranks
+ * still TRAINING must agree; a rank whose DATA_ENDED (a step flagged
+ * END_OF_DATA or LAST) may have synchronised fewer passes than they (its
+ * data cut its window short), never more; a JOINED rank's shadow step has
+ * none of its own. */
+enum {
+    DDPH__STEP_PLAIN = -1,
+    DDPH__STEP_TRAINING = 0,
+    DDPH__STEP_DATA_ENDED = 1,
+    DDPH__STEP_JOINED = 2
+};
+
 /* The job's control plane as core/ sees it (backend_mpi.h says what each
  * does over MPI).  A fake serves at least rank to lane_groups, what the
  * reducer calls. */
@@ -153,19 +197,5 @@ typedef struct ddph_control {
     const ddph_control_ops *ops;
     void *self;
 } ddph_control;
-
-/* The MPI backend's tables (comm/mpi_comm.c). */
-extern const ddph_comm_ops ddph__mpi_comm_ops;
-extern const ddph_control_ops ddph__mpi_control_ops;
-
-static inline ddph_comm ddph__mpi_comm(ddph_mpi *m)
-{
-    return (ddph_comm){&ddph__mpi_comm_ops, m};
-}
-
-static inline ddph_control ddph__mpi_control(ddph_mpi *m)
-{
-    return (ddph_control){&ddph__mpi_control_ops, m};
-}
 
 #endif

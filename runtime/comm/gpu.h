@@ -39,9 +39,9 @@ typedef struct ddph_gpu_host {
                                  ddph_redop op, ddph_err *err);
     ddph_status (*bcast_bytes)(ddph_mpi *mpi, void *buf, size_t bytes,
                                int root, ddph_err *err);
-    ddph_status (*split)(ddph_mpi *mpi, struct ddph_group *parent, int color,
-                         int key, struct ddph_group **out, ddph_err *err);
-    ddph_status (*intra_node)(ddph_mpi *mpi, struct ddph_group **out,
+    ddph_status (*split)(ddph_mpi *mpi, ddph_mpi_group *parent, int color,
+                         int key, ddph_mpi_group **out, ddph_err *err);
+    ddph_status (*intra_node)(ddph_mpi *mpi, ddph_mpi_group **out,
                               ddph_err *err);
 } ddph_gpu_host;
 

@@ -25,7 +25,7 @@
  * both send the same halves in two rounds, and MPICH's was as fast or
  * 1-3% faster; with 2 ranks on each of 2 hosts the ring was slower
  * (ResNet-50's buckets at 1 Gbit/s: 1.52-1.62 s against 1.40-1.47). */
-static int ring_sum(const ddph_mpi *m, const struct ddph_group *g,
+static int ring_sum(const ddph_mpi *m, const ddph_mpi_group *g,
                     size_t bytes, ddph_dtype dtype, ddph_redop op)
 {
     if (op != DDPH_SUM || g->size < 2 || bytes < DDPH__MPI_RING_MIN_BYTES)
@@ -36,7 +36,7 @@ static int ring_sum(const ddph_mpi *m, const struct ddph_group *g,
            bytes / (size_t)g->size >= DDPH__MPI_RING_MIN_BYTES;
 }
 
-ddph_status ddph__mpi_allreduce(ddph_mpi *m, struct ddph_group *g, void *buf,
+ddph_status ddph__mpi_allreduce(ddph_mpi *m, ddph_mpi_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, ddph_redop op,
                                 ddph_err *err)
 {

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_allgather(ddph_mpi *m, ddph_mpi_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, const char *what,
                                 ddph_err *err)
@@ -37,7 +37,7 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, struct ddph_group *g,
     return ddph__mpi_wait_timed(m, &req, what, err);
 }
 
-ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
+ddph_status ddph__mpi_broadcast(ddph_mpi *m, ddph_mpi_group *g, void *buf,
                                 size_t count, ddph_dtype dtype, int root,
                                 ddph_err *err)
 {
@@ -63,7 +63,7 @@ ddph_status ddph__mpi_broadcast(ddph_mpi *m, struct ddph_group *g, void *buf,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, ddph_mpi_group *g,
                                      const void *send, void *recv,
                                      size_t count, ddph_dtype dtype,
                                      ddph_redop op, ddph_err *err)
@@ -87,7 +87,7 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, struct ddph_group *g,
     return ddph__mpi_wait_timed(m, &req, "reduce_scatter", err);
 }
 
-ddph_status ddph__mpi_allgatherv(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_allgatherv(ddph_mpi *m, ddph_mpi_group *g,
                                  const void *send, void *recv,
                                  const size_t *counts, ddph_dtype dtype,
                                  ddph_err *err)
@@ -98,7 +98,7 @@ ddph_status ddph__mpi_allgatherv(ddph_mpi *m, struct ddph_group *g,
     return st != DDPH_OK ? st : ddph__mpi_op_wait(m, &op, err);
 }
 
-ddph_status ddph__mpi_alltoall(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_alltoall(ddph_mpi *m, ddph_mpi_group *g,
                                const void *send, void *recv, size_t count,
                                ddph_dtype dtype, ddph_err *err)
 {

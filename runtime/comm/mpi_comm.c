@@ -3,38 +3,64 @@
  * chose as its state. */
 #include "build-config.h"
 
-#include "comm/comm.h"
+#include "comm/backend_mpi.h"
+
+/* A group the tables handed out is the head of one of this backend's. */
+static ddph_mpi_group *G(struct ddph_group *g)
+{
+    return (ddph_mpi_group *)g;
+}
+
+/* This backend's state of a nonblocking collective, kept in the op. */
+_Static_assert(sizeof(ddph_mpi_op) <= DDPH__COMM_OP_STATE,
+               "ddph_mpi_op must fit in ddph_comm_op.state");
+
+static ddph_mpi_op *OP(ddph_comm_op *op)
+{
+    return (ddph_mpi_op *)(void *)op->state;
+}
+
+/* A group this backend made, handed out as its head. */
+static ddph_status handed(ddph_status st, ddph_mpi_group *g,
+                          struct ddph_group **out)
+{
+    *out = st == DDPH_OK ? &g->head : NULL;
+    return st;
+}
 
 static struct ddph_group *mpi_world(void *self)
 {
-    return &((ddph_mpi *)self)->world;
+    return &((ddph_mpi *)self)->world.head;
 }
 
 static ddph_status mpi_split(void *self, struct ddph_group *parent, int color,
                              int key, struct ddph_group **out, ddph_err *err)
 {
-    return ddph__mpi_split(self, parent, color, key, out, err);
+    ddph_mpi_group *g = NULL;
+    return handed(ddph__mpi_split(self, G(parent), color, key, &g, err), g,
+                  out);
 }
 
 static ddph_status mpi_intra_node(void *self, struct ddph_group **out,
                                   ddph_err *err)
 {
-    return ddph__mpi_intra_node(self, out, err);
+    ddph_mpi_group *g = NULL;
+    return handed(ddph__mpi_intra_node(self, &g, err), g, out);
 }
 
 static ddph_status mpi_allreduce(void *self, struct ddph_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, ddph_redop op,
                                  ddph_err *err)
 {
-    return ddph__mpi_allreduce(self, g, buf, count, dtype, op, err);
+    return ddph__mpi_allreduce(self, G(g), buf, count, dtype, op, err);
 }
 
 static ddph_status mpi_allgather(void *self, struct ddph_group *g,
                                  const void *send, void *recv, size_t count,
                                  ddph_dtype dtype, ddph_err *err)
 {
-    return ddph__mpi_allgather(self, g, send, recv, count, dtype, "allgather",
-                               err);
+    return ddph__mpi_allgather(self, G(g), send, recv, count, dtype,
+                               "allgather", err);
 }
 
 static ddph_status mpi_allgatherv(void *self, struct ddph_group *g,
@@ -42,14 +68,14 @@ static ddph_status mpi_allgatherv(void *self, struct ddph_group *g,
                                   const size_t *counts, ddph_dtype dtype,
                                   ddph_err *err)
 {
-    return ddph__mpi_allgatherv(self, g, send, recv, counts, dtype, err);
+    return ddph__mpi_allgatherv(self, G(g), send, recv, counts, dtype, err);
 }
 
 static ddph_status mpi_broadcast(void *self, struct ddph_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, int root,
                                  ddph_err *err)
 {
-    return ddph__mpi_broadcast(self, g, buf, count, dtype, root, err);
+    return ddph__mpi_broadcast(self, G(g), buf, count, dtype, root, err);
 }
 
 static ddph_status mpi_reduce_scatter(void *self, struct ddph_group *g,
@@ -57,7 +83,7 @@ static ddph_status mpi_reduce_scatter(void *self, struct ddph_group *g,
                                       size_t count, ddph_dtype dtype,
                                       ddph_redop op, ddph_err *err)
 {
-    return ddph__mpi_reduce_scatter(self, g, send, recv, count, dtype, op,
+    return ddph__mpi_reduce_scatter(self, G(g), send, recv, count, dtype, op,
                                     err);
 }
 
@@ -65,7 +91,7 @@ static ddph_status mpi_alltoall(void *self, struct ddph_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, ddph_err *err)
 {
-    return ddph__mpi_alltoall(self, g, send, recv, count, dtype, err);
+    return ddph__mpi_alltoall(self, G(g), send, recv, count, dtype, err);
 }
 
 static ddph_status mpi_start_allreduce(void *self, struct ddph_group *g,
@@ -73,8 +99,8 @@ static ddph_status mpi_start_allreduce(void *self, struct ddph_group *g,
                                        ddph_dtype dtype, ddph_redop op,
                                        ddph_comm_op *out, ddph_err *err)
 {
-    return ddph__mpi_start_allreduce(self, g, buf, count, dtype, op, &out->mpi,
-                                     err);
+    return ddph__mpi_start_allreduce(self, G(g), buf, count, dtype, op,
+                                     OP(out), err);
 }
 
 static ddph_status mpi_start_allgather(void *self, struct ddph_group *g,
@@ -82,8 +108,8 @@ static ddph_status mpi_start_allgather(void *self, struct ddph_group *g,
                                        size_t count, ddph_dtype dtype,
                                        ddph_comm_op *out, ddph_err *err)
 {
-    return ddph__mpi_start_allgather(self, g, send, recv, count, dtype,
-                                     &out->mpi, err);
+    return ddph__mpi_start_allgather(self, G(g), send, recv, count, dtype,
+                                     OP(out), err);
 }
 
 static ddph_status mpi_start_allgatherv(void *self, struct ddph_group *g,
@@ -91,8 +117,8 @@ static ddph_status mpi_start_allgatherv(void *self, struct ddph_group *g,
                                         const size_t *counts, ddph_dtype dtype,
                                         ddph_comm_op *out, ddph_err *err)
 {
-    return ddph__mpi_start_allgatherv(self, g, send, recv, counts, dtype,
-                                      &out->mpi, err);
+    return ddph__mpi_start_allgatherv(self, G(g), send, recv, counts, dtype,
+                                      OP(out), err);
 }
 
 static ddph_status mpi_start_alltoall(void *self, struct ddph_group *g,
@@ -100,19 +126,19 @@ static ddph_status mpi_start_alltoall(void *self, struct ddph_group *g,
                                       size_t count, ddph_dtype dtype,
                                       ddph_comm_op *out, ddph_err *err)
 {
-    return ddph__mpi_start_alltoall(self, g, send, recv, count, dtype,
-                                    &out->mpi, err);
+    return ddph__mpi_start_alltoall(self, G(g), send, recv, count, dtype,
+                                    OP(out), err);
 }
 
 static ddph_status mpi_wait(void *self, ddph_comm_op *op, ddph_err *err)
 {
-    return ddph__mpi_op_wait(self, &op->mpi, err);
+    return ddph__mpi_op_wait(self, OP(op), err);
 }
 
 static ddph_status mpi_test(void *self, ddph_comm_op *op, int *done,
                             ddph_err *err)
 {
-    ddph_status st = ddph__mpi_op_test(self, &op->mpi, done, err);
+    ddph_status st = ddph__mpi_op_test(self, OP(op), done, err);
     if (st != DDPH_OK)
         *done = 1;
     return st;
@@ -120,7 +146,7 @@ static ddph_status mpi_test(void *self, ddph_comm_op *op, int *done,
 
 static ddph_status mpi_progress(void *self, ddph_comm_op *op, ddph_err *err)
 {
-    return ddph__mpi_op_progress(self, &op->mpi, err);
+    return ddph__mpi_op_progress(self, OP(op), err);
 }
 
 static ddph_status mpi_fingerprint(void *self, struct ddph_group *g,
@@ -130,8 +156,8 @@ static ddph_status mpi_fingerprint(void *self, struct ddph_group *g,
                                    int64_t bucket, int64_t offset,
                                    ddph_err *err)
 {
-    return ddph__mpi_fingerprint(self, g, what, dtype, count, counts, op, root,
-                                 model, iteration, bucket, offset, err);
+    return ddph__mpi_fingerprint(self, G(g), what, dtype, count, counts, op,
+                                 root, model, iteration, bucket, offset, err);
 }
 
 static ddph_status mpi_fingerprint_settle(void *self, ddph_err *err)
@@ -192,7 +218,15 @@ static ddph_status mpi_agree(void *self, ddph_status local,
 static ddph_status mpi_lane_groups(void *self, int n, struct ddph_group **out,
                                    ddph_err *err)
 {
-    return ddph__mpi_lane_groups(self, n, out, err);
+    ddph_mpi_group *lanes[DDPH__MAX_LANES] = {0};
+    if (n < 1 || n > DDPH__MAX_LANES)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "rank %d: %d lanes asked (1 to %d)",
+                          ((ddph_mpi *)self)->world.rank, n, DDPH__MAX_LANES);
+    ddph_status st = ddph__mpi_lane_groups(self, n, lanes, err);
+    for (int i = 0; i < n; i++)
+        out[i] = st == DDPH_OK ? &lanes[i]->head : NULL;
+    return st;
 }
 
 static ddph_status mpi_allreduce_i64(void *self, int64_t *v, size_t n,
@@ -211,7 +245,14 @@ static ddph_status mpi_step_agree(void *self, struct ddph_group *const *groups,
                                   int n, const ddph_step_summary *s,
                                   ddph_err *err)
 {
-    return ddph__mpi_step_agree(self, groups, n, s, err);
+    ddph_mpi_group *lanes[DDPH__MAX_LANES];
+    if (n < 0 || n > DDPH__MAX_LANES)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "rank %d: %d lanes to agree on (at most %d)",
+                          ((ddph_mpi *)self)->world.rank, n, DDPH__MAX_LANES);
+    for (int i = 0; i < n; i++)
+        lanes[i] = G(groups[i]);
+    return ddph__mpi_step_agree(self, lanes, n, s, err);
 }
 
 static int mpi_in_sync_step(void *self, int on)

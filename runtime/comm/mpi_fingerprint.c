@@ -375,7 +375,7 @@ ddph_status ddph__mpi_fingerprint_settle(ddph_mpi *m, ddph_err *err)
 /* Starts the allgather of one record on g's twin communicator into a new
  * block (this rank's record, then every rank's, then a copy of counts
  * where not NULL), freed by the caller once *req completed. */
-static ddph_status fp_exchange(ddph_mpi *m, struct ddph_group *g,
+static ddph_status fp_exchange(ddph_mpi *m, ddph_mpi_group *g,
                                const int64_t *record, const size_t *counts,
                                MPI_Request *req, int64_t **out, ddph_err *err)
 {
@@ -399,7 +399,7 @@ static ddph_status fp_exchange(ddph_mpi *m, struct ddph_group *g,
 
 /* Starts the exchange of one record on g's twin communicator; it becomes
  * this thread's pending exchange. */
-static ddph_status fp_start(ddph_mpi *m, struct ddph_group *g,
+static ddph_status fp_start(ddph_mpi *m, ddph_mpi_group *g,
                             const char *what, const int64_t *record,
                             const size_t *counts, ddph_err *err)
 {
@@ -435,13 +435,13 @@ static int64_t fp_kind(const char *what)
     return -1;
 }
 
-static int fp_checked(const ddph_mpi *m, const struct ddph_group *g)
+static int fp_checked(const ddph_mpi *m, const ddph_mpi_group *g)
 {
     return m->check_collectives && g->fingerprints != MPI_COMM_NULL &&
            g->size >= 2;
 }
 
-ddph_status ddph__mpi_fingerprint(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_fingerprint(ddph_mpi *m, ddph_mpi_group *g,
                                   const char *what, ddph_dtype dtype,
                                   size_t count, const size_t *counts, int op,
                                   int root, int64_t model, int64_t iteration,
@@ -464,7 +464,7 @@ ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
                                    ddph_dtype dtype, size_t count, int op,
                                    int root, ddph_err *err)
 {
-    struct ddph_group *g = &m->trainer;
+    ddph_mpi_group *g = &m->trainer;
     if (!fp_checked(m, g))
         return DDPH_OK;
     const int64_t record[FP_FIELDS] = {
@@ -477,7 +477,7 @@ ddph_status ddph__mpi_trainer_call(ddph_mpi *m, const char *what,
     return st == DDPH_OK ? ddph__mpi_fingerprint_settle(m, err) : st;
 }
 
-ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
+ddph_status ddph__mpi_step_agree(ddph_mpi *m, ddph_mpi_group *const *groups,
                                  int n, const ddph_step_summary *s,
                                  ddph_err *err)
 {
@@ -497,7 +497,7 @@ ddph_status ddph__mpi_step_agree(ddph_mpi *m, struct ddph_group *const *groups,
     int64_t *blocks[DDPH__MAX_LANES] = {0};
     int started = 0;
     for (int i = 0; i < n && i < DDPH__MAX_LANES && st == DDPH_OK; i++) {
-        struct ddph_group *g = groups[i];
+        ddph_mpi_group *g = groups[i];
         if (!fp_checked(m, g))
             continue;
         const int64_t record[FP_FIELDS] = {

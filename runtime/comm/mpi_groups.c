@@ -24,17 +24,17 @@ static ddph_status barrier_timed(ddph_mpi *m, MPI_Comm comm, const char *what,
     return ddph__mpi_wait_timed(m, &req, what, err);
 }
 
-ddph_status ddph__mpi_barrier(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_barrier(ddph_mpi *m, ddph_mpi_group *g,
                               const char *what, ddph_err *err)
 {
     ddph_status broken = ddph__mpi_collective_fault(m, err);
     return broken != DDPH_OK ? broken : barrier_timed(m, g->comm, what, err);
 }
 
-static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
+static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, ddph_mpi_group **out,
                          ddph_err *err)
 {
-    struct ddph_group *g = calloc(1, sizeof *g);
+    ddph_mpi_group *g = calloc(1, sizeof *g);
     if (!g) {
         MPI_Comm_free(&comm);
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
@@ -56,8 +56,8 @@ static ddph_status adopt(ddph_mpi *m, MPI_Comm comm, struct ddph_group **out,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_split(ddph_mpi *m, struct ddph_group *parent, int color,
-                            int key, struct ddph_group **out, ddph_err *err)
+ddph_status ddph__mpi_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
+                            int key, ddph_mpi_group **out, ddph_err *err)
 {
     ddph_status broken = ddph__mpi_collective_fault(m, err);
     if (broken != DDPH_OK)
@@ -93,7 +93,7 @@ static ddph_status split_node(ddph_mpi *m, MPI_Comm *comm, ddph_err *err)
                              : ddph__mpi_failed(m, err, rc, "MPI_Comm_split_type");
 }
 
-ddph_status ddph__mpi_intra_node(ddph_mpi *m, struct ddph_group **out,
+ddph_status ddph__mpi_intra_node(ddph_mpi *m, ddph_mpi_group **out,
                                  ddph_err *err)
 {
     MPI_Comm comm;

@@ -156,11 +156,11 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 }
 
 ddph_status ddph__mpi_lane_groups(ddph_mpi *m, int n,
-                                  struct ddph_group **out, ddph_err *err)
+                                  ddph_mpi_group **out, ddph_err *err)
 {
     out[0] = &m->world;
     for (int i = 1; i < n; i++) {
-        struct ddph_group *g = calloc(1, sizeof *g);
+        ddph_mpi_group *g = calloc(1, sizeof *g);
         if (!g)
             return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
         g->comm = MPI_COMM_NULL;
@@ -347,7 +347,7 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
         pthread_mutex_unlock(&m->fault_mu);
         return st;
     }
-    for (struct ddph_group *g = m->groups, *next; g; g = next) {
+    for (ddph_mpi_group *g = m->groups, *next; g; g = next) {
         next = g->next;
         if (g->owned)
             MPI_Comm_free(&g->comm);

@@ -92,7 +92,7 @@ void ddph__mpi_types_init(ddph_mpi *m);
 void ddph__mpi_types_free(ddph_mpi *m);
 
 /* ---- mpi_ring.c ---- */
-ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, ddph_mpi_group *g,
                                      void *buf, size_t count,
                                      ddph_dtype dtype, ddph_err *err);
 

@@ -50,7 +50,7 @@ static ddph_status op_broken(ddph_mpi *m, ddph_mpi_op *op, int rc,
     return ddph__mpi_failed(m, err, rc, what);
 }
 
-ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, ddph_mpi_group *g,
                                       void *buf, size_t count,
                                       ddph_dtype dtype, ddph_redop op,
                                       ddph_mpi_op *out, ddph_err *err)
@@ -82,7 +82,7 @@ ddph_status ddph__mpi_start_allreduce(ddph_mpi *m, struct ddph_group *g,
 }
 
 /* allgather and alltoall: one call, count elements per rank's block. */
-static ddph_status start_blocks(ddph_mpi *m, struct ddph_group *g,
+static ddph_status start_blocks(ddph_mpi *m, ddph_mpi_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, int alltoall,
                                 ddph_mpi_op *out, ddph_err *err)
@@ -111,7 +111,7 @@ static ddph_status start_blocks(ddph_mpi *m, struct ddph_group *g,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_allgather(ddph_mpi *m, ddph_mpi_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_mpi_op *out, ddph_err *err)
@@ -119,7 +119,7 @@ ddph_status ddph__mpi_start_allgather(ddph_mpi *m, struct ddph_group *g,
     return start_blocks(m, g, send, recv, count, dtype, 0, out, err);
 }
 
-ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, ddph_mpi_group *g,
                                        const void *send, void *recv,
                                        const size_t *counts, ddph_dtype dtype,
                                        ddph_mpi_op *out, ddph_err *err)
@@ -157,7 +157,7 @@ ddph_status ddph__mpi_start_allgatherv(ddph_mpi *m, struct ddph_group *g,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_start_alltoall(ddph_mpi *m, ddph_mpi_group *g,
                                      const void *send, void *recv,
                                      size_t count, ddph_dtype dtype,
                                      ddph_mpi_op *out, ddph_err *err)

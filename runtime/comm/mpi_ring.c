@@ -33,7 +33,7 @@
 /* The group's receive buffer for a ring of count elements: grown, never
  * shrunk, freed with the group.  After a failed wait a receive into it
  * may still be posted; the job is broken then and never calls here again. */
-static char *ring_scratch(struct ddph_group *g, size_t count, size_t es)
+static char *ring_scratch(ddph_mpi_group *g, size_t count, size_t es)
 {
     size_t most = (count + (size_t)g->size - 1) / (size_t)g->size * es;
     size_t want = most < RING_BLOCK_BYTES ? most : RING_BLOCK_BYTES;
@@ -51,7 +51,7 @@ static char *ring_scratch(struct ddph_group *g, size_t count, size_t es)
  * chunk `in` arrives, a block at a time (the peer splits its chunk the
  * same way); with `sum`, each block arrives in the group's scratch and is
  * added into buf, else it lands in place. */
-static ddph_status ring_step(ddph_mpi *m, struct ddph_group *g, char *buf,
+static ddph_status ring_step(ddph_mpi *m, ddph_mpi_group *g, char *buf,
                              size_t count, ddph_dtype dtype, int out, int in,
                              int sum, double start, ddph_err *err)
 {
@@ -85,7 +85,7 @@ static ddph_status ring_step(ddph_mpi *m, struct ddph_group *g, char *buf,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, ddph_mpi_group *g,
                                   void *buf, size_t count, ddph_dtype dtype,
                                   ddph_err *err)
 {

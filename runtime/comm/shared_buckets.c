@@ -257,7 +257,7 @@ static void combine(void *a, const void *b, ddph_dtype dtype, ddph_redop op,
         ddph__cpu_min(a, b, dtype, n);
 }
 
-ddph_status ddph__shared_allreduce(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__shared_allreduce(ddph_mpi *m, ddph_mpi_group *g,
                                    void *buf, size_t count, ddph_dtype dtype,
                                    ddph_redop op, int *done, ddph_err *err)
 {

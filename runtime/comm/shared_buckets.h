@@ -55,7 +55,7 @@ void ddph__shared_close(ddph_mpi *m, ddph_shared_segment *s);
  * same count, dtype and op, and it does the whole allreduce (*done = 1)
  * when every rank's buf lies at the same place in a segment, or nothing
  * (*done = 0, the same on every rank). */
-ddph_status ddph__shared_allreduce(ddph_mpi *m, struct ddph_group *g,
+ddph_status ddph__shared_allreduce(ddph_mpi *m, ddph_mpi_group *g,
                                    void *buf, size_t count, ddph_dtype dtype,
                                    ddph_redop op, int *done, ddph_err *err);
 

@@ -123,8 +123,8 @@ static ddph_status settle(ddph_nccl *n, ncclComm_t *comm, ncclResult_t r,
 }
 
 /* An enqueue on group g's communicator: settled against timeout_s. */
-static ddph_status enqueued(ddph_nccl *n, struct ddph_group *g,
-                            ncclResult_t r, const char *what, ddph_err *err)
+static ddph_status enqueued(ddph_nccl *n, ddph_nccl_group *g, ncclResult_t r,
+                            const char *what, ddph_err *err)
 {
     if (r == ncclSuccess)
         return DDPH_OK;
@@ -138,7 +138,7 @@ static ddph_status enqueued(ddph_nccl *n, struct ddph_group *g,
  * top-k) cannot tell which collective before it is stuck. */
 static void abort_all(ddph_nccl *n)
 {
-    for (struct ddph_group *g = n->groups; g; g = g->next)
+    for (ddph_nccl_group *g = n->groups; g; g = g->next)
         if (g->nccl) {
             ncclCommAbort((ncclComm_t)g->nccl);
             g->nccl = NULL;
@@ -150,7 +150,7 @@ static void abort_all(ddph_nccl *n)
 }
 
 /* Every group of n with a communicator: the world, then the splits. */
-static struct ddph_group *next_group(ddph_nccl *n, struct ddph_group *g)
+static ddph_nccl_group *next_group(ddph_nccl *n, ddph_nccl_group *g)
 {
     return g == &n->world ? n->groups : g->next;
 }
@@ -159,10 +159,9 @@ static struct ddph_group *next_group(ddph_nccl *n, struct ddph_group *g)
  * asynchronous error is set, or NULL: every communicator shares the one
  * stream, so a failure on any of them stops all the work queued behind
  * it, whichever group a wait names.  *result is that error. */
-static struct ddph_group *failed_comm(ddph_nccl *n, ncclResult_t *result)
+static ddph_nccl_group *failed_comm(ddph_nccl *n, ncclResult_t *result)
 {
-    for (struct ddph_group *g = &n->world; g;
-         g = next_group(n, g)) {
+    for (ddph_nccl_group *g = &n->world; g; g = next_group(n, g)) {
         ncclResult_t async = ncclSuccess;
         if (g->nccl &&
             ncclCommGetAsyncError((ncclComm_t)g->nccl, &async) ==
@@ -190,7 +189,7 @@ static ddph_status qr_checked(ddph_nccl *n, ddph_err *err)
 /* Waits for the communication stream, against timeout_s; a failed or
  * stuck communicator is aborted and reported (every one of them when the
  * wait names no group). */
-static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
+static ddph_status wait_stream(ddph_nccl *n, ddph_nccl_group *g,
                                const char *what, ddph_err *err)
 {
     double deadline = ddph__now() + n->timeout_s;
@@ -206,7 +205,7 @@ static ddph_status wait_stream(ddph_nccl *n, struct ddph_group *g,
          * report it as its own failure (PyTorch clears it the same way). */
         (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
-        struct ddph_group *bad = failed_comm(n, &async);
+        ddph_nccl_group *bad = failed_comm(n, &async);
         if (bad) {
             ncclCommAbort((ncclComm_t)bad->nccl);
             bad->nccl = NULL;
@@ -412,8 +411,9 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
         ddph__nccl_finalize(n, 1);
         return st;
     }
-    n->world = mpi->world;
-    n->world.owned = 0;
+    n->world.rank = mpi->world.rank;
+    n->world.size = mpi->world.size;
+    n->world.mpi = &mpi->world;
     n->world.nccl = comm;
     *out = n;
     return DDPH_OK;
@@ -428,8 +428,7 @@ static void end_comms(ddph_nccl *n, int abort)
 {
     double deadline = ddph__now() + n->timeout_s;
     /* Finalize all first: their peers finalize in whatever order. */
-    for (struct ddph_group *g = &n->world; g;
-         g = next_group(n, g)) {
+    for (ddph_nccl_group *g = &n->world; g; g = next_group(n, g)) {
         if (!g->nccl || abort)
             continue;
         ncclResult_t r = ncclCommFinalize((ncclComm_t)g->nccl);
@@ -438,8 +437,7 @@ static void end_comms(ddph_nccl *n, int abort)
             g->nccl = NULL;
         }
     }
-    for (struct ddph_group *g = &n->world; g;
-         g = next_group(n, g)) {
+    for (ddph_nccl_group *g = &n->world; g; g = next_group(n, g)) {
         if (!g->nccl)
             continue;
         ncclComm_t c = (ncclComm_t)g->nccl;
@@ -458,7 +456,7 @@ static void end_comms(ddph_nccl *n, int abort)
 void ddph__nccl_finalize(ddph_nccl *n, int abort)
 {
     end_comms(n, abort);
-    for (struct ddph_group *g = n->groups, *next; g; g = next) {
+    for (ddph_nccl_group *g = n->groups, *next; g; g = next) {
         next = g->next;
         free(g);
     }
@@ -476,7 +474,7 @@ void ddph__nccl_finalize(ddph_nccl *n, int abort)
     free(n);
 }
 
-static ddph_status need_comm(struct ddph_group *g, ddph_err *err)
+static ddph_status need_comm(ddph_nccl_group *g, ddph_err *err)
 {
     return g->nccl ? DDPH_OK
                    : ddph__fail(err, DDPH_ERR_BACKEND,
@@ -484,7 +482,7 @@ static ddph_status need_comm(struct ddph_group *g, ddph_err *err)
                                 "earlier failure");
 }
 
-ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, ddph_nccl_group *g,
                                        void *buf, size_t count,
                                        ddph_dtype dtype, ddph_redop op,
                                        ddph_err *err)
@@ -497,7 +495,7 @@ ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
     return enqueued(n, g, r, "ncclAllReduce", err);
 }
 
-ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_allgather(ddph_nccl *n, ddph_nccl_group *g,
                                        const void *send, void *recv,
                                        size_t count, ddph_dtype dtype,
                                        ddph_err *err)
@@ -523,7 +521,7 @@ static int in_group_ok(ncclResult_t r)
  * against timeout_s (no call may be made on it before).  An error inside
  * the group: the calls after it were not made, and the peers would wait
  * for them, so the communicator is aborted. */
-static ddph_status group_ended(ddph_nccl *n, struct ddph_group *g,
+static ddph_status group_ended(ddph_nccl *n, ddph_nccl_group *g,
                                ncclResult_t last, ncclResult_t end,
                                const char *what, ddph_err *err)
 {
@@ -539,7 +537,7 @@ static ddph_status group_ended(ddph_nccl *n, struct ddph_group *g,
 
 /* NCCL has no allgatherv: one broadcast per rank into its slice, fused
  * into one launch by a group. */
-ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, ddph_nccl_group *g,
                                         const void *send, void *recv,
                                         const size_t *counts, ddph_dtype dtype,
                                         ddph_err *err)
@@ -561,7 +559,7 @@ ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
 
 /* Point-to-point pairs in one group, as NCCL's documentation builds
  * all-to-all. */
-ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, ddph_nccl_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_err *err)
@@ -582,8 +580,8 @@ ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
                        err);
 }
 
-ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
-                            const char *what, ddph_err *err)
+ddph_status ddph__nccl_wait(ddph_nccl *n, ddph_nccl_group *g, const char *what,
+                            ddph_err *err)
 {
     return wait_stream(n, g, what, err);
 }
@@ -602,7 +600,7 @@ int ddph__nccl_idle(ddph_nccl *n)
     return failed_comm(n, &async) ? -1 : 0;
 }
 
-ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, ddph_nccl_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, ddph_redop op,
                                  ddph_err *err)
 {
@@ -611,7 +609,7 @@ ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
     return st != DDPH_OK ? st : wait_stream(n, g, "allreduce", err);
 }
 
-ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_allgather(ddph_nccl *n, ddph_nccl_group *g,
                                  const void *send, void *recv, size_t count,
                                  ddph_dtype dtype, ddph_err *err)
 {
@@ -620,7 +618,7 @@ ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
     return st != DDPH_OK ? st : wait_stream(n, g, "allgather", err);
 }
 
-ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_allgatherv(ddph_nccl *n, ddph_nccl_group *g,
                                   const void *send, void *recv,
                                   const size_t *counts, ddph_dtype dtype,
                                   ddph_err *err)
@@ -630,7 +628,7 @@ ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
     return st != DDPH_OK ? st : wait_stream(n, g, "allgatherv", err);
 }
 
-ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_alltoall(ddph_nccl *n, ddph_nccl_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, ddph_err *err)
 {
@@ -639,7 +637,7 @@ ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
     return st != DDPH_OK ? st : wait_stream(n, g, "alltoall", err);
 }
 
-ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
+ddph_status ddph__nccl_broadcast(ddph_nccl *n, ddph_nccl_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, int root,
                                  ddph_err *err)
 {
@@ -652,7 +650,7 @@ ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
     return st != DDPH_OK ? st : wait_stream(n, g, "broadcast", err);
 }
 
-ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, ddph_nccl_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_redop op, ddph_err *err)
@@ -667,12 +665,11 @@ ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
     return st != DDPH_OK ? st : wait_stream(n, g, "reduce_scatter", err);
 }
 
-ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
-                             int color, int key, struct ddph_group **out,
-                             ddph_err *err)
+ddph_status ddph__nccl_split(ddph_nccl *n, ddph_nccl_group *parent, int color,
+                             int key, ddph_nccl_group **out, ddph_err *err)
 {
-    struct ddph_group *mg = NULL;
-    ddph_status st = n->host.split(n->mpi, parent, color, key, &mg, err);
+    ddph_mpi_group *mg = NULL;
+    ddph_status st = n->host.split(n->mpi, parent->mpi, color, key, &mg, err);
     /* A negative colour leaves this rank without a group, but
      * ncclCommSplit is collective over the parent: it must still be
      * joined (with NCCL_SPLIT_NOCOLOR), or the other ranks wait in it for
@@ -735,13 +732,14 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
         return ddph__fail(err, nst, "%s", nerr.msg);
     if (split_st != DDPH_OK)
         return ddph__fail(err, split_st, "%s", nerr.msg);
-    struct ddph_group *g = calloc(1, sizeof *g);
+    ddph_nccl_group *g = calloc(1, sizeof *g);
     if (!g) {
         ncclCommAbort(c);
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
-    *g = *mg; /* the MPI side stays owned by the MPI backend's list */
-    g->owned = 0;
+    g->rank = mg->rank;
+    g->size = mg->size;
+    g->mpi = mg; /* stays owned by the MPI backend's list */
     g->nccl = c;
     g->next = n->groups;
     n->groups = g;
@@ -749,10 +747,10 @@ ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
     return DDPH_OK;
 }
 
-ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
+ddph_status ddph__nccl_intra_node(ddph_nccl *n, ddph_nccl_group **out,
                                   ddph_err *err)
 {
-    struct ddph_group *node;
+    ddph_mpi_group *node;
     ddph_status st = n->host.intra_node(n->mpi, &node, err);
     if (st != DDPH_OK)
         return st;
@@ -762,41 +760,59 @@ ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
     MPI_Iallreduce(MPI_IN_PLACE, &leader, 1, MPI_INT64_T, MPI_MIN, node->comm,
                    &req);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
-    return ddph__nccl_split(n, &n->world, (int)leader, n->world.rank, out, err);
+    return ddph__nccl_split(n, &n->world, (int)leader, n->world.rank, out,
+                            err);
 }
 
 /* ---- comm.h's table: the functions above, with the ddph_nccl as state -- */
 
 static struct ddph_group *comm_world(void *self)
 {
-    return &((ddph_nccl *)self)->world;
+    return &((ddph_nccl *)self)->world.head;
+}
+
+/* A group the table handed out is the head of one of this backend's. */
+static ddph_nccl_group *G(struct ddph_group *g)
+{
+    return (ddph_nccl_group *)g;
+}
+
+/* A group this backend made, handed out as its head. */
+static ddph_status handed(ddph_status st, ddph_nccl_group *g,
+                          struct ddph_group **out)
+{
+    *out = st == DDPH_OK ? &g->head : NULL;
+    return st;
 }
 
 static ddph_status comm_split(void *self, struct ddph_group *parent,
                               int color, int key, struct ddph_group **out,
                               ddph_err *err)
 {
-    return ddph__nccl_split(self, parent, color, key, out, err);
+    ddph_nccl_group *g = NULL;
+    return handed(ddph__nccl_split(self, G(parent), color, key, &g, err), g,
+                  out);
 }
 
 static ddph_status comm_intra_node(void *self, struct ddph_group **out,
                                    ddph_err *err)
 {
-    return ddph__nccl_intra_node(self, out, err);
+    ddph_nccl_group *g = NULL;
+    return handed(ddph__nccl_intra_node(self, &g, err), g, out);
 }
 
 static ddph_status comm_allreduce(void *self, struct ddph_group *g, void *buf,
                                   size_t count, ddph_dtype dtype,
                                   ddph_redop op, ddph_err *err)
 {
-    return ddph__nccl_allreduce(self, g, buf, count, dtype, op, err);
+    return ddph__nccl_allreduce(self, G(g), buf, count, dtype, op, err);
 }
 
 static ddph_status comm_allgather(void *self, struct ddph_group *g,
                                   const void *send, void *recv, size_t count,
                                   ddph_dtype dtype, ddph_err *err)
 {
-    return ddph__nccl_allgather(self, g, send, recv, count, dtype, err);
+    return ddph__nccl_allgather(self, G(g), send, recv, count, dtype, err);
 }
 
 static ddph_status comm_allgatherv(void *self, struct ddph_group *g,
@@ -804,14 +820,14 @@ static ddph_status comm_allgatherv(void *self, struct ddph_group *g,
                                    const size_t *counts, ddph_dtype dtype,
                                    ddph_err *err)
 {
-    return ddph__nccl_allgatherv(self, g, send, recv, counts, dtype, err);
+    return ddph__nccl_allgatherv(self, G(g), send, recv, counts, dtype, err);
 }
 
 static ddph_status comm_broadcast(void *self, struct ddph_group *g, void *buf,
                                   size_t count, ddph_dtype dtype, int root,
                                   ddph_err *err)
 {
-    return ddph__nccl_broadcast(self, g, buf, count, dtype, root, err);
+    return ddph__nccl_broadcast(self, G(g), buf, count, dtype, root, err);
 }
 
 static ddph_status comm_reduce_scatter(void *self, struct ddph_group *g,
@@ -819,7 +835,7 @@ static ddph_status comm_reduce_scatter(void *self, struct ddph_group *g,
                                        size_t count, ddph_dtype dtype,
                                        ddph_redop op, ddph_err *err)
 {
-    return ddph__nccl_reduce_scatter(self, g, send, recv, count, dtype, op,
+    return ddph__nccl_reduce_scatter(self, G(g), send, recv, count, dtype, op,
                                      err);
 }
 
@@ -827,7 +843,7 @@ static ddph_status comm_alltoall(void *self, struct ddph_group *g,
                                  const void *send, void *recv, size_t count,
                                  ddph_dtype dtype, ddph_err *err)
 {
-    return ddph__nccl_alltoall(self, g, send, recv, count, dtype, err);
+    return ddph__nccl_alltoall(self, G(g), send, recv, count, dtype, err);
 }
 
 /* The stream orders the nonblocking collectives: a request is its group
@@ -838,7 +854,7 @@ static ddph_status comm_start_allreduce(void *self, struct ddph_group *g,
                                         ddph_comm_op *out, ddph_err *err)
 {
     (void)out;
-    return ddph__nccl_start_allreduce(self, g, buf, count, dtype, op, err);
+    return ddph__nccl_start_allreduce(self, G(g), buf, count, dtype, op, err);
 }
 
 static ddph_status comm_start_allgather(void *self, struct ddph_group *g,
@@ -847,7 +863,8 @@ static ddph_status comm_start_allgather(void *self, struct ddph_group *g,
                                         ddph_comm_op *out, ddph_err *err)
 {
     (void)out;
-    return ddph__nccl_start_allgather(self, g, send, recv, count, dtype, err);
+    return ddph__nccl_start_allgather(self, G(g), send, recv, count, dtype,
+                                      err);
 }
 
 static ddph_status comm_start_allgatherv(void *self, struct ddph_group *g,
@@ -857,7 +874,7 @@ static ddph_status comm_start_allgatherv(void *self, struct ddph_group *g,
                                          ddph_err *err)
 {
     (void)out;
-    return ddph__nccl_start_allgatherv(self, g, send, recv, counts, dtype,
+    return ddph__nccl_start_allgatherv(self, G(g), send, recv, counts, dtype,
                                        err);
 }
 
@@ -867,12 +884,13 @@ static ddph_status comm_start_alltoall(void *self, struct ddph_group *g,
                                        ddph_comm_op *out, ddph_err *err)
 {
     (void)out;
-    return ddph__nccl_start_alltoall(self, g, send, recv, count, dtype, err);
+    return ddph__nccl_start_alltoall(self, G(g), send, recv, count, dtype,
+                                     err);
 }
 
 static ddph_status comm_wait(void *self, ddph_comm_op *op, ddph_err *err)
 {
-    return ddph__nccl_wait(self, op->group, op->what, err);
+    return ddph__nccl_wait(self, G(op->group), op->what, err);
 }
 
 /* Whether op may still be running: the stream has work left, none of it

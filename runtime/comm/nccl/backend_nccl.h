@@ -17,9 +17,24 @@
 #include "comm/gpu.h"
 #include "support/util.h"
 
+/* This backend's group: comm.h's head (rank and size, read here by name),
+ * the same ranks' MPI group (bootstrap, splits) and their NCCL
+ * communicator. */
+typedef struct ddph_nccl_group {
+    union {
+        struct ddph_group head; /* what the table hands out */
+        struct {
+            int rank, size;
+        };
+    };
+    ddph_mpi_group *mpi; /* owned by the MPI backend */
+    void *nccl;          /* ncclComm_t, NULL once aborted */
+    struct ddph_nccl_group *next; /* splits */
+} ddph_nccl_group;
+
 /* The module's ddph_gpu. */
 typedef struct ddph_gpu {
-    struct ddph_group world; /* nccl = the world communicator */
+    ddph_nccl_group world;   /* nccl = the world communicator */
     void *stream;            /* cudaStream_t: the communication stream */
     void *blas;              /* cublasHandle_t on that stream */
     void *solver;            /* cusolverDnHandle_t on that stream */
@@ -30,7 +45,7 @@ typedef struct ddph_gpu {
     int *qr_info;
     int device;
     double timeout_s;
-    struct ddph_group *groups; /* splits, freed at finalize */
+    ddph_nccl_group *groups; /* splits, freed at finalize */
     ddph_mpi *mpi;
     ddph_gpu_host host; /* the runtime's MPI side */
 } ddph_nccl;
@@ -49,24 +64,24 @@ ddph_status ddph__nccl_probe(ddph_err *err);
  * Frees n. */
 void ddph__nccl_finalize(ddph_nccl *n, int abort);
 
-ddph_status ddph__nccl_allreduce(ddph_nccl *n, struct ddph_group *g, void *buf,
+ddph_status ddph__nccl_allreduce(ddph_nccl *n, ddph_nccl_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, ddph_redop op,
                                  ddph_err *err);
-ddph_status ddph__nccl_allgather(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_allgather(ddph_nccl *n, ddph_nccl_group *g,
                                  const void *send, void *recv, size_t count,
                                  ddph_dtype dtype, ddph_err *err);
-ddph_status ddph__nccl_broadcast(ddph_nccl *n, struct ddph_group *g, void *buf,
+ddph_status ddph__nccl_broadcast(ddph_nccl *n, ddph_nccl_group *g, void *buf,
                                  size_t count, ddph_dtype dtype, int root,
                                  ddph_err *err);
-ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, ddph_nccl_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_redop op, ddph_err *err);
-ddph_status ddph__nccl_allgatherv(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_allgatherv(ddph_nccl *n, ddph_nccl_group *g,
                                   const void *send, void *recv,
                                   const size_t *counts, ddph_dtype dtype,
                                   ddph_err *err);
-ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_alltoall(ddph_nccl *n, ddph_nccl_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, ddph_err *err);
 /* Nonblocking collectives: enqueued on the communication stream and not
@@ -75,30 +90,30 @@ ddph_status ddph__nccl_alltoall(ddph_nccl *n, struct ddph_group *g,
  * ddph__nccl_idle says whether all that was enqueued has finished: 1
  * finished, 0 still running, -1 failed (a CUDA error, or an asynchronous
  * error on any communicator): the wait then reports it at once. */
-ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_allreduce(ddph_nccl *n, ddph_nccl_group *g,
                                        void *buf, size_t count,
                                        ddph_dtype dtype, ddph_redop op,
                                        ddph_err *err);
-ddph_status ddph__nccl_start_allgather(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_allgather(ddph_nccl *n, ddph_nccl_group *g,
                                        const void *send, void *recv,
                                        size_t count, ddph_dtype dtype,
                                        ddph_err *err);
-ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_allgatherv(ddph_nccl *n, ddph_nccl_group *g,
                                         const void *send, void *recv,
                                         const size_t *counts, ddph_dtype dtype,
                                         ddph_err *err);
-ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, ddph_nccl_group *g,
                                       const void *send, void *recv,
                                       size_t count, ddph_dtype dtype,
                                       ddph_err *err);
-ddph_status ddph__nccl_wait(ddph_nccl *n, struct ddph_group *g,
+ddph_status ddph__nccl_wait(ddph_nccl *n, ddph_nccl_group *g,
                             const char *what, ddph_err *err);
 int ddph__nccl_idle(ddph_nccl *n);
 /* ncclCommSplit; the MPI side is split the same way. */
-ddph_status ddph__nccl_split(ddph_nccl *n, struct ddph_group *parent,
-                             int color, int key, struct ddph_group **out,
+ddph_status ddph__nccl_split(ddph_nccl *n, ddph_nccl_group *parent,
+                             int color, int key, ddph_nccl_group **out,
                              ddph_err *err);
-ddph_status ddph__nccl_intra_node(ddph_nccl *n, struct ddph_group **out,
+ddph_status ddph__nccl_intra_node(ddph_nccl *n, ddph_nccl_group **out,
                                   ddph_err *err);
 
 /* The functions above as comm.h's table, whose state is the ddph_nccl
