@@ -506,11 +506,6 @@ static const ddph_comm_ops fake_comm_ops = {
 
 /* ---- the control plane --------------------------------------------------- */
 
-static int fake_rank_number(void *self)
-{
-    return rank_of(self)->rank;
-}
-
 static ddph_status fake_fault(void *self, ddph_err *err)
 {
     return broken_status(rank_of(self)->w, err);
@@ -577,7 +572,7 @@ static ddph_status fake_lane_groups(void *self, int n, struct ddph_group **out,
 }
 
 static const ddph_control_ops fake_control_ops = {
-    .rank = fake_rank_number,
+    .world = fake_world_group,
     .fault = fake_fault,
     .broken = fake_is_broken,
     .fail = fake_fail,

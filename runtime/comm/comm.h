@@ -154,8 +154,9 @@ enum {
  * does over MPI).  A fake serves at least rank to lane_groups, what the
  * reducer calls. */
 typedef struct ddph_control_ops {
-    /* This rank in the world (for messages). */
-    int (*rank)(void *self);
+    /* The job's world: this rank and the job's size.  core/ reads them
+     * here only (the state lives as long as the job). */
+    struct ddph_group *(*world)(void *self);
     /* DDPH_OK, or the job's first failure (err gets its message). */
     ddph_status (*fault)(void *self, ddph_err *err);
     /* Whether the job is broken, without polling the peers. */
@@ -197,5 +198,98 @@ typedef struct ddph_control {
     const ddph_control_ops *ops;
     void *self;
 } ddph_control;
+
+/* The control plane's calls, one each (the table above says what each
+ * does). */
+static inline struct ddph_group *ddph__ctl_world(ddph_control c)
+{
+    return c.ops->world(c.self);
+}
+
+static inline ddph_status ddph__ctl_fault(ddph_control c, ddph_err *err)
+{
+    return c.ops->fault(c.self, err);
+}
+
+static inline int ddph__ctl_broken(ddph_control c)
+{
+    return c.ops->broken(c.self);
+}
+
+static inline void ddph__ctl_fail(ddph_control c, ddph_status st,
+                                  const char *msg)
+{
+    (c.ops->fail)(c.self, st, msg); /* (check.h defines a macro fail) */
+}
+
+static inline ddph_status ddph__ctl_agree(ddph_control c, ddph_status local,
+                                          const char *local_msg, ddph_err *err)
+{
+    return c.ops->agree(c.self, local, local_msg, err);
+}
+
+static inline ddph_status ddph__ctl_lane_groups(ddph_control c, int n,
+                                                struct ddph_group **out,
+                                                ddph_err *err)
+{
+    return c.ops->lane_groups(c.self, n, out, err);
+}
+
+static inline ddph_status ddph__ctl_allreduce_i64(ddph_control c, int64_t *v,
+                                                  size_t n, ddph_redop op,
+                                                  ddph_err *err)
+{
+    return c.ops->allreduce_i64(c.self, v, n, op, err);
+}
+
+static inline ddph_status ddph__ctl_bcast_bytes(ddph_control c, void *buf,
+                                                size_t n, int root,
+                                                ddph_err *err)
+{
+    return c.ops->bcast_bytes(c.self, buf, n, root, err);
+}
+
+static inline ddph_status
+ddph__ctl_step_agree(ddph_control c, struct ddph_group *const *groups, int n,
+                     const ddph_step_summary *s, ddph_err *err)
+{
+    return c.ops->step_agree(c.self, groups, n, s, err);
+}
+
+static inline int ddph__ctl_in_sync_step(ddph_control c, int on)
+{
+    return c.ops->in_sync_step(c.self, on);
+}
+
+static inline void ddph__ctl_step_synced(ddph_control c)
+{
+    c.ops->step_synced(c.self);
+}
+
+static inline int64_t ddph__ctl_syncs_done(ddph_control c)
+{
+    return c.ops->syncs_done(c.self);
+}
+
+static inline int64_t ddph__ctl_trainer_calls(ddph_control c)
+{
+    return c.ops->trainer_calls(c.self);
+}
+
+static inline void ddph__ctl_depart(ddph_control c, int kind, const char *what)
+{
+    c.ops->depart(c.self, kind, what);
+}
+
+static inline void ddph__ctl_closing(ddph_control c)
+{
+    c.ops->closing(c.self);
+}
+
+static inline void ddph__ctl_model_named(ddph_control c, int64_t id,
+                                         const char *name)
+{
+    c.ops->model_named(c.self, id, name);
+}
 
 #endif

@@ -189,11 +189,6 @@ const ddph_comm_ops ddph__mpi_comm_ops = {
 
 /* ---- the control plane -------------------------------------------------- */
 
-static int mpi_rank(void *self)
-{
-    return ((ddph_mpi *)self)->world.rank;
-}
-
 static ddph_status mpi_fault(void *self, ddph_err *err)
 {
     return ddph__mpi_fault(self, err);
@@ -293,7 +288,7 @@ static void mpi_model_named(void *self, int64_t id, const char *name)
 }
 
 const ddph_control_ops ddph__mpi_control_ops = {
-    .rank = mpi_rank,
+    .world = mpi_world,
     .fault = mpi_fault,
     .broken = mpi_broken,
     .fail = mpi_fail,

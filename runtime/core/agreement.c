@@ -30,7 +30,7 @@ static char *describe(const ddph_ctx *ctx, const ddph_model *m,
         /* Its own message reaches every rank through the diff. */
         fprintf(f, "finalize failed: %s\n", local_err->msg);
     }
-    fprintf(f, "backend %s\n", c->backend == DDPH_BACKEND_NCCL ? "nccl" : "mpi");
+    fprintf(f, "backend %s\n", ctx->comm.ops->name);
     fprintf(f, "bucket_cap_mb %.17g\n", c->bucket_cap_mb);
     fprintf(f, "first_bucket_cap_mb %.17g\n", c->first_bucket_cap_mb);
     fprintf(f, "gradient_as_bucket_view %d\n", c->gradient_as_bucket_view);
@@ -132,7 +132,7 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     int64_t crc[2];
     crc[0] = (int64_t)compared_crc(mine, len);
     crc[1] = -crc[0];
-    ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), crc, 2, DDPH_MAX,
+    ddph_status st = ddph__ctl_allreduce_i64(ctx->control, crc, 2, DDPH_MAX,
                                               err);
     if (st != DDPH_OK || crc[0] == -crc[1]) { /* max == min: all equal */
         free(mine);
@@ -143,7 +143,7 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     }
     /* They differ: rank 0's text goes to everyone. */
     int64_t len0 = (int64_t)len;
-    st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), &len0, sizeof len0, 0,
+    st = ddph__ctl_bcast_bytes(ctx->control, &len0, sizeof len0, 0,
                                    err);
     char *theirs = st == DDPH_OK ? malloc((size_t)len0 + 1) : NULL;
     if (st == DDPH_OK && !theirs)
@@ -151,7 +151,7 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
     if (st == DDPH_OK) {
         if (rank == 0)
             memcpy(theirs, mine, len);
-        st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), theirs,
+        st = ddph__ctl_bcast_bytes(ctx->control, theirs,
                                        (size_t)len0, 0, err);
         theirs[len0] = '\0';
     }
@@ -161,10 +161,10 @@ ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
                                           sizeof diff))
         first_rank = rank;
     if (st == DDPH_OK)
-        st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &first_rank, 1,
+        st = ddph__ctl_allreduce_i64(ctx->control, &first_rank, 1,
                                           DDPH_MIN, err);
     if (st == DDPH_OK && first_rank < size)
-        st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), diff, sizeof diff,
+        st = ddph__ctl_bcast_bytes(ctx->control, diff, sizeof diff,
                                        (int)first_rank, err);
     free(theirs);
     free(mine);

@@ -23,7 +23,7 @@
 static void warn_rank0(void *user, const char *msg)
 {
     ddph_ctx *ctx = user;
-    if (ctx->mpi.world.rank == 0)
+    if (ddph__rank(ctx) == 0)
         ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
 }
 
@@ -34,7 +34,7 @@ static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
 {
     int64_t v[2] = {ctx->cfg.lanes, -(int64_t)ctx->cfg.lanes};
     ddph_status st =
-        CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), v, 2, DDPH_MAX, err);
+        ddph__ctl_allreduce_i64(ctx->control, v, 2, DDPH_MAX, err);
     if (st == DDPH_OK && v[0] != -v[1])
         st = ddph__fail(err, DDPH_ERR_CONFIG,
                         "%s: [runtime] lanes differs between ranks (%lld on "
@@ -55,7 +55,7 @@ static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
     ddph_err load_err;
     load_err.msg[0] = '\0';
     ddph_status st = ddph__gpu_load(&ops, &load_err);
-    st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), st, load_err.msg, err);
+    st = ddph__ctl_agree(ctx->control, st, load_err.msg, err);
     ddph_gpu_host host;
     ddph__gpu_host_init(&host, &ctx->mpi);
     if (st == DDPH_OK)
@@ -109,14 +109,14 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ctx->control = ddph__mpi_control(&ctx->mpi);
     ctx->mpi.check_collectives =
         cfg_st == DDPH_OK && ctx->cfg.check_collectives;
-    ctx->log.rank = ctx->mpi.world.rank;
-    ctx->join_active = ctx->mpi.world.size;
+    ctx->log.rank = ddph__rank(ctx);
+    ctx->join_active = ddph__size(ctx);
     ctx->join_scale = 1.0;
     if (cfg_st == DDPH_OK && ini_path)
         cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
                                                &cfg_err);
     if (ctx->mpi_up)
-        st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), cfg_st, cfg_err.msg, &e);
+        st = ddph__ctl_agree(ctx->control, cfg_st, cfg_err.msg, &e);
     else if (cfg_st != DDPH_OK)
         st = cfg_st, e = cfg_err;
     /* The ranks of this host: the GPU, OpenBLAS's threads, shared buckets. */
@@ -126,7 +126,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         st = start_gpu(ctx, &e);
     if (st == DDPH_OK)
         size_blas(ctx);
-    if (st == DDPH_OK && ctx->mpi.world.rank == 0) {
+    if (st == DDPH_OK && ddph__rank(ctx) == 0) {
         char msg[512];
         if (ddph__mpi_finalize_hazard(&ctx->mpi, msg, sizeof msg))
             ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
@@ -175,16 +175,16 @@ ddph_status ddph_close(ddph_ctx *ctx)
                  "rank %d closed the job (ddph_close) in the middle of a "
                  "synchronising step",
                  mpi->world.rank);
-        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_STATE, msg);
+        ddph__ctl_fail(ctx->control, DDPH_ERR_STATE, msg);
     }
     /* The peers learn that this rank does no more steps: one waiting on a
      * later step's collective fails at once instead of after timeout_s. */
     if (ctx->mpi_up)
-        CONTROL(ctx)->closing(CONTROL_SELF(ctx));
+        ddph__ctl_closing(ctx->control);
     /* Returns promptly even on a broken job: every collective then fails
      * at once. */
     ddph__reducer_stop(ctx);
-    int broken = ctx->mpi_up && CONTROL(ctx)->broken(CONTROL_SELF(ctx));
+    int broken = ctx->mpi_up && ddph__ctl_broken(ctx->control);
     if (ctx->timeline.enabled && ctx->mpi_up && !broken) {
         ddph_err e;
         if (ddph__timeline_write(&ctx->timeline, mpi, ctx->cfg.trace, &e) !=
@@ -197,7 +197,7 @@ ddph_status ddph_close(ddph_ctx *ctx)
     if (ctx->timeline.enabled && ctx->mpi_up && broken) {
         /* When it is needed most: each rank's own events, alone. */
         ddph_err fault, e;
-        CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
+        ddph__ctl_fault(ctx->control, &fault);
         if (ddph__timeline_write_failed(&ctx->timeline, mpi->world.rank,
                                         ctx->cfg.trace, fault.msg, &e) !=
             DDPH_OK)
@@ -287,12 +287,12 @@ const char *ddph_last_error(const ddph_ctx *ctx)
 
 int ddph_rank(const ddph_ctx *ctx)
 {
-    return ctx->mpi.world.rank;
+    return ddph__rank(ctx);
 }
 
 int ddph_world_size(const ddph_ctx *ctx)
 {
-    return ctx->mpi.world.size;
+    return ddph__size(ctx);
 }
 
 int ddph_cuda_device(const ddph_ctx *ctx)
@@ -351,7 +351,7 @@ static void warn_shared_schedule(ddph_ctx *ctx, ddph_model *const *models,
             continue;
         const ddph_model *lo = a->accumulate_steps < b->accumulate_steps ? a : b;
         ctx->warned_mixed_windows = 1;
-        if (ctx->mpi.world.rank != 0)
+        if (ddph__rank(ctx) != 0)
             return;
         ddph__log(&ctx->log, DDPH_LOG_WARN,
                   "step_begin: models '%s' (accumulate_steps %d) and '%s' "
@@ -376,7 +376,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
                                "step_begin while a step is open (call "
                                "ddph_step_wait and ddph_step_end first)");
     ddph_err fault;
-    ddph_status broken = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
+    ddph_status broken = ddph__ctl_fault(ctx->control, &fault);
     if (broken != DDPH_OK) {
         ddph__err_prefix(&fault, "step_begin: the job has failed (close it "
                                  "and exit)");
@@ -450,7 +450,7 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
     }
     ctx->last_step = (flags & DDPH_STEP_LAST) != 0;
     ctx->ends_data = (flags & (DDPH_STEP_END_OF_DATA | DDPH_STEP_LAST)) != 0;
-    CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), ctx->syncs);
+    ddph__ctl_in_sync_step(ctx->control, ctx->syncs);
     ctx->in_step = 1;
     ctx->step_start = ddph__timeline_now(&ctx->timeline);
     ctx->step_count++;
@@ -526,10 +526,10 @@ ddph_status ddph_step_wait(ddph_ctx *ctx)
         ctx->step_models[i]->window = 0;
         ctx->step_models[i]->iteration++;
     }
-    CONTROL(ctx)->step_synced(CONTROL_SELF(ctx));
+    ddph__ctl_step_synced(ctx->control);
     if (ctx->last_step && st == DDPH_OK) {
         ctx->data_ended = 1;
-        CONTROL(ctx)->depart(CONTROL_SELF(ctx), DDPH__DEPART_DATA_END,
+        ddph__ctl_depart(ctx->control, DDPH__DEPART_DATA_END,
                              "its last step");
     }
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
@@ -597,7 +597,7 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
     /* (Not while a rank has joined: its parameters stay where its data
      * ended until ddph_join makes the replicas equal again.) */
     int every = ctx->cfg.check_replicas_every;
-    if (ctx->join_active < ctx->mpi.world.size)
+    if (ctx->join_active < ddph__size(ctx))
         every = 0;
     for (int i = 0; every > 0 && ctx->syncs && i < ctx->nstep_models; i++) {
         ddph_model *m = ctx->step_models[i];

@@ -190,9 +190,17 @@ struct ddph_ctx {
     int stop;
 };
 
-/* The job's control plane: CONTROL(ctx)->fault(CONTROL_SELF(ctx), ...). */
-#define CONTROL(ctx) ((ctx)->control.ops)
-#define CONTROL_SELF(ctx) ((ctx)->control.self)
+/* This rank and the job's size, from the control plane's world (the one
+ * way core/ reads them; it outlives a GPU backend's state). */
+static inline int ddph__rank(const ddph_ctx *ctx)
+{
+    return ddph__ctl_world(ctx->control)->rank;
+}
+
+static inline int ddph__size(const ddph_ctx *ctx)
+{
+    return ddph__ctl_world(ctx->control)->size;
+}
 
 /* failure.c: records err as the context's last error, logs it, returns
  * st. */

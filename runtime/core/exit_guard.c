@@ -33,14 +33,14 @@ static void job_left_open(void)
         snprintf(msg, sizeof msg,
                  "rank %d exited (exit() or a return from main) %s, without "
                  "ddph_close",
-                 ctx->mpi.world.rank,
+                 ddph__rank(ctx),
                  ctx->in_step ? "in the middle of a step"
                               : "while its job was open");
         ddph__log(&ctx->log, DDPH_LOG_ERROR,
                   "%s: the job fails; exiting with status %d", msg,
                   DDPH__EXIT_JOB_LEFT_OPEN);
         if (ctx->mpi_up)
-            CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_STATE, msg);
+            ddph__ctl_fail(ctx->control, DDPH_ERR_STATE, msg);
         left = ctx;
     }
     if (!left)

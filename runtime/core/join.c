@@ -57,9 +57,9 @@ static ddph_status shadow_step(ddph_ctx *ctx)
  * the highest rank among equals) has the parameters every rank keeps. */
 static ddph_status sync_final_model(ddph_ctx *ctx, ddph_err *err)
 {
-    int64_t w = ctx->mpi.world.size;
-    int64_t key = ctx->join_trained * w + ctx->mpi.world.rank;
-    ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &key, 1,
+    int64_t w = ddph__size(ctx);
+    int64_t key = ctx->join_trained * w + ddph__rank(ctx);
+    ddph_status st = ddph__ctl_allreduce_i64(ctx->control, &key, 1,
                                                  DDPH_MAX, err);
     if (st != DDPH_OK) {
         ddph__err_prefix(err, "join: finding the last rank to join");
@@ -109,12 +109,12 @@ ddph_status ddph_join(ddph_ctx *ctx)
                  "of model '%s' not synchronised: flag the last batch's step "
                  "DDPH_STEP_END_OF_DATA, so that it synchronises, before "
                  "ddph_join",
-                 ctx->mpi.world.rank, m->window, m->window == 1 ? "" : "es",
+                 ddph__rank(ctx), m->window, m->window == 1 ? "" : "es",
                  m->name);
-        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_STATE, msg);
+        ddph__ctl_fail(ctx->control, DDPH_ERR_STATE, msg);
         return ddph__ctx_failf(ctx, DDPH_ERR_STATE, "%s", msg);
     }
-    ctx->join_trained = CONTROL(ctx)->syncs_done(CONTROL_SELF(ctx));
+    ctx->join_trained = ddph__ctl_syncs_done(ctx->control);
     ctx->joined = 1;
     ddph_status st = DDPH_OK;
     ddph_err e;
@@ -141,7 +141,7 @@ ddph_status ddph_join(ddph_ctx *ctx)
             st = zero_grad(m, &m->params[j], &e);
     }
     ctx->joined = 0;
-    ctx->join_active = ctx->mpi.world.size;
+    ctx->join_active = ddph__size(ctx);
     ctx->join_scale = 1.0;
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }

@@ -241,7 +241,7 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
                                   : bk->dtype;
         bk->divided_by = cast_in && ddph__hook_divides_first(m->hook,
                                                              bk->store_dtype)
-                             ? (double)ctx->comm.ops->world(ctx->comm.self)->size
+                             ? (double)ddph__size(ctx)
                              : 0;
         size_t es = ddph__dtype_size(bk->store_dtype);
         st = ddph__dev_alloc(bk->device, bk->numel * es, &bk->storage, err);
@@ -307,7 +307,7 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
         return st;
     if (!m->shared) {
         /* A full /dev/shm (a container's 64 MB) costs speed: say so once. */
-        if (failed && ctx->mpi.world.rank == 0)
+        if (failed && ddph__rank(ctx) == 0)
             ddph__log(&ctx->log, DDPH_LOG_WARN,
                       "model '%s': buckets in private memory, so sums go "
                       "through MPI (slower on one host): %s",
@@ -339,7 +339,7 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %.1f MiB of buckets in memory shared by the %d "
               "ranks of this host",
-              m->name, (double)total / (1 << 20), ctx->mpi.world.size);
+              m->name, (double)total / (1 << 20), ddph__size(ctx));
     return DDPH_OK;
 }
 
@@ -443,7 +443,7 @@ ddph_status ddph_model_finalize(ddph_model *m)
     m->id = ctx->models_finalized++;
     for (int i = 0; i < m->nlanes; i++)
         m->lane_hooks[i]->model_id = m->id;
-    CONTROL(ctx)->model_named(CONTROL_SELF(ctx), m->id, m->name);
+    ddph__ctl_model_named(ctx->control, m->id, m->name);
     ddph__log(&ctx->log, DDPH_LOG_INFO,
               "model '%s': %d parameters in %d buckets, hook '%s' from %s",
               m->name, m->nparams, m->nbuckets, m->hook->plugin->api.name,
@@ -503,9 +503,9 @@ ddph_status ddph_describe(const ddph_ctx *ctx, FILE *out)
     if (!ctx || !out)
         return DDPH_ERR_INVALID;
     ddph__config_print(&ctx->cfg, out);
-    fprintf(out, "\n; %d rank%s, backend %s\n", ctx->mpi.world.size,
-            ctx->mpi.world.size == 1 ? "" : "s",
-            ctx->cfg.backend == DDPH_BACKEND_NCCL ? "nccl" : "mpi");
+    fprintf(out, "\n; %d rank%s, backend %s\n", ddph__size(ctx),
+            ddph__size(ctx) == 1 ? "" : "s",
+            ctx->comm.ops->name);
     for (int i = 0; i < ctx->nmodels; i++) {
         const ddph_model *m = ctx->models[i];
         fprintf(out, "; model '%s': %d parameter%s, accumulate_steps %d",

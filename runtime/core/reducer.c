@@ -19,13 +19,6 @@
 #include "device/cpu_ops.h"
 #include "device/device.h"
 
-/* This rank, for messages: the job's control plane (comm.h) knows it,
- * whether MPI's or a test's fake. */
-static int rank_of(ddph_ctx *ctx)
-{
-    return CONTROL(ctx)->rank(CONTROL_SELF(ctx));
-}
-
 /* The averaged gradients of a host bucket back into the trainer's memory
  * (both sides are host memory): a memcpy, or a cast from a bucket kept in
  * the hook's half type. */
@@ -70,7 +63,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     /* On the GPU the hook's stream first waits for the copies into the
      * bucket, enqueued on the trainer's stream. */
     /* A broken job runs no more hooks: every bucket fails at once. */
-    ddph_status st = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &e);
+    ddph_status st = ddph__ctl_fault(ctx->control, &e);
     if (st == DDPH_OK && b->ready_event)
         st = ddph__dev_event_wait(ctx->comm_stream, b->ready_event, &e);
     if (st == DDPH_OK)
@@ -95,10 +88,10 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
                      "hook '%s' failed on model '%s' bucket %d (rank %d): "
                      "%s: %s",
                      hook->plugin->api.name, m->name, index,
-                     rank_of(ctx), ddph_status_name(st), e.msg);
+                     ddph__rank(ctx), ddph_status_name(st), e.msg);
         /* This rank's collectives are out of step with its peers' now:
          * the job is over, and the peers hear it at once. */
-        CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, message ? message : e.msg);
+        ddph__ctl_fail(ctx->control, st, message ? message : e.msg);
     }
     ddph_bucket_callback callback = m->bucket_callback;
     /* The trainer's gradients hold the results before it is told; on a
@@ -107,7 +100,7 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
     const char *why = message ? message : e.msg;
     ddph_err fault;
     if (callback && st == DDPH_OK) {
-        told = CONTROL(ctx)->fault(CONTROL_SELF(ctx), &fault);
+        told = ddph__ctl_fault(ctx->control, &fault);
         why = fault.msg;
         if (told == DDPH_OK && !ctx->cfg.gradient_as_bucket_view &&
             !ctx->comm_stream) {
@@ -186,7 +179,7 @@ ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err)
     struct ddph_group *groups[DDPH__MAX_LANES];
     /* The GPU backend keeps one lane: one stream orders its work. */
     int n = ctx->comm_stream ? 1 : ctx->cfg.lanes;
-    ddph_status st = CONTROL(ctx)->lane_groups(CONTROL_SELF(ctx), n, groups, err);
+    ddph_status st = ddph__ctl_lane_groups(ctx->control, n, groups, err);
     if (st != DDPH_OK)
         return st;
     for (int i = 0; i < n; i++) {
@@ -378,7 +371,7 @@ ddph_status ddph__reducer_ready(ddph_model *m, int index, ddph_err *err)
                 snprintf(m->nonfinite, sizeof m->nonfinite,
                          "model '%s' bucket %d (rank %d): gradient of '%s' is "
                          "not finite at element %zu (check_finite = true)",
-                         m->name, p->bucket, rank_of(ctx), p->name, at);
+                         m->name, p->bucket, ddph__rank(ctx), p->name, at);
         }
     }
     pthread_mutex_lock(&ctx->mu);
@@ -430,7 +423,7 @@ static ddph_status gpu_nonfinite_report(ddph_model *m, ddph_err *err)
         snprintf(m->nonfinite, sizeof m->nonfinite,
                  "model '%s' bucket %d (rank %d): gradient of '%s' is not "
                  "finite at element %llu (check_finite = true)",
-                 m->name, p->bucket, rank_of(ctx), p->name,
+                 m->name, p->bucket, ddph__rank(ctx), p->name,
                  (unsigned long long)first[i]);
         break;
     }
@@ -468,7 +461,7 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
                      "the trainer's bucket callback has not returned from "
                      "model '%s' bucket %d (rank %d) after %.1f s "
                      "(timeout_s = %g): it is stuck; this rank abandons it",
-                     m->name, lane->running.bucket, rank_of(ctx),
+                     m->name, lane->running.bucket, ddph__rank(ctx),
                      now - active, limit);
         else
             snprintf(msg, sizeof msg,
@@ -477,9 +470,9 @@ static ddph_status watch_hooks(ddph_ctx *ctx, ddph_err *err)
                      "collective (timeout_s = %g): it is stuck; this rank "
                      "abandons it",
                      m->hook->plugin->api.name, m->name,
-                     lane->running.bucket, rank_of(ctx),
+                     lane->running.bucket, ddph__rank(ctx),
                      now - lane->hook_since, now - active, limit);
-        CONTROL(ctx)->fail(CONTROL_SELF(ctx), DDPH_ERR_TIMEOUT, msg);
+        ddph__ctl_fail(ctx->control, DDPH_ERR_TIMEOUT, msg);
         return ddph__fail(err, DDPH_ERR_TIMEOUT, "%s", msg);
     }
     return DDPH_OK;
@@ -497,10 +490,10 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             st = ddph__fail(err, DDPH_ERR_STATE,
                             "model '%s' (rank %d): %d parameter%s never "
                             "marked ready in this step: %s",
-                            m->name, rank_of(ctx), missing,
+                            m->name, ddph__rank(ctx), missing,
                             missing == 1 ? " was" : "s were", names);
             /* Their buckets never launch here: the peers would wait. */
-            CONTROL(ctx)->fail(CONTROL_SELF(ctx), st, err->msg);
+            ddph__ctl_fail(ctx->control, st, err->msg);
         }
     }
     /* Host buckets are copied back one by one as their hooks finish, by
@@ -529,12 +522,12 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
             if (stuck != DDPH_OK)
                 return stuck;
             if (early && bk->status == DDPH_OK && !bk->copied_back &&
-                !CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
+                !ddph__ctl_broken(ctx->control))
                 copy_back(m, bk);
         }
     }
     /* Failed here or elsewhere: the gradients are not worth copying. */
-    ddph_status fault = CONTROL(ctx)->fault(CONTROL_SELF(ctx), err);
+    ddph_status fault = ddph__ctl_fault(ctx->control, err);
     if (fault != DDPH_OK)
         return fault;
     for (int k = 0; k < ctx->nstep_models && st == DDPH_OK; k++)
@@ -547,9 +540,9 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
         for (int k = 0; k < ctx->nstep_models && !found; k++)
             if (ctx->step_models[k]->nonfinite[0])
                 found = ctx->step_models[k]->nonfinite;
-        st = CONTROL(ctx)->agree(CONTROL_SELF(ctx), found ? DDPH_ERR_NONFINITE : DDPH_OK,
-                             found, err);
-        if (CONTROL(ctx)->broken(CONTROL_SELF(ctx)))
+        st = ddph__ctl_agree(ctx->control,
+                             found ? DDPH_ERR_NONFINITE : DDPH_OK, found, err);
+        if (ddph__ctl_broken(ctx->control))
             return st;
     }
     for (int k = 0; k < ctx->nstep_models; k++) {

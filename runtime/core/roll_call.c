@@ -30,15 +30,15 @@ ddph_status ddph__join_roll_call(ddph_ctx *ctx, int training,
     /* The roll call is a step's first collective: a peer that leaves the
      * steps meanwhile (a trainer collective, DDPH_STEP_LAST) is reported
      * at once, as in any step (backend_mpi.h). */
-    int was = CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), 1);
+    int was = ddph__ctl_in_sync_step(ctx->control, 1);
     ddph_status st =
-        CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), v, 3, DDPH_SUM, err);
-    CONTROL(ctx)->in_sync_step(CONTROL_SELF(ctx), was);
+        ddph__ctl_allreduce_i64(ctx->control, v, 3, DDPH_SUM, err);
+    ddph__ctl_in_sync_step(ctx->control, was);
     if (st != DDPH_OK) {
         ddph__err_prefix(err, "join: counting the ranks still training");
         return st;
     }
-    int64_t w = ctx->mpi.world.size;
+    int64_t w = ddph__size(ctx);
     if (w * v[2] != v[1] * v[1])
         return ddph__fail(err, DDPH_ERR_MISMATCH,
                           "join: the ranks step different models (with "

@@ -124,7 +124,7 @@ static char *rank_path(const char *path, int rank, const char *suffix)
 static ddph_status agree(ddph_ctx *ctx, ddph_status st, ddph_err *err)
 {
     ddph_err local = *err;
-    return CONTROL(ctx)->agree(CONTROL_SELF(ctx), st, st != DDPH_OK ? local.msg : NULL,
+    return ddph__ctl_agree(ctx->control, st, st != DDPH_OK ? local.msg : NULL,
                            err);
 }
 
@@ -163,9 +163,9 @@ static ddph_status encode(ddph_ctx *ctx, uint64_t generation, uint64_t id,
     if (!st)
         st = put_u32(b, STATE_VERSION);
     if (!st)
-        st = put_u32(b, (uint32_t)ctx->mpi.world.size);
+        st = put_u32(b, (uint32_t)ddph__size(ctx));
     if (!st)
-        st = put_u32(b, (uint32_t)ctx->mpi.world.rank);
+        st = put_u32(b, (uint32_t)ddph__rank(ctx));
     if (!st)
         st = put_u64(b, generation);
     if (!st)
@@ -288,13 +288,13 @@ static ddph_status parse_header(const ddph_ctx *ctx, const char *file,
     if (!get_u32(b, &world) || !get_u32(b, &rank) ||
         !get_u64(b, generation) || !get_u64(b, id))
         return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
-    if (world != (uint32_t)ctx->mpi.world.size ||
-        rank != (uint32_t)ctx->mpi.world.rank)
+    if (world != (uint32_t)ddph__size(ctx) ||
+        rank != (uint32_t)ddph__rank(ctx))
         return ddph__fail(err, DDPH_ERR_MISMATCH,
                           "%s was saved by rank %u of %u ranks; this is rank "
                           "%d of %d",
-                          file, rank, world, ctx->mpi.world.rank,
-                          ctx->mpi.world.size);
+                          file, rank, world, ddph__rank(ctx),
+                          ddph__size(ctx));
     if (*generation > INT64_MAX || *id >= STATE_ID_LIMIT)
         return ddph__fail(err, DDPH_ERR_IO,
                           "%s: generation or save id out of range (corrupt "
@@ -371,11 +371,11 @@ static ddph_status set_init(const ddph_ctx *ctx, const char *path,
     set->lock_fd = -1;
     for (int i = 0; i < NSLOTS; i++) {
         set->s[i].fd = -1;
-        if (!(set->s[i].path = rank_path(path, ctx->mpi.world.rank,
+        if (!(set->s[i].path = rank_path(path, ddph__rank(ctx),
                                          suffix[i])))
             return DDPH_ERR_NOMEM;
     }
-    set->lock_path = rank_path(path, ctx->mpi.world.rank, ".lock");
+    set->lock_path = rank_path(path, ddph__rank(ctx), ".lock");
     return set->lock_path ? DDPH_OK : DDPH_ERR_NOMEM;
 }
 
@@ -470,7 +470,7 @@ static ddph_status newest_common(ddph_ctx *ctx, const rank_set *set,
             if (set->s[i].fd >= 0 && g < bound && g > top)
                 top = g;
         }
-        ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &top, 1,
+        ddph_status st = ddph__ctl_allreduce_i64(ctx->control, &top, 1,
                                                  DDPH_MAX, err);
         if (st != DDPH_OK)
             return st;
@@ -485,7 +485,7 @@ static ddph_status newest_common(ddph_ctx *ctx, const rank_set *set,
         /* Missing anywhere, or two different saves of one generation. */
         int64_t id = have < 0 ? -1 : (int64_t)set->s[have].id;
         int64_t v[3] = {have < 0, id, have < 0 ? INT64_MIN : -id};
-        st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), v, 3, DDPH_MAX, err);
+        st = ddph__ctl_allreduce_i64(ctx->control, v, 3, DDPH_MAX, err);
         if (st != DDPH_OK)
             return st;
         if (v[0] == 0 && v[1] == -v[2]) {
@@ -555,14 +555,14 @@ static ddph_status tidy(rank_set *set, int chosen, ddph_err *err)
 static ddph_status wrote_everywhere(ddph_ctx *ctx, ddph_status local,
                                     const char *next, ddph_err *err)
 {
-    int64_t first = local == DDPH_OK ? ctx->mpi.world.size
-                                     : ctx->mpi.world.rank;
+    int64_t first = local == DDPH_OK ? ddph__size(ctx)
+                                     : ddph__rank(ctx);
     ddph_err e;
-    ddph_status st = CONTROL(ctx)->allreduce_i64(CONTROL_SELF(ctx), &first, 1, DDPH_MIN,
+    ddph_status st = ddph__ctl_allreduce_i64(ctx->control, &first, 1, DDPH_MIN,
                                              &e);
     if (st != DDPH_OK)
         return ddph__fail(err, st, "%s", e.msg);
-    if (first == ctx->mpi.world.size)
+    if (first == ddph__size(ctx))
         return DDPH_OK;
     unlink(next);
     /* Every rank is here: the failing rank's message to all. */
@@ -619,11 +619,11 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
      * the same on every rank, tells two saves of one generation apart. */
     uint64_t id = 0;
     if (st == DDPH_OK) {
-        if (ctx->mpi.world.rank == 0 &&
+        if (ddph__rank(ctx) == 0 &&
             getrandom(&id, sizeof id, 0) != sizeof id)
             id = (uint64_t)ddph__now() * 1000003u ^ (uint64_t)getpid();
         id %= STATE_ID_LIMIT;
-        st = CONTROL(ctx)->bcast_bytes(CONTROL_SELF(ctx), &id, sizeof id, 0, err);
+        st = ddph__ctl_bcast_bytes(ctx->control, &id, sizeof id, 0, err);
     }
     buffer b = {0};
     if (st == DDPH_OK) {
@@ -775,7 +775,7 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
                  (unsigned long long)sl->generation);
         warn_skipped(ctx, &set, "state_load", instead);
     }
-    if (st == DDPH_OK && ctx->mpi.world.rank == 0) {
+    if (st == DDPH_OK && ddph__rank(ctx) == 0) {
         if (newest > (int64_t)sl->generation)
             ddph__log(&ctx->log, DDPH_LOG_WARN,
                       "state_load: %s.rank*: generation %lld is not "

@@ -25,7 +25,7 @@ static int64_t hook_identity(const ddph_hook *h)
 ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
                              ddph_err *err)
 {
-    if (!ctx->cfg.check_collectives || ctx->mpi.world.size < 2)
+    if (!ctx->cfg.check_collectives || ddph__size(ctx) < 2)
         return DDPH_OK;
     if (after_optimizer) {
         int any = 0; /* only hooks with on_step_end issue collectives then */
@@ -43,7 +43,7 @@ ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
     s.first_model = first->id;
     s.iteration = (int64_t)first->iteration;
     s.passes = first->window + 1;
-    s.trainer_calls = CONTROL(ctx)->trainer_calls(CONTROL_SELF(ctx));
+    s.trainer_calls = ddph__ctl_trainer_calls(ctx->control);
     s.digest = after_optimizer ? 1 : 0;
     s.join_role = !ctx->cfg.join ? DDPH__STEP_PLAIN
                   : ctx->joined  ? DDPH__STEP_JOINED
@@ -62,11 +62,11 @@ ddph_status ddph__step_check(ddph_ctx *ctx, int after_optimizer,
     struct ddph_group *groups[DDPH__MAX_LANES];
     for (int i = 0; i < ctx->nlanes; i++)
         groups[i] = ctx->lanes[i].group;
-    ddph_status st = CONTROL(ctx)->step_agree(CONTROL_SELF(ctx), groups,
+    ddph_status st = ddph__ctl_step_agree(ctx->control, groups,
                                               ctx->nlanes, &s, err);
     if (st != DDPH_OK)
         ddph__err_prefix(err, "%s (rank %d)",
                          after_optimizer ? "step_end" : "step_wait",
-                         ctx->mpi.world.rank);
+                         ddph__rank(ctx));
     return st;
 }

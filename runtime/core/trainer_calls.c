@@ -28,7 +28,7 @@ static ddph_status usable(ddph_ctx *ctx, const char *what, ddph_dtype dtype,
     ddph_status st = ddph__mpi_trainer_call(&ctx->mpi, what, dtype, count, op,
                                             root, &e);
     if (st != DDPH_OK) {
-        ddph__err_prefix(&e, "%s (rank %d)", what, ctx->mpi.world.rank);
+        ddph__err_prefix(&e, "%s (rank %d)", what, ddph__rank(ctx));
         return ddph__ctx_fail(ctx, st, &e);
     }
     return DDPH_OK;
@@ -72,7 +72,7 @@ ddph_status ddph_average_f64(ddph_ctx *ctx, double *values, int n)
 {
     ddph_status st = reduce_f64(ctx, values, n, DDPH_SUM, "ddph_average_f64");
     for (int i = 0; st == DDPH_OK && i < n; i++)
-        values[i] /= (double)ctx->mpi.world.size;
+        values[i] /= (double)ddph__size(ctx);
     return st;
 }
 
@@ -80,11 +80,11 @@ ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root)
 {
     if (!ctx || (bytes && !data))
         return DDPH_ERR_INVALID;
-    if (root < 0 || root >= ctx->mpi.world.size)
+    if (root < 0 || root >= ddph__size(ctx))
         return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
                                "ddph_broadcast: root %d is not a rank of "
                                "this job (0 to %d)",
-                               root, ctx->mpi.world.size - 1);
+                               root, ddph__size(ctx) - 1);
     ddph_status st = usable(ctx, "ddph_broadcast", DDPH_U8, bytes, -1, root);
     ddph_err e;
     if (st == DDPH_OK &&

@@ -80,6 +80,11 @@ int ddph__parse_real(const char *s, double *out)
     return 1;
 }
 
+const char *ddph__backend_name(ddph_backend b)
+{
+    return b == DDPH_BACKEND_NCCL ? "nccl" : "mpi";
+}
+
 const char *ddph__wrapper_name(ddph_wrapper w)
 {
     switch (w) {
@@ -465,9 +470,9 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
     }
     case K_BACKEND: {
         ddph_backend *b = (ddph_backend *)(base + k->offset);
-        if (strcmp(value, "mpi") == 0)
+        if (strcmp(value, ddph__backend_name(DDPH_BACKEND_MPI)) == 0)
             *b = DDPH_BACKEND_MPI;
-        else if (strcmp(value, "nccl") == 0)
+        else if (strcmp(value, ddph__backend_name(DDPH_BACKEND_NCCL)) == 0)
             *b = DDPH_BACKEND_NCCL;
         else
             return fail_at(ps, "[runtime] backend = '%s' is not mpi or nccl",

@@ -145,6 +145,9 @@ const ddph_model_section *ddph__config_model(const ddph_config *cfg,
 /* Writes the resolved configuration as an INI (defaults filled in). */
 void ddph__config_print(const ddph_config *cfg, FILE *out);
 
+/* [runtime] backend's value for b, as the job file spells it (a running
+ * context names its backend by its table's name, comm.h). */
+const char *ddph__backend_name(ddph_backend b);
 const char *ddph__wrapper_name(ddph_wrapper w);
 
 /* Value parsers shared with plugin/options.c; 1 on success. */
