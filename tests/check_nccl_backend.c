@@ -25,14 +25,28 @@
 
 #define TIMEOUT_S 0.3
 
-static ddph_mpi mpi;
+/* The runtime's side the module is given (gpu.h's ddph_gpu_job): a
+ * control plane and a host table over one rank here, over a team of
+ * threads below. */
+typedef struct test_host {
+    struct ddph_group world;
+    struct ddph_group split_group;
+    struct ddph_group node; /* the team's hosts hold two ranks each */
+} test_host;
+
+static test_host host1;
+static ddph_gpu_job job;
 static ddph_status host_fault_status;
 static ddph_status host_split_status;
-static ddph_mpi_group split_group;
 
 static void touch(void) {}
 
-static ddph_status host_fault(ddph_mpi *m, ddph_err *err)
+static struct ddph_group *host_world(void *self)
+{
+    return &((test_host *)self)->world;
+}
+
+static ddph_status host_fault(void *self, ddph_err *err)
 {
     return host_fault_status == DDPH_OK
                ? DDPH_OK
@@ -40,48 +54,66 @@ static ddph_status host_fault(ddph_mpi *m, ddph_err *err)
                             "rank 1 failed: its hook returned an error");
 }
 
-static ddph_status host_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
+static ddph_status host_allreduce_i64(void *self, int64_t *v, size_t n,
                                       ddph_redop op, ddph_err *err)
 {
     return DDPH_OK; /* one rank: its own values */
 }
 
-static ddph_status host_bcast(ddph_mpi *m, void *buf, size_t bytes, int root,
+static ddph_status host_bcast(void *self, void *buf, size_t bytes, int root,
                               ddph_err *err)
 {
     return DDPH_OK;
 }
 
-static ddph_status host_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
-                              int key, ddph_mpi_group **out, ddph_err *err)
+static ddph_status host_split(void *self, struct ddph_group *parent,
+                              int color, int key, struct ddph_group **out,
+                              ddph_err *err)
 {
+    struct ddph_group *split_group = &((test_host *)self)->split_group;
     if (color < 0)
         return ddph__fail(err, DDPH_ERR_INVALID,
                           "colour %d: this rank is in no group", color);
     if (host_split_status != DDPH_OK)
         return ddph__fail(err, host_split_status, "MPI_Comm_split failed");
-    split_group.rank = 0;
-    split_group.size = 1;
-    *out = &split_group;
+    split_group->rank = 0;
+    split_group->size = 1;
+    *out = split_group;
     return DDPH_OK;
 }
 
-static const ddph_gpu_host host = {
-    .mpi = &mpi,
-    .activity_touch = touch,
+/* What the module calls of each table; the rest stays NULL. */
+static const ddph_control_ops host_control = {
+    .world = host_world,
     .fault = host_fault,
     .allreduce_i64 = host_allreduce_i64,
     .bcast_bytes = host_bcast,
+};
+
+static const ddph_comm_ops host_comm = {
+    .name = "host",
+    .world = host_world,
     .split = host_split,
 };
+
+static ddph_gpu_job job_of(test_host *h, const ddph_control_ops *control,
+                           const ddph_comm_ops *comm)
+{
+    return (ddph_gpu_job){.control = {control, h},
+                          .host = {comm, h},
+                          .timeout_s = TIMEOUT_S,
+                          .node_rank = h->world.rank, /* one host */
+                          .node_size = h->world.size,
+                          .activity_touch = touch};
+}
 
 static void setup(void)
 {
     fake_reset();
-    memset(&mpi, 0, sizeof mpi);
-    mpi.timeout_s = TIMEOUT_S;
-    mpi.world.rank = 0;
-    mpi.world.size = 1;
+    memset(&host1, 0, sizeof host1);
+    host1.world.rank = 0;
+    host1.world.size = 1;
+    job = job_of(&host1, &host_control, &host_comm);
     host_fault_status = DDPH_OK;
     host_split_status = DDPH_OK;
 }
@@ -90,7 +122,7 @@ static ddph_nccl *started(void)
 {
     ddph_nccl *n = NULL;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_OK);
+    ck_assert_int_eq(ddph__nccl_init(&job, &n, &err), DDPH_OK);
     ck_assert_ptr_nonnull(n);
     return n;
 }
@@ -136,7 +168,7 @@ START_TEST(init_that_never_connects_times_out)
     ddph_nccl *n = NULL;
     ddph_err err = {0};
     double t0 = ddph__now();
-    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_TIMEOUT);
+    ck_assert_int_eq(ddph__nccl_init(&job, &n, &err), DDPH_ERR_TIMEOUT);
     double took = ddph__now() - t0;
     ck_assert_msg(took >= TIMEOUT_S && took < TIMEOUT_S + 1,
                   "took %.3f s against timeout_s %.1f", took, TIMEOUT_S);
@@ -153,7 +185,7 @@ START_TEST(init_error_is_named)
     fake.settles = ncclRemoteError;
     ddph_nccl *n = NULL;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_BACKEND);
+    ck_assert_int_eq(ddph__nccl_init(&job, &n, &err), DDPH_ERR_BACKEND);
     ck_assert_msg_has(err, "ncclCommInitRank failed: remote process exited");
     ck_assert_int_eq(fake_seen[0].aborts, 1);
 }
@@ -164,7 +196,7 @@ START_TEST(no_device_is_unsupported)
     fake.device_count = 0;
     ddph_nccl *n = NULL;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_UNSUPPORTED);
+    ck_assert_int_eq(ddph__nccl_init(&job, &n, &err), DDPH_ERR_UNSUPPORTED);
     ck_assert_msg_has(err, "no CUDA device on this rank");
     ck_assert_int_eq(fake_seen[0].inits, 0);
 }
@@ -175,7 +207,7 @@ START_TEST(blocking_environment_is_refused)
     setenv("NCCL_COMM_BLOCKING", "1", 1);
     ddph_nccl *n = NULL;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_INVALID);
+    ck_assert_int_eq(ddph__nccl_init(&job, &n, &err), DDPH_ERR_INVALID);
     ck_assert_msg_has(err, "NCCL_COMM_BLOCKING=1 is set");
     ck_assert_int_eq(fake_seen[0].inits, 0);
     unsetenv("NCCL_COMM_BLOCKING");
@@ -187,7 +219,7 @@ START_TEST(unique_id_failure_stops_before_init)
     fake.unique_id = ncclSystemError;
     ddph_nccl *n = NULL;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_init(&host, &n, &err), DDPH_ERR_BACKEND);
+    ck_assert_int_eq(ddph__nccl_init(&job, &n, &err), DDPH_ERR_BACKEND);
     ck_assert_msg_has(err, "ncclGetUniqueId failed: unhandled system error");
     ck_assert_int_eq(fake_seen[0].inits, 0);
 }
@@ -376,10 +408,9 @@ static struct team {
 typedef struct rank_ctx {
     ddph_services s; /* first: the services mock's `s` is the rank */
     int rank;
-    ddph_mpi mpi;
+    test_host host;
     ddph_nccl *n;
-    ddph_mpi_group split_group;
-    ddph_gpu_host host;
+    ddph_gpu_job job;
     char message[512];
     ddph_status st;
     ddph_err err;
@@ -391,9 +422,10 @@ typedef struct rank_ctx {
 
 static rank_ctx ranks[FAKE_MAX_RANKS];
 
-static ddph_status team_allreduce(ddph_mpi *m, int64_t *v, size_t n,
+static ddph_status team_allreduce(void *self, int64_t *v, size_t n,
                                   ddph_redop op, ddph_err *err)
 {
+    test_host *m = self;
     if (n > 64)
         return ddph__fail(err, DDPH_ERR_INVALID, "team: %zu values", n);
     memcpy(team.slots[m->world.rank], v, n * sizeof *v);
@@ -412,9 +444,10 @@ static ddph_status team_allreduce(ddph_mpi *m, int64_t *v, size_t n,
     return DDPH_OK;
 }
 
-static ddph_status team_bcast(ddph_mpi *m, void *data, size_t bytes, int root,
+static ddph_status team_bcast(void *self, void *data, size_t bytes, int root,
                               ddph_err *err)
 {
+    test_host *m = self;
     if (m->world.rank == root)
         memcpy(team.bytes, data, bytes);
     pthread_barrier_wait(&team.bar);
@@ -424,9 +457,11 @@ static ddph_status team_bcast(ddph_mpi *m, void *data, size_t bytes, int root,
     return DDPH_OK;
 }
 
-static ddph_status team_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
-                              int key, ddph_mpi_group **out, ddph_err *err)
+static ddph_status team_split(void *self, struct ddph_group *parent,
+                              int color, int key, struct ddph_group **out,
+                              ddph_err *err)
 {
+    test_host *m = self;
     int me = m->world.rank;
     team.color[me] = color;
     team.key[me] = key;
@@ -441,13 +476,64 @@ static ddph_status team_split(ddph_mpi *m, ddph_mpi_group *parent, int color,
     pthread_barrier_wait(&team.bar);
     if (color < 0)
         return ddph__fail(err, DDPH_ERR_INVALID, "colour %d: no group", color);
-    ddph_mpi_group *g = &ranks[me].split_group;
+    struct ddph_group *g = &m->split_group;
     memset(g, 0, sizeof *g);
     g->rank = rank;
     g->size = size;
     *out = g;
     return DDPH_OK;
 }
+
+/* The ranks of this rank's host: 2k and 2k+1. */
+static ddph_status team_intra_node(void *self, struct ddph_group **out,
+                                   ddph_err *err)
+{
+    test_host *m = self;
+    int first = m->world.rank / 2 * 2;
+    m->node.rank = m->world.rank - first;
+    m->node.size = m->world.size - first < 2 ? 1 : 2;
+    *out = &m->node;
+    return DDPH_OK;
+}
+
+/* An allreduce on the node group only (all the module asks of the host
+ * table's collectives): every rank of the team meets, each reduces the
+ * values of its host's ranks. */
+static ddph_status team_node_allreduce(void *self, struct ddph_group *g,
+                                       void *data, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_err *err)
+{
+    test_host *m = self;
+    if (g != &m->node || count != 1 || dtype != DDPH_I64 || op != DDPH_MIN)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "team: only a MIN of one i64 on the node group");
+    int me = m->world.rank;
+    team.slots[me][0] = *(int64_t *)data;
+    pthread_barrier_wait(&team.bar);
+    int64_t least = team.slots[me][0];
+    for (int r = 0; r < team.w; r++)
+        if (r / 2 == me / 2 && team.slots[r][0] < least)
+            least = team.slots[r][0];
+    pthread_barrier_wait(&team.bar);
+    *(int64_t *)data = least;
+    return DDPH_OK;
+}
+
+static const ddph_control_ops team_control = {
+    .world = host_world,
+    .fault = host_fault,
+    .allreduce_i64 = team_allreduce,
+    .bcast_bytes = team_bcast,
+};
+
+static const ddph_comm_ops team_comm = {
+    .name = "team",
+    .world = host_world,
+    .split = team_split,
+    .intra_node = team_intra_node,
+    .allreduce = team_node_allreduce,
+};
 
 static void team_start(int w)
 {
@@ -458,16 +544,9 @@ static void team_start(int w)
         rank_ctx *c = &ranks[r];
         memset(c, 0, sizeof *c);
         c->rank = r;
-        c->mpi.timeout_s = TIMEOUT_S;
-        c->mpi.world.rank = r;
-        c->mpi.world.size = w;
-        c->mpi.node_rank = r; /* one host */
-        c->mpi.node_size = w;
-        c->host = host;
-        c->host.mpi = &c->mpi;
-        c->host.allreduce_i64 = team_allreduce;
-        c->host.bcast_bytes = team_bcast;
-        c->host.split = team_split;
+        c->host.world.rank = r;
+        c->host.world.size = w;
+        c->job = job_of(&c->host, &team_control, &team_comm);
     }
 }
 
@@ -495,7 +574,7 @@ static void team_run(int w, rank_fn fn)
 
 static void rank_init(rank_ctx *c)
 {
-    c->st = ddph__nccl_init(&c->host, &c->n, &c->err);
+    c->st = ddph__nccl_init(&c->job, &c->n, &c->err);
 }
 
 /* Every rank's status: `want`, its message holding `text`. */
@@ -643,6 +722,38 @@ START_TEST(collectives_move_real_data)
         ck_assert_int_eq(fake_seen[r].destroy_unfinalized, 0);
         ck_assert_int_lt(fake_seen[r].stream_priority, 0); /* the highest */
     }
+}
+END_TEST
+
+/* The ranks of a host: the host table's node group, whose first rank
+ * (found by the host table's allreduce) colours an NCCL split of the
+ * world; collectives on it stay within the host. */
+static void rank_intra_node(rank_ctx *c)
+{
+    rank_init(c);
+    if (c->st != DDPH_OK)
+        return;
+    ddph_nccl_group *g = NULL;
+    c->st = ddph__nccl_intra_node(c->n, &g, &c->err);
+    int64_t v = c->rank;
+    if (c->st == DDPH_OK && (g->rank != c->rank % 2 || g->size != 2))
+        c->st = ddph__fail(&c->err, DDPH_ERR_STATE,
+                           "rank %d: node group rank %d of %d, not %d of 2",
+                           c->rank, g->rank, g->size, c->rank % 2);
+    if (c->st == DDPH_OK)
+        c->st = ddph__nccl_allreduce(c->n, g, &v, 1, DDPH_I64, DDPH_SUM,
+                                     &c->err);
+    int64_t want = c->rank / 2 * 4 + 1; /* 2k + 2k+1 */
+    if (c->st == DDPH_OK && v != want)
+        c->st = ddph__fail(&c->err, DDPH_ERR_STATE,
+                           "rank %d: sum on its host %lld, not %lld", c->rank,
+                           (long long)v, (long long)want);
+    ddph__nccl_finalize(c->n, c->st != DDPH_OK);
+}
+
+START_TEST(intra_node_splits_by_host)
+{
+    team_expect(4, rank_intra_node, DDPH_OK, NULL);
 }
 END_TEST
 
@@ -1398,6 +1509,7 @@ int main(void)
     tcase_add_test(tc, enqueue_errors_are_named);
     tcase_add_test(tc, negative_colour_still_joins_the_split);
     tcase_add_test(tc, split_makes_a_communicator);
+    tcase_add_test(tc, intra_node_splits_by_host);
     tcase_add_test(tc, split_failing_on_every_rank_calls_no_nccl);
     tcase_add_test(tc, split_that_never_completes_times_out);
     tcase_add_test(tc, fake_streams_run_only_when_asked);

@@ -152,8 +152,6 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 /* ddph_close begins: the peers learn that this rank will join no
  * collective of a synchronised step after its syncs_done-th. */
 void ddph__mpi_closing(ddph_mpi *m);
-/* What a departure notice says this rank is doing. */
-enum { DDPH__DEPART_DATA_END = 1, DDPH__DEPART_TRAINER_CALL = 2 };
 /* This rank leaves the steps for now: its data ended (no more steps
  * follow), or it calls the trainer collective `what` (counted). */
 void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what);

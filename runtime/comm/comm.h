@@ -187,12 +187,17 @@ typedef struct ddph_control_ops {
     void (*step_synced)(void *self);
     int64_t (*syncs_done)(void *self);
     int64_t (*trainer_calls)(void *self);
-    /* This rank leaves the steps (DDPH__DEPART_*), or closes the job. */
+    /* This rank leaves the steps (DDPH__DEPART_*, below), or closes the
+     * job. */
     void (*depart)(void *self, int kind, const char *what);
     void (*closing)(void *self);
     /* Names model id `id` in the peers' mismatch messages. */
     void (*model_named)(void *self, int64_t id, const char *name);
 } ddph_control_ops;
+
+/* What a departure says this rank is doing: its data ended, or it calls
+ * a trainer collective. */
+enum { DDPH__DEPART_DATA_END = 1, DDPH__DEPART_TRAINER_CALL = 2 };
 
 typedef struct ddph_control {
     const ddph_control_ops *ops;

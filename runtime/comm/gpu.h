@@ -7,16 +7,15 @@
  * trainer built on a machine with CUDA starts on one without.
  *
  * The module exports one symbol, ddph_gpu_module_v1, returning its table.
- * What the module needs of the runtime (the MPI side of its bootstrap and
+ * What the module needs of the runtime (the host side of its bootstrap and
  * splits, failure notices, the lane's activity clock) it is given as a
- * ddph_gpu_host when a context starts it. */
+ * ddph_gpu_job when a context starts it. */
 #ifndef DDPH_COMM_GPU_H
 #define DDPH_COMM_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/backend_mpi.h"
 #include "comm/comm.h"
 #include "device/device.h"
 #include "support/util.h"
@@ -24,26 +23,23 @@
 /* Bumped when the table or the host struct changes in any way: the
  * module is built from the same tree as the library, and a different
  * version is refused. */
-#define DDPH__GPU_MODULE_VERSION 4
+#define DDPH__GPU_MODULE_VERSION 5
 
 /* The module's state for one context (struct defined by the module). */
 typedef struct ddph_gpu ddph_gpu;
 
-typedef struct ddph_gpu_host {
-    ddph_mpi *mpi;
+/* What a context gives the module when it starts it: the job's control
+ * plane (faults, the bootstrap's small collectives, the world) and the
+ * host-memory collectives (comm.h's table: the groups that the module's
+ * NCCL communicators mirror), both through comm.h's neutral tables. */
+typedef struct ddph_gpu_job {
+    ddph_control control;
+    ddph_comm host;
+    double timeout_s;
+    int node_rank, node_size; /* this rank among the ranks of its host */
     /* The calling lane's activity clock (util.h): a bounded wait. */
     void (*activity_touch)(void);
-    /* DDPH_OK, or the job's failure (a peer's notice, another thread's). */
-    ddph_status (*fault)(ddph_mpi *mpi, ddph_err *err);
-    ddph_status (*allreduce_i64)(ddph_mpi *mpi, int64_t *v, size_t n,
-                                 ddph_redop op, ddph_err *err);
-    ddph_status (*bcast_bytes)(ddph_mpi *mpi, void *buf, size_t bytes,
-                               int root, ddph_err *err);
-    ddph_status (*split)(ddph_mpi *mpi, ddph_mpi_group *parent, int color,
-                         int key, ddph_mpi_group **out, ddph_err *err);
-    ddph_status (*intra_node)(ddph_mpi *mpi, ddph_mpi_group **out,
-                              ddph_err *err);
-} ddph_gpu_host;
+} ddph_gpu_job;
 
 typedef struct ddph_gpu_ops {
     uint32_t version; /* DDPH__GPU_MODULE_VERSION */
@@ -52,9 +48,9 @@ typedef struct ddph_gpu_ops {
     /* ---- the backend: see comm/nccl/backend_nccl.h ---- */
     /* Whether this machine has a CUDA device (no collective). */
     ddph_status (*probe)(ddph_err *err);
-    /* Collective over host->mpi's world; DDPH_ERR_UNSUPPORTED on every
+    /* Collective over job->control's world; DDPH_ERR_UNSUPPORTED on every
      * rank when a rank has no GPU. */
-    ddph_status (*init)(const ddph_gpu_host *host, ddph_gpu **out,
+    ddph_status (*init)(const ddph_gpu_job *job, ddph_gpu **out,
                         ddph_err *err);
     /* abort: communicators are aborted, never destroyed (which could
      * wait for dead peers).  Frees g. */
@@ -62,7 +58,7 @@ typedef struct ddph_gpu_ops {
     void *(*stream)(ddph_gpu *g); /* the hooks' cudaStream_t */
     int (*device)(ddph_gpu *g);   /* this rank's GPU */
     /* The collectives on GPU memory (comm.h's table; its state is the
-     * ddph_gpu): the world is the MPI world's group with its NCCL
+     * ddph_gpu): the world is the job's world with its NCCL
      * communicator, the nonblocking ones are enqueued on the stream. */
     const ddph_comm_ops *comm;
 

@@ -123,8 +123,7 @@ static int first_difference(const char *a, const char *b, int rank,
 ddph_status ddph__agree(ddph_ctx *ctx, ddph_model *m, ddph_status local_status,
                         const ddph_err *local_err, ddph_err *err)
 {
-    ddph_mpi *mpi = &ctx->mpi;
-    int rank = mpi->world.rank, size = mpi->world.size;
+    int rank = ddph__rank(ctx), size = ddph__size(ctx);
     size_t len = 0;
     char *mine = describe(ctx, m, local_status, local_err, &len);
     if (!mine)

@@ -56,10 +56,18 @@ static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
     load_err.msg[0] = '\0';
     ddph_status st = ddph__gpu_load(&ops, &load_err);
     st = ddph__ctl_agree(ctx->control, st, load_err.msg, err);
-    ddph_gpu_host host;
-    ddph__gpu_host_init(&host, &ctx->mpi);
+    /* The module bootstraps and splits over the job's host tables (MPI's:
+     * ctx->comm is still theirs here). */
+    const ddph_gpu_job job = {
+        .control = ctx->control,
+        .host = ctx->comm,
+        .timeout_s = ctx->mpi.timeout_s,
+        .node_rank = ctx->mpi.node_rank,
+        .node_size = ctx->mpi.node_size,
+        .activity_touch = ddph__activity_touch,
+    };
     if (st == DDPH_OK)
-        st = ops->init(&host, &ctx->gpu, err);
+        st = ops->init(&job, &ctx->gpu, err);
     if (st == DDPH_OK) {
         ctx->gpu_ops = ops;
         ctx->comm = (ddph_comm){ops->comm, ctx->gpu};

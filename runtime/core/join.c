@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/backend_mpi.h"
 #include "device/device.h"
 #include "core/replicas.h"
 

@@ -3,7 +3,6 @@
 
 #include "core/roll_call.h"
 
-#include "comm/backend_mpi.h"
 
 /* Which models a step covers, as a number every rank can compare: the
  * models' creation indices, each mixed so that different sets differ. */

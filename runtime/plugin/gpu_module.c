@@ -78,16 +78,3 @@ ddph_status ddph__gpu_load(const ddph_gpu_ops **out, ddph_err *err)
     pthread_mutex_unlock(&load_lock);
     return st;
 }
-
-void ddph__gpu_host_init(ddph_gpu_host *host, ddph_mpi *mpi)
-{
-    *host = (ddph_gpu_host){
-        .mpi = mpi,
-        .activity_touch = ddph__activity_touch,
-        .fault = ddph__mpi_fault,
-        .allreduce_i64 = ddph__mpi_allreduce_i64,
-        .bcast_bytes = ddph__mpi_bcast_bytes,
-        .split = ddph__mpi_split,
-        .intra_node = ddph__mpi_intra_node,
-    };
-}

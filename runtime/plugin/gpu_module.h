@@ -14,7 +14,5 @@
  * it could not be used (not installed, a CUDA library missing, another
  * version). */
 ddph_status ddph__gpu_load(const ddph_gpu_ops **out, ddph_err *err);
-/* The host side the module is given: the MPI backend's functions. */
-void ddph__gpu_host_init(ddph_gpu_host *host, ddph_mpi *mpi);
 
 #endif

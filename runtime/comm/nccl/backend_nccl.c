@@ -94,13 +94,14 @@ static ddph_status settle(ddph_nccl *n, ncclComm_t *comm, ncclResult_t r,
                           const char *what, double deadline, ddph_err *err)
 {
     for (unsigned polls = 0; r == ncclInProgress; polls++) {
-        n->host.activity_touch(); /* a bounded wait, not a stuck hook */
+        n->job.activity_touch(); /* a bounded wait, not a stuck hook */
         if (ncclCommGetAsyncError(*comm, &r) != ncclSuccess)
             break; /* the communicator is gone: report r as it stands */
         if (r != ncclInProgress)
             break;
         int look = time_to_look(polls);
-        ddph_status broken = look ? n->host.fault(n->mpi, err) : DDPH_OK;
+        ddph_status broken =
+            look ? ddph__ctl_fault(n->job.control, err) : DDPH_OK;
         if (broken != DDPH_OK || (look && ddph__now() > deadline)) {
             ncclCommAbort(*comm);
             *comm = NULL;
@@ -194,7 +195,7 @@ static ddph_status wait_stream(ddph_nccl *n, ddph_nccl_group *g,
 {
     double deadline = ddph__now() + n->timeout_s;
     for (unsigned polls = 0;; polls++) {
-        n->host.activity_touch(); /* a bounded wait, not a stuck hook */
+        n->job.activity_touch(); /* a bounded wait, not a stuck hook */
         cudaError_t e = cudaStreamQuery(STREAM(n));
         if (e == cudaSuccess)
             return qr_checked(n, err);
@@ -218,7 +219,8 @@ static ddph_status wait_stream(ddph_nccl *n, ddph_nccl_group *g,
         }
         /* A peer's failure notice, or a failure on another thread. */
         int look = time_to_look(polls);
-        ddph_status broken = look ? n->host.fault(n->mpi, err) : DDPH_OK;
+        ddph_status broken =
+            look ? ddph__ctl_fault(n->job.control, err) : DDPH_OK;
         int late = look && ddph__now() > deadline;
         if (broken != DDPH_OK || late) {
             if (!g)
@@ -270,9 +272,10 @@ static int64_t uuid_digest(const cudaUUID_t *u)
  * rather than by NCCL's "Duplicate GPU detected" later. */
 static ddph_status choose_device(ddph_nccl *n, int count, ddph_err *err)
 {
-    ddph_mpi *mpi = n->mpi;
-    int size = mpi->world.size, rank = mpi->world.rank;
-    n->device = mpi->node_rank % count;
+    const ddph_gpu_job *job = &n->job;
+    int size = ddph__ctl_world(job->control)->size;
+    int rank = ddph__ctl_world(job->control)->rank;
+    n->device = job->node_rank % count;
     struct cudaDeviceProp prop;
     cudaError_t e = cudaGetDeviceProperties(&prop, n->device);
     int64_t *ids = calloc((size_t)size, sizeof *ids);
@@ -280,8 +283,8 @@ static ddph_status choose_device(ddph_nccl *n, int count, ddph_err *err)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     ids[rank] = e == cudaSuccess ? uuid_digest(&prop.uuid) : 0;
     /* An allgather as a sum: every rank fills only its own slot. */
-    ddph_status st = n->host.allreduce_i64(mpi, ids, (size_t)size, DDPH_SUM,
-                                           err);
+    ddph_status st = ddph__ctl_allreduce_i64(job->control, ids, (size_t)size,
+                                             DDPH_SUM, err);
     int other = -1;
     for (int r = 0; st == DDPH_OK && r < size && other < 0; r++)
         if (r != rank && ids[rank] != 0 && ids[r] == ids[rank])
@@ -298,7 +301,7 @@ static ddph_status choose_device(ddph_nccl *n, int count, ddph_err *err)
                           "rank): NCCL needs a GPU of its own per rank; "
                           "start at most one rank per GPU, or give each "
                           "rank its own through CUDA_VISIBLE_DEVICES",
-                          rank, other, n->device, mpi->node_size, count);
+                          rank, other, n->device, job->node_size, count);
     return DDPH_OK;
 }
 
@@ -313,21 +316,21 @@ static cudaError_t comm_stream(cudaStream_t *s)
     return cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest);
 }
 
-ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
+ddph_status ddph__nccl_init(const ddph_gpu_job *job, ddph_nccl **out,
                             ddph_err *err)
 {
     ddph_nccl *n = calloc(1, sizeof *n);
     if (!n)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    ddph_mpi *mpi = host->mpi;
-    n->host = *host;
-    n->mpi = mpi;
-    n->timeout_s = mpi->timeout_s;
+    n->job = *job;
+    n->timeout_s = job->timeout_s;
+    ddph_control control = job->control;
+    const struct ddph_group *world = ddph__ctl_world(control);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     /* Every rank learns whether every rank has a GPU: no one waits alone. */
     int64_t have = e == cudaSuccess && count > 0;
-    ddph_status st = host->allreduce_i64(mpi, &have, 1, DDPH_MIN, err);
+    ddph_status st = ddph__ctl_allreduce_i64(control, &have, 1, DDPH_MIN, err);
     if (st == DDPH_OK && !have)
         st = ddph__fail(err, DDPH_ERR_UNSUPPORTED,
                         "no CUDA device on %s rank (%s)",
@@ -381,26 +384,27 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
         st = ddph__fail(err, DDPH_ERR_BACKEND, "cusolverDnSetStream failed");
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
-    if (st == DDPH_OK && mpi->world.rank == 0 &&
+    if (st == DDPH_OK && world->rank == 0 &&
         (r = ncclGetUniqueId(&id)) != ncclSuccess)
         st = nccl_fail(err, r, "ncclGetUniqueId");
     int64_t ok = st == DDPH_OK;
-    ddph_status agreed = host->allreduce_i64(mpi, &ok, 1, DDPH_MIN, err);
+    ddph_status agreed = ddph__ctl_allreduce_i64(control, &ok, 1, DDPH_MIN,
+                                                 err);
     if (st == DDPH_OK && agreed != DDPH_OK)
         st = agreed;
     if (st == DDPH_OK && !ok)
         st = ddph__fail(err, DDPH_ERR_BACKEND,
                         "another rank failed to set up its GPU");
     if (st == DDPH_OK)
-        st = host->bcast_bytes(mpi, &id, sizeof id, 0, err);
+        st = ddph__ctl_bcast_bytes(control, &id, sizeof id, 0, err);
     ncclComm_t comm = NULL;
     if (st == DDPH_OK) {
         /* Nonblocking, so that a peer that never comes cannot hold this
          * rank in NCCL's bootstrap beyond timeout_s. */
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0;
-        r = ncclCommInitRankConfig(&comm, mpi->world.size, id,
-                                   mpi->world.rank, &config);
+        r = ncclCommInitRankConfig(&comm, world->size, id, world->rank,
+                                   &config);
         /* Even ncclSuccess may leave it connecting: asked until done. */
         st = settle(n, &comm, r == ncclSuccess ? ncclInProgress : r,
                     "ncclCommInitRank", ddph__now() + n->timeout_s, err);
@@ -411,9 +415,9 @@ ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
         ddph__nccl_finalize(n, 1);
         return st;
     }
-    n->world.rank = mpi->world.rank;
-    n->world.size = mpi->world.size;
-    n->world.mpi = &mpi->world;
+    n->world.rank = world->rank;
+    n->world.size = world->size;
+    n->world.host = job->host.ops->world(job->host.self);
     n->world.nccl = comm;
     *out = n;
     return DDPH_OK;
@@ -668,8 +672,10 @@ ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, ddph_nccl_group *g,
 ddph_status ddph__nccl_split(ddph_nccl *n, ddph_nccl_group *parent, int color,
                              int key, ddph_nccl_group **out, ddph_err *err)
 {
-    ddph_mpi_group *mg = NULL;
-    ddph_status st = n->host.split(n->mpi, parent->mpi, color, key, &mg, err);
+    const ddph_comm *host = &n->job.host;
+    struct ddph_group *hg = NULL;
+    ddph_status st =
+        host->ops->split(host->self, parent->host, color, key, &hg, err);
     /* A negative colour leaves this rank without a group, but
      * ncclCommSplit is collective over the parent: it must still be
      * joined (with NCCL_SPLIT_NOCOLOR), or the other ranks wait in it for
@@ -737,9 +743,9 @@ ddph_status ddph__nccl_split(ddph_nccl *n, ddph_nccl_group *parent, int color,
         ncclCommAbort(c);
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
-    g->rank = mg->rank;
-    g->size = mg->size;
-    g->mpi = mg; /* stays owned by the MPI backend's list */
+    g->rank = hg->rank;
+    g->size = hg->size;
+    g->host = hg; /* stays owned by the host backend's list */
     g->nccl = c;
     g->next = n->groups;
     n->groups = g;
@@ -750,16 +756,17 @@ ddph_status ddph__nccl_split(ddph_nccl *n, ddph_nccl_group *parent, int color,
 ddph_status ddph__nccl_intra_node(ddph_nccl *n, ddph_nccl_group **out,
                                   ddph_err *err)
 {
-    ddph_mpi_group *node;
-    ddph_status st = n->host.intra_node(n->mpi, &node, err);
+    const ddph_comm *host = &n->job.host;
+    struct ddph_group *node;
+    ddph_status st = host->ops->intra_node(host->self, &node, err);
     if (st != DDPH_OK)
         return st;
     /* The node's color: the world rank of its first rank. */
     int64_t leader = n->world.rank;
-    MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, &leader, 1, MPI_INT64_T, MPI_MIN, node->comm,
-                   &req);
-    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    st = host->ops->allreduce(host->self, node, &leader, 1, DDPH_I64,
+                              DDPH_MIN, err);
+    if (st != DDPH_OK)
+        return st;
     return ddph__nccl_split(n, &n->world, (int)leader, n->world.rank, out,
                             err);
 }

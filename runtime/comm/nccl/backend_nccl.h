@@ -13,13 +13,12 @@
 #ifndef DDPH_BACKEND_NCCL_H
 #define DDPH_BACKEND_NCCL_H
 
-#include "comm/backend_mpi.h"
 #include "comm/gpu.h"
 #include "support/util.h"
 
 /* This backend's group: comm.h's head (rank and size, read here by name),
- * the same ranks' MPI group (bootstrap, splits) and their NCCL
- * communicator. */
+ * the same ranks' host-memory group (the job's host table made it: the
+ * splits mirror its splits) and their NCCL communicator. */
 typedef struct ddph_nccl_group {
     union {
         struct ddph_group head; /* what the table hands out */
@@ -27,7 +26,7 @@ typedef struct ddph_nccl_group {
             int rank, size;
         };
     };
-    ddph_mpi_group *mpi; /* owned by the MPI backend */
+    struct ddph_group *host; /* owned by the host table's backend */
     void *nccl;          /* ncclComm_t, NULL once aborted */
     struct ddph_nccl_group *next; /* splits */
 } ddph_nccl_group;
@@ -46,16 +45,15 @@ typedef struct ddph_gpu {
     int device;
     double timeout_s;
     ddph_nccl_group *groups; /* splits, freed at finalize */
-    ddph_mpi *mpi;
-    ddph_gpu_host host; /* the runtime's MPI side */
+    ddph_gpu_job job; /* the runtime's side */
 } ddph_nccl;
 
 /* DDPH_ERR_BACKEND: "WHAT failed: " and CUDA's text for error e. */
 ddph_status ddph__cuda_fail(ddph_err *err, int e, const char *what);
 
-/* Collective over the MPI world; DDPH_ERR_UNSUPPORTED without a GPU.
+/* Collective over the job's world; DDPH_ERR_UNSUPPORTED without a GPU.
  * Allocates *out. */
-ddph_status ddph__nccl_init(const ddph_gpu_host *host, ddph_nccl **out,
+ddph_status ddph__nccl_init(const ddph_gpu_job *job, ddph_nccl **out,
                             ddph_err *err);
 /* Whether this machine has a CUDA device (no collective: for checks). */
 ddph_status ddph__nccl_probe(ddph_err *err);
@@ -109,7 +107,7 @@ ddph_status ddph__nccl_start_alltoall(ddph_nccl *n, ddph_nccl_group *g,
 ddph_status ddph__nccl_wait(ddph_nccl *n, ddph_nccl_group *g,
                             const char *what, ddph_err *err);
 int ddph__nccl_idle(ddph_nccl *n);
-/* ncclCommSplit; the MPI side is split the same way. */
+/* ncclCommSplit; the host side is split the same way. */
 ddph_status ddph__nccl_split(ddph_nccl *n, ddph_nccl_group *parent,
                              int color, int key, ddph_nccl_group **out,
                              ddph_err *err);

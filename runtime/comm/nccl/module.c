@@ -20,10 +20,10 @@ static int device(ddph_gpu *g)
 }
 
 /* The backend, and the device table told the rank's GPU. */
-static ddph_status init(const ddph_gpu_host *host, ddph_gpu **out,
+static ddph_status init(const ddph_gpu_job *job, ddph_gpu **out,
                         ddph_err *err)
 {
-    ddph_status st = ddph__nccl_init(host, out, err);
+    ddph_status st = ddph__nccl_init(job, out, err);
     if (st == DDPH_OK)
         ddph__cuda_set_home((*out)->device);
     return st;
