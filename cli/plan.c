@@ -29,6 +29,7 @@
 #include "plan_calib.h"
 #include "plan_hooks.h"
 #include "plan_model.h"
+#include "plan_step.h"
 #include "presets.h"
 #include "support/config.h"
 #include "support/safe_file.h"
@@ -42,6 +43,7 @@ static const char plan_usage[] =
     "           [--hosts H] [--ranks-per-host R] [--link-bandwidth RATE]\n"
     "           [--link-latency TIME] [--intra-bandwidth RATE]\n"
     "           [--intra-latency TIME] [--efficiency F] [--compute TIME]\n"
+    "           [--device NAME] [--batch N] [--f32] [--utilization F]\n"
     "           [--backward-share F] [--job JOB.ini] [--bucket-cap-mb X]\n"
     "           [--first-bucket-cap-mb X] [--hooks LIST] [--rank R]\n"
     "           [--option NAME.KEY=VALUE]... [--calibration FILE]\n"
@@ -81,8 +83,21 @@ static const char plan_usage[] =
     "                         1500-byte frames)\n"
     "\n"
     "The step:\n"
-    "  --compute TIME         forward + backward of one step (default 0:\n"
-    "                         the communication alone, as `bench hooks`)\n"
+    "  --compute TIME         forward + backward of one step; 0: the\n"
+    "                         communication alone (default: estimated from\n"
+    "                         the model's FLOPs on --device, and said so)\n"
+    "  --device NAME          the GPU: v100, a100, h100 (default a100), or\n"
+    "                         cpu (this machine: give --compute); its matrix\n"
+    "                         rate prices the compute estimate, its memory\n"
+    "                         bandwidth the hooks' arithmetic (measured on\n"
+    "                         this CPU, scaled) and the sums, its NVLink the\n"
+    "                         default --intra-bandwidth\n"
+    "  --batch N              samples a rank takes in a step, for the\n"
+    "                         estimate (default: the preset's, 32 else)\n"
+    "  --f32                  the step's compute runs in f32 (default f16/bf16\n"
+    "                         on tensor cores)\n"
+    "  --utilization F        the share of the device's rate a step sustains\n"
+    "                         (default 0.35)\n"
     "  --backward-share F     the share of --compute that is backward, during\n"
     "                         which finished buckets are sent (default 0.66);\n"
     "                         gradients are taken to finish in reverse\n"
@@ -132,7 +147,9 @@ typedef struct plan_args {
     const char *plugin_path, *csv, *collective;
     bench_options options;
     plan_cluster cluster;
-    double rate_bits, efficiency, compute, backward_share;
+    double rate_bits, efficiency, compute, backward_share, utilization;
+    const char *device;
+    int batch, f32, intra_set;
     double cap_mb, first_cap_mb;
     int psgd_rank, recalibrate, no_calibration, repeats;
 } plan_args;
@@ -187,48 +204,6 @@ static int parse_real(const char *s, double lo, double hi, double *out)
         return 0;
     *out = v;
     return 1;
-}
-
-/* An option's value from --option NAME.KEY=VALUE, or NULL. */
-static const char *option_value(const plan_args *a, const char *name_key)
-{
-    const char *found = NULL;
-    size_t n = strlen(name_key);
-    for (int i = 0; i < a->options.n; i++)
-        if (strncmp(a->options.items[i], name_key, n) == 0 &&
-            a->options.items[i][n] == '=')
-            found = a->options.items[i] + n + 1;
-    return found;
-}
-
-static int hook_options(const plan_args *a, plan_hook_options *o)
-{
-    o->psgd_rank = a->psgd_rank;
-    o->psgd_min_rate = 2;
-    o->topk_ratio = 0.01;
-    const char *v;
-    double x;
-    if ((v = option_value(a, "powersgd.matrix_approximation_rank"))) {
-        if (!parse_real(v, 1, 4096, &x) || x != floor(x))
-            goto bad;
-        o->psgd_rank = (int)x;
-    }
-    if ((v = option_value(a, "powersgd.min_compression_rate"))) {
-        if (!parse_real(v, 0, 1e15, &x))
-            goto bad;
-        o->psgd_min_rate = x;
-    }
-    if ((v = option_value(a, "topk.ratio"))) {
-        if (!parse_real(v, 1e-9, 1, &x))
-            goto bad;
-        o->topk_ratio = x;
-    }
-    return 1;
-bad:
-    fprintf(stderr, "ddphook plan: --option: '%s' is out of the hook's range "
-                    "(`ddphook describe NAME`)\n",
-            v);
-    return 0;
 }
 
 /* ---- the model's parameters and the runtime's buckets ------------------ */
@@ -498,23 +473,15 @@ typedef struct prediction {
 } prediction;
 
 static prediction predict(plan_model *m, const plan_args *a, const layout *l,
-                          const char *hook, const plan_hook_options *o,
-                          double hook_step_one_rank, double scatter_s)
+                          const plan_recording *rec, double hook_step_one_rank,
+                          double scatter_s)
 {
     prediction p = {0, 0, 0, 0, 0};
     double fwd = a->compute * (1 - a->backward_share);
     double bwd = a->compute * a->backward_share;
     double done = 0, t = 0;
-    size_t *rows = calloc((size_t)l->nparams + 1, sizeof *rows);
-    size_t *numels = calloc((size_t)l->nparams + 1, sizeof *numels);
-    for (int b = 0; rows && numels && b < l->nbuckets; b++) {
-        for (int j = 0; j < l->bucket_count[b]; j++) {
-            const preset_param *pp = &l->params[l->order[l->bucket_first[b] + j]];
-            rows[j] = (size_t)pp->shape[0];
-            numels[j] = preset_numel(pp, 1);
-        }
-        plan_bucket bk = {l->bucket_numel[b], l->bucket_count[b], rows, numels};
-        plan_hook_cost h = plan_hook_bucket(m, hook, o, &bk, scatter_s);
+    for (int b = 0; b < l->nbuckets && b < rec->nbuckets; b++) {
+        plan_hook_cost h = plan_hook_bucket(m, &rec->buckets[b], scatter_s);
         double share = l->numel ? (double)l->bucket_numel[b] / l->numel : 0;
         double arith = hook_step_one_rank * share + h.extra_s;
         done += (double)l->bucket_numel[b];
@@ -525,8 +492,6 @@ static prediction predict(plan_model *m, const plan_args *a, const layout *l,
         p.sent += h.sent_bytes;
         p.link += h.link_bytes;
     }
-    free(rows);
-    free(numels);
     /* The end-of-step agreement: one small exchange ([runtime]
      * check_collectives). */
     plan_cost end = plan_collective(m, PLAN_ALLGATHER, 64);
@@ -534,6 +499,40 @@ static prediction predict(plan_model *m, const plan_args *a, const layout *l,
     t += end.seconds;
     p.step_s = t > a->compute ? t : a->compute;
     return p;
+}
+
+/* Each hook's collectives on the model's buckets, from a dry run at the
+ * cluster's world size (plan_record.h). */
+static int record_hooks(const plan_args *a, const layout *l,
+                        char names[][128], int n, plan_recording *rec)
+{
+    const char **pnames = calloc((size_t)l->nparams + 1, sizeof *pnames);
+    int *ndim = calloc((size_t)l->nparams + 1, sizeof *ndim);
+    const int64_t **shapes = calloc((size_t)l->nparams + 1, sizeof *shapes);
+    int ok = pnames && ndim && shapes;
+    for (int j = 0; ok && j < l->nparams; j++) {
+        const preset_param *pp = &l->params[l->order[j]];
+        pnames[j] = pp->name;
+        ndim[j] = pp->ndim;
+        shapes[j] = pp->shape;
+    }
+    plan_rec_model model = {l->nbuckets, l->bucket_numel, l->bucket_first,
+                            l->bucket_count, l->nparams, pnames, ndim,
+                            shapes};
+    int world = a->cluster.hosts * a->cluster.per_host;
+    char msg[DDPH__ERR_LEN + 256];
+    for (int i = 0; ok && i < n; i++) {
+        ok = plan_record(names[i], a->plugin_path, &a->options, a->psgd_rank,
+                         world, &model, &rec[i], msg, sizeof msg);
+        if (!ok)
+            fprintf(stderr, "ddphook plan: %s\n", msg);
+    }
+    if (!pnames || !ndim || !shapes)
+        fprintf(stderr, "ddphook plan: out of memory\n");
+    free(pnames);
+    free(ndim);
+    free(shapes);
+    return ok;
 }
 
 static void human_bytes(double b, char *out, size_t cap)
@@ -621,13 +620,6 @@ static int split_hooks(const char *list, char names[][128], int *n)
     char *copy = ddph__strdup(list), *save = NULL;
     for (char *h = copy ? strtok_r(copy, ",", &save) : NULL; h;
          h = strtok_r(NULL, ",", &save)) {
-        if (!plan_hook_known(h)) {
-            fprintf(stderr, "ddphook plan: the model knows no hook '%s' "
-                            "(%s)\n",
-                    h, ALL_HOOKS);
-            free(copy);
-            return 0;
-        }
         if (*n == MAX_HOOKS - 1) {
             fprintf(stderr, "ddphook plan: more than %d hooks\n",
                     MAX_HOOKS - 1);
@@ -655,8 +647,8 @@ static int plan_model_run(plan_args *a)
 {
     char names[MAX_HOOKS][128];
     int nnames;
-    plan_hook_options o;
-    if (!split_hooks(a->hooks, names, &nnames) || !hook_options(a, &o))
+    plan_recording rec[MAX_HOOKS] = {{0}};
+    if (!split_hooks(a->hooks, names, &nnames))
         return 2;
     layout l = {0};
     plan_calib cal = {0};
@@ -669,6 +661,21 @@ static int plan_model_run(plan_args *a)
         rc = 2;
         goto out;
     }
+    const preset_device *dev = preset_device_find(a->device);
+    char compute_how[512] = "given (--compute)";
+    if (a->compute < 0) {
+        plan_step_inputs in = {a->trace || a->shapes ? NULL : a->model,
+                               l.numel, a->batch, dev, a->f32,
+                               a->utilization};
+        a->compute = plan_estimate_compute(&in, compute_how,
+                                           sizeof compute_how);
+        if (a->compute < 0) {
+            fprintf(stderr, "ddphook plan: the compute time: %s\n",
+                    compute_how);
+            rc = 2;
+            goto out;
+        }
+    }
     uint64_t key = calibration_key(a, &l);
     if (!a->no_calibration && !calibrate(a, names, nnames, &cal, key))
         goto out;
@@ -680,9 +687,21 @@ static int plan_model_run(plan_args *a)
         ddph__mpi_finalize_watched(30);
     if (!layout_ok)
         goto out;
+    if (!record_hooks(a, &l, names, nnames, rec)) {
+        rc = 2;
+        goto out;
+    }
     plan_cluster k = a->cluster;
     k.add_f32 = cal.have_machine ? cal.add_f32 : 0;
     k.add_half = cal.have_machine ? cal.add_half : 0;
+    /* The hooks' kernels are mostly bandwidth-bound: this CPU's measured
+     * arithmetic, scaled by the device's memory bandwidth over this
+     * CPU's (its f32 sum's). */
+    double arith_scale = 1;
+    if (dev && cal.have_machine && cal.add_f32 > 0) {
+        arith_scale = plan_device_add(dev) / cal.add_f32;
+        k.add_f32 = k.add_half = plan_device_add(dev);
+    }
     if (!(m = plan_model_new(&k))) {
         fprintf(stderr, "ddphook plan: out of memory\n");
         goto out;
@@ -701,11 +720,14 @@ static int plan_model_run(plan_args *a)
            "payload), %g us; within a host %s, %g us\n",
            k.hosts, k.per_host, k.hosts * k.per_host, rate,
            a->efficiency * 100, k.link_lat * 1e6, intra, k.intra_lat * 1e6);
-    printf("step: compute %g s (backward %.0f%% of it, overlapping); hook "
-           "arithmetic %s\n\n",
-           a->compute, a->backward_share * 100,
+    printf("step: compute %.4g s, %s; backward %.0f%% of it, overlapping\n",
+           a->compute, compute_how, a->backward_share * 100);
+    printf("hook arithmetic: %s%s%s\n\n",
            a->no_calibration ? "taken as 0 (--no-calibration)"
-                             : "measured on this machine at one rank");
+                             : "measured on this machine at one rank",
+           dev && !a->no_calibration ? ", scaled to the memory bandwidth of a "
+                                     : "",
+           dev && !a->no_calibration ? dev->label : "");
     printf("%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
            "link/host", "comm s", "arith s", "step s", "x allreduce");
     if (a->csv && !(csv = open_memstream(&csv_text, &csv_len))) {
@@ -722,8 +744,8 @@ static int plan_model_run(plan_args *a)
     for (int i = 0; i < nnames; i++) {
         const plan_calib_hook *c =
             a->no_calibration ? NULL : plan_calib_find(&cal, names[i], key);
-        p[i] = predict(m, a, &l, names[i], &o, c ? c->seconds : 0,
-                       cal.have_machine ? cal.scatter : 0);
+        p[i] = predict(m, a, &l, &rec[i], c ? c->seconds * arith_scale : 0,
+                       cal.have_machine ? cal.scatter * arith_scale : 0);
         if (strcmp(names[i], "allreduce") == 0)
             reference = p[i].step_s;
         if (!best_name || p[i].step_s < best) {
@@ -743,10 +765,28 @@ static int plan_model_run(plan_args *a)
                     p[i].sent, p[i].link, p[i].comm_s, p[i].arith_s,
                     p[i].step_s, up);
     }
-    printf("\nrecommended: %s, predicted %.4f s a step, %.2fx the speed of "
-           "allreduce (a prediction; compressing hooks also change what a "
-           "step learns: docs/hooks.md)\n",
-           best_name, best, best > 0 ? reference / best : 0);
+    /* Every hook but allreduce changes the gradients (rounding,
+     * compression): worth it only past the model's own error. */
+    double gain = best > 0 ? reference / best : 0;
+    if (strcmp(best_name, "allreduce") != 0 && gain < 1 + PLAN_MARGIN) {
+        printf("\nrecommended: allreduce, predicted %.4f s a step: the "
+               "fastest, %s, is predicted %.2fx its speed, within the "
+               "model's own error (%.0f%%), not worth changing what a step "
+               "learns\n",
+               reference, best_name, gain, PLAN_MARGIN * 100);
+    } else {
+        printf("\nrecommended: %s, predicted %.4f s a step, %.2fx the speed "
+               "of allreduce (beyond the model's own error, %.0f%%; "
+               "compressing hooks also change what a step learns: "
+               "docs/hooks.md)\n",
+               best_name, best, gain, PLAN_MARGIN * 100);
+    }
+    printf("not modelled: congestion and other jobs on the links, "
+           "stragglers, the network's topology beyond one switch, NIC "
+           "offloads, NCCL (collectives are priced as MPICH 4.0 runs "
+           "them), the hooks' GPU kernels (CPU figures scaled by memory "
+           "bandwidth), and whether a compressing hook needs more steps "
+           "to reach the same loss\n");
     if (csv) {
         int closed = fclose(csv) == 0;
         csv = NULL;
@@ -759,6 +799,8 @@ out:
         fclose(csv);
     free(csv_text);
     plan_model_free(m);
+    for (int i = 0; i < nnames; i++)
+        plan_recording_free(&rec[i]);
     plan_calib_free(&cal);
     layout_free(&l);
     return rc;
@@ -781,6 +823,10 @@ int cmd_plan(int argc, char **argv)
         .rate_bits = 10e9,
         .efficiency = 0.94,
         .backward_share = 0.66,
+        .compute = -1,
+        .device = "a100",
+        .batch = -1,
+        .utilization = PLAN_UTILIZATION,
         .cap_mb = -1,
         .first_cap_mb = -1,
         .psgd_rank = 4,
@@ -798,6 +844,10 @@ int cmd_plan(int argc, char **argv)
         {"intra-latency", required_argument, NULL, 'L'},
         {"efficiency", required_argument, NULL, 'e'},
         {"compute", required_argument, NULL, 'c'},
+        {"device", required_argument, NULL, 'D'},
+        {"batch", required_argument, NULL, 'a'},
+        {"f32", no_argument, NULL, '3'},
+        {"utilization", required_argument, NULL, 'u'},
         {"backward-share", required_argument, NULL, 's'},
         {"job", required_argument, NULL, 'j'},
         {"bucket-cap-mb", required_argument, NULL, 'k'},
@@ -840,7 +890,7 @@ int cmd_plan(int argc, char **argv)
             if (c == 'b')
                 a.rate_bits = x * 8;
             else
-                a.cluster.intra_bw = x;
+                a.cluster.intra_bw = x, a.intra_set = 1;
             break;
         case 'l':
         case 'L':
@@ -856,6 +906,21 @@ int cmd_plan(int argc, char **argv)
         case 'c':
             if ((a.compute = parse_time(optarg)) < 0)
                 return bad("--compute", optarg, "a time like 0.25s, 80ms, 0");
+            break;
+        case 'D':
+            if (strcmp(optarg, "cpu") != 0 && !preset_device_find(optarg))
+                return bad("--device", optarg, "v100, a100, h100 or cpu");
+            a.device = optarg;
+            break;
+        case 'a':
+            if (!parse_real(optarg, 1, 1e9, &x) || x != floor(x))
+                return bad("--batch", optarg, "a whole number in [1, 1e9]");
+            a.batch = (int)x;
+            break;
+        case '3': a.f32 = 1; break;
+        case 'u':
+            if (!parse_real(optarg, 0.01, 1, &a.utilization))
+                return bad("--utilization", optarg, "a share in [0.01, 1]");
             break;
         case 's':
             if (!parse_real(optarg, 0, 1, &a.backward_share))
@@ -922,6 +987,9 @@ int cmd_plan(int argc, char **argv)
         return 2;
     }
     a.cluster.link_bw = a.rate_bits / 8 * a.efficiency;
+    const preset_device *dev = preset_device_find(a.device);
+    if (dev && !a.intra_set)
+        a.cluster.intra_bw = dev->nvlink_bw;
     if (a.collective)
         return one_collective(&a);
     /* The bucket caps: the job's, or the runtime's defaults. */

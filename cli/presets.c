@@ -263,3 +263,43 @@ size_t preset_numel(const preset_param *p, int n)
     }
     return total;
 }
+
+int preset_work_of(const char *name, preset_work *out)
+{
+    static const struct {
+        const char *name;
+        preset_work w;
+    } works[] = {
+        /* 6 N T + 12 L T^2 C for training (Kaplan et al. 2020, PaLM's
+         * appendix B): a third of it forward. */
+        {"gpt2-124m", {2.0 * 124.4e6 * 1024 + 4.0 * 12 * 1024.0 * 1024 * 768,
+                       8, "sequence of 1024 tokens",
+                       "2 N T + 4 L T^2 C (Kaplan et al. 2020)"}},
+        {"resnet50", {2 * 4.09e9, 32, "224x224 image",
+                      "4.09 G multiply-adds (He et al. 2016)"}},
+        {"gpt-example", {2.0 * 834304 * 64 + 4.0 * 4 * 64 * 64 * 128, 8,
+                         "sequence of 64 tokens", "2 N T + 4 L T^2 C"}},
+        {"mlp", {2.0 * (784 * 512 + 512 * 256 + 256 * 10), 64,
+                 "28x28 image", "2 FLOPs a weight (dense layers)"}},
+    };
+    for (size_t i = 0; i < sizeof works / sizeof works[0]; i++)
+        if (strcmp(name, works[i].name) == 0) {
+            *out = works[i].w;
+            return 1;
+        }
+    return 0;
+}
+
+const preset_device *preset_device_find(const char *name)
+{
+    /* NVIDIA's data sheets: SXM parts, dense (no sparsity) rates. */
+    static const preset_device devices[] = {
+        {"v100", "V100 SXM2", 125e12, 15.7e12, 900e9, 150e9},
+        {"a100", "A100 SXM 80GB", 312e12, 19.5e12, 2039e9, 300e9},
+        {"h100", "H100 SXM", 989e12, 67e12, 3350e9, 450e9},
+    };
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
+        if (strcmp(name, devices[i].name) == 0)
+            return &devices[i];
+    return NULL;
+}

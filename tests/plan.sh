@@ -10,6 +10,14 @@
 #    sum over the runtime's buckets by hand, S/B plus the step's closing
 #    exchange;
 #  - fp16 sends half the bytes and is predicted faster on a slow link;
+#  - any hook is priced from its dry run: signsgd (shipped, unknown to
+#    the model) and a hook given as a path to its .so; the dry run
+#    records the collectives each hook issues (allreduce: one sum of each
+#    bucket; signsgd: fewer bytes than fp16);
+#  - the compute time is said: estimated from the model's FLOPs on the
+#    device (the figure checked by hand), refused on --device cpu without
+#    --compute; a lossy hook 1% faster is not recommended (ResNet-50 on
+#    8 x 8 ranks, 100 Gbit/s, 0.2 s of compute);
 #  - bad arguments, shapes files and calibration files fail with clear
 #    messages; a calibration file round-trips, read back without
 #    measuring again.
@@ -78,9 +86,13 @@ fi
 # The allreduce hook on gpt-example, 2 hosts, latency 0: every bucket
 # is one reduce-scatter + allgather (2 steps of half the bucket), then
 # the 64-byte closing exchange: (4 numel + 64) / B.
+# A third-party hook: the template's signsgd under a path of its own.
+cp "$P/signsgd.so" "$OUT/my_hook.so"
+chmod go-w "$OUT" "$OUT/my_hook.so"
 plan --model gpt-example --no-calibration --plugin-path "$P" \
-    --hooks allreduce,fp16 --link-bandwidth 100mbit --link-latency 0 \
-    --efficiency 1 --csv "$OUT/gpt.csv" >"$OUT/gpt.txt" 2>&1 || {
+    --hooks allreduce,fp16,signsgd,"$OUT/my_hook.so" --link-bandwidth 100mbit \
+    --link-latency 0 --efficiency 1 --compute 0 --csv "$OUT/gpt.csv" \
+    >"$OUT/gpt.txt" 2>&1 || {
     no "plan on gpt-example:"; sed 's/^/    /' "$OUT/gpt.txt"; }
 numel=$("$B/ddphook" bench shapes --model gpt-example |
     awk '{ e = 1; for (i = 2; i <= NF; i++) e *= $i; t += e } END { print t }')
@@ -93,19 +105,51 @@ if awk -F, '$1 == "allreduce" { a = $6; as = $2 } $1 == "fp16" { f = $6; fs = $2
 else
     no "fp16 against allreduce:"; sed 's/^/    /' "$OUT/gpt.csv"
 fi
+# signsgd (the dry run sees what it issues: under fp16's bytes) and the
+# same hook as a path: the same row.
+if awk -F, '$1 == "fp16" { f = $2 } $1 == "signsgd" { s = $2; st = $6 }
+        $1 ~ /my_hook.so$/ { p = $2; pt = $6 }
+        END { exit !(s > 0 && s < f && p == s && pt == st) }' "$OUT/gpt.csv"; then
+    ok "signsgd and a hook given as a path are priced"
+else
+    no "signsgd / path hook:"; sed 's/^/    /' "$OUT/gpt.csv" "$OUT/gpt.txt"
+fi
+
+# The compute time: gpt-example's estimate by hand (3 x forward FLOPs x
+# 8 sequences on an H100 at 35% of 989 TFLOP/s) and said so.
+plan --model gpt-example --no-calibration --plugin-path "$P" --hooks allreduce \
+    --device h100 --link-bandwidth 100mbit >est.txt 2>&1
+want=$(awk 'BEGIN { printf "%.4g", 3 * (2 * 834304 * 64 + 4 * 4 * 64 * 64 * 128) * 8 / (0.35 * 989e12) }')
+if grep -q "step: compute $want s, estimated: .* H100 SXM at 35%" est.txt; then
+    ok "compute estimated ($want s) and said so"
+else
+    no "compute estimate, want $want s:"; sed 's/^/    /' est.txt
+fi
+expect "no compute to estimate on the CPU" "give --compute" \
+    plan --model gpt-example --no-calibration --plugin-path "$P" --device cpu
+# ResNet-50, 8 x 8 ranks, 100 Gbit/s, 0.2 s of compute: batched PowerSGD
+# is predicted about 1% faster, within the model's error: allreduce.
+plan --model resnet50 --hosts 8 --ranks-per-host 8 --link-bandwidth 100gbit \
+    --compute 0.2s --no-calibration --plugin-path "$P" \
+    --hooks allreduce,batched_powersgd >margin.txt 2>&1
+if grep -q "^recommended: allreduce.*batched_powersgd, is predicted 1.0[0-9]x.*own error" margin.txt; then
+    ok "a 1% gain keeps allreduce"
+else
+    no "margin:"; sed 's/^/    /' margin.txt
+fi
 
 # Arguments.
 expect "a bad rate" "a rate like" plan --collective allreduce:1 --link-bandwidth 10parsecs
 expect "no hosts" "whole number" plan --collective allreduce:1 --hosts 0
 expect "a bad time" "a time like" plan --collective allreduce:1 --link-latency 5minutes
-expect "an unknown hook" "knows no hook 'sign'" plan --hooks allreduce,sign --no-calibration
+expect "an unknown hook" "hook 'sign' not found" plan --hooks allreduce,sign --no-calibration --plugin-path "$P"
 expect "an unknown model" "unknown model 'gpt5'" plan --model gpt5 --no-calibration
 expect "two models" "one of --model" plan --model mlp --shapes x --no-calibration
 expect "a collective without bytes" "KIND:BYTES" plan --collective allreduce
 expect "an unknown collective" "unknown kind 'scan'" plan --collective scan:10
 expect "a bad option" "NAME.KEY=VALUE" plan --option ratio
-expect "a topk ratio out of range" "out of the hook's range" \
-    plan --option topk.ratio=2 --no-calibration
+expect "a topk ratio out of range" "hook 'topk'.*--option: .*ratio.*out of range" \
+    plan --option topk.ratio=2 --no-calibration --plugin-path "$P"
 printf 'a 10 20\nb 0\n' >bad.shapes
 expect "a shapes file with a 0 dimension" "bad.shapes:2: '0' is not a dimension" \
     plan --shapes bad.shapes --no-calibration
