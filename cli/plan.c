@@ -334,9 +334,10 @@ static uint64_t calibration_key(const plan_args *a, const layout *l)
 }
 
 /* Runs `ddphook bench hooks` at one rank (this program, a child process)
- * on the model for `hooks`, and puts each hook's step into c. */
-static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
-                         plan_calib *c)
+ * on the model for `hook`, and puts its step into c with the conditions
+ * it was measured at. */
+static int measure_hook(const plan_args *a, const char *hook, uint64_t key,
+                        plan_calib *c, plan_conditions at)
 {
     char self[4096], csv[256], cap[64], reps[32], rank[32];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -364,7 +365,7 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
     argv[k++] = a->trace ? "--trace" : a->shapes ? "--shapes" : "--model";
     argv[k++] = a->trace ? a->trace : a->shapes ? a->shapes : a->model;
     argv[k++] = "--hooks";
-    argv[k++] = hooks;
+    argv[k++] = hook;
     argv[k++] = "--repeats";
     argv[k++] = reps;
     argv[k++] = "--bucket-cap-mb";
@@ -384,9 +385,6 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
         argv[k++] = a->options.items[i];
     }
     argv[k] = NULL;
-    fprintf(stderr, "ddphook plan: measuring the arithmetic of %s on this "
-                    "machine (one rank, %d steps each)...\n",
-            hooks, a->repeats);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -419,7 +417,8 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
         char name[128];
         double bytes, seconds;
         if (sscanf(line, "%127[^,],%lf,%lf", name, &bytes, &seconds) == 3 &&
-            plan_calib_put(c, name, key, seconds))
+            strcmp(name, hook) == 0 &&
+            plan_calib_put(c, name, key, seconds, at))
             found++;
     }
     free(text);
@@ -437,33 +436,75 @@ static int calibrate(const plan_args *a, char names[][128], int nnames,
         fprintf(stderr, "ddphook plan: %s\n", msg);
         return 0;
     }
-    char missing[MAX_HOOKS * 130] = "";
+    int missing = 0, changed = 0;
     for (int i = 0; i < nnames; i++)
-        if (a->recalibrate || !plan_calib_find(c, names[i], key)) {
-            strcat(missing, missing[0] ? "," : "");
-            strcat(missing, names[i]);
-        }
-    int changed = 0;
+        missing += a->recalibrate || !plan_calib_find(c, names[i], key);
+    plan_conditions now = plan_conditions_now();
+    if ((missing || !c->have_machine || a->recalibrate) &&
+        plan_conditions_busy(now))
+        fprintf(stderr, "ddphook plan: warning: this machine is busy (load "
+                        "average %.1f on %d CPUs): what is measured now is "
+                        "slower than the machine's own; it is kept with that "
+                        "load and flagged at every use (measure again with "
+                        "--recalibrate when it is idle, or use "
+                        "--no-calibration)\n",
+                now.load, now.cpus);
     if (!c->have_machine || a->recalibrate) {
         plan_calib_measure_machine(c);
         changed = 1;
     }
-    if (missing[0]) {
-        if (!measure_hooks(a, missing, key, c))
-            return 0;
-        changed = 1;
-    }
-    for (int i = 0; i < nnames; i++)
-        if (!plan_calib_find(c, names[i], key)) {
-            fprintf(stderr, "ddphook plan: the calibration run gave no "
+    for (int i = 0, done = 0; i < nnames; i++) {
+        if (!a->recalibrate && plan_calib_find(c, names[i], key))
+            continue;
+        fprintf(stderr, "ddphook plan: calibration %d of %d: %s's arithmetic "
+                        "at one rank, %d steps...",
+                ++done, missing, names[i], a->repeats);
+        double t0 = ddph__now();
+        if (!measure_hook(a, names[i], key, c, plan_conditions_now())) {
+            fprintf(stderr, "\nddphook plan: the calibration run gave no "
                             "figure for %s\n", names[i]);
             return 0;
         }
+        fprintf(stderr, " %.3g s a step (took %.1f s)\n",
+                plan_calib_find(c, names[i], key)->seconds, ddph__now() - t0);
+        changed = 1;
+    }
     if (changed && !plan_calib_save(a->calibration, c, msg, sizeof msg)) {
         fprintf(stderr, "ddphook plan: %s\n", msg);
         return 0;
     }
     return 1;
+}
+
+/* Where each figure of the calibration was measured: never reused
+ * without saying so, and a busy machine's or another machine's
+ * figures flagged. */
+static void say_conditions(const plan_calib *c, char names[][128], int n,
+                           uint64_t key)
+{
+    plan_conditions now = plan_conditions_now();
+    double lo = 1e300, hi = -1;
+    for (int i = 0; i < n; i++) {
+        const plan_calib_hook *h = plan_calib_find(c, names[i], key);
+        if (!h)
+            continue;
+        lo = h->at.load < lo ? h->at.load : lo;
+        hi = h->at.load > hi ? h->at.load : hi;
+        if (plan_conditions_busy(h->at))
+            printf("warning: %s's arithmetic was measured on a busy machine "
+                   "(load average %.1f on %d CPUs): too slow by up to %.0fx; "
+                   "--recalibrate when idle\n",
+                   names[i], h->at.load, h->at.cpus,
+                   h->at.load / (h->at.cpus > 0 ? h->at.cpus : 1) + 1);
+        if (h->at.cpus != now.cpus)
+            printf("warning: %s's arithmetic was measured with %d CPUs, this "
+                   "machine has %d: --recalibrate\n",
+                   names[i], h->at.cpus, now.cpus);
+    }
+    if (hi >= 0)
+        printf("calibration: measured at load average %.1f-%.1f on %d CPUs "
+               "(now %.1f)\n",
+               lo, hi, now.cpus, now.load);
 }
 
 /* ---- the prediction ---------------------------------------------------- */
@@ -722,13 +763,15 @@ static int plan_model_run(plan_args *a)
            a->efficiency * 100, k.link_lat * 1e6, intra, k.intra_lat * 1e6);
     printf("step: compute %.4g s, %s; backward %.0f%% of it, overlapping\n",
            a->compute, compute_how, a->backward_share * 100);
-    printf("hook arithmetic: %s%s%s\n\n",
+    printf("hook arithmetic: %s%s%s\n",
            a->no_calibration ? "taken as 0 (--no-calibration)"
                              : "measured on this machine at one rank",
-           dev && !a->no_calibration ? ", scaled to the memory bandwidth of a "
+           dev && !a->no_calibration ? ", scaled to the memory bandwidth of "
                                      : "",
            dev && !a->no_calibration ? dev->label : "");
-    printf("%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
+    if (!a->no_calibration)
+        say_conditions(&cal, names, nnames, key);
+    printf("\n%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
            "link/host", "comm s", "arith s", "step s", "x allreduce");
     if (a->csv && !(csv = open_memstream(&csv_text, &csv_len))) {
         fprintf(stderr, "ddphook plan: out of memory\n");

@@ -27,7 +27,7 @@ double plan_estimate_compute(const plan_step_inputs *in, char *how,
     double s = flops / rate;
     snprintf(how, cap,
              "estimated: 3 x %.3g GFLOP a %s (%s) x %d a rank = %.3g TFLOP, "
-             "on a %s at %.0f%% of its %s rate (%.0f TFLOP/s); give "
+             "on %s at %.0f%% of its %s rate (%.0f TFLOP/s); give "
              "--compute for your own",
              w.forward_flops / 1e9, w.sample, w.source, batch, flops / 1e12,
              in->device->label, in->utilization * 100,

@@ -20,7 +20,8 @@
 #    8 x 8 ranks, 100 Gbit/s, 0.2 s of compute);
 #  - bad arguments, shapes files and calibration files fail with clear
 #    messages; a calibration file round-trips, read back without
-#    measuring again.
+#    measuring again, hook by hook with progress; figures measured on a
+#    busy machine or with another CPU count are flagged when read back.
 set -u
 B=${DDPH_TEST_BUILDDIR:?run through make check}
 P=${DDPH_TEST_PLUGIN_DIR:?}
@@ -159,7 +160,7 @@ expect "a shapes file with a 0 dimension" "bad.shapes:2: '0' is not a dimension"
 plan --model mlp --hooks allreduce,fp16 --plugin-path "$P" \
     --calibration "$OUT/cal" --calibration-repeats 1 --csv first.csv \
     >first.txt 2>first.err
-if grep -q measuring first.err && head -n 1 cal | grep -qx 'ddphook-plan-calibration 1' &&
+if grep -q 'calibration 1 of 2: allreduce' first.err && head -n 1 cal | grep -qx 'ddphook-plan-calibration 2' &&
         tail -n 1 cal | grep -qx 'end 2'; then
     ok "calibration measured and written"
 else
@@ -167,10 +168,22 @@ else
 fi
 plan --model mlp --hooks allreduce,fp16 --plugin-path "$P" \
     --calibration "$OUT/cal" --csv second.csv >second.txt 2>second.err
-if ! grep -q measuring second.err && cmp -s first.csv second.csv; then
+if ! grep -q 'calibration [0-9]' second.err && cmp -s first.csv second.csv; then
     ok "calibration read back, same prediction"
 else
     no "calibration round trip:"; cat second.err first.csv second.csv | sed 's/^/    /'
+fi
+# Figures measured on a busy machine (load 35 on 2 CPUs) or on another
+# machine are flagged every time they are read back.
+sed 's/^\(hook allreduce [0-9a-f]* [^ ]*\) .*/\1 35 2/; s/^\(hook fp16 [0-9a-f]* [^ ]*\) .*/\1 0.1 999/' cal >busy.cal
+plan --model mlp --hooks allreduce,fp16 --plugin-path "$P" \
+    --calibration busy.cal --csv busy.csv >busy.txt 2>&1
+if grep -q "allreduce's arithmetic was measured on a busy machine (load average 35.0 on 2 CPUs)" busy.txt &&
+        grep -q "fp16's arithmetic was measured with 999 CPUs" busy.txt &&
+        ! grep -q "fp16's arithmetic was measured on a busy" busy.txt; then
+    ok "a busy calibration says so when read back"
+else
+    no "busy calibration:"; sed 's/^/    /' busy.txt busy.cal
 fi
 head -n 3 cal >truncated.cal
 expect "a truncated calibration file" "truncated" \
