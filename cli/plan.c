@@ -44,6 +44,7 @@ static const char plan_usage[] =
     "           [--link-latency TIME] [--intra-bandwidth RATE]\n"
     "           [--intra-latency TIME] [--efficiency F] [--compute TIME]\n"
     "           [--device NAME] [--batch N] [--f32] [--utilization F]\n"
+    "           [--collectives nccl|mpich]\n"
     "           [--backward-share F] [--job JOB.ini] [--bucket-cap-mb X]\n"
     "           [--first-bucket-cap-mb X] [--hooks LIST] [--rank R]\n"
     "           [--option NAME.KEY=VALUE]... [--calibration FILE]\n"
@@ -78,6 +79,10 @@ static const char plan_usage[] =
     "  --intra-bandwidth RATE between two ranks of one host (default\n"
     "                         80gbit)\n"
     "  --intra-latency TIME   between two ranks of one host (default 1us)\n"
+    "  --collectives KIND     nccl (the default with a GPU --device: its\n"
+    "                         ring or tree, the cheaper) or mpich (MPICH\n"
+    "                         4.0's algorithms and the runtime's own, for\n"
+    "                         host buckets; the default with --device cpu)\n"
     "  --efficiency F         the share of the link's rate that carries\n"
     "                         payload (default 0.94: TCP over Ethernet with\n"
     "                         1500-byte frames)\n"
@@ -148,7 +153,7 @@ typedef struct plan_args {
     bench_options options;
     plan_cluster cluster;
     double rate_bits, efficiency, compute, backward_share, utilization;
-    const char *device;
+    const char *device, *collectives;
     int batch, f32, intra_set;
     double cap_mb, first_cap_mb;
     int psgd_rank, recalibrate, no_calibration, repeats;
@@ -758,9 +763,10 @@ static int plan_model_run(plan_args *a)
            bench_cap_text(a->cap_mb, cap),
            bench_cap_text(a->first_cap_mb, first));
     printf("cluster: %d hosts x %d ranks = %d ranks; links %s (%.0f%% "
-           "payload), %g us; within a host %s, %g us\n",
+           "payload), %g us; within a host %s, %g us; collectives %s\n",
            k.hosts, k.per_host, k.hosts * k.per_host, rate,
-           a->efficiency * 100, k.link_lat * 1e6, intra, k.intra_lat * 1e6);
+           a->efficiency * 100, k.link_lat * 1e6, intra, k.intra_lat * 1e6,
+           k.nccl ? "NCCL's" : "MPICH 4.0's and the runtime's");
     printf("step: compute %.4g s, %s; backward %.0f%% of it, overlapping\n",
            a->compute, compute_how, a->backward_share * 100);
     printf("hook arithmetic: %s%s%s\n",
@@ -826,10 +832,12 @@ static int plan_model_run(plan_args *a)
     }
     printf("not modelled: congestion and other jobs on the links, "
            "stragglers, the network's topology beyond one switch, NIC "
-           "offloads, NCCL (collectives are priced as MPICH 4.0 runs "
-           "them), the hooks' GPU kernels (CPU figures scaled by memory "
-           "bandwidth), and whether a compressing hook needs more steps "
-           "to reach the same loss\n");
+           "offloads, %s, the hooks' GPU kernels (CPU figures scaled by "
+           "memory bandwidth), and whether a compressing hook needs more "
+           "steps to reach the same loss\n",
+           k.nccl ? "NCCL's own tuning tables and protocols (its ring and "
+                    "tree are priced by their steps)"
+                  : "NCCL (collectives are priced as MPICH 4.0 runs them)");
     if (csv) {
         int closed = fclose(csv) == 0;
         csv = NULL;
@@ -888,6 +896,7 @@ int cmd_plan(int argc, char **argv)
         {"efficiency", required_argument, NULL, 'e'},
         {"compute", required_argument, NULL, 'c'},
         {"device", required_argument, NULL, 'D'},
+        {"collectives", required_argument, NULL, 'O'},
         {"batch", required_argument, NULL, 'a'},
         {"f32", no_argument, NULL, '3'},
         {"utilization", required_argument, NULL, 'u'},
@@ -954,6 +963,11 @@ int cmd_plan(int argc, char **argv)
             if (strcmp(optarg, "cpu") != 0 && !preset_device_find(optarg))
                 return bad("--device", optarg, "v100, a100, h100 or cpu");
             a.device = optarg;
+            break;
+        case 'O':
+            if (strcmp(optarg, "nccl") != 0 && strcmp(optarg, "mpich") != 0)
+                return bad("--collectives", optarg, "nccl or mpich");
+            a.collectives = optarg;
             break;
         case 'a':
             if (!parse_real(optarg, 1, 1e9, &x) || x != floor(x))
@@ -1033,6 +1047,8 @@ int cmd_plan(int argc, char **argv)
     const preset_device *dev = preset_device_find(a.device);
     if (dev && !a.intra_set)
         a.cluster.intra_bw = dev->nvlink_bw;
+    a.cluster.nccl = a.collectives ? strcmp(a.collectives, "nccl") == 0
+                                   : dev != NULL;
     if (a.collective)
         return one_collective(&a);
     /* The bucket caps: the job's, or the runtime's defaults. */

@@ -1,6 +1,8 @@
 #!/bin/sh
 # plan.sh: `ddphook plan`'s cost model on cases with known answers (no
 # timing is asserted: the figures are the model's own arithmetic).
+#  - NCCL's ring at latency 0 takes 2 (W-1)/W S/B, its tree on a small
+#    sum 2 log2(H) latencies + 2 S/B;
 #  - (within 1e-6) at latency 0 a ring allreduce of S bytes on W ranks at B bytes/s
 #    takes 2 (W-1)/W S/B; MPICH's reduce-scatter + allgather the same, and
 #    across 2 hosts x 2 ranks with free shared memory S/B (each host's
@@ -55,10 +57,11 @@ expect() {
     fi
 }
 plan() { "$B/ddphook" plan "$@"; }
-# seconds KIND:BYTES OPTIONS...: the model's time for one collective.
+# seconds KIND:BYTES OPTIONS...: the model's time for one collective
+# (MPICH's unless the options say --collectives nccl).
 seconds() {
     what=$1; shift
-    plan --collective "$what" --efficiency 1 --intra-bandwidth 1000TB/s \
+    plan --collective "$what" --collectives mpich --efficiency 1 --intra-bandwidth 1000TB/s \
         --intra-latency 0 --csv "$OUT/c.csv" "$@" >/dev/null &&
         awk -F, 'NR == 2 { print $5 }' "$OUT/c.csv"
 }
@@ -78,6 +81,12 @@ near "ring allgather, 3 hosts, latency 0" \
 near "recursive doubling, 1 KiB on 4 hosts, 10 us" \
     "$(seconds allreduce:1024 --hosts 4 --link-bandwidth 1gbit --link-latency 10us)" \
     "$(awk -v b=$rate 'BEGIN { printf "%.12g", 2 * (1e-5 + 1024 / b) }')"
+near "NCCL ring, 4 hosts, latency 0" \
+    "$(seconds allreduce:$S --hosts 4 --link-bandwidth 1gbit --link-latency 0 --collectives nccl)" \
+    "$(awk -v s=$S -v b=$rate 'BEGIN { printf "%.12g", 2 * 3 / 4 * s / b }')"
+near "NCCL tree, 1 KiB on 16 hosts, 10 us" \
+    "$(seconds allreduce:1024 --hosts 16 --link-bandwidth 1gbit --link-latency 10us --collectives nccl)" \
+    "$(awk -v b=$rate 'BEGIN { printf "%.12g", 2 * 4 * 1e-5 + 2 * 1024 / b }')"
 if plan --collective allreduce:$S --hosts 1000 --ranks-per-host 8 >/dev/null; then
     ok "8000 ranks"
 else
@@ -92,7 +101,7 @@ cp "$P/signsgd.so" "$OUT/my_hook.so"
 chmod go-w "$OUT" "$OUT/my_hook.so"
 plan --model gpt-example --no-calibration --plugin-path "$P" \
     --hooks allreduce,fp16,signsgd,"$OUT/my_hook.so" --link-bandwidth 100mbit \
-    --link-latency 0 --efficiency 1 --compute 0 --csv "$OUT/gpt.csv" \
+    --link-latency 0 --efficiency 1 --compute 0 --collectives mpich --csv "$OUT/gpt.csv" \
     >"$OUT/gpt.txt" 2>&1 || {
     no "plan on gpt-example:"; sed 's/^/    /' "$OUT/gpt.txt"; }
 numel=$("$B/ddphook" bench shapes --model gpt-example |
