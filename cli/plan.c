@@ -59,8 +59,9 @@ static const char plan_usage[] =
     "leaves out: congestion, stragglers, topology, NIC offloads).\n"
     "\n"
     "The model (one of):\n"
-    "  --model NAME           a preset: gpt2-124m, resnet50, gpt-example\n"
-    "                         (examples/train_gpt), mlp (default gpt2-124m)\n"
+    "  --model NAME           a preset: gpt2-124m, resnet50, resnet18-cifar,\n"
+    "                         gpt-example (examples/train_gpt), mlp\n"
+    "                         (default gpt2-124m)\n"
     "  --shapes FILE          a parameter a line, NAME D0 [D1 ...], in\n"
     "                         registration order (`ddphook bench shapes`)\n"
     "  --trace DIR            the parameters of a gradient trace\n"
@@ -244,7 +245,7 @@ static int load_params(const plan_args *a, layout *l)
         snprintf(l->label, sizeof l->label, "shapes %s", a->shapes);
     } else if (!preset_load(a->model, &l->params, &l->nparams)) {
         fprintf(stderr, "ddphook plan: unknown model '%s' (gpt2-124m, "
-                        "resnet50, gpt-example, mlp)\n",
+                        "resnet50, resnet18-cifar, gpt-example, mlp)\n",
                 a->model);
         return 0;
     } else {
@@ -817,7 +818,11 @@ static int plan_model_run(plan_args *a)
     /* Every hook but allreduce changes the gradients (rounding,
      * compression): worth it only past the model's own error. */
     double gain = best > 0 ? reference / best : 0;
-    if (strcmp(best_name, "allreduce") != 0 && gain < 1 + PLAN_MARGIN) {
+    if (strcmp(best_name, "allreduce") == 0) {
+        printf("\nrecommended: allreduce, predicted %.4f s a step: no hook "
+               "is predicted faster\n",
+               reference);
+    } else if (gain < 1 + PLAN_MARGIN) {
         printf("\nrecommended: allreduce, predicted %.4f s a step: the "
                "fastest, %s, is predicted %.2fx its speed, within the "
                "model's own error (%.0f%%), not worth changing what a step "

@@ -92,6 +92,33 @@ static void resnet50(list *l)
     add(l, "fc.bias", 1, 1000, 0, 0, 0);
 }
 
+/* ResNet-18 for 32x32 images (CIFAR-10), as the PowerSGD paper's code
+ * (epfml/powersgd) and most CIFAR code define it: a 3x3 stem, no pool,
+ * basic blocks of two 3x3 convs, 1x1 shortcuts where the width
+ * changes, 10 classes. */
+static void resnet18_cifar(list *l)
+{
+    conv_bn(l, "stem", 64, 3, 3);
+    int64_t in = 64;
+    for (int s = 0; s < 4; s++) {
+        int64_t w = 64 << s;
+        for (int b = 0; b < 2; b++) {
+            char p[32];
+            snprintf(p, sizeof p, "layer%d.%d.a", s + 1, b);
+            conv_bn(l, p, w, in, 3);
+            snprintf(p, sizeof p, "layer%d.%d.b", s + 1, b);
+            conv_bn(l, p, w, w, 3);
+            if (in != w) {
+                snprintf(p, sizeof p, "layer%d.%d.shortcut", s + 1, b);
+                conv_bn(l, p, w, in, 1);
+            }
+            in = w;
+        }
+    }
+    add(l, "fc.weight", 2, 10, 512, 0, 0);
+    add(l, "fc.bias", 1, 10, 0, 0, 0);
+}
+
 static void mlp(list *l)
 {
     add(l, "fc1.weight", 2, 512, 784, 0, 0);
@@ -141,6 +168,8 @@ int preset_load(const char *name, preset_param **out, int *n)
         resnet50(&l);
     else if (strcmp(name, "mlp") == 0)
         mlp(&l);
+    else if (strcmp(name, "resnet18-cifar") == 0)
+        resnet18_cifar(&l);
     else
         return 0;
     *out = l.p;
@@ -279,6 +308,8 @@ int preset_work_of(const char *name, preset_work *out)
                       "4.09 G multiply-adds (He et al. 2016)"}},
         {"gpt-example", {2.0 * 834304 * 64 + 4.0 * 4 * 64 * 64 * 128, 8,
                          "sequence of 64 tokens", "2 N T + 4 L T^2 C"}},
+        {"resnet18-cifar", {2 * 0.556e9, 128, "32x32 image",
+                            "0.556 G multiply-adds (CIFAR ResNet-18)"}},
         {"mlp", {2.0 * (784 * 512 + 512 * 256 + 256 * 10), 64,
                  "28x28 image", "2 FLOPs a weight (dense layers)"}},
     };

@@ -20,6 +20,7 @@
 #    device (the figure checked by hand), refused on --device cpu without
 #    --compute; a lossy hook 1% faster is not recommended (ResNet-50 on
 #    8 x 8 ranks, 100 Gbit/s, 0.2 s of compute);
+#  - the PowerSGD paper's ResNet-18 row (1.30x a batch) within 25%;
 #  - bad arguments, shapes files and calibration files fail with clear
 #    messages; a calibration file round-trips, read back without
 #    measuring again, hook by hook with progress; figures measured on a
@@ -146,6 +147,18 @@ if grep -q "^recommended: allreduce.*batched_powersgd, is predicted 1.0[0-9]x.*o
     ok "a 1% gain keeps allreduce"
 else
     no "margin:"; sed 's/^/    /' margin.txt
+fi
+
+# A published row (docs/plan.md): the PowerSGD paper's ResNet-18 on
+# CIFAR-10, 16 GPUs at 10 Gbit/s, rank 2: 1.30x a batch over SGD; plan
+# within 25% of it with the stated inputs.
+plan --model resnet18-cifar --hosts 16 --link-bandwidth 10gbit --device v100 \
+    --f32 --rank 2 --no-calibration --plugin-path "$P" \
+    --hooks allreduce,powersgd --csv r18.csv >r18.txt 2>&1
+if awk -F, '$1 == "powersgd" { r = $7 } END { exit !(r >= 1.30 * 0.75 && r <= 1.30 * 1.25) }' r18.csv; then
+    ok "PowerSGD paper's ResNet-18 row within 25% ($(awk -F, '$1 == "powersgd" { print $7 }' r18.csv)x, published 1.30x)"
+else
+    no "ResNet-18 published row:"; sed 's/^/    /' r18.txt r18.csv
 fi
 
 # Arguments.
