@@ -359,6 +359,12 @@ int plan_record(const char *hook, const char *plugin_path,
                 size_t cap)
 {
     memset(out, 0, sizeof *out);
+    if (world > PLAN_DRY_MAX_WORLD) {
+        snprintf(msg, cap, "hook '%s': a dry run fakes at most %d ranks, "
+                 "not %d (price a collective with --collective instead)",
+                 hook, PLAN_DRY_MAX_WORLD, world);
+        return 0;
+    }
     char path[256];
     if (!bench_write_job(path, sizeof path, 0, "", plugin_path, hook,
                          psgd_rank, opts)) {

@@ -18,6 +18,9 @@
 #include "bench_common.h"
 
 #define PLAN_DRY_STEPS 4
+/* The largest world a dry run fakes: a gathering hook allocates and goes
+ * over every rank's part. */
+#define PLAN_DRY_MAX_WORLD 4096
 
 typedef enum plan_rec_kind {
     PLAN_REC_ALLREDUCE,

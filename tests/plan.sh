@@ -171,6 +171,8 @@ expect "two models" "one of --model" plan --model mlp --shapes x --no-calibratio
 expect "a collective without bytes" "KIND:BYTES" plan --collective allreduce
 expect "an unknown collective" "unknown kind 'scan'" plan --collective scan:10
 expect "a bad option" "NAME.KEY=VALUE" plan --option ratio
+expect "a dry run past 4096 ranks" "a dry run fakes at most 4096 ranks, not 8000" \
+    plan --hosts 1000 --ranks-per-host 8 --hooks allreduce --no-calibration --plugin-path "$P"
 expect "a topk ratio out of range" "hook 'topk'.*--option: .*ratio.*out of range" \
     plan --option topk.ratio=2 --no-calibration --plugin-path "$P"
 printf 'a 10 20\nb 0\n' >bad.shapes
