@@ -77,8 +77,10 @@ static const char plan_usage[] =
     "                         1.25GB/s (default 10gbit)\n"
     "  --link-latency TIME    one message's start-up across the link:\n"
     "                         25us, 0.1ms, 0 (default 25us)\n"
-    "  --intra-bandwidth RATE between two ranks of one host (default\n"
-    "                         80gbit)\n"
+    "  --intra-bandwidth RATE between two ranks of one host: a rate, or\n"
+    "                         pcie3, pcie4, pcie5 (12, 24, 48 GB/s: GPUs\n"
+    "                         without NVLink) (default: --device's NVLink;\n"
+    "                         80gbit with --device cpu)\n"
     "  --intra-latency TIME   between two ranks of one host (default 1us)\n"
     "  --collectives KIND     nccl (the default with a GPU --device: its\n"
     "                         ring or tree, the cheaper) or mpich (MPICH\n"
@@ -160,9 +162,17 @@ typedef struct plan_args {
     int psgd_rank, recalibrate, no_calibration, repeats;
 } plan_args;
 
-/* "100mbit", "1gbit", "1.25GB/s", ... into bytes per second; 0 if not. */
+/* "100mbit", "1gbit", "1.25GB/s", ... into bytes per second, or a named
+ * GPU interconnect (what a x16 slot carries in practice); 0 if not. */
 static double parse_rate(const char *s)
 {
+    static const struct {
+        const char *name;
+        double bytes;
+    } named[] = {{"pcie3", 12e9}, {"pcie4", 24e9}, {"pcie5", 48e9}};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strcasecmp(s, named[i].name) == 0)
+            return named[i].bytes;
     static const struct {
         const char *unit;
         double bytes;

@@ -88,6 +88,11 @@ near "NCCL ring, 4 hosts, latency 0" \
 near "NCCL tree, 1 KiB on 16 hosts, 10 us" \
     "$(seconds allreduce:1024 --hosts 16 --link-bandwidth 1gbit --link-latency 10us --collectives nccl)" \
     "$(awk -v b=$rate 'BEGIN { printf "%.12g", 2 * 4 * 1e-5 + 2 * 1024 / b }')"
+near "ring allgather on one host over PCIe 4.0 (24 GB/s)" \
+    "$(plan --collective allgather:$S --collectives mpich --hosts 1 --ranks-per-host 3 \
+        --intra-bandwidth pcie4 --intra-latency 0 --csv "$OUT/c.csv" >/dev/null &&
+        awk -F, 'NR == 2 { print $5 }' "$OUT/c.csv")" \
+    "$(awk -v s=$S 'BEGIN { printf "%.12g", 2 * s / 24e9 }')"
 if plan --collective allreduce:$S --hosts 1000 --ranks-per-host 8 >/dev/null; then
     ok "8000 ranks"
 else
