@@ -137,6 +137,16 @@ for n in 1 2; do
     conform "$n" "$P/batched_powersgd.so" --option start_powerSGD_iter=2
     conform "$n" "$so" --option start_localSGD_iter=100
 done
+# `ddphook plan` prices the template built out of tree, given as a
+# relative path to its .so, from the collectives its dry run issues.
+if (cd "$OUT/template" && "$B/ddphook" plan --model mlp --hooks ./my_hook.so \
+        --no-calibration --compute 0 --plugin-path "$P" --csv "$OUT/plan.csv") \
+        >"$OUT/plan.txt" 2>&1 &&
+        awk -F, '$1 == "./my_hook.so" && $2 > 0 && $6 > 0 { f = 1 } END { exit !f }' "$OUT/plan.csv"; then
+    ok "ddphook plan --hooks ./my_hook.so (the template, out of tree)"
+else
+    ko "ddphook plan on the template:"; cat "$OUT/plan.txt" "$OUT/plan.csv"
+fi
 # The template under valgrind too.
 command -v valgrind >/dev/null 2>&1 &&
     conform 2 "$OUT/template/my_hook.so" --steps 3 --valgrind \
