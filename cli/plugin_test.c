@@ -750,8 +750,8 @@ static void check_training(tester *t)
  * over two windows of HEAP_STEPS steps after a warm-up: a leak grows it
  * in both, a pool that grows once (MPI's, a hook's cache) in one only.
  * HEAP_SLACK bytes a step are allowed. */
-#define HEAP_WARMUP 8
-#define HEAP_STEPS 48
+#define HEAP_WARMUP 6
+#define HEAP_STEPS 24
 #define HEAP_SLACK 256
 
 #ifdef HAVE_MALLINFO2
