@@ -86,7 +86,18 @@ int bench_write_job(char *path, size_t len, int rank, const char *runtime_keys,
         }
     }
     fputs("[hook]\n", f);
-    ddph__config_write_kv(f, "name", hook);
+    /* A relative path to a .so is the user's, from the current folder,
+     * not from the job file's ($TMPDIR). */
+    char where[4096 + 1024];
+    if (strchr(hook, '/') && hook[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof cwd))
+            snprintf(cwd, sizeof cwd, ".");
+        snprintf(where, sizeof where, "%s/%s", cwd, hook);
+        ddph__config_write_kv(f, "name", where);
+    } else {
+        ddph__config_write_kv(f, "name", hook);
+    }
     /* Options go to [hook.NAME]: NAME is the file's name without .so. */
     const char *base = strrchr(hook, '/') ? strrchr(hook, '/') + 1 : hook;
     int n = (int)(strstr(base, ".so") ? (size_t)(strstr(base, ".so") - base)

@@ -29,6 +29,7 @@
 #include "plan_calib.h"
 #include "plan_hooks.h"
 #include "plan_model.h"
+#include "plan_step.h"
 #include "presets.h"
 #include "support/config.h"
 #include "support/safe_file.h"
@@ -42,6 +43,8 @@ static const char plan_usage[] =
     "           [--hosts H] [--ranks-per-host R] [--link-bandwidth RATE]\n"
     "           [--link-latency TIME] [--intra-bandwidth RATE]\n"
     "           [--intra-latency TIME] [--efficiency F] [--compute TIME]\n"
+    "           [--device NAME] [--batch N] [--f32] [--utilization F]\n"
+    "           [--collectives nccl|mpich]\n"
     "           [--backward-share F] [--job JOB.ini] [--bucket-cap-mb X]\n"
     "           [--first-bucket-cap-mb X] [--hooks LIST] [--rank R]\n"
     "           [--option NAME.KEY=VALUE]... [--calibration FILE]\n"
@@ -56,8 +59,9 @@ static const char plan_usage[] =
     "leaves out: congestion, stragglers, topology, NIC offloads).\n"
     "\n"
     "The model (one of):\n"
-    "  --model NAME           a preset: gpt2-124m, resnet50, gpt-example\n"
-    "                         (examples/train_gpt), mlp (default gpt2-124m)\n"
+    "  --model NAME           a preset: gpt2-124m, resnet50, resnet18-cifar,\n"
+    "                         gpt-example (examples/train_gpt), mlp\n"
+    "                         (default gpt2-124m)\n"
     "  --shapes FILE          a parameter a line, NAME D0 [D1 ...], in\n"
     "                         registration order (`ddphook bench shapes`)\n"
     "  --trace DIR            the parameters of a gradient trace\n"
@@ -73,16 +77,35 @@ static const char plan_usage[] =
     "                         1.25GB/s (default 10gbit)\n"
     "  --link-latency TIME    one message's start-up across the link:\n"
     "                         25us, 0.1ms, 0 (default 25us)\n"
-    "  --intra-bandwidth RATE between two ranks of one host (default\n"
-    "                         80gbit)\n"
+    "  --intra-bandwidth RATE between two ranks of one host: a rate, or\n"
+    "                         pcie3, pcie4, pcie5 (12, 24, 48 GB/s: GPUs\n"
+    "                         without NVLink) (default: --device's NVLink;\n"
+    "                         80gbit with --device cpu)\n"
     "  --intra-latency TIME   between two ranks of one host (default 1us)\n"
+    "  --collectives KIND     nccl (the default with a GPU --device: its\n"
+    "                         ring or tree, the cheaper) or mpich (MPICH\n"
+    "                         4.0's algorithms and the runtime's own, for\n"
+    "                         host buckets; the default with --device cpu)\n"
     "  --efficiency F         the share of the link's rate that carries\n"
     "                         payload (default 0.94: TCP over Ethernet with\n"
     "                         1500-byte frames)\n"
     "\n"
     "The step:\n"
-    "  --compute TIME         forward + backward of one step (default 0:\n"
-    "                         the communication alone, as `bench hooks`)\n"
+    "  --compute TIME         forward + backward of one step; 0: the\n"
+    "                         communication alone (default: estimated from\n"
+    "                         the model's FLOPs on --device, and said so)\n"
+    "  --device NAME          the GPU: v100, a100, h100 (default a100), or\n"
+    "                         cpu (this machine: give --compute); its matrix\n"
+    "                         rate prices the compute estimate, its memory\n"
+    "                         bandwidth the hooks' arithmetic (measured on\n"
+    "                         this CPU, scaled) and the sums, its NVLink the\n"
+    "                         default --intra-bandwidth\n"
+    "  --batch N              samples a rank takes in a step, for the\n"
+    "                         estimate (default: the preset's, 32 else)\n"
+    "  --f32                  the step's compute runs in f32 (default f16/bf16\n"
+    "                         on tensor cores)\n"
+    "  --utilization F        the share of the device's rate a step sustains\n"
+    "                         (default 0.35)\n"
     "  --backward-share F     the share of --compute that is backward, during\n"
     "                         which finished buckets are sent (default 0.66);\n"
     "                         gradients are taken to finish in reverse\n"
@@ -132,14 +155,24 @@ typedef struct plan_args {
     const char *plugin_path, *csv, *collective;
     bench_options options;
     plan_cluster cluster;
-    double rate_bits, efficiency, compute, backward_share;
+    double rate_bits, efficiency, compute, backward_share, utilization;
+    const char *device, *collectives;
+    int batch, f32, intra_set;
     double cap_mb, first_cap_mb;
     int psgd_rank, recalibrate, no_calibration, repeats;
 } plan_args;
 
-/* "100mbit", "1gbit", "1.25GB/s", ... into bytes per second; 0 if not. */
+/* "100mbit", "1gbit", "1.25GB/s", ... into bytes per second, or a named
+ * GPU interconnect (what a x16 slot carries in practice); 0 if not. */
 static double parse_rate(const char *s)
 {
+    static const struct {
+        const char *name;
+        double bytes;
+    } named[] = {{"pcie3", 12e9}, {"pcie4", 24e9}, {"pcie5", 48e9}};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strcasecmp(s, named[i].name) == 0)
+            return named[i].bytes;
     static const struct {
         const char *unit;
         double bytes;
@@ -189,48 +222,6 @@ static int parse_real(const char *s, double lo, double hi, double *out)
     return 1;
 }
 
-/* An option's value from --option NAME.KEY=VALUE, or NULL. */
-static const char *option_value(const plan_args *a, const char *name_key)
-{
-    const char *found = NULL;
-    size_t n = strlen(name_key);
-    for (int i = 0; i < a->options.n; i++)
-        if (strncmp(a->options.items[i], name_key, n) == 0 &&
-            a->options.items[i][n] == '=')
-            found = a->options.items[i] + n + 1;
-    return found;
-}
-
-static int hook_options(const plan_args *a, plan_hook_options *o)
-{
-    o->psgd_rank = a->psgd_rank;
-    o->psgd_min_rate = 2;
-    o->topk_ratio = 0.01;
-    const char *v;
-    double x;
-    if ((v = option_value(a, "powersgd.matrix_approximation_rank"))) {
-        if (!parse_real(v, 1, 4096, &x) || x != floor(x))
-            goto bad;
-        o->psgd_rank = (int)x;
-    }
-    if ((v = option_value(a, "powersgd.min_compression_rate"))) {
-        if (!parse_real(v, 0, 1e15, &x))
-            goto bad;
-        o->psgd_min_rate = x;
-    }
-    if ((v = option_value(a, "topk.ratio"))) {
-        if (!parse_real(v, 1e-9, 1, &x))
-            goto bad;
-        o->topk_ratio = x;
-    }
-    return 1;
-bad:
-    fprintf(stderr, "ddphook plan: --option: '%s' is out of the hook's range "
-                    "(`ddphook describe NAME`)\n",
-            v);
-    return 0;
-}
-
 /* ---- the model's parameters and the runtime's buckets ------------------ */
 
 typedef struct layout {
@@ -264,7 +255,7 @@ static int load_params(const plan_args *a, layout *l)
         snprintf(l->label, sizeof l->label, "shapes %s", a->shapes);
     } else if (!preset_load(a->model, &l->params, &l->nparams)) {
         fprintf(stderr, "ddphook plan: unknown model '%s' (gpt2-124m, "
-                        "resnet50, gpt-example, mlp)\n",
+                        "resnet50, resnet18-cifar, gpt-example, mlp)\n",
                 a->model);
         return 0;
     } else {
@@ -359,9 +350,10 @@ static uint64_t calibration_key(const plan_args *a, const layout *l)
 }
 
 /* Runs `ddphook bench hooks` at one rank (this program, a child process)
- * on the model for `hooks`, and puts each hook's step into c. */
-static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
-                         plan_calib *c)
+ * on the model for `hook`, and puts its step into c with the conditions
+ * it was measured at. */
+static int measure_hook(const plan_args *a, const char *hook, uint64_t key,
+                        plan_calib *c, plan_conditions at)
 {
     char self[4096], csv[256], cap[64], reps[32], rank[32];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -389,7 +381,7 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
     argv[k++] = a->trace ? "--trace" : a->shapes ? "--shapes" : "--model";
     argv[k++] = a->trace ? a->trace : a->shapes ? a->shapes : a->model;
     argv[k++] = "--hooks";
-    argv[k++] = hooks;
+    argv[k++] = hook;
     argv[k++] = "--repeats";
     argv[k++] = reps;
     argv[k++] = "--bucket-cap-mb";
@@ -409,9 +401,6 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
         argv[k++] = a->options.items[i];
     }
     argv[k] = NULL;
-    fprintf(stderr, "ddphook plan: measuring the arithmetic of %s on this "
-                    "machine (one rank, %d steps each)...\n",
-            hooks, a->repeats);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -444,7 +433,8 @@ static int measure_hooks(const plan_args *a, const char *hooks, uint64_t key,
         char name[128];
         double bytes, seconds;
         if (sscanf(line, "%127[^,],%lf,%lf", name, &bytes, &seconds) == 3 &&
-            plan_calib_put(c, name, key, seconds))
+            strcmp(name, hook) == 0 &&
+            plan_calib_put(c, name, key, seconds, at))
             found++;
     }
     free(text);
@@ -462,33 +452,75 @@ static int calibrate(const plan_args *a, char names[][128], int nnames,
         fprintf(stderr, "ddphook plan: %s\n", msg);
         return 0;
     }
-    char missing[MAX_HOOKS * 130] = "";
+    int missing = 0, changed = 0;
     for (int i = 0; i < nnames; i++)
-        if (a->recalibrate || !plan_calib_find(c, names[i], key)) {
-            strcat(missing, missing[0] ? "," : "");
-            strcat(missing, names[i]);
-        }
-    int changed = 0;
+        missing += a->recalibrate || !plan_calib_find(c, names[i], key);
+    plan_conditions now = plan_conditions_now();
+    if ((missing || !c->have_machine || a->recalibrate) &&
+        plan_conditions_busy(now))
+        fprintf(stderr, "ddphook plan: warning: this machine is busy (load "
+                        "average %.1f on %d CPUs): what is measured now is "
+                        "slower than the machine's own; it is kept with that "
+                        "load and flagged at every use (measure again with "
+                        "--recalibrate when it is idle, or use "
+                        "--no-calibration)\n",
+                now.load, now.cpus);
     if (!c->have_machine || a->recalibrate) {
         plan_calib_measure_machine(c);
         changed = 1;
     }
-    if (missing[0]) {
-        if (!measure_hooks(a, missing, key, c))
-            return 0;
-        changed = 1;
-    }
-    for (int i = 0; i < nnames; i++)
-        if (!plan_calib_find(c, names[i], key)) {
-            fprintf(stderr, "ddphook plan: the calibration run gave no "
+    for (int i = 0, done = 0; i < nnames; i++) {
+        if (!a->recalibrate && plan_calib_find(c, names[i], key))
+            continue;
+        fprintf(stderr, "ddphook plan: calibration %d of %d: %s's arithmetic "
+                        "at one rank, %d steps...",
+                ++done, missing, names[i], a->repeats);
+        double t0 = ddph__now();
+        if (!measure_hook(a, names[i], key, c, plan_conditions_now())) {
+            fprintf(stderr, "\nddphook plan: the calibration run gave no "
                             "figure for %s\n", names[i]);
             return 0;
         }
+        fprintf(stderr, " %.3g s a step (took %.1f s)\n",
+                plan_calib_find(c, names[i], key)->seconds, ddph__now() - t0);
+        changed = 1;
+    }
     if (changed && !plan_calib_save(a->calibration, c, msg, sizeof msg)) {
         fprintf(stderr, "ddphook plan: %s\n", msg);
         return 0;
     }
     return 1;
+}
+
+/* Where each figure of the calibration was measured: never reused
+ * without saying so, and a busy machine's or another machine's
+ * figures flagged. */
+static void say_conditions(const plan_calib *c, char names[][128], int n,
+                           uint64_t key)
+{
+    plan_conditions now = plan_conditions_now();
+    double lo = 1e300, hi = -1;
+    for (int i = 0; i < n; i++) {
+        const plan_calib_hook *h = plan_calib_find(c, names[i], key);
+        if (!h)
+            continue;
+        lo = h->at.load < lo ? h->at.load : lo;
+        hi = h->at.load > hi ? h->at.load : hi;
+        if (plan_conditions_busy(h->at))
+            printf("warning: %s's arithmetic was measured on a busy machine "
+                   "(load average %.1f on %d CPUs): too slow by up to %.0fx; "
+                   "--recalibrate when idle\n",
+                   names[i], h->at.load, h->at.cpus,
+                   h->at.load / (h->at.cpus > 0 ? h->at.cpus : 1) + 1);
+        if (h->at.cpus != now.cpus)
+            printf("warning: %s's arithmetic was measured with %d CPUs, this "
+                   "machine has %d: --recalibrate\n",
+                   names[i], h->at.cpus, now.cpus);
+    }
+    if (hi >= 0)
+        printf("calibration: measured at load average %.1f-%.1f on %d CPUs "
+               "(now %.1f)\n",
+               lo, hi, now.cpus, now.load);
 }
 
 /* ---- the prediction ---------------------------------------------------- */
@@ -498,23 +530,15 @@ typedef struct prediction {
 } prediction;
 
 static prediction predict(plan_model *m, const plan_args *a, const layout *l,
-                          const char *hook, const plan_hook_options *o,
-                          double hook_step_one_rank, double scatter_s)
+                          const plan_recording *rec, double hook_step_one_rank,
+                          double scatter_s)
 {
     prediction p = {0, 0, 0, 0, 0};
     double fwd = a->compute * (1 - a->backward_share);
     double bwd = a->compute * a->backward_share;
     double done = 0, t = 0;
-    size_t *rows = calloc((size_t)l->nparams + 1, sizeof *rows);
-    size_t *numels = calloc((size_t)l->nparams + 1, sizeof *numels);
-    for (int b = 0; rows && numels && b < l->nbuckets; b++) {
-        for (int j = 0; j < l->bucket_count[b]; j++) {
-            const preset_param *pp = &l->params[l->order[l->bucket_first[b] + j]];
-            rows[j] = (size_t)pp->shape[0];
-            numels[j] = preset_numel(pp, 1);
-        }
-        plan_bucket bk = {l->bucket_numel[b], l->bucket_count[b], rows, numels};
-        plan_hook_cost h = plan_hook_bucket(m, hook, o, &bk, scatter_s);
+    for (int b = 0; b < l->nbuckets && b < rec->nbuckets; b++) {
+        plan_hook_cost h = plan_hook_bucket(m, &rec->buckets[b], scatter_s);
         double share = l->numel ? (double)l->bucket_numel[b] / l->numel : 0;
         double arith = hook_step_one_rank * share + h.extra_s;
         done += (double)l->bucket_numel[b];
@@ -525,8 +549,6 @@ static prediction predict(plan_model *m, const plan_args *a, const layout *l,
         p.sent += h.sent_bytes;
         p.link += h.link_bytes;
     }
-    free(rows);
-    free(numels);
     /* The end-of-step agreement: one small exchange ([runtime]
      * check_collectives). */
     plan_cost end = plan_collective(m, PLAN_ALLGATHER, 64);
@@ -534,6 +556,40 @@ static prediction predict(plan_model *m, const plan_args *a, const layout *l,
     t += end.seconds;
     p.step_s = t > a->compute ? t : a->compute;
     return p;
+}
+
+/* Each hook's collectives on the model's buckets, from a dry run at the
+ * cluster's world size (plan_record.h). */
+static int record_hooks(const plan_args *a, const layout *l,
+                        char names[][128], int n, plan_recording *rec)
+{
+    const char **pnames = calloc((size_t)l->nparams + 1, sizeof *pnames);
+    int *ndim = calloc((size_t)l->nparams + 1, sizeof *ndim);
+    const int64_t **shapes = calloc((size_t)l->nparams + 1, sizeof *shapes);
+    int ok = pnames && ndim && shapes;
+    for (int j = 0; ok && j < l->nparams; j++) {
+        const preset_param *pp = &l->params[l->order[j]];
+        pnames[j] = pp->name;
+        ndim[j] = pp->ndim;
+        shapes[j] = pp->shape;
+    }
+    plan_rec_model model = {l->nbuckets, l->bucket_numel, l->bucket_first,
+                            l->bucket_count, l->nparams, pnames, ndim,
+                            shapes};
+    int world = a->cluster.hosts * a->cluster.per_host;
+    char msg[DDPH__ERR_LEN + 256];
+    for (int i = 0; ok && i < n; i++) {
+        ok = plan_record(names[i], a->plugin_path, &a->options, a->psgd_rank,
+                         world, &model, &rec[i], msg, sizeof msg);
+        if (!ok)
+            fprintf(stderr, "ddphook plan: %s\n", msg);
+    }
+    if (!pnames || !ndim || !shapes)
+        fprintf(stderr, "ddphook plan: out of memory\n");
+    free(pnames);
+    free(ndim);
+    free(shapes);
+    return ok;
 }
 
 static void human_bytes(double b, char *out, size_t cap)
@@ -621,13 +677,6 @@ static int split_hooks(const char *list, char names[][128], int *n)
     char *copy = ddph__strdup(list), *save = NULL;
     for (char *h = copy ? strtok_r(copy, ",", &save) : NULL; h;
          h = strtok_r(NULL, ",", &save)) {
-        if (!plan_hook_known(h)) {
-            fprintf(stderr, "ddphook plan: the model knows no hook '%s' "
-                            "(%s)\n",
-                    h, ALL_HOOKS);
-            free(copy);
-            return 0;
-        }
         if (*n == MAX_HOOKS - 1) {
             fprintf(stderr, "ddphook plan: more than %d hooks\n",
                     MAX_HOOKS - 1);
@@ -655,8 +704,8 @@ static int plan_model_run(plan_args *a)
 {
     char names[MAX_HOOKS][128];
     int nnames;
-    plan_hook_options o;
-    if (!split_hooks(a->hooks, names, &nnames) || !hook_options(a, &o))
+    plan_recording rec[MAX_HOOKS] = {{0}};
+    if (!split_hooks(a->hooks, names, &nnames))
         return 2;
     layout l = {0};
     plan_calib cal = {0};
@@ -669,6 +718,21 @@ static int plan_model_run(plan_args *a)
         rc = 2;
         goto out;
     }
+    const preset_device *dev = preset_device_find(a->device);
+    char compute_how[512] = "given (--compute)";
+    if (a->compute < 0) {
+        plan_step_inputs in = {a->trace || a->shapes ? NULL : a->model,
+                               l.numel, a->batch, dev, a->f32,
+                               a->utilization};
+        a->compute = plan_estimate_compute(&in, compute_how,
+                                           sizeof compute_how);
+        if (a->compute < 0) {
+            fprintf(stderr, "ddphook plan: the compute time: %s\n",
+                    compute_how);
+            rc = 2;
+            goto out;
+        }
+    }
     uint64_t key = calibration_key(a, &l);
     if (!a->no_calibration && !calibrate(a, names, nnames, &cal, key))
         goto out;
@@ -680,9 +744,21 @@ static int plan_model_run(plan_args *a)
         ddph__mpi_finalize_watched(30);
     if (!layout_ok)
         goto out;
+    if (!record_hooks(a, &l, names, nnames, rec)) {
+        rc = 2;
+        goto out;
+    }
     plan_cluster k = a->cluster;
     k.add_f32 = cal.have_machine ? cal.add_f32 : 0;
     k.add_half = cal.have_machine ? cal.add_half : 0;
+    /* The hooks' kernels are mostly bandwidth-bound: this CPU's measured
+     * arithmetic, scaled by the device's memory bandwidth over this
+     * CPU's (its f32 sum's). */
+    double arith_scale = 1;
+    if (dev && cal.have_machine && cal.add_f32 > 0) {
+        arith_scale = plan_device_add(dev) / cal.add_f32;
+        k.add_f32 = k.add_half = plan_device_add(dev);
+    }
     if (!(m = plan_model_new(&k))) {
         fprintf(stderr, "ddphook plan: out of memory\n");
         goto out;
@@ -698,15 +774,21 @@ static int plan_model_run(plan_args *a)
            bench_cap_text(a->cap_mb, cap),
            bench_cap_text(a->first_cap_mb, first));
     printf("cluster: %d hosts x %d ranks = %d ranks; links %s (%.0f%% "
-           "payload), %g us; within a host %s, %g us\n",
+           "payload), %g us; within a host %s, %g us; collectives %s\n",
            k.hosts, k.per_host, k.hosts * k.per_host, rate,
-           a->efficiency * 100, k.link_lat * 1e6, intra, k.intra_lat * 1e6);
-    printf("step: compute %g s (backward %.0f%% of it, overlapping); hook "
-           "arithmetic %s\n\n",
-           a->compute, a->backward_share * 100,
+           a->efficiency * 100, k.link_lat * 1e6, intra, k.intra_lat * 1e6,
+           k.nccl ? "NCCL's" : "MPICH 4.0's and the runtime's");
+    printf("step: compute %.4g s, %s; backward %.0f%% of it, overlapping\n",
+           a->compute, compute_how, a->backward_share * 100);
+    printf("hook arithmetic: %s%s%s\n",
            a->no_calibration ? "taken as 0 (--no-calibration)"
-                             : "measured on this machine at one rank");
-    printf("%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
+                             : "measured on this machine at one rank",
+           dev && !a->no_calibration ? ", scaled to the memory bandwidth of "
+                                     : "",
+           dev && !a->no_calibration ? dev->label : "");
+    if (!a->no_calibration)
+        say_conditions(&cal, names, nnames, key);
+    printf("\n%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
            "link/host", "comm s", "arith s", "step s", "x allreduce");
     if (a->csv && !(csv = open_memstream(&csv_text, &csv_len))) {
         fprintf(stderr, "ddphook plan: out of memory\n");
@@ -722,8 +804,8 @@ static int plan_model_run(plan_args *a)
     for (int i = 0; i < nnames; i++) {
         const plan_calib_hook *c =
             a->no_calibration ? NULL : plan_calib_find(&cal, names[i], key);
-        p[i] = predict(m, a, &l, names[i], &o, c ? c->seconds : 0,
-                       cal.have_machine ? cal.scatter : 0);
+        p[i] = predict(m, a, &l, &rec[i], c ? c->seconds * arith_scale : 0,
+                       cal.have_machine ? cal.scatter * arith_scale : 0);
         if (strcmp(names[i], "allreduce") == 0)
             reference = p[i].step_s;
         if (!best_name || p[i].step_s < best) {
@@ -743,10 +825,34 @@ static int plan_model_run(plan_args *a)
                     p[i].sent, p[i].link, p[i].comm_s, p[i].arith_s,
                     p[i].step_s, up);
     }
-    printf("\nrecommended: %s, predicted %.4f s a step, %.2fx the speed of "
-           "allreduce (a prediction; compressing hooks also change what a "
-           "step learns: docs/hooks.md)\n",
-           best_name, best, best > 0 ? reference / best : 0);
+    /* Every hook but allreduce changes the gradients (rounding,
+     * compression): worth it only past the model's own error. */
+    double gain = best > 0 ? reference / best : 0;
+    if (strcmp(best_name, "allreduce") == 0) {
+        printf("\nrecommended: allreduce, predicted %.4f s a step: no hook "
+               "is predicted faster\n",
+               reference);
+    } else if (gain < 1 + PLAN_MARGIN) {
+        printf("\nrecommended: allreduce, predicted %.4f s a step: the "
+               "fastest, %s, is predicted %.2fx its speed, within the "
+               "model's own error (%.0f%%), not worth changing what a step "
+               "learns\n",
+               reference, best_name, gain, PLAN_MARGIN * 100);
+    } else {
+        printf("\nrecommended: %s, predicted %.4f s a step, %.2fx the speed "
+               "of allreduce (beyond the model's own error, %.0f%%; "
+               "compressing hooks also change what a step learns: "
+               "docs/hooks.md)\n",
+               best_name, best, gain, PLAN_MARGIN * 100);
+    }
+    printf("not modelled: congestion and other jobs on the links, "
+           "stragglers, the network's topology beyond one switch, NIC "
+           "offloads, %s, the hooks' GPU kernels (CPU figures scaled by "
+           "memory bandwidth), and whether a compressing hook needs more "
+           "steps to reach the same loss\n",
+           k.nccl ? "NCCL's own tuning tables and protocols (its ring and "
+                    "tree are priced by their steps)"
+                  : "NCCL (collectives are priced as MPICH 4.0 runs them)");
     if (csv) {
         int closed = fclose(csv) == 0;
         csv = NULL;
@@ -759,6 +865,8 @@ out:
         fclose(csv);
     free(csv_text);
     plan_model_free(m);
+    for (int i = 0; i < nnames; i++)
+        plan_recording_free(&rec[i]);
     plan_calib_free(&cal);
     layout_free(&l);
     return rc;
@@ -781,6 +889,10 @@ int cmd_plan(int argc, char **argv)
         .rate_bits = 10e9,
         .efficiency = 0.94,
         .backward_share = 0.66,
+        .compute = -1,
+        .device = "a100",
+        .batch = -1,
+        .utilization = PLAN_UTILIZATION,
         .cap_mb = -1,
         .first_cap_mb = -1,
         .psgd_rank = 4,
@@ -798,6 +910,11 @@ int cmd_plan(int argc, char **argv)
         {"intra-latency", required_argument, NULL, 'L'},
         {"efficiency", required_argument, NULL, 'e'},
         {"compute", required_argument, NULL, 'c'},
+        {"device", required_argument, NULL, 'D'},
+        {"collectives", required_argument, NULL, 'O'},
+        {"batch", required_argument, NULL, 'a'},
+        {"f32", no_argument, NULL, '3'},
+        {"utilization", required_argument, NULL, 'u'},
         {"backward-share", required_argument, NULL, 's'},
         {"job", required_argument, NULL, 'j'},
         {"bucket-cap-mb", required_argument, NULL, 'k'},
@@ -840,7 +957,7 @@ int cmd_plan(int argc, char **argv)
             if (c == 'b')
                 a.rate_bits = x * 8;
             else
-                a.cluster.intra_bw = x;
+                a.cluster.intra_bw = x, a.intra_set = 1;
             break;
         case 'l':
         case 'L':
@@ -856,6 +973,26 @@ int cmd_plan(int argc, char **argv)
         case 'c':
             if ((a.compute = parse_time(optarg)) < 0)
                 return bad("--compute", optarg, "a time like 0.25s, 80ms, 0");
+            break;
+        case 'D':
+            if (strcmp(optarg, "cpu") != 0 && !preset_device_find(optarg))
+                return bad("--device", optarg, "v100, a100, h100 or cpu");
+            a.device = optarg;
+            break;
+        case 'O':
+            if (strcmp(optarg, "nccl") != 0 && strcmp(optarg, "mpich") != 0)
+                return bad("--collectives", optarg, "nccl or mpich");
+            a.collectives = optarg;
+            break;
+        case 'a':
+            if (!parse_real(optarg, 1, 1e9, &x) || x != floor(x))
+                return bad("--batch", optarg, "a whole number in [1, 1e9]");
+            a.batch = (int)x;
+            break;
+        case '3': a.f32 = 1; break;
+        case 'u':
+            if (!parse_real(optarg, 0.01, 1, &a.utilization))
+                return bad("--utilization", optarg, "a share in [0.01, 1]");
             break;
         case 's':
             if (!parse_real(optarg, 0, 1, &a.backward_share))
@@ -922,6 +1059,11 @@ int cmd_plan(int argc, char **argv)
         return 2;
     }
     a.cluster.link_bw = a.rate_bits / 8 * a.efficiency;
+    const preset_device *dev = preset_device_find(a.device);
+    if (dev && !a.intra_set)
+        a.cluster.intra_bw = dev->nvlink_bw;
+    a.cluster.nccl = a.collectives ? strcmp(a.collectives, "nccl") == 0
+                                   : dev != NULL;
     if (a.collective)
         return one_collective(&a);
     /* The bucket caps: the job's, or the runtime's defaults. */

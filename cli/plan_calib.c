@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <ddphook/ddphook.h>
 
@@ -19,7 +20,7 @@
 #include "support/safe_file.h"
 #include "support/util.h"
 
-#define MAGIC "ddphook-plan-calibration 1"
+#define MAGIC "ddphook-plan-calibration 2"
 #define MAX_FILE_BYTES ((size_t)1 << 20)
 #define MAX_HOOKS 4096
 
@@ -69,7 +70,7 @@ const plan_calib_hook *plan_calib_find(const plan_calib *c, const char *name,
 }
 
 int plan_calib_put(plan_calib *c, const char *name, uint64_t key,
-                   double seconds)
+                   double seconds, plan_conditions at)
 {
     if (!name_ok(name))
         return 0;
@@ -90,6 +91,38 @@ int plan_calib_put(plan_calib *c, const char *name, uint64_t key,
         h->key = key;
     }
     h->seconds = seconds;
+    h->at = at;
+    return 1;
+}
+
+plan_conditions plan_conditions_now(void)
+{
+    plan_conditions at = {-1, (int)sysconf(_SC_NPROCESSORS_ONLN)};
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &at.load) != 1)
+            at.load = -1;
+        fclose(f);
+    }
+    return at;
+}
+
+int plan_conditions_busy(plan_conditions at)
+{
+    return at.load > PLAN_BUSY_LOAD * (at.cpus > 0 ? at.cpus : 1);
+}
+
+/* LOAD CPUS of a line: a load in [0, 1e6] (-1: unknown), CPUs >= 1. */
+static int conditions(const char *load, const char *cpus, plan_conditions *at)
+{
+    double l, n;
+    if (!load || !cpus || !value(cpus, 1e6, &n) || n < 1 || n != floor(n))
+        return 0;
+    if (strcmp(load, "-1") == 0)
+        l = -1;
+    else if (!value(load, 1e6, &l))
+        return 0;
+    *at = (plan_conditions){l, (int)n};
     return 1;
 }
 
@@ -107,7 +140,10 @@ static int parse_line(plan_calib *c, char *line, int *ended, int *seen,
     char *a = word ? strtok_r(NULL, " ", &save) : NULL;
     char *b = a ? strtok_r(NULL, " ", &save) : NULL;
     char *d = b ? strtok_r(NULL, " ", &save) : NULL;
-    char *extra = d ? strtok_r(NULL, " ", &save) : NULL;
+    char *load = d ? strtok_r(NULL, " ", &save) : NULL;
+    char *cpus = load ? strtok_r(NULL, " ", &save) : NULL;
+    char *extra = cpus ? strtok_r(NULL, " ", &save) : NULL;
+    plan_conditions at;
     double v;
     if (!word) {
         snprintf(why, cap, "empty line");
@@ -116,6 +152,15 @@ static int parse_line(plan_calib *c, char *line, int *ended, int *seen,
     if (*ended) {
         snprintf(why, cap, "text after the end line");
         return 0;
+    }
+    if (strcmp(word, "conditions") == 0) {
+        if (!conditions(a, b, &at) || d) {
+            snprintf(why, cap, "want: conditions LOAD CPUS (the load average "
+                     "and CPUs the machine's sums were measured at)");
+            return 0;
+        }
+        c->machine_at = at;
+        return 1;
     }
     if (strcmp(word, "add_f32") == 0 || strcmp(word, "add_half") == 0 ||
         strcmp(word, "scatter") == 0) {
@@ -137,12 +182,14 @@ static int parse_line(plan_calib *c, char *line, int *ended, int *seen,
         errno = 0;
         uint64_t key = b && strlen(b) == 16 ? strtoull(b, &end, 16) : 0;
         if (!a || !b || !d || extra || !name_ok(a) || strlen(b) != 16 ||
-            errno || *end || !value(d, 1e6, &v)) {
-            snprintf(why, cap, "want: hook NAME KEY SECONDS (a hook name, 16 "
-                     "hex digits, seconds in [0, 1e6])");
+            errno || *end || !value(d, 1e6, &v) ||
+            !conditions(load, cpus, &at)) {
+            snprintf(why, cap, "want: hook NAME KEY SECONDS LOAD CPUS (a hook "
+                     "name, 16 hex digits, seconds in [0, 1e6], the load "
+                     "average and CPUs it was measured at)");
             return 0;
         }
-        if (!plan_calib_put(c, a, key, v)) {
+        if (!plan_calib_put(c, a, key, v, at)) {
             snprintf(why, cap, "more than %d hook lines", MAX_HOOKS);
             return 0;
         }
@@ -230,11 +277,14 @@ int plan_calib_save(const char *path, const plan_calib *c, char *msg,
     }
     fprintf(f, MAGIC "\n");
     if (c->have_machine)
-        fprintf(f, "add_f32 %.17g\nadd_half %.17g\nscatter %.17g\n", c->add_f32,
+        fprintf(f, "conditions %.3g %d\nadd_f32 %.17g\nadd_half %.17g\n"
+                   "scatter %.17g\n",
+                c->machine_at.load, c->machine_at.cpus, c->add_f32,
                 c->add_half, c->scatter);
     for (int i = 0; i < c->nhooks; i++)
-        fprintf(f, "hook %s %016" PRIx64 " %.17g\n", c->hooks[i].name,
-                c->hooks[i].key, c->hooks[i].seconds);
+        fprintf(f, "hook %s %016" PRIx64 " %.17g %.3g %d\n", c->hooks[i].name,
+                c->hooks[i].key, c->hooks[i].seconds, c->hooks[i].at.load,
+                c->hooks[i].at.cpus);
     fprintf(f, "end %d\n", c->nhooks);
     if (fclose(f) != 0) {
         free(text);
@@ -303,6 +353,7 @@ void plan_calib_measure_machine(plan_calib *c)
         w.idx[j] = (int32_t)(x % w.n);
         w.v[j] = 1.0f;
     }
+    c->machine_at = plan_conditions_now();
     w.dtype = DDPH_F32;
     c->add_f32 = timed(run_add, &w, 5) / ((double)w.n * 4);
     w.dtype = DDPH_F16;

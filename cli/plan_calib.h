@@ -1,11 +1,14 @@
 /* plan_calib.h: the calibration file of `ddphook plan` (docs/plan.md):
  * what this machine's arithmetic costs, measured once and kept.
  *
- *   ddphook-plan-calibration 1
+ *   ddphook-plan-calibration 2
+ *   conditions LOAD CPUS           what the sums below were measured at
  *   add_f32 SECONDS_PER_BYTE       a += b over f32
  *   add_half SECONDS_PER_BYTE      the same over f16
  *   scatter SECONDS_PER_ELEMENT    y[idx[j]] += v[j]
- *   hook NAME KEY SECONDS          a hook's step at one rank on one model
+ *   hook NAME KEY SECONDS LOAD CPUS  a hook's step at one rank on one
+ *                                  model, and the load average and CPUs
+ *                                  it was measured at
  *   end COUNT                      the number of hook lines
  *
  * KEY (16 hex digits) names the model's shapes, bucket caps and hook
@@ -18,14 +21,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What a measurement was taken under: the 1-minute load average (-1:
+ * unknown) and the CPUs online. */
+typedef struct plan_conditions {
+    double load;
+    int cpus;
+} plan_conditions;
+
+/* Busy: more runnable work than this share of the CPUs, so a measured
+ * step is slower than the machine's own. */
+#define PLAN_BUSY_LOAD 0.75
+
+plan_conditions plan_conditions_now(void);
+int plan_conditions_busy(plan_conditions at);
+
 typedef struct plan_calib_hook {
     char name[128];
     uint64_t key;
     double seconds;
+    plan_conditions at;
 } plan_calib_hook;
 
 typedef struct plan_calib {
     double add_f32, add_half, scatter;
+    plan_conditions machine_at;
     int have_machine; /* the three above were measured */
     plan_calib_hook *hooks;
     int nhooks, cap;
@@ -43,7 +62,7 @@ const plan_calib_hook *plan_calib_find(const plan_calib *c, const char *name,
 /* Adds or replaces an entry; 0 when out of memory or the name is not a
  * hook name (letters, digits, . _ / -, under 128 characters). */
 int plan_calib_put(plan_calib *c, const char *name, uint64_t key,
-                   double seconds);
+                   double seconds, plan_conditions at);
 /* Times f32 and f16 sums and a scatter-add on this machine. */
 void plan_calib_measure_machine(plan_calib *c);
 void plan_calib_free(plan_calib *c);

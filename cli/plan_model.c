@@ -272,6 +272,48 @@ static void broadcast(plan_model *m, plan_cost *c, double bytes)
     }
 }
 
+/* NCCL's allreduce (GPU buckets): the cheaper of its ring and its tree,
+ * as NCCL's tuner picks.  The ring takes 2 (W - 1) pipelined steps, each
+ * as slow as the slowest hop, and carries 2 (W - 1) / W of the bytes
+ * once across each host link each way; the tree (two binary trees over
+ * the hosts, a chain of the host's GPUs) takes 2 (log2 H link hops +
+ * R - 1 intra hops) of latency and carries twice the bytes out of each
+ * host (up one tree, down the other). */
+static void nccl_allreduce(plan_model *m, plan_cost *c, double bytes,
+                           double add)
+{
+    const plan_cluster *k = &m->c;
+    int cross = k->hosts > 1;
+    double bw = cross && k->link_bw < k->intra_bw ? k->link_bw : k->intra_bw;
+    double lat = cross && k->link_lat > k->intra_lat ? k->link_lat
+                                                     : k->intra_lat;
+    double n = m->n, share = 2 * (n - 1) / n;
+    double ring = 2 * (n - 1) * lat + share * bytes / bw +
+                  add * bytes * (n - 1) / n;
+    int depth = 0;
+    while ((1 << depth) < k->hosts)
+        depth++;
+    double tree = 2 * (depth * k->link_lat + (k->per_host - 1) * k->intra_lat) +
+                  2 * bytes / bw + add * bytes;
+    int use_tree = cross && tree < ring;
+    c->algorithm = use_tree ? "NCCL tree" : "NCCL ring";
+    c->seconds += use_tree ? tree : ring;
+    c->link_bytes += cross ? (use_tree ? 2 * bytes : share * bytes) : 0;
+}
+
+/* NCCL's ring allgather: W - 1 pipelined steps of what each rank gives. */
+static void nccl_allgather(plan_model *m, plan_cost *c, double bytes)
+{
+    const plan_cluster *k = &m->c;
+    int cross = k->hosts > 1;
+    double bw = cross && k->link_bw < k->intra_bw ? k->link_bw : k->intra_bw;
+    double lat = cross && k->link_lat > k->intra_lat ? k->link_lat
+                                                     : k->intra_lat;
+    c->algorithm = "NCCL ring";
+    c->seconds += (m->n - 1) * (lat + bytes / bw);
+    c->link_bytes += cross ? (m->n - 1) * bytes : 0;
+}
+
 /* Each rank adds its 1/R slice over the R copies and writes it back into
  * the others, between an allgather of 16 bytes and a barrier. */
 static void shared_allreduce(plan_model *m, plan_cost *c, double bytes)
@@ -291,6 +333,15 @@ plan_cost plan_collective(plan_model *m, plan_coll kind, double bytes)
     plan_cost c = {0, 0, "none (one rank)"};
     if (m->n < 2)
         return c;
+    if (m->c.nccl && kind != PLAN_ALLTOALL && kind != PLAN_BROADCAST) {
+        if (kind == PLAN_ALLGATHER)
+            nccl_allgather(m, &c, bytes);
+        else
+            nccl_allreduce(m, &c, bytes,
+                           kind == PLAN_ALLREDUCE_HALF ? m->c.add_half
+                                                       : m->c.add_f32);
+        return c;
+    }
     switch (kind) {
     case PLAN_SHARED_ALLREDUCE:
         if (m->c.hosts == 1 && bytes >= SHARED_MIN_BYTES) {

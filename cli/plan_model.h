@@ -24,6 +24,8 @@ typedef struct plan_cluster {
     double intra_lat;  /* seconds */
     double add_f32;    /* seconds per byte of an f32 sum (a += b) */
     double add_half;   /* the same for f16/bf16 */
+    int nccl;          /* sums and gathers are NCCL's (GPU buckets), not
+                          MPICH's */
 } plan_cluster;
 
 /* The collectives the shipped hooks issue. */

@@ -92,6 +92,33 @@ static void resnet50(list *l)
     add(l, "fc.bias", 1, 1000, 0, 0, 0);
 }
 
+/* ResNet-18 for 32x32 images (CIFAR-10), as the PowerSGD paper's code
+ * (epfml/powersgd) and most CIFAR code define it: a 3x3 stem, no pool,
+ * basic blocks of two 3x3 convs, 1x1 shortcuts where the width
+ * changes, 10 classes. */
+static void resnet18_cifar(list *l)
+{
+    conv_bn(l, "stem", 64, 3, 3);
+    int64_t in = 64;
+    for (int s = 0; s < 4; s++) {
+        int64_t w = 64 << s;
+        for (int b = 0; b < 2; b++) {
+            char p[32];
+            snprintf(p, sizeof p, "layer%d.%d.a", s + 1, b);
+            conv_bn(l, p, w, in, 3);
+            snprintf(p, sizeof p, "layer%d.%d.b", s + 1, b);
+            conv_bn(l, p, w, w, 3);
+            if (in != w) {
+                snprintf(p, sizeof p, "layer%d.%d.shortcut", s + 1, b);
+                conv_bn(l, p, w, in, 1);
+            }
+            in = w;
+        }
+    }
+    add(l, "fc.weight", 2, 10, 512, 0, 0);
+    add(l, "fc.bias", 1, 10, 0, 0, 0);
+}
+
 static void mlp(list *l)
 {
     add(l, "fc1.weight", 2, 512, 784, 0, 0);
@@ -141,6 +168,8 @@ int preset_load(const char *name, preset_param **out, int *n)
         resnet50(&l);
     else if (strcmp(name, "mlp") == 0)
         mlp(&l);
+    else if (strcmp(name, "resnet18-cifar") == 0)
+        resnet18_cifar(&l);
     else
         return 0;
     *out = l.p;
@@ -262,4 +291,46 @@ size_t preset_numel(const preset_param *p, int n)
         total += e;
     }
     return total;
+}
+
+int preset_work_of(const char *name, preset_work *out)
+{
+    static const struct {
+        const char *name;
+        preset_work w;
+    } works[] = {
+        /* 6 N T + 12 L T^2 C for training (Kaplan et al. 2020, PaLM's
+         * appendix B): a third of it forward. */
+        {"gpt2-124m", {2.0 * 124.4e6 * 1024 + 4.0 * 12 * 1024.0 * 1024 * 768,
+                       8, "sequence of 1024 tokens",
+                       "2 N T + 4 L T^2 C (Kaplan et al. 2020)"}},
+        {"resnet50", {2 * 4.09e9, 32, "224x224 image",
+                      "4.09 G multiply-adds (He et al. 2016)"}},
+        {"gpt-example", {2.0 * 834304 * 64 + 4.0 * 4 * 64 * 64 * 128, 8,
+                         "sequence of 64 tokens", "2 N T + 4 L T^2 C"}},
+        {"resnet18-cifar", {2 * 0.556e9, 128, "32x32 image",
+                            "0.556 G multiply-adds (CIFAR ResNet-18)"}},
+        {"mlp", {2.0 * (784 * 512 + 512 * 256 + 256 * 10), 64,
+                 "28x28 image", "2 FLOPs a weight (dense layers)"}},
+    };
+    for (size_t i = 0; i < sizeof works / sizeof works[0]; i++)
+        if (strcmp(name, works[i].name) == 0) {
+            *out = works[i].w;
+            return 1;
+        }
+    return 0;
+}
+
+const preset_device *preset_device_find(const char *name)
+{
+    /* NVIDIA's data sheets: SXM parts, dense (no sparsity) rates. */
+    static const preset_device devices[] = {
+        {"v100", "V100 SXM2", 125e12, 15.7e12, 900e9, 150e9},
+        {"a100", "A100 SXM 80GB", 312e12, 19.5e12, 2039e9, 300e9},
+        {"h100", "H100 SXM", 989e12, 67e12, 3350e9, 450e9},
+    };
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
+        if (strcmp(name, devices[i].name) == 0)
+            return &devices[i];
+    return NULL;
 }

@@ -28,6 +28,30 @@ int preset_read_file(const char *path, preset_param **out, int *n,
  * reason in msg. */
 int preset_from_trace(const char *dir, preset_param **out, int *n,
                       ddph_dtype *dtype, char *msg, size_t cap);
+/* The work of a preset model's step, for `ddphook plan`'s estimate of
+ * the compute time: forward FLOPs of one sample (published figures:
+ * 2 FLOPs a multiply-add) and the samples a rank takes in a step by
+ * default.  0 for a name that is not a preset. */
+typedef struct preset_work {
+    double forward_flops; /* one sample */
+    int batch;            /* samples a rank, by default */
+    const char *sample;   /* what a sample is */
+    const char *source;   /* where the figures come from */
+} preset_work;
+int preset_work_of(const char *name, preset_work *out);
+
+/* A device's published rates, for `ddphook plan --device`. */
+typedef struct preset_device {
+    const char *name;
+    const char *label;
+    double half_flops; /* dense f16/bf16 matrix products, FLOP/s */
+    double f32_flops;  /* f32 (no tensor cores), FLOP/s */
+    double mem_bw;     /* memory bytes/s */
+    double nvlink_bw;  /* bytes/s each way between two GPUs of a host */
+} preset_device;
+/* The device `name` (v100, a100, h100), or NULL. */
+const preset_device *preset_device_find(const char *name);
+
 /* Total elements. */
 size_t preset_numel(const preset_param *p, int n);
 

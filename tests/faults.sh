@@ -178,7 +178,7 @@ scenario() {
             # (from its own roll call, or in the notice of the first).
             # exit() ran ddphook's exit handler: the victim said how it left.
             [ "$what" = exit0 ] && [ -z "$why" ] &&
-                ! grep -q "^ddphook\[rank $r\]: error: .*rank $victim failed: rank $victim exited (exit() or a return from main)" "$log" &&
+                ! grep -q "^ddphook\[rank $r\]: error: .*rank $victim failed: rank $victim exited (exit(), quick_exit() or a return from main)" "$log" &&
                 why="rank $r does not say that rank $victim exited"
             [ "$what" = stop ] && [ -z "$why" ] &&
                 ! grep -q "rank $r.*ranks* \([0-9]*, \)*$victim\(, [0-9]*\)* did not answer" "$log" &&
@@ -289,7 +289,7 @@ under_launcher() {
     why=""
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
         why="mpiexec status $rc"
-    elif ! grep -q "rank $v exited (exit() or a return from main) .*without ddph_close: the job fails; exiting with status 1" "$dir/log"; then
+    elif ! grep -q "rank $v exited (exit(), quick_exit() or a return from main) .*without ddph_close: the job fails; exiting with status 1" "$dir/log"; then
         why="rank $v does not say that it exited"
     fi
     record "$why" "-n $1 $2 $3 under hydra's clean-up" \
@@ -298,6 +298,7 @@ under_launcher() {
 under_launcher 2 exit0 mid-step
 under_launcher 4 exit0 mid-step
 under_launcher 4 exit0 before-close
+under_launcher 2 quick_exit0 mid-step
 scenario 2 stop before-close "$A"
 scenario 4 hook mid-step "$OUT/hook.ini"
 rm -f "$OUT"/hook-trace.json*

@@ -193,6 +193,26 @@ errors two-models two-models "one comm_hook pair serves one DDP model" "${R}[hoo
 errors two-models two-models-swallowed "one comm_hook pair serves one DDP model" \
     "${R}[hook]\nname = allreduce\n" --swallow
 
+# A save into a folder anyone may write is refused by state.save() itself.
+mkdir -p "$OUT/open-folder" && chmod 777 "$OUT/open-folder"
+errors save-insecure save-insecure "ddphook: save [^ ]*: state_check: .*writable by other users" \
+    "${R}[hook]\nname = powersgd\n[hook.powersgd]\nstart_powerSGD_iter = 2\n" \
+    "--dir $OUT/open-folder"
+# A save asked for and never written (the job ended before its next step)
+# leaves the older state at the path: the next load refuses it on every
+# rank, though only rank 1 still has its marker.
+rm -rf "$OUT/stale" && mkdir -p "$OUT/stale" && chmod 755 "$OUT/stale"
+printf '%b' "${R}[hook]\nname = powersgd\n[hook.powersgd]\nstart_powerSGD_iter = 2\n" > "$OUT/err-stale.ini"
+timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/err-stale.ini" --case stale-save --dir "$OUT/stale" </dev/null >"$OUT/err-stale-save.log" 2>&1
+if [ -f "$OUT/stale/ck.rank0" ] && [ -f "$OUT/stale/ck.rank1.pending" ]; then
+    errors stale-load stale-load "state.save() of it was asked for but never written" \
+        "${R}[hook]\nname = powersgd\n[hook.powersgd]\nstart_powerSGD_iter = 2\n" \
+        "--dir $OUT/stale"
+else
+    ko "stale-save: the first save or the second's marker is missing (see $OUT/err-stale-save.log)"
+fi
+
 # SIGINT to rank 1 between steps (it dies of its KeyboardInterrupt): rank
 # 1 says it was interrupted, rank 0 names rank 1, neither blames rank 0.
 log="$OUT/err-sigint.log"

@@ -7,7 +7,8 @@
 # and runs the installed ddphook-plugin-test on every shipped hook, the
 # templates and post_localsgd, failing on any failed row; and on a 1-bit
 # hook with error feedback done right and done wrong (it must fail each
-# wrong one, under --valgrind with one verdict on every rank).  A hook
+# wrong one, under --valgrind with one verdict on every rank; started
+# without mpiexec, the 1-4 rank sweep).  A hook
 # that must pass runs every check; one that must fail runs only the group
 # of checks that catches it (--only), on the rank counts it shows on.
 set -u
@@ -137,6 +138,16 @@ for n in 1 2; do
     conform "$n" "$P/batched_powersgd.so" --option start_powerSGD_iter=2
     conform "$n" "$so" --option start_localSGD_iter=100
 done
+# `ddphook plan` prices the template built out of tree, given as a
+# relative path to its .so, from the collectives its dry run issues.
+if (cd "$OUT/template" && "$B/ddphook" plan --model mlp --hooks ./my_hook.so \
+        --no-calibration --compute 0 --plugin-path "$P" --csv "$OUT/plan.csv") \
+        >"$OUT/plan.txt" 2>&1 &&
+        awk -F, '$1 == "./my_hook.so" && $2 > 0 && $6 > 0 { f = 1 } END { exit !f }' "$OUT/plan.csv"; then
+    ok "ddphook plan --hooks ./my_hook.so (the template, out of tree)"
+else
+    ko "ddphook plan on the template:"; cat "$OUT/plan.txt" "$OUT/plan.csv"
+fi
 # The template under valgrind too.
 command -v valgrind >/dev/null 2>&1 &&
     conform 2 "$OUT/template/my_hook.so" --steps 3 --valgrind \
@@ -173,11 +184,49 @@ command -v valgrind >/dev/null 2>&1 &&
     refuse "zeros, under valgrind" "f32 buckets: close to average" "$FK/zeroes.so" \
         --steps 3 --valgrind --suppressions "$S/sdk/valgrind.supp" --only numerics
 # A 1-bit hook with error feedback (tests/fake_plugins/ef_sign.c): right,
-# it conforms on 1, 2 and 4 ranks; each way of getting it wrong fails on
-# the row that catches it, on 1, 2 and 4 ranks (the training row's
-# excess over the exact run's is printed).
+# it conforms on 1 to 4 ranks; each way of getting it wrong fails on the
+# row that catches it (the training row's excess over the exact run's is
+# printed).
+# Right, it conforms started without mpiexec: the tester runs itself on 1,
+# 2, 3 and 4 ranks and prints one verdict.
+if out=$(MPIEXEC="$MPIEXEC" timeout 900 "$bindir/ddphook-plugin-test" \
+        "$FK/ef_sign.so" </dev/null 2>&1) &&
+    printf '%s\n' "$out" | grep -q "^world sizes: 1 PASS, 2 PASS, 3 PASS, 4 PASS$" &&
+    [ "$(printf '%s\n' "$out" | tail -n 1)" = "$FK/ef_sign.so: conforms" ]; then
+    ok "ddphook-plugin-test ef_sign.so, no mpiexec :: $(printf '%s\n' "$out" | grep '^world sizes')"
+else
+    ko "ddphook-plugin-test ef_sign.so without mpiexec: no 1-4 sweep that conforms"
+    printf '%s\n' "$out" | sed 's/^/    /'
+fi
+# Wrong in ways that show at some world sizes only, or at none of the
+# per-step rows: each fails the sweep (started without mpiexec) on the row
+# that catches it.
+# refuse_sweep NAME ROW ARGS...: as refuse, started without mpiexec, with
+# one verdict after a 'world sizes' line.
+refuse_sweep() {
+    name=$1 row=$2
+    shift 2
+    out=$(MPIEXEC="$MPIEXEC" timeout 900 "$bindir/ddphook-plugin-test" "$@" </dev/null 2>&1)
+    if [ $? -ne 0 ] && printf '%s\n' "$out" | grep -q "^FAIL  $row" &&
+        printf '%s\n' "$out" | grep -q "^world sizes: .*FAIL" &&
+        [ "$(printf '%s\n' "$out" | tail -n 1)" = "$1: FAILED" ]; then
+        ok "$name fails :: $(printf '%s\n' "$out" | grep "^FAIL  $row" | head -n 1 | cut -c 1-220) :: $(printf '%s\n' "$out" | grep '^world sizes')"
+    else
+        ko "$name: not a failing '$row' row and one FAILED verdict over 1-4 ranks"
+        printf '%s\n' "$out" | sed 's/^/    /'
+    fi
+}
+refuse_sweep "ef_sign dropping the last element of odd buckets" \
+    "error feedback" "$FK/ef_sign_drop_odd.so" --only error-feedback
+refuse_sweep "ef_sign claiming error feedback, keeping none (random rounding)" \
+    "error feedback" "$FK/ef_sign_dither.so" --only error-feedback
+refuse_sweep "ef_sign dividing by a power of two, not W" "trains" \
+    "$FK/ef_sign_pow2.so" --only trains
+refuse_sweep "ef_sign leaking 4 KiB a call" "heap steady over steps" \
+    "$FK/ef_sign_leak_step.so" --only numerics
+refuse_sweep "ef_sign writing through a bucket pointer kept past its call" \
+    "buckets untouched after their call" "$FK/ef_sign_keep_ptr.so" --only errors
 for n in 1 2 4; do
-    conform "$n" "$FK/ef_sign.so"
     for wrong in "half:at 0.5x scale, memory consistent" \
         "double:at 2x scale, memory consistent" \
         "flipped:decoding flipped signs" "stale:never clearing its memory"; do
@@ -276,6 +325,20 @@ if [ "$(printf '%s\n' "$logged" | grep -c "model 'mlp', hook 'topk': density 0.0
     ok "[runtime] log_stats :: one line a rank at close, with DDPHOOK_LOG=error"
 else
     ko "[runtime] log_stats: no statistics line from each rank in: $logged"
+fi
+# A replica check asked for by a trainer that gives no parameter memory
+# (minimal_trainer): one warning at finalize, on rank 0; none from a
+# trainer that gives it (replicas_trainer).
+printf '[runtime]\nplugin_path = %s\ncheck_replicas_every = 1\n[hook]\nname = allreduce\n' \
+    "$P" > "$OUT/replicas_nodata.ini"
+said=$("$MPIEXEC" -n 2 "$B/examples/minimal_trainer" "$OUT/replicas_nodata.ini" </dev/null 2>&1)
+given=$("$MPIEXEC" -n 2 "$B/tests/mpi/replicas_trainer" "$P" </dev/null 2>&1)
+warning="check_replicas_every = 1, but no parameter's memory was given"
+if [ "$(printf '%s\n' "$said" | grep -c "$warning")" -eq 1 ] &&
+    ! printf '%s\n' "$given" | grep -q "no parameter's memory was given"; then
+    ok "check_replicas_every without parameter memory :: $(printf '%s\n' "$said" | grep "$warning")"
+else
+    ko "check_replicas_every without parameter memory: not one warning: $said"
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ] || exit 1

@@ -16,7 +16,8 @@
 #    refused at finalize on every rank, naming both files;
 #  - PowerSGD and batched PowerSGD with it on another OpenBLAS kernel
 #    (OPENBLAS_CORETYPE) and thread count, at ranks 4, 65, 96 (and 4096):
-#    the same bits on every rank.
+#    the same bits on every rank;
+#  - on 3 ranks, rank 0 adds a collective: named against ranks 1 and 2.
 # (Models, NO_SYNC, trainer calls, Join and ddph_close: test_runtime's
 # scenarios.)
 set -u
@@ -145,5 +146,20 @@ at = 1"
         fi
     done
 done
+# Rank 0 the odd one of 3: the message names rank 0 against the two that
+# agree, not rank 1 against rank 0.
+"$B/tests/tools/make_trace" "$OUT/t3" 3 3 1 w=256,300 b=300
+job extra0 "$F/misstep.so" "mode = extra
+at = 1
+rank = 0"
+out=$(timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 3 "$B/ddphook" replay \
+    --job "$OUT/extra0.ini" --trace "$OUT/t3" --out "$OUT/o-extra0-3" </dev/null 2>&1)
+rc=$?
+if [ "$rc" -ne 0 ] && reported 3 "rank 0 called .* where ranks 1, 2 called .*iteration 1" "$out"; then
+    pass=$((pass + 1)); echo "PASS: extra collective on rank 0 of 3: every rank names rank 0 against ranks 1, 2"
+else
+    fail=$((fail + 1)); echo "FAIL: extra collective on rank 0 of 3 (exit $rc)"
+    printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+fi
 echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -eq 40 ]
+[ "$fail" -eq 0 ] && [ "$pass" -eq 41 ]

@@ -159,6 +159,13 @@ START_TEST(errors_name_file_and_line)
     /* '#' starts a comment only at the start of a line (inih's build). */
     expect_error("[runtime] # note\n", DDPH_ERR_CONFIG, 1,
                  "text after ']'");
+    /* inih reads a lone carriage return as part of the line: the key
+     * after it would be lost with the rest of the header's line. */
+    expect_error("[runtime]\rtimeout_s = 0\n", DDPH_ERR_CONFIG, 1,
+                 "a carriage return inside the line");
+    /* A second mark, which inih would take off after these checks. */
+    expect_error("\xEF\xBB\xBF\xEF\xBB\xBF[runtime] timeout_s = 0\n",
+                 DDPH_ERR_CONFIG, 1, "a second UTF-8 byte-order mark");
 }
 END_TEST
 

@@ -72,6 +72,7 @@ _SIGNATURES = {
     "ddph_broadcast": (_I, [_P, _P, ctypes.c_size_t, _I]),
     "ddph_state_save": (_I, [_P, _S]),
     "ddph_state_load": (_I, [_P, _S]),
+    "ddph_state_check": (_I, [_P, _S]),
 }
 
 

@@ -259,8 +259,7 @@ class HookState:
         self.model = model
         if self._load_path is not None:
             path, self._load_path = self._load_path, None
-            job.check(lib().ddph_state_load(job.ctx, path.encode()),
-                      "load %s" % path)
+            self._load_now(path)
 
     # ---- the hook ---------------------------------------------------------
 
@@ -498,8 +497,51 @@ class HookState:
             raise Error("ddphook: save %s: the job has failed or is closed%s"
                         % (path, ": " + self.job.failed if self.job.failed
                            else ""), "DDPH_ERR_STATE")
+        # What the deferred save will refuse first, refused now.
+        st = lib().ddph_state_check(self.job.ctx, path.encode())
+        if st != 0:
+            raise Error("ddphook: save %s: %s"
+                        % (path, self.job.last_error()), status_name(st))
+        self._mark_pending(path)
         self._saves_pending.append(path)
         return path
+
+    # A save asked for and not written yet leaves PATH.rank<R>.pending
+    # until it is: a job that stops in between (preempted before its next
+    # step) must not resume from PATH's older state beside the newer
+    # checkpoint the script saved with it; load() refuses it.
+    def _pending_marker(self, path):
+        return "%s.rank%d.pending" % (path, self.job.rank)
+
+    def _mark_pending(self, path):
+        marker = self._pending_marker(path)
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                         os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("state.save(%r) asked for at %s by pid %d; not "
+                        "written yet\n" % (path, datetime.datetime.now()
+                                            .isoformat(timespec="seconds"),
+                                            os.getpid()))
+        except OSError as e:
+            raise Error("ddphook: save %s: cannot write %s: %s"
+                        % (path, marker, e.strerror), "DDPH_ERR_IO")
+
+    def _load_now(self, path):
+        """ddph_state_load, unless this rank's last save of `path` was
+        never written: then the job fails on every rank (ddph_abort: the
+        peers are in the load's collectives), saying so."""
+        marker = self._pending_marker(path)
+        if os.path.lexists(marker):
+            why = ("load %s: state.save() of it was asked for but never "
+                   "written (the job stopped before its next step), so its "
+                   "hook state is older than the checkpoint saved with it; "
+                   "resume from an earlier checkpoint, or remove %s to load "
+                   "the older hook state knowingly" % (path, marker))
+            self.job.abort(why)
+            raise Error("ddphook: " + why, "DDPH_ERR_STATE")
+        self.job.check(lib().ddph_state_load(self.job.ctx, path.encode()),
+                       "load %s" % path)
 
     def flush(self):
         """Writes the saves asked for and not written yet, now (collective:
@@ -526,6 +568,10 @@ class HookState:
                                                  path.encode()),
                            "save %s (asked for by state.save(), written at %s)"
                            % (path, where))
+            try:
+                os.unlink(self._pending_marker(path))
+            except FileNotFoundError:
+                pass
 
     def load(self, path):
         """Loads a state saved by save() (collective); before the first
@@ -538,8 +584,7 @@ class HookState:
             self._load_path = path
             return
         self._commit_saves("state.load()")
-        self.job.check(lib().ddph_state_load(self.job.ctx, path.encode()),
-                       "load %s" % path)
+        self._load_now(path)
 
     def hook_name(self):
         return lib().ddph_model_hook_name(self.model).decode() \

@@ -630,6 +630,18 @@ ddph_status ddph_state_save(ddph_ctx *ctx, const char *path)
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }
 
+ddph_status ddph_state_check(ddph_ctx *ctx, const char *path)
+{
+    if (!ctx || !path)
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_check(ctx, path, &e);
+    /* Told, not failed: nothing was tried, and the job goes on. */
+    if (st != DDPH_OK)
+        memcpy(ctx->error, e.msg, sizeof ctx->error);
+    return st;
+}
+
 ddph_status ddph_state_load(ddph_ctx *ctx, const char *path)
 {
     if (!ctx || !path)

@@ -31,8 +31,8 @@ static void job_left_open(void)
             continue;
         char msg[256];
         snprintf(msg, sizeof msg,
-                 "rank %d exited (exit() or a return from main) %s, without "
-                 "ddph_close",
+                 "rank %d exited (exit(), quick_exit() or a return from "
+                 "main) %s, without ddph_close",
                  ddph__rank(ctx),
                  ctx->in_step ? "in the middle of a step"
                               : "while its job was open");
@@ -56,7 +56,9 @@ void ddph__exit_guard_arm(ddph_ctx *ctx)
 {
     static atomic_flag registered = ATOMIC_FLAG_INIT;
     atomic_store(&guard_pid, getpid());
-    if (!atomic_flag_test_and_set(&registered) && atexit(job_left_open) != 0)
+    /* quick_exit() runs its own list, not atexit's. */
+    if (!atomic_flag_test_and_set(&registered) &&
+        (atexit(job_left_open) != 0 || at_quick_exit(job_left_open) != 0))
         ddph__log(&ctx->log, DDPH_LOG_WARN,
                   "cannot register the exit handler: a rank that exits "
                   "without ddph_close will not be reported");

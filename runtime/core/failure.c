@@ -43,7 +43,7 @@ ddph_status ddph_abort(ddph_ctx *ctx, const char *reason)
         return DDPH_ERR_INVALID;
     if (ctx->mpi_up && ddph__ctl_broken(ctx->control))
         return DDPH_OK; /* the first failure stays the job's */
-    char msg[256];
+    char msg[sizeof ctx->error];
     snprintf(msg, sizeof msg, "rank %d aborted the job: %s",
              ddph__rank(ctx), reason);
     /* The peers first: they may be waiting on this rank right now. */

@@ -436,6 +436,15 @@ ddph_status ddph_model_finalize(ddph_model *m)
     if (ctx->cfg.broadcast_parameters &&
         (st = ddph__replicas_broadcast(m, 0, &e)) != DDPH_OK)
         return ddph__ctx_fail(ctx, st, &e);
+    /* A check asked for that would compare nothing: say so, once. */
+    if (ctx->cfg.check_replicas_every > 0 && ddph__replicas_count(m) == 0 &&
+        ctx->mpi.world.rank == 0)
+        ddph__log(&ctx->log, DDPH_LOG_WARN,
+                  "model '%s': [runtime] check_replicas_every = %d, but no "
+                  "parameter's memory was given (ddph_model_set_param_data, "
+                  "host memory): the replicas are neither compared nor "
+                  "broadcast at the start",
+                  m->name, ctx->cfg.check_replicas_every);
     m->finalized = 1;
     /* Finalize is collective and in one order on every rank (the
      * agreement compares the models' names): its order is the model's

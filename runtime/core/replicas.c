@@ -16,6 +16,14 @@ static int takes_part(const ddph_param *p)
     return p->data && p->device == DDPH_CPU;
 }
 
+int ddph__replicas_count(const ddph_model *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->nparams; i++)
+        n += takes_part(&m->params[i]);
+    return n;
+}
+
 ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err)
 {
     ddph_mpi *mpi = &m->ctx->mpi;

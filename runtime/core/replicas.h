@@ -22,6 +22,10 @@
  * rank to join after ddph_join, join.h). */
 ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err);
 
+/* How many of m's parameters take part (their memory given, on the
+ * host): with none, check_replicas_every has nothing to compare. */
+int ddph__replicas_count(const ddph_model *m);
+
 /* Collective: DDPH_ERR_MISMATCH when some parameter differs between
  * ranks, naming it and the ranks. */
 ddph_status ddph__replicas_check(ddph_model *m, ddph_err *err);

@@ -597,6 +597,20 @@ static ddph_status begin(ddph_ctx *ctx, const char *what, const char *path,
     return st;
 }
 
+ddph_status ddph__state_check(const ddph_ctx *ctx, const char *path,
+                              ddph_err *err)
+{
+    char *file = rank_path(path, ctx->mpi.world.rank, "");
+    if (!file)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "state_check: out of memory");
+    const ddph_trust trust = state_trust(ctx);
+    ddph_status st = ddph__safe_folder_as(&trust, file, err);
+    free(file);
+    if (st != DDPH_OK)
+        ddph__err_prefix(err, "state_check");
+    return st;
+}
+
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
     rank_set set;

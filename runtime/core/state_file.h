@@ -44,6 +44,10 @@
 
 #include "core/context.h"
 
+/* A save's folder check on this rank alone, nothing written: the
+ * refusal ddph__state_save would give first (ddph_state_check). */
+ddph_status ddph__state_check(const ddph_ctx *ctx, const char *path,
+                              ddph_err *err);
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err);
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err);
 

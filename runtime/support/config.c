@@ -229,8 +229,11 @@ static char *counting_reader(char *str, int num, void *stream)
         if (c == '\n')
             break;
     }
-    if (ps->line == 0 && !too_long)
+    int bom_again = 0;
+    if (ps->line == 0 && !too_long) {
         n = drop_bom(str, n);
+        bom_again = drop_bom(str, n) != n; /* inih would take it off */
+    }
     if (n == 0 && !too_long) {
         set_pending_key(ps);
         return NULL;
@@ -247,6 +250,15 @@ static char *counting_reader(char *str, int num, void *stream)
         return str;
     }
     str[n] = '\0';
+    if (bom_again)
+        fail_at(ps, "a second UTF-8 byte-order mark at the start of the "
+                    "file: remove it");
+    /* inih takes a carriage return alone for a character of the line, so
+     * "[runtime]\rkey = 1" would lose the key without a word. */
+    const char *cr = strchr(str, '\r');
+    if (cr && cr[1] != '\n' && cr[1] != '\0')
+        fail_at(ps, "a carriage return inside the line (old Mac line ends?): "
+                    "save the file with LF or CRLF line ends");
     ps->indented = str[0] == ' ' || str[0] == '\t';
     check_section_line(ps, str);
     /* Said here, so that every such line is listed (inih returns only

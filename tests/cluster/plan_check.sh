@@ -2,7 +2,7 @@
 # plan_check.sh: `ddphook plan` against measurement.  For each layout and
 # link rate, `ddphook bench hooks` runs every hook on the model's
 # gradient shapes on the simulated cluster (tests/cluster/cluster.sh),
-# then `ddphook plan` predicts the same steps (compute 0: bench's step is
+# then `ddphook plan --device cpu --compute 0` predicts the same steps (bench's step is
 # the communication and the hooks' arithmetic alone) for the same hosts,
 # ranks and rate; one table sets them side by side with the error of
 # each row, (predicted - measured) / measured.
@@ -71,7 +71,7 @@ cal=$(readlink -f "$out")/plan.cal
 # The calibration, once, outside the cluster, with the bucket cap of
 # every prediction below (the calibration's key: a prediction with
 # another would measure again, between two cluster jobs).
-"$bin" plan --model "$model" --hooks "$hooks" --plugin-path "$plugins" \
+"$bin" plan --model "$model" --hooks "$hooks" --device cpu --compute 0 --plugin-path "$plugins" \
     --bucket-cap-mb 25 --calibration "$cal" --calibration-repeats "$repeats" >/dev/null ||
     { echo "plan_check.sh: the calibration failed" >&2; exit 1; }
 printf 'a 4096\n' >"$out/fit-small.shapes"
@@ -109,11 +109,11 @@ bench_run() {
 # model_terms KIND:BYTES H R: plan's latency count and seconds per byte/s
 # for one collective ("L W": time = alpha L + W / bandwidth).
 model_terms() {
-    L=$("$bin" plan --collective "$1" --hosts "$2" --ranks-per-host "$3" \
+    L=$("$bin" plan --collective "$1" --hosts "$2" --ranks-per-host "$3" --collectives mpich \
         --link-latency 1s --link-bandwidth 1e15B/s --efficiency 1 \
         --intra-latency 0 --csv "$out/terms.csv" >/dev/null &&
         awk -F, 'NR == 2 { print $5 }' "$out/terms.csv")
-    W=$("$bin" plan --collective "$1" --hosts "$2" --ranks-per-host "$3" \
+    W=$("$bin" plan --collective "$1" --hosts "$2" --ranks-per-host "$3" --collectives mpich \
         --link-latency 0 --link-bandwidth 1B/s --efficiency 1 \
         --intra-latency 0 --csv "$out/terms.csv" >/dev/null &&
         awk -F, 'NR == 2 { print $5 }' "$out/terms.csv")
@@ -148,7 +148,7 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
             fit=""
         fi
         rm -f "$out/$tag-plan-fit.csv"
-        "$bin" plan --model "$model" --hooks "$hooks" --hosts "$h" \
+        "$bin" plan --model "$model" --hooks "$hooks" --device cpu --compute 0 --hosts "$h" \
             --ranks-per-host "$r" --link-bandwidth "$rate" --efficiency 0.956 \
             --bucket-cap-mb 25 --plugin-path "$plugins" --calibration "$cal" \
             --csv "$out/$tag-plan.csv" >"$out/$tag-plan.txt" 2>&1 ||
@@ -157,7 +157,7 @@ for layout in $(echo "$layouts" | tr ',' ' '); do
             alpha=${fit% *} bw=${fit#* }
             notes="$notes$layout $rate: link as measured: latency $(awk -v a="$alpha" 'BEGIN { printf "%.3g ms", a * 1e3 }'), payload $(awk -v b="$bw" 'BEGIN { printf "%.1f Mbit/s", b * 8 / 1e6 }')
 "
-            "$bin" plan --model "$model" --hooks "$hooks" --hosts "$h" \
+            "$bin" plan --model "$model" --hooks "$hooks" --device cpu --compute 0 --hosts "$h" \
                 --ranks-per-host "$r" --link-bandwidth "${bw}B/s" --efficiency 1 \
                 --link-latency "${alpha}s" --bucket-cap-mb 25 --plugin-path "$plugins" \
                 --calibration "$cal" --csv "$out/$tag-plan-fit.csv" \

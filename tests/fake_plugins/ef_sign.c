@@ -13,9 +13,20 @@
  *   EF_SIGN_OWN_FIRST  each rank sums the messages starting with its own
  *                      (the same sum in another order: ranks drift)
  *   EF_SIGN_LEAK_LAST  leaks a buffer on the last rank only
+ *   EF_SIGN_DROP_ODD   drops the last element of an odd-length bucket (a
+ *                      1-element bucket is never sent)
+ *   EF_SIGN_DITHER     declares error feedback and keeps none: random
+ *                      rounding to +-(the chunk's max |x|), unbiased (the
+ *                      claim without substance)
+ *   EF_SIGN_POW2       divides by the largest power of two <= W (right on
+ *                      1, 2 and 4 ranks only)
+ *   EF_SIGN_LEAK_STEP  leaks 4 KiB every call, on every rank
+ *   EF_SIGN_KEEP_PTR   keeps the bucket pointer past the call and writes
+ *                      through it at the next call
  *
  * Host buckets (f32, or a cast copy); state allocated at a bucket's first
  * call. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +49,8 @@ typedef struct ef_state {
     float *errors[MAX_BUCKETS];
     size_t numel[MAX_BUCKETS];
     void *leaked;
+    float *kept;       /* EF_SIGN_KEEP_PTR: the last call's bucket */
+    uint64_t draws;    /* EF_SIGN_DITHER: the random stream's position */
 } ef_state;
 
 static ddph_status ef_create(const ddph_services *s, const ddph_options *o,
@@ -78,6 +91,30 @@ static size_t msg_bytes(size_t n)
     return bits_bytes(n) + 4 * ((n + CHUNK - 1) / CHUNK);
 }
 
+#ifdef EF_SIGN_DITHER
+/* Each element replaced by +-(its chunk's max |x|), + with the probability
+ * that makes the mean x: unbiased, and noisy. */
+static void dither(ef_state *t, int rank, float *x, size_t n)
+{
+    for (size_t c = 0; c < n; c += CHUNK) {
+        size_t len = n - c < CHUNK ? n - c : CHUNK;
+        float m = 0.0f;
+        for (size_t k = 0; k < len; k++)
+            m = fabsf(x[c + k]) > m ? fabsf(x[c + k]) : m;
+        for (size_t k = 0; k < len && m > 0; k++) {
+            /* splitmix64: a stream of its own on each rank */
+            uint64_t z = ++t->draws * 0x9e3779b97f4a7c15u +
+                         (uint64_t)rank * 0xd1b54a32d192ed03u;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+            z ^= z >> 31;
+            double u = (double)(z >> 11) / 9007199254740992.0;
+            x[c + k] = u < 0.5 * (1.0 + x[c + k] / m) ? m : -m;
+        }
+    }
+}
+#endif
+
 static ddph_status ef_on_bucket(void *state, const ddph_bucket *b,
                                 const ddph_services *s)
 {
@@ -110,9 +147,22 @@ static ddph_status ef_on_bucket(void *state, const ddph_bucket *b,
     float *mine = malloc((n ? n : 1) * sizeof *mine);
     ddph_status st = !msg || !all || !mine ? DDPH_ERR_NOMEM : loaded;
     float *scales = (float *)(void *)(msg + bits_bytes(n));
+#ifdef EF_SIGN_KEEP_PTR
+    if (t->kept)
+        t->kept[0] = -t->kept[0]; /* a buffer handed back long ago */
+    t->kept = b->dtype == DDPH_F32 ? b->buffer : NULL;
+#endif
+#ifdef EF_SIGN_LEAK_STEP
+    void *leak = malloc(4096);
+    if (leak)
+        memset(leak, 1, 4096); /* (and the pointer dropped) */
+#endif
     if (st == DDPH_OK) {
         for (size_t k = 0; k < n; k++)
             x[k] += e[k];
+#ifdef EF_SIGN_DITHER
+        dither(t, s->rank, x, n);
+#endif
         s->chunk_abs_sum(s, x, n, CHUNK, scales);
         for (size_t c = 0; c < nc; c++) {
             size_t len = n - c * CHUNK < CHUNK ? n - c * CHUNK : CHUNK;
@@ -120,7 +170,9 @@ static ddph_status ef_on_bucket(void *state, const ddph_bucket *b,
         }
         s->pack_signs(s, x, n, msg);
         s->unpack_signs(s, msg, n, CHUNK, scales, 0.0f, mine);
-#ifndef EF_SIGN_STALE
+#if defined(EF_SIGN_DITHER)
+        memset(e, 0, n * sizeof *e); /* the claim, and nothing kept */
+#elif !defined(EF_SIGN_STALE)
         for (size_t k = 0; k < n; k++)
             e[k] = x[k] - mine[k];
 #else
@@ -145,8 +197,21 @@ static ddph_status ef_on_bucket(void *state, const ddph_bucket *b,
 #endif
         st = s->unpack_signs(s, m, n, CHUNK, sc, j == 0 ? 0.0f : 1.0f, x);
     }
+#ifdef EF_SIGN_DROP_ODD
+    if (n % 2 == 1) {
+        x[n - 1] = 0.0f; /* never sent, never remembered */
+        e[n - 1] = 0.0f;
+    }
+#endif
+#ifdef EF_SIGN_POW2
+    int divisor = 1;
+    while (divisor * 2 <= world)
+        divisor *= 2;
+#else
+    int divisor = world;
+#endif
     if (st == DDPH_OK)
-        st = s->divide(s, x, DDPH_F32, n, (double)world);
+        st = s->divide(s, x, DDPH_F32, n, (double)divisor);
     if (st == DDPH_OK)
         st = ddph_util_f32_store(s, b, x);
     free(work);

@@ -7,6 +7,7 @@
  * FAULT is what happens to the victim (the last rank):
  *   exit  _exit(3)           kill  SIGKILL to itself
  *   exit0 exit(0): the C library's exit, atexit handlers run
+ *   quick_exit0 quick_exit(0): at_quick_exit handlers run
  *   _exit0 _exit(0): no atexit handler runs
  *   fork  it forks a child (a data loader) that calls exit(0) while the
  *         job is open, and carries on: the job must succeed
@@ -136,6 +137,8 @@ static void fault(const char *what, const char *where, const char *point)
         _exit(3);
     if (strcmp(what, "exit0") == 0)
         exit(0);
+    if (strcmp(what, "quick_exit0") == 0)
+        quick_exit(0);
     if (strcmp(what, "_exit0") == 0)
         _exit(0);
     raise(strcmp(what, "kill") == 0 ? SIGKILL : SIGSTOP);

@@ -16,7 +16,13 @@ refuse rather than reduce each rank alone), two-models (one comm_hook
 pair registered on two DDP models: a clear ddphook.Error), sigint (the
 last rank gets SIGINT between steps, as from a terminal's Ctrl-C, and
 dies of its KeyboardInterrupt: it must say it was interrupted and the
-others must name it).  --swallow: the script catches the exception and
+others must name it), save-insecure (state.save() into the world-writable
+folder --dir: refused by save() itself, before any step), stale-save
+(a save is written, a second is asked for, and the processes end with
+os._exit before the next step, as a preempted job: the second was never
+written), stale-load (the next run loads that path: rank 0 first removes
+its own marker, so that rank 1 alone knows, and both must fail naming
+the save that was never written).  --swallow: the script catches the exception and
 returns 0, as a careless one would; the process must still exit non-zero
 when ddphook declared the job failed."""
 import argparse
@@ -44,8 +50,10 @@ def main():
     ap.add_argument("--job", required=True)
     ap.add_argument("--case", required=True,
                     choices=["open", "hook", "peer", "ranks", "two-models",
-                             "sigint"])
+                             "sigint", "save-insecure", "stale-save",
+                             "stale-load"])
     ap.add_argument("--swallow", action="store_true")
+    ap.add_argument("--dir", help="the folder of the save cases")
     a = ap.parse_args()
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     try:
@@ -65,6 +73,14 @@ def main():
         pair = ddphook.torch.comm_hook(a.job, model=model)
         model.register_comm_hook(*pair)
         models = [model]
+        state = pair[0]
+        ck = os.path.join(a.dir or ".", "ck")
+        if a.case == "save-insecure":
+            state.save(ck)
+        if a.case == "stale-load":
+            if rank == 0:
+                os.unlink("%s.rank0.pending" % ck)
+            state.load(ck)
         if a.case == "two-models":
             models.append(torch.nn.parallel.DistributedDataParallel(
                 torch.nn.Linear(16, 4)))
@@ -72,6 +88,13 @@ def main():
         for step in range(3):
             for m in models:
                 m(torch.randn(4, 16)).sum().backward()
+            if a.case == "stale-save" and step == 0:
+                state.save(ck)
+                state.flush()
+            if a.case == "stale-save" and step == 1:
+                state.save(ck)
+                sys.stdout.flush()
+                os._exit(0)  # preempted before the next step
             if a.case == "sigint" and step == 1:
                 if rank == int(os.environ.get("PMI_SIZE", "1")) - 1:
                     os.kill(os.getpid(), signal.SIGINT)

@@ -321,6 +321,14 @@ ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root);
  * models and hooks. */
 ddph_status ddph_state_save(ddph_ctx *ctx, const char *path);
 ddph_status ddph_state_load(ddph_ctx *ctx, const char *path);
+/* Whether ddph_state_save(ctx, path) would pass its first check on this
+ * rank (the folder of PATH.rank<R> and those above it, by the owner and
+ * mode rule a load applies): DDPH_OK, or the refusal, its message in
+ * ddph_last_error.  This rank alone, no collective, nothing written, the
+ * job unchanged: for a trainer that defers its saves (the Python bridge's
+ * state.save) and must refuse a path at once.  Since 0.9.0 (library
+ * 9:0:8). */
+ddph_status ddph_state_check(ddph_ctx *ctx, const char *path);
 
 #ifdef __cplusplus
 }
