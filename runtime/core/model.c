@@ -438,7 +438,7 @@ ddph_status ddph_model_finalize(ddph_model *m)
         return ddph__ctx_fail(ctx, st, &e);
     /* A check asked for that would compare nothing: say so, once. */
     if (ctx->cfg.check_replicas_every > 0 && ddph__replicas_count(m) == 0 &&
-        ctx->mpi.world.rank == 0)
+        ddph__rank(ctx) == 0)
         ddph__log(&ctx->log, DDPH_LOG_WARN,
                   "model '%s': [runtime] check_replicas_every = %d, but no "
                   "parameter's memory was given (ddph_model_set_param_data, "

@@ -600,7 +600,7 @@ static ddph_status begin(ddph_ctx *ctx, const char *what, const char *path,
 ddph_status ddph__state_check(const ddph_ctx *ctx, const char *path,
                               ddph_err *err)
 {
-    char *file = rank_path(path, ctx->mpi.world.rank, "");
+    char *file = rank_path(path, ddph__rank(ctx), "");
     if (!file)
         return ddph__fail(err, DDPH_ERR_NOMEM, "state_check: out of memory");
     const ddph_trust trust = state_trust(ctx);
