@@ -385,8 +385,8 @@ int plan_record(const char *hook, const char *plugin_path,
         return 0;
     }
     ddph_comm comm = {&recorder_ops, &r};
-    st = ddph__hook_create(&cfg, cfg.hook_name, 0, cfg.wrapper, "plan", NULL,
-                           comm, NULL, NULL, &log, &h, &e);
+    st = ddph__hook_create(&cfg, cfg.hook_name, 0, cfg.wrapper, "plan", comm,
+                           NULL, NULL, &log, &h, &e);
     if (st == DDPH_OK) {
         snprintf(out->hook_name, sizeof out->hook_name, "%s",
                  h->plugin->api.name);

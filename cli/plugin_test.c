@@ -32,6 +32,7 @@
 
 #include <ddphook/ddphook.h>
 
+#include "comm/backend_mpi.h"
 #include "plugin/hook.h"
 #include "plugin/loader.h"
 #include "plugin/options.h"
@@ -1103,7 +1104,7 @@ static ddph_hook *probe_open(tester *t, ddph_mpi *mpi, const ddph_logger *log,
     if (!job)
         snprintf(e.msg, sizeof e.msg, "the job file could not be written");
     if (st == DDPH_OK) {
-        st = ddph__hook_create(&cfg, t->plugin, 0, DDPH_WRAP_NONE, "probe", mpi,
+        st = ddph__hook_create(&cfg, t->plugin, 0, DDPH_WRAP_NONE, "probe",
                                ddph__mpi_comm(mpi), NULL, NULL, log, &h, &e);
         ddph__config_free(&cfg);
     }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm/backend_mpi.h"
 #include "plugin/services.h"
 #include "unit.h"
 
@@ -23,7 +24,6 @@ static const ddph_services *fixture_init(fixture *f)
     memset(f, 0, sizeof *f);
     f->mpi.world.rank = 0;
     f->mpi.world.size = 1;
-    f->hook.mpi = &f->mpi;
     f->hook.comm = ddph__mpi_comm(&f->mpi);
     static char model[] = "unit";
     f->hook.model = model;

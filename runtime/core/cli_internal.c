@@ -34,7 +34,7 @@ ddph_status ddph__hook_probe_create(ddph_hook_probe *p, const ddph_config *cfg,
                                     const ddph_logger *log, ddph_err *err)
 {
     ddph_hook *h = NULL;
-    ddph_status st = ddph__hook_create(cfg, name, line, wrapper, who, &p->mpi,
+    ddph_status st = ddph__hook_create(cfg, name, line, wrapper, who,
                                        ddph__mpi_comm(&p->mpi), NULL, NULL,
                                        log, &h, err);
     ddph__hook_destroy(h);

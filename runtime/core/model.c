@@ -385,7 +385,7 @@ ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
     ddph_wrapper wrapper = ms && ms->wrapper_set ? ms->wrapper
                                                  : ctx->cfg.wrapper;
     ddph_status st = ddph__hook_create(&ctx->cfg, hook, hook_line, wrapper,
-                                       m->name, &ctx->mpi, ctx->comm, ctx->gpu,
+                                       m->name, ctx->comm, ctx->gpu,
                                        ctx->gpu_ops, &ctx->log, &m->hook, err);
     if (st == DDPH_OK) {
         m->hook->timeline = &ctx->timeline;

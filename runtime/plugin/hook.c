@@ -13,7 +13,7 @@
 
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, ddph_comm comm, ddph_gpu *gpu,
+                              ddph_comm comm, ddph_gpu *gpu,
                               const ddph_gpu_ops *gpu_ops,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err)
@@ -23,7 +23,6 @@ ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
         free(h);
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     }
-    h->mpi = mpi;
     h->comm = comm;
     h->model_id = -1;
     h->gpu = gpu;

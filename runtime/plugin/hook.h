@@ -9,7 +9,6 @@
 
 #include <ddphook/plugin.h>
 
-#include "comm/backend_mpi.h"
 #include "comm/comm.h"
 #include "comm/gpu.h"
 #include "support/config.h"
@@ -24,7 +23,6 @@ typedef struct ddph_hook {
     void *state;
     ddph_wrapper wrapper;
     ddph_services services;
-    ddph_mpi *mpi;
     /* The collectives: the backend its context chose (comm.h). */
     ddph_comm comm;
     ddph_gpu *gpu; /* with backend = nccl (CUDA buckets), else NULL */
@@ -65,7 +63,7 @@ typedef struct ddph_hook {
  * memory services act on GPU memory. */
 ddph_status ddph__hook_create(const ddph_config *cfg, const char *name,
                               int line, ddph_wrapper wrapper, const char *model,
-                              ddph_mpi *mpi, ddph_comm comm, ddph_gpu *gpu,
+                              ddph_comm comm, ddph_gpu *gpu,
                               const ddph_gpu_ops *gpu_ops,
                               const ddph_logger *log, ddph_hook **out,
                               ddph_err *err);
