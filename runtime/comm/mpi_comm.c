@@ -20,7 +20,9 @@ static ddph_mpi_op *OP(ddph_comm_op *op)
     return (ddph_mpi_op *)(void *)op->state;
 }
 
-/* A group this backend made, handed out as its head. */
+/* A group this backend made (st: how the making went), handed out as its
+ * head.  Called after the making, as a statement of its own: as an
+ * argument beside the call, g could be read before the call sets it. */
 static ddph_status handed(ddph_status st, ddph_mpi_group *g,
                           struct ddph_group **out)
 {
@@ -37,15 +39,16 @@ static ddph_status mpi_split(void *self, struct ddph_group *parent, int color,
                              int key, struct ddph_group **out, ddph_err *err)
 {
     ddph_mpi_group *g = NULL;
-    return handed(ddph__mpi_split(self, G(parent), color, key, &g, err), g,
-                  out);
+    ddph_status st = ddph__mpi_split(self, G(parent), color, key, &g, err);
+    return handed(st, g, out);
 }
 
 static ddph_status mpi_intra_node(void *self, struct ddph_group **out,
                                   ddph_err *err)
 {
     ddph_mpi_group *g = NULL;
-    return handed(ddph__mpi_intra_node(self, &g, err), g, out);
+    ddph_status st = ddph__mpi_intra_node(self, &g, err);
+    return handed(st, g, out);
 }
 
 static ddph_status mpi_allreduce(void *self, struct ddph_group *g, void *buf,

@@ -784,7 +784,9 @@ static ddph_nccl_group *G(struct ddph_group *g)
     return (ddph_nccl_group *)g;
 }
 
-/* A group this backend made, handed out as its head. */
+/* A group this backend made (st: how the making went), handed out as its
+ * head.  Called after the making, as a statement of its own: as an
+ * argument beside the call, g could be read before the call sets it. */
 static ddph_status handed(ddph_status st, ddph_nccl_group *g,
                           struct ddph_group **out)
 {
@@ -797,15 +799,16 @@ static ddph_status comm_split(void *self, struct ddph_group *parent,
                               ddph_err *err)
 {
     ddph_nccl_group *g = NULL;
-    return handed(ddph__nccl_split(self, G(parent), color, key, &g, err), g,
-                  out);
+    ddph_status st = ddph__nccl_split(self, G(parent), color, key, &g, err);
+    return handed(st, g, out);
 }
 
 static ddph_status comm_intra_node(void *self, struct ddph_group **out,
                                    ddph_err *err)
 {
     ddph_nccl_group *g = NULL;
-    return handed(ddph__nccl_intra_node(self, &g, err), g, out);
+    ddph_status st = ddph__nccl_intra_node(self, &g, err);
+    return handed(st, g, out);
 }
 
 static ddph_status comm_allreduce(void *self, struct ddph_group *g, void *buf,
