@@ -763,21 +763,6 @@ END_TEST
 /* Half-precision sums, as the fp16 and bf16 hooks hand them to NCCL:
  * rank r gives 1 + r/8 (exact in both types), so the sum says whether
  * the backend named the right type. */
-static uint16_t f16_from_float(float f)
-{
-    _Float16 h = (_Float16)f;
-    uint16_t b;
-    memcpy(&b, &h, sizeof b);
-    return b;
-}
-
-static float f16_to_float(uint16_t b)
-{
-    _Float16 h;
-    memcpy(&h, &b, sizeof h);
-    return (float)h;
-}
-
 static void rank_half_sums(rank_ctx *c)
 {
     rank_init(c);
@@ -788,12 +773,12 @@ static void rank_half_sums(rank_ctx *c)
         uint16_t v[3];
         float mine = 1.0f + (float)c->rank / 8;
         for (int i = 0; i < 3; i++)
-            v[i] = bf ? bf16_from_float(mine) : f16_from_float(mine);
+            v[i] = bf ? bf16_from_float(mine) : fake_float_to_f16(mine);
         c->st = ddph__nccl_allreduce(c->n, &c->n->world, v, 3,
                                      bf ? DDPH_BF16 : DDPH_F16, DDPH_SUM,
                                      &c->err);
         float want = (float)w + (float)(w * (w - 1) / 2) / 8;
-        float got = bf ? bf16_to_float(v[2]) : f16_to_float(v[2]);
+        float got = bf ? bf16_to_float(v[2]) : fake_f16_to_float(v[2]);
         if (c->st == DDPH_OK && got != want)
             c->st = ddph__fail(&c->err, DDPH_ERR_BACKEND,
                                "%s sum %g, want %g", bf ? "bf16" : "f16",

@@ -41,6 +41,8 @@
 #ifndef DDPH_FAKE_NCCL_H
 #define DDPH_FAKE_NCCL_H
 
+#include <stdint.h>
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -122,5 +124,9 @@ int fake_comm_aborted(ncclComm_t c);
  * splits, half-made ones included) are not yet ended: 0 after a clean
  * teardown, or one leaked. */
 int fake_live_comms(int rank);
+
+/* IEEE half <-> float, as the fake sums f16 (and the tests check them). */
+float fake_f16_to_float(uint16_t h);
+uint16_t fake_float_to_f16(float f);
 
 #endif
