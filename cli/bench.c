@@ -35,7 +35,7 @@
 
 #include <ddphook/ddphook.h>
 
-#include "comm/backend_mpi.h"
+#include "backends/mpi/backend_mpi.h"
 #include "bench_common.h"
 #include "bench_ops.h"
 #include "commands.h"

@@ -29,9 +29,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "comm/backend_mpi.h"
+#include "backends/mpi/backend_mpi.h"
 #include "bench_common.h"
-#include "comm/nccl/cuda_ops.h"
+#include "backends/nccl/cuda_ops.h"
 #include "support/util.h"
 
 /* Wall time of the slowest rank since a common start. */

@@ -18,9 +18,9 @@
 #include "plugin/job_check.h"
 #include "plugin/elf_check.h"
 #include "plugin/loader.h"
-#include "plugin/safe_open.h"
+#include "support/safe_open.h"
 #include "support/log.h"
-#include "plugin/gpu_module.h"
+#include "backends/registry.h"
 #include "plugin/options.h"
 
 static const char main_usage[] =
@@ -278,20 +278,36 @@ static void warn_stderr(void *user, const char *msg)
     fprintf(stderr, "ddphook check: warning: %s\n", msg);
 }
 
-/* backend = nccl needs the GPU backend module and a GPU here (a job
- * file checked on a login node without one says so, as the job would). */
+/* [runtime] backend names a backend this ddphook knows; a module must
+ * load, and a device backend needs its device here (a job file checked on
+ * a login node without a GPU says so, as the job would). */
 static void check_backend(check_run *run)
 {
     const ddph_config *cfg = run->cfg;
-    if (cfg->backend != DDPH_BACKEND_NCCL)
+    if (strcmp(cfg->backend, "auto") == 0)
         return;
-    ddph_err e;
-    const ddph_gpu_ops *gpu = NULL;
-    if (ddph__gpu_load(&gpu, &e) == DDPH_OK && gpu->probe(&e) == DDPH_OK)
-        return;
+    const ddph_backend_entry *b = ddph__backend_find(cfg->backend);
     char msg[DDPH__ERR_LEN + 512];
-    snprintf(msg, sizeof msg, "%s:%d: [runtime] backend = nccl: %s",
-             cfg->path, cfg->backend_line, e.msg);
+    ddph_err e;
+    if (!b) {
+        char names[256];
+        ddph__backend_names(names, sizeof names);
+        snprintf(msg, sizeof msg,
+                 "%s:%d: [runtime] backend = '%s' is not a backend this "
+                 "ddphook knows (auto, %s)",
+                 cfg->path, cfg->backend_line, cfg->backend, names);
+        check_error_at(run, cfg->backend_line, msg);
+        return;
+    }
+    const ddph_gpu_ops *gpu = NULL;
+    const ddph_backend_ops *job = NULL;
+    if (b->kind == DDPH__BACKEND_DEVICE
+            ? ddph__backend_load_device(b, &gpu, &e) == DDPH_OK &&
+                  gpu->probe(&e) == DDPH_OK
+            : ddph__backend_load_job(b, &job, &e) == DDPH_OK)
+        return;
+    snprintf(msg, sizeof msg, "%s:%d: [runtime] backend = %s: %s", cfg->path,
+             cfg->backend_line, b->name, e.msg);
     check_error_at(run, cfg->backend_line, msg);
 }
 

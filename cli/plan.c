@@ -24,7 +24,7 @@
 #include <ddphook/ddphook.h>
 
 #include "bench_common.h"
-#include "comm/backend_mpi.h"
+#include "backends/mpi/backend_mpi.h"
 #include "commands.h"
 #include "plan_calib.h"
 #include "plan_hooks.h"

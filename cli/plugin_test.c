@@ -32,7 +32,7 @@
 
 #include <ddphook/ddphook.h>
 
-#include "comm/backend_mpi.h"
+#include "backends/registry.h"
 #include "plugin/hook.h"
 #include "plugin/loader.h"
 #include "plugin/options.h"
@@ -1093,7 +1093,7 @@ static const size_t probe_numel[PROBE_TENSORS] = {823 * 15, 33, 4099};
 
 /* A fresh instance of the hook for the probe bucket (layout given), or
  * NULL with the reason in why. */
-static ddph_hook *probe_open(tester *t, ddph_mpi *mpi, const ddph_logger *log,
+static ddph_hook *probe_open(tester *t, ddph_comm comm, const ddph_logger *log,
                              const ddph_bucket *b, char *why, size_t whylen)
 {
     ddph_config cfg;
@@ -1105,7 +1105,7 @@ static ddph_hook *probe_open(tester *t, ddph_mpi *mpi, const ddph_logger *log,
         snprintf(e.msg, sizeof e.msg, "the job file could not be written");
     if (st == DDPH_OK) {
         st = ddph__hook_create(&cfg, t->plugin, 0, DDPH_WRAP_NONE, "probe",
-                               ddph__mpi_comm(mpi), NULL, NULL, log, &h, &e);
+                               comm, NULL, NULL, log, &h, &e);
         ddph__config_free(&cfg);
     }
     if (st == DDPH_OK) {
@@ -1144,14 +1144,14 @@ static ddph_bucket probe_fill(tester *t, float *buf, ddph_tensor_view *v,
 /* PROBE_STEPS calls of on_bucket on a fresh instance, with call `at` of
  * service `fail` failing (-1: none); they stop at the first error.
  * Returns the hook's status, or sets *setup_failed. */
-static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
+static ddph_status probe_bucket(tester *t, ddph_comm comm,
                                 const ddph_logger *log, int fail, int at,
                                 char *why, size_t whylen, int *setup_failed)
 {
     ddph_tensor_view v[PROBE_TENSORS];
     float *buf = malloc(PROBE_ELEMENTS * sizeof *buf);
     ddph_bucket b = probe_fill(t, buf, v, 7);
-    ddph_hook *h = buf ? probe_open(t, mpi, log, &b, why, whylen) : NULL;
+    ddph_hook *h = buf ? probe_open(t, comm, log, &b, why, whylen) : NULL;
     *setup_failed = h == NULL;
     if (!h) {
         if (!buf)
@@ -1184,7 +1184,7 @@ static ddph_status probe_bucket(tester *t, ddph_mpi *mpi,
  * the results must still be what the calls returned after all of them
  * (a hook that keeps the pointer and writes through it later corrupts
  * a trainer's gradients, or the next bucket's). */
-static void check_buffer_kept(tester *t, ddph_mpi *mpi, const ddph_logger *log)
+static void check_buffer_kept(tester *t, ddph_comm comm, const ddph_logger *log)
 {
     const char *check = "buckets untouched after their call";
     char why[512] = "";
@@ -1199,7 +1199,7 @@ static void check_buffer_kept(tester *t, ddph_mpi *mpi, const ddph_logger *log)
         b[k] = probe_fill(t, buf[k], v[k], k);
         b[k].iteration = (1u << 30) + (unsigned)k;
     }
-    ddph_hook *h = ok ? probe_open(t, mpi, log, &b[0], why, sizeof why) : NULL;
+    ddph_hook *h = ok ? probe_open(t, comm, log, &b[0], why, sizeof why) : NULL;
     ok = h != NULL;
     uint64_t sent, received;
     ddph_err e;
@@ -1234,11 +1234,11 @@ static void check_buffer_kept(tester *t, ddph_mpi *mpi, const ddph_logger *log)
             PROBE_STEPS);
 }
 
-static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
+static void check_error_path(tester *t, ddph_comm comm, const ddph_logger *log)
 {
     char why[512] = "";
     int setup_failed;
-    ddph_status st = probe_bucket(t, mpi, log, -1, 0, why, sizeof why,
+    ddph_status st = probe_bucket(t, comm, log, -1, 0, why, sizeof why,
                                   &setup_failed);
     if (st != DDPH_OK) {
         row(t, 0, 0, "service errors propagate", "%s%s",
@@ -1270,7 +1270,7 @@ static void check_error_path(tester *t, ddph_mpi *mpi, const ddph_logger *log)
                 break; /* timing-dependent counts: the first call only */
             if (a > 0 && ats[a] == ats[a - 1])
                 continue;
-            st = probe_bucket(t, mpi, log, k, ats[a], why, sizeof why,
+            st = probe_bucket(t, comm, log, k, ats[a], why, sizeof why,
                               &setup_failed);
             failed_ok &= st != DDPH_OK;
             size_t used = strlen(list);
@@ -1620,15 +1620,20 @@ int main(int argc, char **argv)
             check_training(&t);
         if (runs(&t, ONLY_STATE))
             check_save_load(&t);
-        ddph_mpi mpi;
+        ddph_backend job = {0};
+        const ddph_backend_args args = {.argc = &argc, .argv = &argv,
+                                        .timeout_s = 60};
         ddph_logger log;
         ddph_err e;
         ddph__logger_init(&log);
         if (runs(&t, ONLY_ERRORS) &&
-            ddph__mpi_init(&mpi, &argc, &argv, 60, &e) == DDPH_OK) {
-            check_error_path(&t, &mpi, &log);
-            check_buffer_kept(&t, &mpi, &log);
-            ddph__mpi_finalize(&mpi, &e);
+            ddph__backend_load_job(ddph__backend_find("mpi"), &job.ops, &e) ==
+                DDPH_OK &&
+            job.ops->open(&args, &job.state, &e) == DDPH_OK) {
+            ddph_comm comm = job.ops->comm(job.state);
+            check_error_path(&t, comm, &log);
+            check_buffer_kept(&t, comm, &log);
+            job.ops->close(job.state, &e);
         }
     }
     char path[320];

@@ -79,6 +79,11 @@ if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
         "^ddphook check: $OUT/nccl.ini:2: \[runtime\] backend = nccl: \(no CUDA device on this machine\|the nccl backend is not available\)" \
         "$B/ddphook" check "$OUT/nccl.ini"
 fi
+# A backend the registry does not know, by name and with the known ones.
+printf '[runtime]\nplugin_path = %s\nbackend = gloo\n' "$P" > "$OUT/gloo.ini"
+expect "an unknown backend" \
+    "^ddphook check: $OUT/gloo.ini:3: \[runtime\] backend = 'gloo' is not a backend this ddphook knows (auto, mpi, nccl" \
+    "$B/ddphook" check "$OUT/gloo.ini"
 expect "a folder as job file" "cannot open job file\|read error" "$B/ddphook" check "$OUT"
 # Every refused hook option, in line order, then the verdict as the last
 # line; and what only the hook's own create() refuses, with file:line.

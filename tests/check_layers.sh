@@ -2,9 +2,14 @@
 # check_layers.sh: the runtime's layer rule, checked on what was built
 # (make check-layers, part of make check).
 #
-# The runtime's folders stack support -> device -> comm -> plugin -> core,
-# and the command-line tool (cli) sits on top: a folder may use its own
-# files and the folders below it, and the public headers (<ddphook/...>).
+# The runtime's folders stack support -> device -> backends -> plugin ->
+# core, and the command-line tool (cli) sits on top: a folder may use its
+# own files and the folders below it, and the public headers
+# (<ddphook/...>).  Each backend is a folder of its own in backends/
+# (backends/mpi, backends/nccl, ...): only its own files and the tool
+# include its headers or call its functions, the rest of the runtime
+# reaches it through backends/'s neutral tables; <mpi.h> is included in
+# backends/mpi and the tool only.
 # Checked here, folder by folder:
 #  - every #include of a runtime header (in every source and header of
 #    the runtime and the tool) names the same or a lower folder;
@@ -12,6 +17,8 @@
 #    runtime file defines is defined in the same or a lower folder;
 #  - the tool reaches core only through the public API (ddph_*) and
 #    core/cli_internal.h: no other core header, no other core symbol;
+#  - a backend's headers and functions are used in its own folder, by the
+#    tool, and (its table only) by backends/registry.c;
 #  - no symbol is defined by two files of the runtime (a copy of a file
 #    compiled into a second object).
 # Each violation is printed as "FILE: WHAT (defined in FOLDER/FILE.c)".
@@ -44,7 +51,8 @@ sources=$(printf '%s\n' $sources | sort -u)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/check_layers.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-# The folder of a path: runtime/comm/nccl/x.c -> comm, cli/x.c -> cli.
+# The folder of a path: runtime/backends/nccl/x.c -> backends, cli/x.c ->
+# cli.
 folder_of() {
     case $1 in
     runtime/*) echo "$1" | cut -d/ -f2 ;;
@@ -53,9 +61,18 @@ folder_of() {
     esac
 }
 
-# The source of an object: runtime/comm/libddphook_core_la-mpi_wait.lo ->
-# runtime/comm/mpi_wait.c (automake's per-target prefix ends in '-'; the
-# project's file names have none).
+# The backend a path belongs to: runtime/backends/mpi/x.c -> mpi; "-" for
+# every other path (the neutral files of backends/ included).
+backend_of() {
+    case $1 in
+    runtime/backends/*/*) echo "$1" | cut -d/ -f3 ;;
+    *) echo - ;;
+    esac
+}
+
+# The source of an object: runtime/backends/mpi/libddphook_core_la-mpi_wait.lo
+# -> runtime/backends/mpi/mpi_wait.c (automake's per-target prefix ends in
+# '-'; the project's file names have none).
 source_of() {
     echo "$1" | sed 's|[^/]*-\([^/-]*\)\.l\{0,1\}o$|\1.c|; s|\.l\{0,1\}o$|.c|'
 }
@@ -97,8 +114,8 @@ for role in lib tool; do
             continue
         }
         echo "$f" >>"$tmp/folders"
-        awk -v role=$role -v f="$f" -v s="$src" \
-            'NF >= 2 { print role, f, s, $1, $2 }' "$tmp/nm" >>"$tmp/syms"
+        awk -v role=$role -v f="$f" -v s="$src" -v b="$(backend_of "$src")" \
+            'NF >= 2 { print role, f, s, $1, $2, b }' "$tmp/nm" >>"$tmp/syms"
         nobj=$((nobj + 1))
     done
 done
@@ -117,11 +134,11 @@ for s in $sources; do
     fi
     f=$(folder_of "$s")
     dir=$(dirname "$s")
-    awk -v f="$f" -v file="$s" -v dir="$dir" '
+    awk -v f="$f" -v file="$s" -v dir="$dir" -v b="$(backend_of "$s")" '
         match($0, /^[ \t]*#[ \t]*include[ \t]*[<"][^>"]+[>"]/) {
             spec = substr($0, RSTART, RLENGTH)
             sub(/^[ \t]*#[ \t]*include[ \t]*/, "", spec)
-            print f, file ":" FNR, substr(spec, 1, 1), substr(spec, 2, length(spec) - 2), dir
+            print f, file ":" FNR, substr(spec, 1, 1), substr(spec, 2, length(spec) - 2), dir, b
         }' "$srcdir/$s" >>"$tmp/includes"
     nsrc=$((nsrc + 1))
 done
@@ -142,25 +159,29 @@ fi
 # Resolves each included name: a runtime folder (FOLDER/...), a file
 # beside the includer, the SDK's public headers, or the generated
 # build-config.h; other quoted names are not the project's headers.
-while read -r f where kind name dir; do
+while read -r f where kind name dir b; do
     first=${name%%/*}
     if [ "$name" != "$first" ] && [ -f "$srcdir/runtime/$name" ]; then
-        echo "$f $where $first $name"
+        echo "$f $where $first $name $b $(backend_of "runtime/$name")"
     elif [ "$kind" = '"' ] && [ -f "$srcdir/$dir/$name" ]; then
-        echo "$f $where $(folder_of "$dir/$name") $name"
+        echo "$f $where $(folder_of "$dir/$name") $name $b $(backend_of "$dir/$name")"
     elif [ "$first" = ddphook ] || [ "$name" = build-config.h ]; then
-        echo "$f $where sdk $name"
+        echo "$f $where sdk $name $b -"
+    elif [ "$name" = mpi.h ]; then
+        echo "$f $where mpi $name $b mpi"
     elif [ "$kind" = '"' ]; then
-        echo "$f $where unknown $name"
+        echo "$f $where unknown $name $b -"
     fi
 done <"$tmp/includes" >"$tmp/resolved"
 
-awk -v gate="$gate" -v gatelist="$tmp/gate" '
+awk -v gate="$gate" -v gatelist="$tmp/gate" \
+    -v registry=runtime/backends/registry.c '
     BEGIN {
-        split("support device comm plugin core cli", order, " ")
+        split("support device backends plugin core cli", order, " ")
         for (i = 1; i in order; i++)
             rank[order[i]] = i
         rank["sdk"] = 0
+        rank["mpi"] = 0
         while ((getline sym < gatelist) > 0)
             gated[sym] = 1
     }
@@ -171,6 +192,9 @@ awk -v gate="$gate" -v gatelist="$tmp/gate" '
             bad++
         } else if (rank[$3] > rank[$1]) {
             print $2 ": #include \"" $4 "\" (" $3 " is above " $1 ")"
+            bad++
+        } else if ($6 != "-" && $6 != $5 && $1 != "cli") {
+            print $2 ": #include <" $4 "> (backend " $6 "\047s own: only its folder and the tool use it)"
             bad++
         } else if ($1 == "cli" && $3 == "core" && "runtime/" $4 != gate) {
             print $2 ": #include \"" $4 "\" (the tool reaches core only through " gate ")"
@@ -189,6 +213,7 @@ awk -v gate="$gate" -v gatelist="$tmp/gate" '
         }
         def[$4] = where
         deffolder[$4] = $2
+        defbackend[$4] = $6
     }
     END {
         for (i = 1; i <= nuse; i++) {
@@ -200,6 +225,10 @@ awk -v gate="$gate" -v gatelist="$tmp/gate" '
             d = deffolder[u[4]]
             if (rank[d] > rank[u[2]]) {
                 print u[3] ": " u[4] " (defined in " def[u[4]] ")"
+                bad++
+            } else if (defbackend[u[4]] != "-" && defbackend[u[4]] != u[6] &&
+                       u[2] != "cli" && u[3] != registry) {
+                print u[3] ": " u[4] " (defined in " def[u[4]] ": backend " defbackend[u[4]] "\047s own)"
                 bad++
             } else if (u[2] == "cli" && d == "core" && u[4] !~ /^ddph_[a-z]/ &&
                        !(u[4] in gated)) {

@@ -18,8 +18,8 @@
 #include <ddphook/plugin.h>
 
 #include "bf16_host.h"
-#include "comm/nccl/backend_nccl.h"
-#include "comm/nccl/device_cuda.h"
+#include "backends/nccl/backend_nccl.h"
+#include "backends/nccl/device_cuda.h"
 #include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
 

@@ -16,7 +16,7 @@
 #ifndef DDPH_TESTS_FAKE_COMM_H
 #define DDPH_TESTS_FAKE_COMM_H
 
-#include "comm/comm.h"
+#include "backends/comm.h"
 
 #define FAKE_COMM_WAIT_S 10.0
 #define FAKE_COMM_MAX_LANES 4

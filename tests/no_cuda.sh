@@ -55,7 +55,7 @@ else
     bad "CPU job with /usr/local/cuda hidden: $out"
 fi
 out=$(hidden "$B/ddphook" check "$OUT/nccl.ini" 2>&1)
-if printf '%s\n' "$out" | grep -q "backend = nccl: the nccl backend is not available .*cannot load the GPU backend module $DDPH_BACKEND_DIR/nccl.so: lib[a-z]*\.so[.0-9]*: cannot open shared object file"; then
+if printf '%s\n' "$out" | grep -q "backend = nccl: the nccl backend is not available .*cannot load the backend module $DDPH_BACKEND_DIR/nccl.so: lib[a-z]*\.so[.0-9]*: cannot open shared object file"; then
     ok "backend = nccl with CUDA hidden names the module and the missing library"
 else
     bad "backend = nccl with CUDA hidden: $out"

@@ -47,7 +47,7 @@ START_TEST(defaults)
     ck_assert_int_eq(cfg.accumulate_steps, 1);
     ck_assert_str_eq(cfg.hook_name, "allreduce");
     ck_assert_int_eq(cfg.wrapper, DDPH_WRAP_NONE);
-    ck_assert_int_eq(cfg.backend, DDPH_BACKEND_MPI);
+    ck_assert_str_eq(cfg.backend, "auto");
     ddph__config_free(&cfg);
 }
 END_TEST
@@ -115,8 +115,15 @@ START_TEST(errors_name_file_and_line)
                  "'bucket_cap_mb'?");
     expect_error("[runtim]\nbackend = mpi\n", DDPH_ERR_CONFIG, 2,
                  "unknown section [runtim]; did you mean [runtime]?");
-    expect_error("[runtime]\nbackend = gloo\n", DDPH_ERR_CONFIG, 2,
-                 "'gloo' is not mpi or nccl");
+    /* Which backends exist is the registry's to say when the job opens
+     * (bad_input.sh); the file only holds a name. */
+    expect_error("[runtime]\nbackend = ../gloo\n", DDPH_ERR_CONFIG, 2,
+                 "'../gloo' is not a backend's name");
+    expect_error("[runtime]\nbackend = Gloo\n", DDPH_ERR_CONFIG, 2,
+                 "'Gloo' is not a backend's name");
+    expect_error("[runtime]\nbackend = "
+                 "a_name_of_thirty_two_characters_\n",
+                 DDPH_ERR_CONFIG, 2, "is not a backend's name");
     expect_error("[hook]\nwrapper = fp8\n", DDPH_ERR_CONFIG, 2,
                  "'fp8' is not none, fp16 or bf16");
     expect_error("[accumulate]\nsteps = 0\n", DDPH_ERR_CONFIG, 2,

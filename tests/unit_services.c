@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/backend_mpi.h"
+#include "backends/mpi/backend_mpi.h"
 #include "plugin/services.h"
 #include "unit.h"
 

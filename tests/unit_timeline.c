@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/timeline.h"
+#include "support/timeline.h"
 #include "unit.h"
 
 START_TEST(records_only_when_enabled)

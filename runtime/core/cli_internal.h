@@ -5,7 +5,7 @@
  * does, so they are here rather than in <ddphook/ddphook.h>:
  *  - `ddphook check` runs each hook's create() on its options as a
  *    one-rank job would, without a trainer, a context or a model: a hook
- *    probe owns that job's MPI side and each hook it makes;
+ *    probe owns that job's backend and each hook it makes;
  *  - `ddphook bench hooks --stats` prints a hook's statistics as the log
  *    does at ddph_close.
  * The tool may use the folders below core directly (the job file, the

@@ -16,7 +16,7 @@
 #include "core/replicas.h"
 #include "core/state_file.h"
 #include "core/step_check.h"
-#include "plugin/gpu_module.h"
+#include "backends/registry.h"
 
 /* Warnings about the job file come from rank 0 only: every rank reads the
  * same file, one report is enough. */
@@ -49,21 +49,21 @@ static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
 /* backend = nccl: loads the GPU module (every rank agrees on whether it
  * loaded, so that none waits in NCCL's bootstrap alone), starts it
  * (collective), and the event that orders on_step_end. */
-static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
+static ddph_status start_gpu(ddph_ctx *ctx, const ddph_backend_entry *device,
+                             ddph_err *err)
 {
     const ddph_gpu_ops *ops = NULL;
     ddph_err load_err;
     load_err.msg[0] = '\0';
-    ddph_status st = ddph__gpu_load(&ops, &load_err);
+    ddph_status st = ddph__backend_load_device(device, &ops, &load_err);
     st = ddph__ctl_agree(ctx->control, st, load_err.msg, err);
-    /* The module bootstraps and splits over the job's host tables (MPI's:
-     * ctx->comm is still theirs here). */
+    /* The module bootstraps and splits over the job backend's tables. */
     const ddph_gpu_job job = {
         .control = ctx->control,
-        .host = ctx->comm,
-        .timeout_s = ctx->mpi.timeout_s,
-        .node_rank = ctx->mpi.node_rank,
-        .node_size = ctx->mpi.node_size,
+        .host = ctx->host,
+        .timeout_s = ctx->timeout_s,
+        .node_rank = ctx->host_rank,
+        .node_size = ctx->host_size,
         .activity_touch = ddph__activity_touch,
     };
     if (st == DDPH_OK)
@@ -76,13 +76,52 @@ static ddph_status start_gpu(ddph_ctx *ctx, ddph_err *err)
         st = ddph__dev_event_create(&ctx->step_end_event, err);
     }
     if (st != DDPH_OK)
-        ddph__err_prefix(err, "%s: [runtime] backend = nccl", ctx->cfg.path);
+        ddph__err_prefix(err, "%s: [runtime] backend = %s", ctx->cfg.path,
+                         device->name);
+    return st;
+}
+
+/* The job backend [runtime] backend names (for a device backend, the
+ * launcher's job backend under it), or with "auto" the launcher's.  When
+ * it cannot be used the built-in MPI backend opens the job all the same
+ * (and the failure is the job file's), so that the ranks hear of it. */
+static ddph_status choose_backend(const ddph_config *cfg,
+                                  const ddph_backend_ops **job,
+                                  const ddph_backend_entry **device,
+                                  ddph_err *err)
+{
+    const ddph_backend_entry *e = ddph__backend_launched();
+    ddph_status st = DDPH_OK;
+    *device = NULL;
+    if (cfg && strcmp(cfg->backend, "auto") != 0) {
+        const ddph_backend_entry *named = ddph__backend_find(cfg->backend);
+        char names[256];
+        ddph__backend_names(names, sizeof names);
+        if (!named)
+            st = ddph__fail(err, DDPH_ERR_CONFIG,
+                            "[runtime] backend = '%s' is not a backend this "
+                            "ddphook knows (auto, %s)",
+                            cfg->backend, names);
+        else if (named->kind == DDPH__BACKEND_DEVICE)
+            *device = named;
+        else
+            e = named;
+    }
+    if (st == DDPH_OK)
+        st = ddph__backend_load_job(e, job, err);
+    if (st != DDPH_OK) {
+        if (cfg)
+            ddph__err_prefix(err, "%s:%d", cfg->path, cfg->backend_line);
+        ddph_err ignored;
+        *device = NULL;
+        ddph__backend_load_job(ddph__backend_find("mpi"), job, &ignored);
+    }
     return st;
 }
 
 static void size_blas(ddph_ctx *ctx)
 {
-    int ranks = ctx->mpi.node_size;
+    int ranks = ctx->host_size;
     int n = ddph__cpu_blas_threads(ranks);
     ddph__log(&ctx->log, DDPH_LOG_DEBUG,
               "OpenBLAS: %d thread%s per rank (%d rank%s on this host; "
@@ -105,38 +144,51 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
     ddph_err e, cfg_err;
     ddph_status cfg_st = ini_path ? ddph__config_load(ini_path, &ctx->cfg, &cfg_err)
                                   : ddph__config_defaults(&ctx->cfg, &cfg_err);
-    /* MPI comes up even when the job file is bad, so that every rank
+    /* The job comes up even when the job file is bad, so that every rank
      * learns which rank failed and why instead of waiting in MPI_Init. */
     double timeout_s = cfg_st == DDPH_OK && ctx->cfg.timeout_s > 0
                            ? ctx->cfg.timeout_s
                            : DDPH__DEFAULT_TIMEOUT_S;
-    ddph_status st = ddph__mpi_init(&ctx->mpi, argc, argv, timeout_s, &e);
-    ctx->mpi_up = st == DDPH_OK;
-    /* The hooks' collectives go to MPI unless backend = nccl starts. */
-    ctx->comm = ddph__mpi_comm(&ctx->mpi);
-    ctx->control = ddph__mpi_control(&ctx->mpi);
-    ctx->mpi.check_collectives =
-        cfg_st == DDPH_OK && ctx->cfg.check_collectives;
+    const ddph_backend_entry *device = NULL;
+    if (cfg_st == DDPH_OK)
+        cfg_st = choose_backend(&ctx->cfg, &ctx->job.ops, &device, &cfg_err);
+    else
+        choose_backend(NULL, &ctx->job.ops, &device, &e);
+    const ddph_backend_args args = {
+        .argc = argc,
+        .argv = argv,
+        .timeout_s = timeout_s,
+        .check_collectives = cfg_st == DDPH_OK && ctx->cfg.check_collectives,
+    };
+    ctx->timeout_s = timeout_s;
+    ddph_status st = ctx->job.ops->open(&args, &ctx->job.state, &e);
+    ctx->job_up = st == DDPH_OK;
+    /* The hooks' collectives are the job backend's unless a device
+     * backend starts. */
+    ctx->host = ctx->job.ops->comm(ctx->job.state);
+    ctx->comm = ctx->host;
+    ctx->control = ctx->job.ops->control(ctx->job.state);
     ctx->log.rank = ddph__rank(ctx);
     ctx->join_active = ddph__size(ctx);
     ctx->join_scale = 1.0;
     if (cfg_st == DDPH_OK && ini_path)
         cfg_st = ddph__job_check_hook_sections(&ctx->cfg, warn_rank0, ctx,
                                                &cfg_err);
-    if (ctx->mpi_up)
+    if (ctx->job_up)
         st = ddph__ctl_agree(ctx->control, cfg_st, cfg_err.msg, &e);
     else if (cfg_st != DDPH_OK)
         st = cfg_st, e = cfg_err;
     /* The ranks of this host: the GPU, OpenBLAS's threads, shared buckets. */
     if (st == DDPH_OK)
-        st = ddph__mpi_find_node(&ctx->mpi, &e);
-    if (st == DDPH_OK && ctx->cfg.backend == DDPH_BACKEND_NCCL)
-        st = start_gpu(ctx, &e);
+        st = ctx->job.ops->find_host(ctx->job.state, &ctx->host_rank,
+                                     &ctx->host_size, &e);
+    if (st == DDPH_OK && device)
+        st = start_gpu(ctx, device, &e);
     if (st == DDPH_OK)
         size_blas(ctx);
-    if (st == DDPH_OK && ddph__rank(ctx) == 0) {
+    if (st == DDPH_OK && ddph__rank(ctx) == 0 && ctx->job.ops->close_hazard) {
         char msg[512];
-        if (ddph__mpi_finalize_hazard(&ctx->mpi, msg, sizeof msg))
+        if (ctx->job.ops->close_hazard(ctx->job.state, msg, sizeof msg))
             ddph__log(&ctx->log, DDPH_LOG_WARN, "%s", msg);
     }
     ctx->timeline.enabled = st == DDPH_OK && ctx->cfg.trace != NULL;
@@ -169,44 +221,70 @@ static void log_hook_stats(const ddph_ctx *ctx, ddph_model *m)
               ddph_model_hook_name(m), line);
 }
 
+/* Collective: every rank's timeline, gathered on rank 0, which writes
+ * the trace (one time axis: each rank's clock from the earliest origin). */
+static ddph_status write_timeline(ddph_ctx *ctx, ddph_err *err)
+{
+    double first = ctx->timeline.origin;
+    ddph_status st = ctx->host.ops->allreduce(
+        ctx->host.self, ctx->host.ops->world(ctx->host.self), &first, 1,
+        DDPH_F64, DDPH_MIN, err);
+    if (st != DDPH_OK)
+        return st;
+    size_t len = 0;
+    char *mine = ddph__timeline_part(&ctx->timeline, ddph__rank(ctx), first,
+                                     &len);
+    if (!mine)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "trace: out of memory");
+    char *all = NULL;
+    size_t total = 0;
+    st = ctx->job.ops->gather_bytes(ctx->job.state, mine, len, &all, &total,
+                                    err);
+    free(mine);
+    if (st == DDPH_OK && ddph__rank(ctx) == 0)
+        st = ddph__timeline_write_parts(ctx->cfg.trace, all, total, err);
+    free(all);
+    return st;
+}
+
 ddph_status ddph_close(ddph_ctx *ctx)
 {
     if (!ctx)
         return DDPH_OK;
     ddph__exit_guard_disarm(ctx);
-    ddph_mpi *mpi = &ctx->mpi;
+    const ddph_backend_ops *job = ctx->job.ops;
+    int rank = ddph__rank(ctx);
     /* The peers wait for this step's collectives: tell them now rather
      * than let them wait for timeout_s. */
-    if (ctx->mpi_up && ctx->in_step && ctx->syncs && !ctx->waited) {
+    if (ctx->job_up && ctx->in_step && ctx->syncs && !ctx->waited) {
         char msg[256];
         snprintf(msg, sizeof msg,
                  "rank %d closed the job (ddph_close) in the middle of a "
                  "synchronising step",
-                 mpi->world.rank);
+                 rank);
         ddph__ctl_fail(ctx->control, DDPH_ERR_STATE, msg);
     }
     /* The peers learn that this rank does no more steps: one waiting on a
      * later step's collective fails at once instead of after timeout_s. */
-    if (ctx->mpi_up)
+    if (ctx->job_up)
         ddph__ctl_closing(ctx->control);
     /* Returns promptly even on a broken job: every collective then fails
      * at once. */
     ddph__reducer_stop(ctx);
-    int broken = ctx->mpi_up && ddph__ctl_broken(ctx->control);
-    if (ctx->timeline.enabled && ctx->mpi_up && !broken) {
+    int broken = ctx->job_up && ddph__ctl_broken(ctx->control);
+    if (ctx->timeline.enabled && ctx->job_up && !broken) {
         ddph_err e;
-        if (ddph__timeline_write(&ctx->timeline, mpi, ctx->cfg.trace, &e) !=
-            DDPH_OK)
+        if (write_timeline(ctx, &e) != DDPH_OK)
             ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
-        else if (mpi->world.rank == 0)
+        else if (rank == 0)
             ddph__log(&ctx->log, DDPH_LOG_INFO, "timeline written to %s",
                       ctx->cfg.trace);
     }
-    if (ctx->timeline.enabled && ctx->mpi_up && broken) {
+    if (ctx->timeline.enabled && ctx->job_up && broken) {
         /* When it is needed most: each rank's own events, alone. */
         ddph_err fault, e;
         ddph__ctl_fault(ctx->control, &fault);
-        if (ddph__timeline_write_failed(&ctx->timeline, mpi->world.rank,
+        if (ddph__timeline_write_failed(&ctx->timeline, rank,
                                         ctx->cfg.trace, fault.msg, &e) !=
             DDPH_OK)
             ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", e.msg);
@@ -214,7 +292,7 @@ ddph_status ddph_close(ddph_ctx *ctx)
             ddph__log(&ctx->log, DDPH_LOG_ERROR,
                       "the job failed: this rank's timeline written to "
                       "%s.rank%d",
-                      ctx->cfg.trace, mpi->world.rank);
+                      ctx->cfg.trace, rank);
     }
     /* A lane stuck in a hook (abandoned) may still use what it was
      * given: the timeline and the configuration stay. */
@@ -225,17 +303,17 @@ ddph_status ddph_close(ddph_ctx *ctx)
     /* ...and learns whether any rank's calls reported an error: the job's
      * outcome is what ddph_close returns on every rank. */
     ddph_status outcome = ctx->outcome;
-    if (ctx->mpi_up && !broken) {
+    if (ctx->job_up && !broken) {
         ddph_err e;
         int worst_rank;
-        broken = ddph__mpi_leave(mpi, ctx->outcome, &outcome, &worst_rank,
-                                 &e) != DDPH_OK;
+        broken = job->leave(ctx->job.state, ctx->outcome, &outcome,
+                            &worst_rank, &e) != DDPH_OK;
         if (!broken && outcome != DDPH_OK)
             ddph__log(&ctx->log, DDPH_LOG_ERROR,
                       "ddph_close: the job failed: rank %d reported %s "
                       "(its message is in that rank's log%s)",
                       worst_rank, ddph_status_name(outcome),
-                      worst_rank == mpi->world.rank ? ", above" : "");
+                      worst_rank == rank ? ", above" : "");
     }
     if (broken) {
         /* Collectives abandoned on the failure cannot be cancelled, and a
@@ -245,11 +323,11 @@ ddph_status ddph_close(ddph_ctx *ctx)
         ddph_err e;
         if (ctx->gpu)
             ctx->gpu_ops->finalize(ctx->gpu, 1);
-        ddph_status st = ddph__mpi_finalize(mpi, &e);
+        ddph_status st = job->close(ctx->job.state, &e);
         ddph__log(&ctx->log, DDPH_LOG_ERROR,
-                  "ddph_close: the job failed, so MPI is left unfinalized "
-                  "(exit non-zero): %s",
-                  e.msg);
+                  "ddph_close: the job failed, so the %s backend is left "
+                  "unfinalized (exit non-zero): %s",
+                  job->name, e.msg);
         if (!ctx->lanes_abandoned)
             ddph__config_free(&ctx->cfg);
         return st;
@@ -272,14 +350,14 @@ ddph_status ddph_close(ddph_ctx *ctx)
     if (ctx->gpu)
         ctx->gpu_ops->finalize(ctx->gpu, 0);
     ddph_status st = DDPH_OK;
-    if (ctx->mpi_up) {
+    if (ctx->job_up) {
         ddph_err e;
-        st = ddph__mpi_finalize(mpi, &e);
+        st = job->close(ctx->job.state, &e);
         if (st != DDPH_OK)
             ddph__log(&ctx->log, DDPH_LOG_ERROR,
-                      "ddph_close: the job failed, so MPI is left "
-                      "unfinalized (exit non-zero): %s",
-                      e.msg);
+                      "ddph_close: the job failed, so the %s backend is "
+                      "left unfinalized (exit non-zero): %s",
+                      job->name, e.msg);
     }
     ddph__config_free(&ctx->cfg);
     pthread_cond_destroy(&ctx->done);

@@ -12,13 +12,13 @@
 #include <ddphook/ddphook.h>
 #include <ddphook/plugin.h>
 
-#include "comm/backend_mpi.h"
-#include "comm/comm.h"
-#include "comm/gpu.h"
+#include "backends/backend.h"
+#include "backends/comm.h"
+#include "backends/gpu.h"
 #include "support/config.h"
 #include "plugin/hook.h"
 #include "support/log.h"
-#include "comm/timeline.h"
+#include "support/timeline.h"
 #include "support/util.h"
 
 typedef struct ddph_param {
@@ -80,8 +80,8 @@ struct ddph_model {
                            model in fingerprints and step agreements */
     ddph_rt_bucket *buckets;
     int nbuckets;
-    struct ddph_shared_segment *shared; /* the buckets' memory, on one
-                                           host (else each has its own) */
+    void *shared; /* the buckets' memory on one host (the backend's
+                     handle of it), or NULL: each has its own */
     int next_launch;    /* lowest bucket not yet launched this step */
     ddph_hook *hook;
     /* The hook as each lane sees it (lane_hooks[0] = hook); only lane 0
@@ -138,8 +138,13 @@ typedef struct ddph_lane {
 struct ddph_ctx {
     ddph_config cfg;
     ddph_logger log;
-    ddph_mpi mpi;
-    int mpi_up;
+    /* The job backend (backend.h), chosen once at open; job_up once it
+     * joined the ranks. */
+    ddph_backend job;
+    int job_up;
+    ddph_comm host;      /* its host collectives (the trainer's calls) */
+    int host_rank, host_size; /* this rank among the ranks of its host */
+    double timeout_s;
     ddph_gpu *gpu; /* backend = nccl: the GPU module's state, else NULL */
     const ddph_gpu_ops *gpu_ops; /* the module's table, with gpu */
     /* The hooks' collectives: MPI's, or the GPU module's with gpu; chosen

@@ -9,7 +9,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "comm/backend_mpi.h"
 
 /* The open contexts (one per job; a few for programs that open several).
  * Lock-free: the handler runs in whichever thread called exit(), perhaps
@@ -39,14 +38,14 @@ static void job_left_open(void)
         ddph__log(&ctx->log, DDPH_LOG_ERROR,
                   "%s: the job fails; exiting with status %d", msg,
                   DDPH__EXIT_JOB_LEFT_OPEN);
-        if (ctx->mpi_up)
+        if (ctx->job_up)
             ddph__ctl_fail(ctx->control, DDPH_ERR_STATE, msg);
         left = ctx;
     }
     if (!left)
         return;
-    if (left->mpi_up)
-        ddph__mpi_linger(&left->mpi, DDPH__EXIT_LINGER_S);
+    if (left->job_up)
+        left->job.ops->linger(left->job.state, DDPH__EXIT_LINGER_S);
     fflush(NULL);
     /* The status the trainer gave (0, often) would read as success. */
     _exit(DDPH__EXIT_JOB_LEFT_OPEN);

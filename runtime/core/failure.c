@@ -22,7 +22,7 @@ ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err)
     ddph__log(&ctx->log, DDPH_LOG_ERROR, "%s", ctx->error);
     /* A collective broke the job on this rank and no one told the peers
      * yet: they get this, the fullest message. */
-    if (ctx->mpi_up && ddph__ctl_broken(ctx->control))
+    if (ctx->job_up && ddph__ctl_broken(ctx->control))
         ddph__ctl_fail(ctx->control, st, ctx->error);
     return st;
 }
@@ -41,13 +41,13 @@ ddph_status ddph_abort(ddph_ctx *ctx, const char *reason)
 {
     if (!ctx || !reason)
         return DDPH_ERR_INVALID;
-    if (ctx->mpi_up && ddph__ctl_broken(ctx->control))
+    if (ctx->job_up && ddph__ctl_broken(ctx->control))
         return DDPH_OK; /* the first failure stays the job's */
     char msg[sizeof ctx->error];
     snprintf(msg, sizeof msg, "rank %d aborted the job: %s",
              ddph__rank(ctx), reason);
     /* The peers first: they may be waiting on this rank right now. */
-    if (ctx->mpi_up)
+    if (ctx->job_up)
         ddph__ctl_fail(ctx->control, DDPH_ERR_STATE, msg);
     ddph__ctx_failf(ctx, DDPH_ERR_STATE, "%s", msg);
     return DDPH_OK;

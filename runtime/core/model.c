@@ -11,7 +11,6 @@
 #include "core/context.h"
 #include "device/device.h"
 #include "core/replicas.h"
-#include "comm/shared_buckets.h"
 
 ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
                               ddph_model **out)
@@ -162,7 +161,7 @@ ddph_status ddph_model_set_bucket_callback(ddph_model *m,
                                m->name);
     /* GPU buckets come back on the communication stream, not by the time
      * the lane would call. */
-    if (fn && ctx->cfg.backend == DDPH_BACKEND_NCCL)
+    if (fn && ctx->gpu)
         return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
                                "model '%s': set_bucket_callback: host "
                                "buckets only (backend = nccl)",
@@ -291,20 +290,24 @@ static size_t padded(const ddph_rt_bucket *bk)
 static ddph_status share_buckets(ddph_model *m, ddph_err *err)
 {
     ddph_ctx *ctx = m->ctx;
-    int wanted = ctx->cfg.shared_buckets &&
-                 ctx->cfg.backend == DDPH_BACKEND_MPI;
+    const ddph_backend_ops *job = ctx->job.ops;
+    int wanted = ctx->cfg.shared_buckets && !ctx->gpu;
     size_t total = 0;
     for (int b = 0; b < m->nbuckets; b++) {
         const ddph_rt_bucket *bk = &m->buckets[b];
         wanted &= bk->device == DDPH_CPU;
         total += padded(bk);
     }
-    char why[256];
-    int failed;
-    ddph_status st = ddph__shared_open(&ctx->mpi, total, wanted, &m->shared,
-                                       why, sizeof why, &failed, err);
+    char why[256] = "the backend shares no memory";
+    int failed = 0;
+    ddph_shared_memory mem = {0};
+    ddph_status st = DDPH_OK;
+    if (job->shared_open)
+        st = job->shared_open(ctx->job.state, total, wanted, &mem, why,
+                              sizeof why, &failed, err);
     if (st != DDPH_OK)
         return st;
+    m->shared = mem.handle;
     if (!m->shared) {
         /* A full /dev/shm (a container's 64 MB) costs speed: say so once. */
         if (failed && ddph__rank(ctx) == 0)
@@ -320,7 +323,7 @@ static ddph_status share_buckets(ddph_model *m, ddph_err *err)
                           : "[runtime] shared_buckets = false");
         return DDPH_OK;
     }
-    char *at = ddph__shared_part(m->shared);
+    char *at = mem.part;
     for (int b = 0; b < m->nbuckets; b++) {
         ddph_rt_bucket *bk = &m->buckets[b];
         size_t es = ddph__dtype_size(bk->store_dtype);
@@ -625,7 +628,8 @@ void ddph__model_free(ddph_model *m)
         free(bk->message);
     }
     free(m->buckets);
-    ddph__shared_close(&m->ctx->mpi, m->shared);
+    if (m->shared)
+        m->ctx->job.ops->shared_close(m->ctx->job.state, m->shared);
     ddph__dev_free(DDPH_CUDA, m->gpu_nonfinite);
     for (int i = 0; i < m->nparams; i++) {
         free(m->params[i].name);

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "comm/backend_mpi.h"
 
 /* Parameters that take part: memory given, in host memory. */
 static int takes_part(const ddph_param *p)
@@ -26,7 +25,7 @@ int ddph__replicas_count(const ddph_model *m)
 
 ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err)
 {
-    ddph_mpi *mpi = &m->ctx->mpi;
+    ddph_ctx *ctx = m->ctx;
     /* The same parameters on every rank, or the broadcasts below would
      * pair up wrongly: a digest of which ones take part. */
     int64_t parts = 0, mix[2];
@@ -37,7 +36,8 @@ ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err)
     mix[1] = -parts;
     /* (Through a copy: an abandoned collective must not write into this
      * frame later.) */
-    ddph_status st = ddph__mpi_allreduce_i64(mpi, mix, 2, DDPH_MAX, err);
+    ddph_status st = ddph__ctl_allreduce_i64(ctx->control, mix, 2, DDPH_MAX,
+                                             err);
     if (st != DDPH_OK)
         return st;
     if (mix[0] != -mix[1])
@@ -49,9 +49,10 @@ ddph_status ddph__replicas_broadcast(ddph_model *m, int root, ddph_err *err)
     for (int i = 0; i < m->nparams && st == DDPH_OK; i++) {
         ddph_param *p = &m->params[i];
         if (takes_part(p))
-            st = ddph__mpi_broadcast(mpi, &mpi->trainer, p->data,
-                                     p->numel * ddph__dtype_size(p->dtype),
-                                     DDPH_U8, root, err);
+            st = ctx->host.ops->broadcast(
+                ctx->host.self, ctx->job.ops->trainer_group(ctx->job.state),
+                p->data, p->numel * ddph__dtype_size(p->dtype), DDPH_U8, root,
+                err);
     }
     if (st != DDPH_OK)
         ddph__err_prefix(err, "model '%s': broadcasting rank %d's parameters",
@@ -74,8 +75,8 @@ static uint32_t checksum(const unsigned char *data, size_t n)
 
 ddph_status ddph__replicas_check(ddph_model *m, ddph_err *err)
 {
-    ddph_mpi *mpi = &m->ctx->mpi;
-    int world = mpi->world.size, n = m->nparams;
+    ddph_ctx *ctx = m->ctx;
+    int world = ddph__size(ctx), n = m->nparams;
     int32_t *mine = calloc((size_t)n + 1, sizeof *mine);
     int32_t *all = calloc(((size_t)n + 1) * (size_t)world, sizeof *all);
     ddph_status st = mine && all ? DDPH_OK
@@ -88,10 +89,13 @@ ddph_status ddph__replicas_check(ddph_model *m, ddph_err *err)
             mine[i] = (int32_t)checksum(p->data, bytes);
     }
     if (st == DDPH_OK &&
-        (st = ddph__mpi_allgather(mpi, &mpi->trainer, mine, all,
-                                  (size_t)n + 1, DDPH_I32, "replica check",
-                                  err)) != DDPH_OK)
-        return st; /* abandoned: a late peer may still write into them */
+        (st = ctx->host.ops->allgather(
+             ctx->host.self, ctx->job.ops->trainer_group(ctx->job.state), mine,
+             all, (size_t)n + 1, DDPH_I32, err)) != DDPH_OK) {
+        /* abandoned: a late peer may still write into them */
+        ddph__err_prefix(err, "model '%s': replica check", m->name);
+        return st;
+    }
     for (int i = 0; i < n && st == DDPH_OK; i++) {
         char ranks[256] = "";
         size_t used = 0;

@@ -3,7 +3,7 @@
 
 #include "core/state_file.h"
 
-#include "plugin/safe_open.h"
+#include "support/safe_open.h"
 #include "support/safe_file.h"
 
 #include <dirent.h>

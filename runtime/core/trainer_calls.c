@@ -1,13 +1,12 @@
 /* trainer_calls.c: the everyday cross-rank calls of ddphook.h (barrier,
  * scalar reductions, broadcast), so that trainers need not call MPI.  They
- * run on the trainer's own communicator (backend_mpi.h), between steps. */
+ * run on the job backend's trainer group (backend.h), between steps. */
 #include "build-config.h"
 
 #include <stdint.h>
 
 #include <ddphook/ddphook.h>
 
-#include "comm/backend_mpi.h"
 #include "core/context.h"
 
 /* Refused inside a step; a failed job fails at once (in the helpers).
@@ -23,15 +22,23 @@ static ddph_status usable(ddph_ctx *ctx, const char *what, ddph_dtype dtype,
                                "%s between ddph_step_begin and ddph_step_end "
                                "(call it between steps, on every rank)",
                                what);
-    ddph__mpi_depart(&ctx->mpi, DDPH__DEPART_TRAINER_CALL, what);
+    ddph__ctl_depart(ctx->control, DDPH__DEPART_TRAINER_CALL, what);
     ddph_err e;
-    ddph_status st = ddph__mpi_trainer_call(&ctx->mpi, what, dtype, count, op,
-                                            root, &e);
+    const ddph_backend *job = &ctx->job;
+    ddph_status st = DDPH_OK;
+    if (job->ops->trainer_call)
+        st = job->ops->trainer_call(job->state, what, dtype, count, op, root,
+                                    &e);
     if (st != DDPH_OK) {
         ddph__err_prefix(&e, "%s (rank %d)", what, ddph__rank(ctx));
         return ddph__ctx_fail(ctx, st, &e);
     }
     return DDPH_OK;
+}
+
+static struct ddph_group *trainer_group(ddph_ctx *ctx)
+{
+    return ctx->job.ops->trainer_group(ctx->job.state);
 }
 
 ddph_status ddph_barrier(ddph_ctx *ctx)
@@ -41,8 +48,8 @@ ddph_status ddph_barrier(ddph_ctx *ctx)
     ddph_status st = usable(ctx, "ddph_barrier", DDPH_U8, 0, -1, -1);
     ddph_err e;
     if (st == DDPH_OK &&
-        (st = ddph__mpi_barrier(&ctx->mpi, &ctx->mpi.trainer, "ddph_barrier",
-                                &e)) != DDPH_OK)
+        (st = ctx->job.ops->barrier(ctx->job.state, trainer_group(ctx),
+                                    "ddph_barrier", &e)) != DDPH_OK)
         return ddph__ctx_fail(ctx, st, &e);
     return st;
 }
@@ -56,8 +63,9 @@ static ddph_status reduce_f64(ddph_ctx *ctx, double *values, int n,
     ddph_status st = usable(ctx, what, DDPH_F64, (size_t)n, (int)op, -1);
     ddph_err e;
     if (st == DDPH_OK &&
-        (st = ddph__mpi_allreduce(&ctx->mpi, &ctx->mpi.trainer, values,
-                                  (size_t)n, DDPH_F64, op, &e)) != DDPH_OK)
+        (st = ctx->host.ops->allreduce(ctx->host.self, trainer_group(ctx),
+                                       values, (size_t)n, DDPH_F64, op,
+                                       &e)) != DDPH_OK)
         return ddph__ctx_fail(ctx, st, &e);
     return st;
 }
@@ -88,8 +96,9 @@ ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root)
     ddph_status st = usable(ctx, "ddph_broadcast", DDPH_U8, bytes, -1, root);
     ddph_err e;
     if (st == DDPH_OK &&
-        (st = ddph__mpi_broadcast(&ctx->mpi, &ctx->mpi.trainer, data, bytes,
-                                  DDPH_U8, root, &e)) != DDPH_OK)
+        (st = ctx->host.ops->broadcast(ctx->host.self, trainer_group(ctx),
+                                       data, bytes, DDPH_U8, root, &e)) !=
+            DDPH_OK)
         return ddph__ctx_fail(ctx, st, &e);
     return st;
 }

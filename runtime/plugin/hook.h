@@ -9,13 +9,13 @@
 
 #include <ddphook/plugin.h>
 
-#include "comm/comm.h"
-#include "comm/gpu.h"
+#include "backends/comm.h"
+#include "backends/gpu.h"
 #include "support/config.h"
 #include "plugin/loader.h"
 #include "support/log.h"
 #include "plugin/options.h"
-#include "comm/timeline.h"
+#include "support/timeline.h"
 
 typedef struct ddph_hook {
     ddph_plugin *plugin;

@@ -19,7 +19,7 @@
 #include <zlib.h>
 
 #include "plugin/elf_check.h"
-#include "plugin/safe_open.h"
+#include "support/safe_open.h"
 #include "plugin/options.h"
 
 

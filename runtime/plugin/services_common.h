@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "comm/gpu.h"
+#include "backends/gpu.h"
 #include "plugin/hook.h"
 
 /* With backend = nccl every bucket is in GPU memory: the calls go to the

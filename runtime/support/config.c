@@ -80,11 +80,6 @@ int ddph__parse_real(const char *s, double *out)
     return 1;
 }
 
-const char *ddph__backend_name(ddph_backend b)
-{
-    return b == DDPH_BACKEND_NCCL ? "nccl" : "mpi";
-}
-
 const char *ddph__wrapper_name(ddph_wrapper w)
 {
     switch (w) {
@@ -481,14 +476,17 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
         return 1;
     }
     case K_BACKEND: {
-        ddph_backend *b = (ddph_backend *)(base + k->offset);
-        if (strcmp(value, ddph__backend_name(DDPH_BACKEND_MPI)) == 0)
-            *b = DDPH_BACKEND_MPI;
-        else if (strcmp(value, ddph__backend_name(DDPH_BACKEND_NCCL)) == 0)
-            *b = DDPH_BACKEND_NCCL;
-        else
-            return fail_at(ps, "[runtime] backend = '%s' is not mpi or nccl",
-                           value);
+        /* A name: which backends exist is the registry's to say, when
+         * the job opens (the message then names this line). */
+        char *b = base + k->offset;
+        size_t len = strspn(value, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (len == 0 || value[len] != '\0' || len >= sizeof ps->cfg->backend)
+            return fail_at(ps,
+                           "[runtime] backend = '%s' is not a backend's "
+                           "name (auto, mpi, nccl, ...: lower-case letters, "
+                           "digits and '_', at most %zu)",
+                           value, sizeof ps->cfg->backend - 1);
+        memcpy(b, value, len + 1);
         ps->cfg->backend_line = ps->line;
         return 1;
     }
@@ -743,7 +741,7 @@ static int dispatch(parse_state *ps, const char *section, const char *name,
 ddph_status ddph__config_defaults(ddph_config *cfg, ddph_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->backend = DDPH_BACKEND_MPI;
+    snprintf(cfg->backend, sizeof cfg->backend, "auto");
     cfg->bucket_cap_mb = DDPH_CAP_AUTO;
     cfg->first_bucket_cap_mb = DDPH_CAP_AUTO;
     cfg->timeout_s = DDPH__DEFAULT_TIMEOUT_S;

@@ -10,8 +10,6 @@
 
 #include "support/util.h"
 
-typedef enum { DDPH_BACKEND_MPI = 0, DDPH_BACKEND_NCCL = 1 } ddph_backend;
-
 /* wrapper = none | fp16 | bf16 */
 typedef enum {
     DDPH_WRAP_NONE = 0,
@@ -70,7 +68,9 @@ typedef struct ddph_config {
     char *path; /* "(defaults)" when no file */
 
     /* [runtime] */
-    ddph_backend backend;
+    /* A backend's name (the registry, backends/registry.c, knows which
+     * exist), or "auto": the launcher's. */
+    char backend[32];
     int backend_line; /* 0 = default */
     double bucket_cap_mb;       /* MiB, or DDPH_CAP_AUTO */
     double first_bucket_cap_mb; /* MiB, or DDPH_CAP_AUTO */
@@ -145,9 +145,6 @@ const ddph_model_section *ddph__config_model(const ddph_config *cfg,
 /* Writes the resolved configuration as an INI (defaults filled in). */
 void ddph__config_print(const ddph_config *cfg, FILE *out);
 
-/* [runtime] backend's value for b, as the job file spells it (a running
- * context names its backend by its table's name, comm.h). */
-const char *ddph__backend_name(ddph_backend b);
 const char *ddph__wrapper_name(ddph_wrapper w);
 
 /* Value parsers shared with plugin/options.c; 1 on success. */

@@ -9,7 +9,8 @@
 #define AT(field) offsetof(ddph_config, field)
 const key_spec ddph__config_keys[] = {
     {.section = "runtime", .key = "backend", .type = K_BACKEND,
-     .offset = AT(backend), .doc = "mpi | nccl"},
+     .offset = AT(backend),
+     .doc = "auto (the launcher's) | mpi | nccl | a backend module"},
     {.section = "runtime", .key = "bucket_cap_mb", .type = K_REAL,
      .offset = AT(bucket_cap_mb), .min = DDPH_CAP_MIN_MB, .max = DDPH_CAP_MAX_MB,
      .auto_ok = 1, .doc = "bucket size limit in MiB after the first bucket, or auto"},

@@ -65,7 +65,7 @@ void ddph__config_print(const ddph_config *cfg, FILE *out)
             fputs(*(char *const *)(base + k->offset), out);
             break;
         case K_BACKEND:
-            fputs(ddph__backend_name(cfg->backend), out);
+            fputs(cfg->backend, out);
             break;
         case K_WRAPPER:
             fputs(ddph__wrapper_name(cfg->wrapper), out);

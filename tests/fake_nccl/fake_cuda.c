@@ -23,7 +23,7 @@
 
 #include <ddphook/plugin.h>
 
-#include "comm/nccl/cuda_ops.h"
+#include "backends/nccl/cuda_ops.h"
 
 pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t fake_cv = PTHREAD_COND_INITIALIZER;

@@ -229,7 +229,7 @@ build_here() {
     DEVICE_OPS=$PWD/tests/gpu/test_device_ops PROBE=$PWD/tests/gpu/nccl_probe
     TRAINER=$PWD/examples/gpu_trainer PLUGINS=$PWD/plugins/.libs
     LSGD=$PWD/tests/gpu/.libs/post_localsgd.so
-    DDPH_BACKEND_DIR=$PWD/runtime/comm/nccl/.libs; export DDPH_BACKEND_DIR
+    DDPH_BACKEND_DIR=$PWD/runtime/backends/nccl/.libs; export DDPH_BACKEND_DIR
 }
 
 # The programs: from the kit, or built here.

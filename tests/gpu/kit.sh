@@ -69,7 +69,7 @@ cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so "$kit/lib/"
 cp -L plugins/.libs/*.so "$kit/plugins/"
 # The GPU backend module, found through DDPH_BACKEND_DIR (run.sh sets it).
 mkdir -p "$kit/backends"
-cp -L runtime/comm/nccl/.libs/nccl.so "$kit/backends/"
+cp -L runtime/backends/nccl/.libs/nccl.so "$kit/backends/"
 
 # Every library they load, except CUDA's and those any Linux has.  NCCL
 # is no part of the toolkit, and a machine with only the driver and the

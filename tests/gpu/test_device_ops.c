@@ -1,5 +1,5 @@
 /* test_device_ops.c: every CUDA device operation of the nccl backend
- * (runtime/comm/nccl/cuda_ops.cu) against its CPU twin, on inputs that
+ * (runtime/backends/nccl/cuda_ops.cu) against its CPU twin, on inputs that
  * reach the edges: NaN, +-Inf, subnormals, values that overflow the half
  * types, a divisor of 3 and scales other than 1, top-k ties, Gram-Schmidt
  * with near-zero columns, and n above 65535 x 256 so that every
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/nccl/cuda_ops.h"
+#include "backends/nccl/cuda_ops.h"
 #include "device/cpu_ops.h"
 #include "device/sign_ops.h"
 #include "device/sparse_ops.h"
