@@ -8,10 +8,9 @@
  *   mpi_types.c        dtypes and reduction ops in MPI terms (f16/bf16 as
  *                      user-defined operations)
  *   mpi_init.c         initialisation, lanes, agreement, leaving, finalize
- *   mpi_ring.c         the runtime's ring allreduce (half types, and f32
- *                      between hosts of one rank each)
- *   mpi_allreduce.c    the allreduce: in shared memory, by the ring or by
- *                      MPI (above shared_buckets.c, which uses the others)
+ *   mpi_allreduce.c    the allreduce: in shared memory, by the runtime's
+ *                      ring (half types, and f32 between hosts of one rank
+ *                      each) or by MPI
  *   mpi_collectives.c  the hooks' collectives as comm.h's table (the other
  *                      blocking ones here)
  *   mpi_small.c        the runtime's own small collectives
@@ -117,11 +116,6 @@ int ddph__mpi_valid(ddph_dtype t, ddph_redop op);
 /* The f16/bf16 type and operations, made at init and freed at finalize. */
 void ddph__mpi_types_init(ddph_mpi *m);
 void ddph__mpi_types_free(ddph_mpi *m);
-
-/* ---- mpi_ring.c ---- */
-ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, ddph_mpi_group *g,
-                                     void *buf, size_t count,
-                                     ddph_dtype dtype, ddph_err *err);
 
 /* ---- mpi_fingerprint.c ---- */
 /* Checks this thread's pending fingerprint exchange while `waiting` (the
