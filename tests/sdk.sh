@@ -218,6 +218,8 @@ refuse_sweep() {
 }
 refuse_sweep "ef_sign dropping the last element of odd buckets" \
     "error feedback" "$FK/ef_sign_drop_odd.so" --only error-feedback
+refuse_sweep "ef_sign dropping the last element of odd buckets, training" \
+    "trains" "$FK/ef_sign_drop_odd.so" --only trains
 refuse_sweep "ef_sign claiming error feedback, keeping none (random rounding)" \
     "error feedback" "$FK/ef_sign_dither.so" --only error-feedback
 refuse_sweep "ef_sign dividing by a power of two, not W" "trains" \
