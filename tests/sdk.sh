@@ -129,6 +129,7 @@ for n in 1 2 4; do
     done
     conform "$n" "$OUT/template/my_hook.so"
     conform "$n" "$OUT/template/ef_signs.so"
+    conform "$n" "$OUT/template/qsgd.so"
 done
 for n in 2 4; do
     conform "$n" "$P/topk.so" --option ratio=1
