@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/backend_mpi.h"
 #include "device/device_ops.h"
 #include "device/quant_ops.h"
 #include "plugin/services.h"
+#include "fake_comm.h"
 #include "unit.h"
 
 /* The definitions, one element at a time, as plugin.h states them. */
@@ -224,9 +224,9 @@ START_TEST(codes_pack_and_unpack_on_every_path)
 }
 END_TEST
 
-/* A hook instance of one rank with no communicator behind it. */
+/* A hook instance of one rank over the tests' fake communicator. */
 typedef struct fixture {
-    ddph_mpi mpi;
+    fake_world *world;
     ddph_hook hook;
 } fixture;
 
@@ -234,8 +234,9 @@ START_TEST(services_check_and_refuse)
 {
     fixture f;
     memset(&f, 0, sizeof f);
-    f.mpi.world.size = 1;
-    f.hook.comm = ddph__mpi_comm(&f.mpi);
+    f.world = fake_world_new(1);
+    ck_assert_ptr_nonnull(f.world);
+    f.hook.comm = fake_comm(f.world, 0);
     static char model[] = "unit";
     f.hook.model = model;
     ddph__services_init(&f.hook);
@@ -275,6 +276,7 @@ START_TEST(services_check_and_refuse)
     ck_assert_int_eq(s->pack_bits(s, q, 5, 4, packed), DDPH_ERR_UNSUPPORTED);
     ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 0.0f, y),
                      DDPH_ERR_UNSUPPORTED);
+    fake_world_free(f.world);
 }
 END_TEST
 
