@@ -107,9 +107,9 @@ plan_conditions plan_conditions_now(void)
     return at;
 }
 
-int plan_conditions_busy(plan_conditions at)
+int plan_conditions_busy(plan_conditions at, double busy_load)
 {
-    return at.load > PLAN_BUSY_LOAD * (at.cpus > 0 ? at.cpus : 1);
+    return at.load >= 0 && at.load >= busy_load * (at.cpus > 0 ? at.cpus : 1);
 }
 
 /* LOAD CPUS of a line: a load in [0, 1e6] (-1: unknown), CPUs >= 1. */
