@@ -26,6 +26,7 @@
 #include "bench_common.h"
 #include "comm/backend_mpi.h"
 #include "commands.h"
+#include "gpu_profile.h"
 #include "plan_args.h"
 #include "plan_calib.h"
 #include "plan_calibrate.h"
@@ -311,6 +312,32 @@ static int split_hooks(const char *list, char names[][128], int *n)
     return 1;
 }
 
+/* Where each hook's arithmetic comes from: the GPU profile's own figure,
+ * this machine's calibration (scaled to the device), or none. */
+static void say_arithmetic(const plan_args *a, const preset_device *dev,
+                           const gpu_profile *prof, char names[][128], int n,
+                           int ncal)
+{
+    if (prof) {
+        printf("hook arithmetic: as --device-profile %s measured it (%s, one "
+               "rank) for", a->device_profile, prof->device);
+        int listed = 0;
+        for (int i = 0; i < n; i++)
+            if (plan_profile_hook(prof, names[i], 1) >= 0)
+                printf("%s %s", listed++ ? "," : "", names[i]);
+        printf("%s\n", listed ? "" : " none (its figures are from more than "
+                                     "one rank, or of other hooks)");
+    }
+    if (!prof || ncal > 0)
+        printf("hook arithmetic%s: %s%s%s\n", prof ? " of the others" : "",
+               a->no_calibration ? "taken as 0 (--no-calibration)"
+                                 : "measured on this machine at one rank",
+               dev && !a->no_calibration
+                   ? ", scaled to the memory bandwidth of "
+                   : "",
+               dev && !a->no_calibration ? dev->label : "");
+}
+
 static int plan_model_run(plan_args *a)
 {
     char names[MAX_HOOKS][128];
@@ -330,6 +357,31 @@ static int plan_model_run(plan_args *a)
         goto out;
     }
     const preset_device *dev = preset_device_find(a->device);
+    gpu_profile prof;
+    preset_device measured;
+    char measured_label[512];
+    int have_prof = 0;
+    if (a->device_profile) {
+        char msg[DDPH__ERR_LEN + 300];
+        if (!dev) {
+            fprintf(stderr, "ddphook plan: --device-profile measures a GPU: "
+                            "give a GPU --device (v100, a100, h100) for the "
+                            "matrix rates it does not measure, not cpu\n");
+            rc = 2;
+            goto out;
+        }
+        if (!gpu_profile_load(a->device_profile, &prof, msg, sizeof msg)) {
+            fprintf(stderr, "ddphook plan: --device-profile: %s\n", msg);
+            rc = 2;
+            goto out;
+        }
+        plan_device_measured(dev, &prof, &measured, measured_label,
+                             sizeof measured_label);
+        if (!a->intra_set)
+            a->cluster.intra_bw = measured.nvlink_bw;
+        dev = &measured;
+        have_prof = 1;
+    }
     char compute_how[512] = "given (--compute)";
     if (a->compute < 0) {
         plan_step_inputs in = {a->trace || a->shapes ? NULL : a->model,
@@ -344,9 +396,15 @@ static int plan_model_run(plan_args *a)
             goto out;
         }
     }
+    /* The hooks the profile measured need no calibration. */
+    char cal_names[MAX_HOOKS][128];
+    int ncal = 0;
+    for (int i = 0; i < nnames; i++)
+        if (!have_prof || plan_profile_hook(&prof, names[i], 1) < 0)
+            memcpy(cal_names[ncal++], names[i], sizeof names[i]);
     uint64_t key = plan_calibration_key(a, &l);
-    if (!a->no_calibration &&
-        !plan_calibrate(a, &l, names, nnames, &cal, key))
+    if (!a->no_calibration && ncal > 0 &&
+        !plan_calibrate(a, &l, cal_names, ncal, &cal, key))
         goto out;
     MPI_Initialized(&inited);
     if (!inited)
@@ -371,6 +429,8 @@ static int plan_model_run(plan_args *a)
         arith_scale = plan_device_add(dev) / cal.add_f32;
         k.add_f32 = k.add_half = plan_device_add(dev);
     }
+    if (have_prof) /* the device's sums as measured */
+        k.add_f32 = k.add_half = plan_device_add(dev);
     if (!(m = plan_model_new(&k))) {
         fprintf(stderr, "ddphook plan: out of memory\n");
         goto out;
@@ -392,14 +452,9 @@ static int plan_model_run(plan_args *a)
            k.nccl ? "NCCL's" : "MPICH 4.0's and the runtime's");
     printf("step: compute %.4g s, %s; backward %.0f%% of it, overlapping\n",
            a->compute, compute_how, a->backward_share * 100);
-    printf("hook arithmetic: %s%s%s\n",
-           a->no_calibration ? "taken as 0 (--no-calibration)"
-                             : "measured on this machine at one rank",
-           dev && !a->no_calibration ? ", scaled to the memory bandwidth of "
-                                     : "",
-           dev && !a->no_calibration ? dev->label : "");
+    say_arithmetic(a, dev, have_prof ? &prof : NULL, names, nnames, ncal);
     if (!a->no_calibration)
-        plan_say_conditions(a, &cal, names, nnames, key);
+        plan_say_conditions(a, &cal, cal_names, ncal, key);
     printf("\n%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
            "link/host", "comm s", "arith s", "step s", "x allreduce");
     if (a->csv && !(csv = open_memstream(&csv_text, &csv_len))) {
@@ -416,7 +471,11 @@ static int plan_model_run(plan_args *a)
     for (int i = 0; i < nnames; i++) {
         const plan_calib_hook *c =
             a->no_calibration ? NULL : plan_calib_find(&cal, names[i], key);
-        p[i] = predict(m, a, &l, &rec[i], c ? c->seconds * arith_scale : 0,
+        double gpu = have_prof ? plan_profile_hook(&prof, names[i],
+                                                   (double)l.numel * 4)
+                               : -1;
+        p[i] = predict(m, a, &l, &rec[i],
+                       gpu >= 0 ? gpu : c ? c->seconds * arith_scale : 0,
                        cal.have_machine ? cal.scatter * arith_scale : 0);
         if (strcmp(names[i], "allreduce") == 0)
             reference = p[i].step_s;

@@ -21,6 +21,9 @@
 #    --compute; a lossy hook 1% faster is not recommended (ResNet-50 on
 #    8 x 8 ranks, 100 Gbit/s, 0.2 s of compute);
 #  - the PowerSGD paper's ResNet-18 row (1.30x a batch) within 25%;
+#  - a GPU profile (`bench gpu --profile`, written by hand) gives the
+#    arithmetic of the hooks it measured and the device's bandwidth; a
+#    hostile or malformed one is refused at its line;
 #  - bad arguments, shapes files and calibration files fail with clear
 #    messages; a calibration file round-trips, read back without
 #    measuring again, hook by hook with progress; a busy machine's
@@ -167,6 +170,61 @@ if awk -F, '$1 == "powersgd" { r = $7 } END { exit !(r >= 1.30 * 0.75 && r <= 1.
 else
     no "ResNet-18 published row:"; sed 's/^/    /' r18.txt r18.csv
 fi
+
+# A GPU as `ddphook bench gpu --profile` measured it (written by hand:
+# no GPU here): the hooks it measured at one rank take its figures, the
+# sums its memory bandwidth; a profile of 4 GPUs of one host gives the
+# rate between them.
+cat >gpu.prof <<'PROF'
+ddphook-gpu-profile 1
+device TEST GPU 80GB
+ranks 1 1
+mib 64
+copy 1.5e12
+cast f32_to_f16 2.5e-12
+cast f16_to_f32 2.5e-12
+cast f32_to_bf16 2.5e-12
+cast bf16_to_f32 2.5e-12
+allreduce 7.5e11
+hook allreduce 2e-12
+hook fp16 3e-12
+end 2
+PROF
+plan --model gpt-example --no-calibration --plugin-path "$P" --hooks allreduce,fp16,powersgd \
+    --device-profile gpu.prof --link-bandwidth 1gbit --csv prof.csv >prof.txt 2>&1
+if grep -q "as --device-profile gpu.prof measured it (TEST GPU 80GB, one rank) for allreduce, fp16$" prof.txt &&
+        grep -q "on TEST GPU 80GB as measured (memory 1500 GB/s), A100 SXM 80GB's matrix rates" prof.txt &&
+        grep -q "hook arithmetic of the others: taken as 0" prof.txt; then
+    ok "a GPU profile's figures are used, and said so"
+else
+    no "GPU profile:"; sed 's/^/    /' prof.txt
+fi
+near "allreduce's arithmetic from the profile" \
+    "$(awk -F, '$1 == "allreduce" { print $5 }' prof.csv)" \
+    "$(awk -v n="$numel" 'BEGIN { printf "%.12g", 2e-12 * 4 * n }')"
+near "fp16's arithmetic from the profile" \
+    "$(awk -F, '$1 == "fp16" { print $5 }' prof.csv)" \
+    "$(awk -v n="$numel" 'BEGIN { printf "%.12g", 3e-12 * 4 * n }')"
+sed 's/^ranks 1 1$/ranks 4 4/; s/^allreduce .*/allreduce 2e11/' gpu.prof >four.prof
+plan --model gpt-example --no-calibration --plugin-path "$P" --hooks allreduce \
+    --device-profile four.prof --hosts 1 --ranks-per-host 4 >four.txt 2>&1
+if grep -q "within a host 1600 Gbit/s" four.txt && grep -q "for none (its figures are from more than one rank" four.txt; then
+    ok "a profile of 4 GPUs of a host: the rate between them, no hook figures"
+else
+    no "four-GPU profile:"; sed 's/^/    /' four.txt
+fi
+expect "a profile with --device cpu" "give a GPU --device" \
+    plan --model gpt-example --no-calibration --plugin-path "$P" --device cpu --compute 1s --device-profile gpu.prof
+sed 's/^copy .*/copy nan/' gpu.prof >nan.prof
+expect "a NaN in a profile" "nan.prof:5: want: copy BYTES_PER_S" \
+    plan --model gpt-example --no-calibration --plugin-path "$P" --device-profile nan.prof
+sed '$d' gpu.prof >short.prof
+expect "a truncated profile" "short.prof:13: no end line: truncated" \
+    plan --model gpt-example --no-calibration --plugin-path "$P" --device-profile short.prof
+expect "a CSV as a profile" "gpt.csv:1: not a GPU profile" \
+    plan --model gpt-example --no-calibration --plugin-path "$P" --device-profile "$OUT/gpt.csv"
+expect "a folder as a profile" "$OUT" \
+    plan --model gpt-example --no-calibration --plugin-path "$P" --device-profile "$OUT"
 
 # Arguments.
 expect "a bad rate" "a rate like" plan --collective allreduce:1 --link-bandwidth 10parsecs
