@@ -4,7 +4,6 @@
 
 #include "gpu_profile.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +11,7 @@
 
 #include <ddphook/ddphook.h>
 
-#include "support/safe_file.h"
+#include "text_file.h"
 
 #define MAGIC "ddphook-gpu-profile 1"
 #define MAX_FILE_BYTES ((size_t)1 << 16)
@@ -24,30 +23,6 @@ const char *const gpu_profile_casts[GPU_PROFILE_CASTS] = {
  * read last. */
 enum { L_DEVICE, L_RANKS, L_MIB, L_COPY, L_CAST, L_ALLREDUCE, L_HOOK, L_END };
 
-/* A finite number in [lo, hi], the whole word. */
-static int number(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
-        return 0;
-    *out = v;
-    return 1;
-}
-
-static int hook_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof ((gpu_profile_hook *)0)->name)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-              (*s >= '0' && *s <= '9') || strchr("._/-", *s)))
-            return 0;
-    return 1;
-}
-
 const gpu_profile_hook *gpu_profile_find(const gpu_profile *p,
                                          const char *name)
 {
@@ -57,10 +32,18 @@ const gpu_profile_hook *gpu_profile_find(const gpu_profile *p,
     return NULL;
 }
 
-/* One line after the first; *last is the kind read before it. */
-static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
-                      char *why, size_t cap)
+typedef struct reading {
+    gpu_profile *p;
+    int last;  /* the kind of the line read last */
+    int casts; /* cast lines read */
+} reading;
+
+/* One line after the first. */
+static int parse_line(void *ctx, char *line, char *why, size_t cap)
 {
+    reading *r = ctx;
+    gpu_profile *p = r->p;
+    int *last = &r->last, *casts = &r->casts;
     char *rest = strchr(line, ' ');
     if (rest)
         *rest++ = '\0';
@@ -107,7 +90,7 @@ static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
     double x, y;
     switch (kind) {
     case L_RANKS:
-        if (extra || !number(a, 1, 1e7, &x) || !number(b, 1, 1e7, &y) ||
+        if (extra || !text_number(a, 1, 1e7, &x) || !text_number(b, 1, 1e7, &y) ||
             x != floor(x) || y != floor(y) || y > x || fmod(x, y) != 0) {
             snprintf(why, cap, "want: ranks W PER_HOST (whole numbers, "
                      "PER_HOST dividing W)");
@@ -117,14 +100,14 @@ static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
         p->per_host = (int)y;
         return 1;
     case L_MIB:
-        if (b || !number(a, 1, 1 << 20, &p->mib)) {
+        if (b || !text_number(a, 1, 1 << 20, &p->mib)) {
             snprintf(why, cap, "want: mib N (in [1, 1048576])");
             return 0;
         }
         return 1;
     case L_COPY:
     case L_ALLREDUCE:
-        if (b || !number(a, 1e6, 1e15, &x)) {
+        if (b || !text_number(a, 1e6, 1e15, &x)) {
             snprintf(why, cap, "want: %s BYTES_PER_S (in [1e6, 1e15])",
                      kinds[kind]);
             return 0;
@@ -135,7 +118,7 @@ static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
     case L_CAST:
         if (extra || !a || *casts >= GPU_PROFILE_CASTS ||
             strcmp(a, gpu_profile_casts[*casts]) != 0 ||
-            !number(b, 1e-15, 1, &x)) {
+            !text_number(b, 1e-15, 1, &x)) {
             snprintf(why, cap, "want: cast %s SECONDS_PER_ELEMENT (in "
                      "[1e-15, 1])",
                      *casts < GPU_PROFILE_CASTS ? gpu_profile_casts[*casts]
@@ -145,7 +128,7 @@ static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
         p->cast_seconds[(*casts)++] = x;
         return 1;
     case L_HOOK:
-        if (extra || !a || !hook_name_ok(a) || !number(b, 1e-15, 1, &x)) {
+        if (extra || !a || !text_hook_name_ok(a, sizeof p->hooks[0].name) || !text_number(b, 1e-15, 1, &x)) {
             snprintf(why, cap, "want: hook NAME SECONDS_PER_BYTE (a hook "
                      "name, seconds in [1e-15, 1])");
             return 0;
@@ -162,7 +145,7 @@ static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
         p->hooks[p->nhooks++].seconds_per_byte = x;
         return 1;
     default: /* L_END */
-        if (b || !number(a, 0, GPU_PROFILE_MAX_HOOKS, &x) || x != p->nhooks) {
+        if (b || !text_number(a, 0, GPU_PROFILE_MAX_HOOKS, &x) || x != p->nhooks) {
             snprintf(why, cap, "the end line counts %s hook lines where the "
                      "file has %d", a ? a : "no", p->nhooks);
             return 0;
@@ -171,52 +154,22 @@ static int parse_line(gpu_profile *p, char *line, int *last, int *casts,
     }
 }
 
+static int complete(void *ctx, char *why, size_t cap)
+{
+    if (((reading *)ctx)->last == L_END)
+        return 1;
+    snprintf(why, cap, "no end line: truncated");
+    return 0;
+}
+
 int gpu_profile_load(const char *path, gpu_profile *p, char *msg, size_t cap)
 {
     memset(p, 0, sizeof *p);
-    unsigned char *data = NULL;
-    size_t len = 0;
-    ddph_err e;
-    if (ddph__file_read_regular(path, MAX_FILE_BYTES, "a GPU profile's limit",
-                                &data, &len, &e) != DDPH_OK) {
-        snprintf(msg, cap, "%s", e.msg);
-        return 0;
-    }
-    int ok = 1, lineno = 0, last = -1, casts = 0;
-    char why[200] = "";
-    if (memchr(data, '\0', len)) {
-        snprintf(why, sizeof why, "a NUL byte: not a GPU profile");
-        ok = 0;
-    }
-    char *at = (char *)data, *stop = at + len;
-    while (ok && at < stop) {
-        char *nl = memchr(at, '\n', (size_t)(stop - at));
-        lineno++;
-        if (!nl) {
-            snprintf(why, sizeof why, "no newline at the end: truncated");
-            ok = 0;
-            break;
-        }
-        *nl = '\0';
-        if (lineno == 1 && strcmp(at, MAGIC) != 0) {
-            snprintf(why, sizeof why, "not a GPU profile (its first line is "
-                     "not '%s': write one with `ddphook bench gpu --profile "
-                     "FILE`)", MAGIC);
-            ok = 0;
-        } else if (lineno > 1) {
-            ok = parse_line(p, at, &last, &casts, why, sizeof why);
-        }
-        at = nl + 1;
-    }
-    if (ok && last != L_END) {
-        snprintf(why, sizeof why, "no end line: truncated");
-        lineno++;
-        ok = 0;
-    }
-    free(data);
-    if (!ok)
-        snprintf(msg, cap, "%s:%d: %s", path, lineno, why);
-    return ok;
+    reading r = {p, -1, 0};
+    return text_file_read(path, MAX_FILE_BYTES, "GPU profile", MAGIC,
+                          ": write one with `ddphook bench gpu --profile "
+                          "FILE`",
+                          parse_line, complete, &r, msg, cap);
 }
 
 int gpu_profile_save(const char *path, const gpu_profile *p, char *msg,
@@ -238,16 +191,5 @@ int gpu_profile_save(const char *path, const gpu_profile *p, char *msg,
         fprintf(f, "hook %s %.17g\n", p->hooks[i].name,
                 p->hooks[i].seconds_per_byte);
     fprintf(f, "end %d\n", p->nhooks);
-    if (fclose(f) != 0) {
-        free(text);
-        snprintf(msg, cap, "out of memory");
-        return 0;
-    }
-    ddph_err e;
-    int ok = ddph__file_write_atomic(path, text, len, "GPU profile", &e) ==
-             DDPH_OK;
-    if (!ok)
-        snprintf(msg, cap, "%s", e.msg);
-    free(text);
-    return ok;
+    return text_file_commit(f, &text, &len, path, "GPU profile", msg, cap);
 }
