@@ -74,7 +74,8 @@ static const char bench_usage[] =
     "             x memcpy = memcpy time / op time, median of R (default 7)\n"
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
     "             batched_powersgd,topk,int8) on the gradients of a model preset\n"
-    "             (gpt2-124m, resnet50, resnet18-cifar, gpt-example, mlp;\n"
+    "             (gpt2-124m, resnet50, resnet18-cifar, lstm-wikitext2, gpt-example,\n"
+    "             mlp;\n"
     "             default resnet50),\n"
     "             of the parameters of a gradient trace, of a shapes file\n"
     "             (lines of NAME D0 [D1 ...], as `bench shapes` prints), or\n"
@@ -472,7 +473,7 @@ static int bench_shapes(hook_bench *hb, int rank, preset_param **out, int *np,
     } else if (!preset_load(hb->model, &pp, np)) {
         if (rank == 0)
             fprintf(stderr, "ddphook bench: unknown model '%s' (gpt2-124m, "
-                            "resnet50, resnet18-cifar, gpt-example, mlp)\n",
+                            "resnet50, resnet18-cifar, lstm-wikitext2, gpt-example, mlp)\n",
                     hb->model);
         return 2;
     } else {
@@ -632,7 +633,7 @@ static int print_shapes(const char *model)
     int n;
     if (!preset_load(model, &p, &n)) {
         fprintf(stderr, "ddphook bench shapes: unknown model '%s' (gpt2-124m, "
-                        "resnet50, resnet18-cifar, gpt-example, mlp)\n",
+                        "resnet50, resnet18-cifar, lstm-wikitext2, gpt-example, mlp)\n",
                 model);
         return 2;
     }

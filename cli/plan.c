@@ -61,7 +61,7 @@ static int load_params(const plan_args *a, plan_layout *l)
         snprintf(l->label, sizeof l->label, "shapes %s", a->shapes);
     } else if (!preset_load(a->model, &l->params, &l->nparams)) {
         fprintf(stderr, "ddphook plan: unknown model '%s' (gpt2-124m, "
-                        "resnet50, resnet18-cifar, gpt-example, mlp)\n",
+                        "resnet50, resnet18-cifar, lstm-wikitext2, gpt-example, mlp)\n",
                 a->model);
         return 0;
     } else {
@@ -518,12 +518,15 @@ static int plan_model_run(plan_args *a)
     }
     printf("not modelled: congestion and other jobs on the links, "
            "stragglers, the network's topology beyond one switch, NIC "
-           "offloads, %s, the hooks' GPU kernels (CPU figures scaled by "
-           "memory bandwidth), and whether a compressing hook needs more "
+           "offloads, %s, %s, and whether a compressing hook needs more "
            "steps to reach the same loss\n",
            k.nccl ? "NCCL's own tuning tables and protocols (its ring and "
                     "tree are priced by their steps)"
-                  : "NCCL (collectives are priced as MPICH 4.0 runs them)");
+                  : "NCCL (collectives are priced as MPICH 4.0 runs them)",
+           have_prof ? "the hooks' GPU kernels on the model's own shapes "
+                       "(the profile's, on one matrix, scaled by bytes)"
+                     : "the hooks' GPU kernels (CPU figures scaled by "
+                       "memory bandwidth)");
     if (csv) {
         int closed = fclose(csv) == 0;
         csv = NULL;

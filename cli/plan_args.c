@@ -37,6 +37,7 @@ static const char plan_usage[] =
     "\n"
     "The model (one of):\n"
     "  --model NAME           a preset: gpt2-124m, resnet50, resnet18-cifar,\n"
+    "                         lstm-wikitext2 (the PowerSGD paper's LSTM),\n"
     "                         gpt-example (examples/train_gpt), mlp\n"
     "                         (default gpt2-124m)\n"
     "  --shapes FILE          a parameter a line, NAME D0 [D1 ...], in\n"
