@@ -26,7 +26,10 @@
 #include "bench_common.h"
 #include "backends/mpi/backend_mpi.h"
 #include "commands.h"
+#include "gpu_profile.h"
+#include "plan_args.h"
 #include "plan_calib.h"
+#include "plan_calibrate.h"
 #include "plan_hooks.h"
 #include "plan_model.h"
 #include "plan_step.h"
@@ -35,207 +38,10 @@
 #include "support/safe_file.h"
 #include "support/util.h"
 
-#define ALL_HOOKS "allreduce,fp16,bf16,powersgd,batched_powersgd,topk,int8"
-#define MAX_HOOKS 16
-
-static const char plan_usage[] =
-    "usage: ddphook plan [--model NAME | --shapes FILE | --trace DIR]\n"
-    "           [--hosts H] [--ranks-per-host R] [--link-bandwidth RATE]\n"
-    "           [--link-latency TIME] [--intra-bandwidth RATE]\n"
-    "           [--intra-latency TIME] [--efficiency F] [--compute TIME]\n"
-    "           [--device NAME] [--batch N] [--f32] [--utilization F]\n"
-    "           [--collectives nccl|mpich]\n"
-    "           [--backward-share F] [--job JOB.ini] [--bucket-cap-mb X]\n"
-    "           [--first-bucket-cap-mb X] [--hooks LIST] [--rank R]\n"
-    "           [--option NAME.KEY=VALUE]... [--calibration FILE]\n"
-    "           [--recalibrate | --no-calibration] [--calibration-repeats N]\n"
-    "           [--plugin-path DIRS] [--csv FILE]\n"
-    "       ddphook plan --collective KIND:BYTES [cluster options] [--csv FILE]\n"
-    "\n"
-    "Predicts, for each hook, the time of a training step and the bytes each\n"
-    "rank sends, for a model on a cluster described by the options, and\n"
-    "recommends the fastest hook with its speed-up over allreduce.  The\n"
-    "figures are predictions of a cost model (docs/plan.md says what it\n"
-    "leaves out: congestion, stragglers, topology, NIC offloads).\n"
-    "\n"
-    "The model (one of):\n"
-    "  --model NAME           a preset: gpt2-124m, resnet50, resnet18-cifar,\n"
-    "                         gpt-example (examples/train_gpt), mlp\n"
-    "                         (default gpt2-124m)\n"
-    "  --shapes FILE          a parameter a line, NAME D0 [D1 ...], in\n"
-    "                         registration order (`ddphook bench shapes`)\n"
-    "  --trace DIR            the parameters of a gradient trace\n"
-    "                         (`ddphook replay`, docs/replay.md)\n"
-    "Gradients are f32; the buckets are the runtime's for these caps.\n"
-    "\n"
-    "The cluster:\n"
-    "  --hosts H              hosts (default 2)\n"
-    "  --ranks-per-host R     ranks on each host, numbered host by host\n"
-    "                         (default 1)\n"
-    "  --link-bandwidth RATE  each host's link to the switch, each way:\n"
-    "                         100mbit, 1gbit, 10gbit, 400gbit, or bytes:\n"
-    "                         1.25GB/s (default 10gbit)\n"
-    "  --link-latency TIME    one message's start-up across the link:\n"
-    "                         25us, 0.1ms, 0 (default 25us)\n"
-    "  --intra-bandwidth RATE between two ranks of one host: a rate, or\n"
-    "                         pcie3, pcie4, pcie5 (12, 24, 48 GB/s: GPUs\n"
-    "                         without NVLink) (default: --device's NVLink;\n"
-    "                         80gbit with --device cpu)\n"
-    "  --intra-latency TIME   between two ranks of one host (default 1us)\n"
-    "  --collectives KIND     nccl (the default with a GPU --device: its\n"
-    "                         ring or tree, the cheaper) or mpich (MPICH\n"
-    "                         4.0's algorithms and the runtime's own, for\n"
-    "                         host buckets; the default with --device cpu)\n"
-    "  --efficiency F         the share of the link's rate that carries\n"
-    "                         payload (default 0.94: TCP over Ethernet with\n"
-    "                         1500-byte frames)\n"
-    "\n"
-    "The step:\n"
-    "  --compute TIME         forward + backward of one step; 0: the\n"
-    "                         communication alone (default: estimated from\n"
-    "                         the model's FLOPs on --device, and said so)\n"
-    "  --device NAME          the GPU: v100, a100, h100 (default a100), or\n"
-    "                         cpu (this machine: give --compute); its matrix\n"
-    "                         rate prices the compute estimate, its memory\n"
-    "                         bandwidth the hooks' arithmetic (measured on\n"
-    "                         this CPU, scaled) and the sums, its NVLink the\n"
-    "                         default --intra-bandwidth\n"
-    "  --batch N              samples a rank takes in a step, for the\n"
-    "                         estimate (default: the preset's, 32 else)\n"
-    "  --f32                  the step's compute runs in f32 (default f16/bf16\n"
-    "                         on tensor cores)\n"
-    "  --utilization F        the share of the device's rate a step sustains\n"
-    "                         (default 0.35)\n"
-    "  --backward-share F     the share of --compute that is backward, during\n"
-    "                         which finished buckets are sent (default 0.66);\n"
-    "                         gradients are taken to finish in reverse\n"
-    "                         registration order at a rate proportional to\n"
-    "                         their size\n"
-    "  --job JOB.ini          take bucket_cap_mb and first_bucket_cap_mb from\n"
-    "                         the job's [runtime] (and its plugin_path)\n"
-    "  --bucket-cap-mb X      bucket cap in MiB or auto (default: the\n"
-    "                         runtime's, auto: docs/config.md)\n"
-    "  --first-bucket-cap-mb X  the first bucket's cap, MiB or auto\n"
-    "                         (default: the runtime's, auto)\n"
-    "  --hooks LIST           hooks to predict (default\n"
-    "                         " ALL_HOOKS ")\n"
-    "  --rank R               PowerSGD's matrix_approximation_rank (default 4,\n"
-    "                         as `bench hooks`)\n"
-    "  --option NAME.KEY=VALUE  a hook option (repeatable): topk.ratio (default\n"
-    "                         0.01), powersgd.min_compression_rate (default 2);\n"
-    "                         every option also goes to the calibration run\n"
-    "\n"
-    "The calibration (each hook's own arithmetic, measured on this machine):\n"
-    "  --calibration FILE     where it is kept (default ddphook-plan.cal in\n"
-    "                         the current folder); a hook's step at one rank\n"
-    "                         on these buckets is measured with `ddphook bench\n"
-    "                         hooks` the first time a hook, model, caps and\n"
-    "                         options are asked for, and read back after\n"
-    "  --recalibrate          measure again, replacing the file's entries\n"
-    "  --no-calibration       take the hooks' arithmetic as 0 (communication\n"
-    "                         alone); reads and writes no file\n"
-    "  --calibration-repeats N  steps measured, the median kept (default 5)\n"
-    "  --plugin-path DIRS     folders searched for the hooks before the\n"
-    "                         installed one\n"
-    "\n"
-    "Output:\n"
-    "  --csv FILE             also write the table as CSV: hook,\n"
-    "                         sent_bytes_per_rank, link_bytes_per_host,\n"
-    "                         comm_seconds, arithmetic_seconds, step_seconds,\n"
-    "                         speedup_over_allreduce\n"
-    "  --collective KIND:BYTES  the cost of one collective instead (KIND:\n"
-    "                         allreduce, allreduce-f16, allgather (BYTES from\n"
-    "                         each rank), alltoall (BYTES to each peer),\n"
-    "                         broadcast): time, algorithm, bytes on the\n"
-    "                         busiest link; CSV: kind, bytes, ranks,\n"
-    "                         algorithm, seconds, link_bytes\n";
-
-typedef struct plan_args {
-    const char *model, *shapes, *trace, *job, *hooks, *calibration;
-    const char *plugin_path, *csv, *collective;
-    bench_options options;
-    plan_cluster cluster;
-    double rate_bits, efficiency, compute, backward_share, utilization;
-    const char *device, *collectives;
-    int batch, f32, intra_set;
-    double cap_mb, first_cap_mb;
-    int psgd_rank, recalibrate, no_calibration, repeats;
-} plan_args;
-
-/* "100mbit", "1gbit", "1.25GB/s", ... into bytes per second, or a named
- * GPU interconnect (what a x16 slot carries in practice); 0 if not. */
-static double parse_rate(const char *s)
-{
-    static const struct {
-        const char *name;
-        double bytes;
-    } named[] = {{"pcie3", 12e9}, {"pcie4", 24e9}, {"pcie5", 48e9}};
-    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
-        if (strcasecmp(s, named[i].name) == 0)
-            return named[i].bytes;
-    static const struct {
-        const char *unit;
-        double bytes;
-    } units[] = {
-        {"bit", 1.0 / 8}, {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8},
-        {"gbit", 1e9 / 8}, {"tbit", 1e12 / 8}, {"b/s", 1}, {"kb/s", 1e3},
-        {"mb/s", 1e6}, {"gb/s", 1e9}, {"tb/s", 1e12},
-    };
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v <= 0)
-        return 0;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcasecmp(end, units[i].unit) == 0) {
-            double r = v * units[i].bytes;
-            return r <= 1e15 ? r : 0;
-        }
-    return 0;
-}
-
-/* "25us", "0.1ms", "2s", "0" into seconds; -1 if not. */
-static double parse_time(const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0)
-        return -1;
-    double unit = !*end                   ? (v == 0 ? 1 : -1)
-                  : strcmp(end, "s") == 0  ? 1
-                  : strcmp(end, "ms") == 0 ? 1e-3
-                  : strcmp(end, "us") == 0 ? 1e-6
-                  : strcmp(end, "ns") == 0 ? 1e-9
-                                           : -1;
-    return unit < 0 || v * unit > 1e6 ? -1 : v * unit;
-}
-
-static int parse_real(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
-        return 0;
-    *out = v;
-    return 1;
-}
-
 /* ---- the model's parameters and the runtime's buckets ------------------ */
 
-typedef struct layout {
-    preset_param *params;
-    int nparams;
-    size_t numel;
-    char label[300];
-    int nbuckets;
-    size_t *bucket_numel;
-    int *bucket_first, *bucket_count; /* into order[] */
-    int *order;                       /* parameter indices, bucket by bucket */
-} layout;
 
-static int load_params(const plan_args *a, layout *l)
+static int load_params(const plan_args *a, plan_layout *l)
 {
     char msg[4200];
     if (a->trace) {
@@ -255,7 +61,7 @@ static int load_params(const plan_args *a, layout *l)
         snprintf(l->label, sizeof l->label, "shapes %s", a->shapes);
     } else if (!preset_load(a->model, &l->params, &l->nparams)) {
         fprintf(stderr, "ddphook plan: unknown model '%s' (gpt2-124m, "
-                        "resnet50, resnet18-cifar, gpt-example, mlp)\n",
+                        "resnet50, resnet18-cifar, lstm-wikitext2, gpt-example, mlp)\n",
                 a->model);
         return 0;
     } else {
@@ -267,7 +73,7 @@ static int load_params(const plan_args *a, layout *l)
 
 /* Asks the runtime for the buckets it makes of these parameters (one
  * rank, the allreduce hook): the same code a training job runs. */
-static int runtime_layout(const plan_args *a, layout *l)
+static int runtime_layout(const plan_args *a, plan_layout *l)
 {
     char path[256], keys[256], cap[BENCH_CAP_LEN], first[BENCH_CAP_LEN];
     snprintf(keys, sizeof keys,
@@ -320,7 +126,7 @@ static int runtime_layout(const plan_args *a, layout *l)
     return ok;
 }
 
-static void layout_free(layout *l)
+static void layout_free(plan_layout *l)
 {
     free(l->params);
     free(l->bucket_numel);
@@ -329,207 +135,13 @@ static void layout_free(layout *l)
     free(l->order);
 }
 
-/* ---- calibration ------------------------------------------------------- */
-
-/* What a hook's measurement depends on: the shapes, the caps, the
- * options. */
-static uint64_t calibration_key(const plan_args *a, const layout *l)
-{
-    uint64_t h = 0;
-    for (int i = 0; i < l->nparams; i++) {
-        h = plan_hash(h, &l->params[i].ndim, sizeof l->params[i].ndim);
-        h = plan_hash(h, l->params[i].shape,
-                      (size_t)l->params[i].ndim * sizeof *l->params[i].shape);
-    }
-    h = plan_hash(h, &a->cap_mb, sizeof a->cap_mb);
-    h = plan_hash(h, &a->first_cap_mb, sizeof a->first_cap_mb);
-    h = plan_hash(h, &a->psgd_rank, sizeof a->psgd_rank);
-    for (int i = 0; i < a->options.n; i++)
-        h = plan_hash(h, a->options.items[i], strlen(a->options.items[i]) + 1);
-    return h;
-}
-
-/* Runs `ddphook bench hooks` at one rank (this program, a child process)
- * on the model for `hook`, and puts its step into c with the conditions
- * it was measured at. */
-static int measure_hook(const plan_args *a, const char *hook, uint64_t key,
-                        plan_calib *c, plan_conditions at)
-{
-    char self[4096], csv[256], cap[64], reps[32], rank[32];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "ddphook plan: /proc/self/exe: %s\n", strerror(errno));
-        return 0;
-    }
-    self[n] = '\0';
-    snprintf(csv, sizeof csv, "%s/ddph-plan-XXXXXX.csv",
-             getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    int fd = mkstemps(csv, 4);
-    if (fd < 0) {
-        fprintf(stderr, "ddphook plan: %s: %s\n", csv, strerror(errno));
-        return 0;
-    }
-    close(fd);
-    bench_cap_text(a->cap_mb, cap);
-    snprintf(reps, sizeof reps, "%d", a->repeats);
-    snprintf(rank, sizeof rank, "%d", a->psgd_rank);
-    const char *argv[32 + 2 * 64];
-    int k = 0;
-    argv[k++] = self;
-    argv[k++] = "bench";
-    argv[k++] = "hooks";
-    argv[k++] = a->trace ? "--trace" : a->shapes ? "--shapes" : "--model";
-    argv[k++] = a->trace ? a->trace : a->shapes ? a->shapes : a->model;
-    argv[k++] = "--hooks";
-    argv[k++] = hook;
-    argv[k++] = "--repeats";
-    argv[k++] = reps;
-    argv[k++] = "--bucket-cap-mb";
-    argv[k++] = cap;
-    argv[k++] = "--rank";
-    argv[k++] = rank;
-    argv[k++] = "--dtype";
-    argv[k++] = "f32";
-    argv[k++] = "--csv";
-    argv[k++] = csv;
-    if (a->plugin_path) {
-        argv[k++] = "--plugin-path";
-        argv[k++] = a->plugin_path;
-    }
-    for (int i = 0; i < a->options.n; i++) {
-        argv[k++] = "--option";
-        argv[k++] = a->options.items[i];
-    }
-    argv[k] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* The child's table is not ours to print: the CSV carries it. */
-        if (!freopen("/dev/null", "w", stdout))
-            _exit(127);
-        execv(self, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0, ok = pid > 0 && waitpid(pid, &status, 0) == pid &&
-                         WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    unsigned char *text = NULL;
-    size_t len = 0;
-    ddph_err e;
-    if (ok && ddph__file_read_regular(csv, (size_t)1 << 20, "a CSV's limit",
-                                      &text, &len, &e) != DDPH_OK)
-        ok = 0;
-    unlink(csv);
-    if (!ok) {
-        fprintf(stderr, "ddphook plan: the calibration run (`ddphook bench "
-                        "hooks` at one rank) failed: see above\n");
-        free(text);
-        return 0;
-    }
-    /* hook,bytes_per_step,seconds_per_step,... after a header line */
-    int found = 0;
-    char *save = NULL, *line = strtok_r((char *)text, "\n", &save);
-    for (line = line ? strtok_r(NULL, "\n", &save) : NULL; line;
-         line = strtok_r(NULL, "\n", &save)) {
-        char name[128];
-        double bytes, seconds;
-        if (sscanf(line, "%127[^,],%lf,%lf", name, &bytes, &seconds) == 3 &&
-            strcmp(name, hook) == 0 &&
-            plan_calib_put(c, name, key, seconds, at))
-            found++;
-    }
-    free(text);
-    return found > 0;
-}
-
-/* Fills c with every hook of `names` (measuring what is missing) and the
- * machine's sums; saves the file when anything was measured. */
-static int calibrate(const plan_args *a, char names[][128], int nnames,
-                     plan_calib *c, uint64_t key)
-{
-    char msg[4400];
-    int r = plan_calib_load(a->calibration, c, msg, sizeof msg);
-    if (r < 0) {
-        fprintf(stderr, "ddphook plan: %s\n", msg);
-        return 0;
-    }
-    int missing = 0, changed = 0;
-    for (int i = 0; i < nnames; i++)
-        missing += a->recalibrate || !plan_calib_find(c, names[i], key);
-    plan_conditions now = plan_conditions_now();
-    if ((missing || !c->have_machine || a->recalibrate) &&
-        plan_conditions_busy(now))
-        fprintf(stderr, "ddphook plan: warning: this machine is busy (load "
-                        "average %.1f on %d CPUs): what is measured now is "
-                        "slower than the machine's own; it is kept with that "
-                        "load and flagged at every use (measure again with "
-                        "--recalibrate when it is idle, or use "
-                        "--no-calibration)\n",
-                now.load, now.cpus);
-    if (!c->have_machine || a->recalibrate) {
-        plan_calib_measure_machine(c);
-        changed = 1;
-    }
-    for (int i = 0, done = 0; i < nnames; i++) {
-        if (!a->recalibrate && plan_calib_find(c, names[i], key))
-            continue;
-        fprintf(stderr, "ddphook plan: calibration %d of %d: %s's arithmetic "
-                        "at one rank, %d steps...",
-                ++done, missing, names[i], a->repeats);
-        double t0 = ddph__now();
-        if (!measure_hook(a, names[i], key, c, plan_conditions_now())) {
-            fprintf(stderr, "\nddphook plan: the calibration run gave no "
-                            "figure for %s\n", names[i]);
-            return 0;
-        }
-        fprintf(stderr, " %.3g s a step (took %.1f s)\n",
-                plan_calib_find(c, names[i], key)->seconds, ddph__now() - t0);
-        changed = 1;
-    }
-    if (changed && !plan_calib_save(a->calibration, c, msg, sizeof msg)) {
-        fprintf(stderr, "ddphook plan: %s\n", msg);
-        return 0;
-    }
-    return 1;
-}
-
-/* Where each figure of the calibration was measured: never reused
- * without saying so, and a busy machine's or another machine's
- * figures flagged. */
-static void say_conditions(const plan_calib *c, char names[][128], int n,
-                           uint64_t key)
-{
-    plan_conditions now = plan_conditions_now();
-    double lo = 1e300, hi = -1;
-    for (int i = 0; i < n; i++) {
-        const plan_calib_hook *h = plan_calib_find(c, names[i], key);
-        if (!h)
-            continue;
-        lo = h->at.load < lo ? h->at.load : lo;
-        hi = h->at.load > hi ? h->at.load : hi;
-        if (plan_conditions_busy(h->at))
-            printf("warning: %s's arithmetic was measured on a busy machine "
-                   "(load average %.1f on %d CPUs): too slow by up to %.0fx; "
-                   "--recalibrate when idle\n",
-                   names[i], h->at.load, h->at.cpus,
-                   h->at.load / (h->at.cpus > 0 ? h->at.cpus : 1) + 1);
-        if (h->at.cpus != now.cpus)
-            printf("warning: %s's arithmetic was measured with %d CPUs, this "
-                   "machine has %d: --recalibrate\n",
-                   names[i], h->at.cpus, now.cpus);
-    }
-    if (hi >= 0)
-        printf("calibration: measured at load average %.1f-%.1f on %d CPUs "
-               "(now %.1f)\n",
-               lo, hi, now.cpus, now.load);
-}
-
 /* ---- the prediction ---------------------------------------------------- */
 
 typedef struct prediction {
     double step_s, comm_s, arith_s, sent, link;
 } prediction;
 
-static prediction predict(plan_model *m, const plan_args *a, const layout *l,
+static prediction predict(plan_model *m, const plan_args *a, const plan_layout *l,
                           const plan_recording *rec, double hook_step_one_rank,
                           double scatter_s)
 {
@@ -560,7 +172,7 @@ static prediction predict(plan_model *m, const plan_args *a, const layout *l,
 
 /* Each hook's collectives on the model's buckets, from a dry run at the
  * cluster's world size (plan_record.h). */
-static int record_hooks(const plan_args *a, const layout *l,
+static int record_hooks(const plan_args *a, const plan_layout *l,
                         char names[][128], int n, plan_recording *rec)
 {
     const char **pnames = calloc((size_t)l->nparams + 1, sizeof *pnames);
@@ -630,7 +242,7 @@ static int one_collective(const plan_args *a)
     double bytes;
     plan_coll kind;
     if (!colon || (size_t)(colon - a->collective) >= sizeof kind_name ||
-        !parse_real(colon + 1, 0, 1e15, &bytes) || bytes != floor(bytes)) {
+        !plan_parse_real(colon + 1, 0, 1e15, &bytes) || bytes != floor(bytes)) {
         fprintf(stderr, "ddphook plan: --collective %s: KIND:BYTES (e.g. "
                         "allreduce:1048576)\n",
                 a->collective);
@@ -700,6 +312,32 @@ static int split_hooks(const char *list, char names[][128], int *n)
     return 1;
 }
 
+/* Where each hook's arithmetic comes from: the GPU profile's own figure,
+ * this machine's calibration (scaled to the device), or none. */
+static void say_arithmetic(const plan_args *a, const preset_device *dev,
+                           const gpu_profile *prof, char names[][128], int n,
+                           int ncal)
+{
+    if (prof) {
+        printf("hook arithmetic: as --device-profile %s measured it (%s, one "
+               "rank) for", a->device_profile, prof->device);
+        int listed = 0;
+        for (int i = 0; i < n; i++)
+            if (plan_profile_hook(prof, names[i], 1) >= 0)
+                printf("%s %s", listed++ ? "," : "", names[i]);
+        printf("%s\n", listed ? "" : " none (its figures are from more than "
+                                     "one rank, or of other hooks)");
+    }
+    if (!prof || ncal > 0)
+        printf("hook arithmetic%s: %s%s%s\n", prof ? " of the others" : "",
+               a->no_calibration ? "taken as 0 (--no-calibration)"
+                                 : "measured on this machine at one rank",
+               dev && !a->no_calibration
+                   ? ", scaled to the memory bandwidth of "
+                   : "",
+               dev && !a->no_calibration ? dev->label : "");
+}
+
 static int plan_model_run(plan_args *a)
 {
     char names[MAX_HOOKS][128];
@@ -707,7 +345,7 @@ static int plan_model_run(plan_args *a)
     plan_recording rec[MAX_HOOKS] = {{0}};
     if (!split_hooks(a->hooks, names, &nnames))
         return 2;
-    layout l = {0};
+    plan_layout l = {0};
     plan_calib cal = {0};
     plan_model *m = NULL;
     char *csv_text = NULL;
@@ -719,6 +357,31 @@ static int plan_model_run(plan_args *a)
         goto out;
     }
     const preset_device *dev = preset_device_find(a->device);
+    gpu_profile prof;
+    preset_device measured;
+    char measured_label[512];
+    int have_prof = 0;
+    if (a->device_profile) {
+        char msg[DDPH__ERR_LEN + 300];
+        if (!dev) {
+            fprintf(stderr, "ddphook plan: --device-profile measures a GPU: "
+                            "give a GPU --device (v100, a100, h100) for the "
+                            "matrix rates it does not measure, not cpu\n");
+            rc = 2;
+            goto out;
+        }
+        if (!gpu_profile_load(a->device_profile, &prof, msg, sizeof msg)) {
+            fprintf(stderr, "ddphook plan: --device-profile: %s\n", msg);
+            rc = 2;
+            goto out;
+        }
+        plan_device_measured(dev, &prof, &measured, measured_label,
+                             sizeof measured_label);
+        if (!a->intra_set)
+            a->cluster.intra_bw = measured.nvlink_bw;
+        dev = &measured;
+        have_prof = 1;
+    }
     char compute_how[512] = "given (--compute)";
     if (a->compute < 0) {
         plan_step_inputs in = {a->trace || a->shapes ? NULL : a->model,
@@ -733,8 +396,15 @@ static int plan_model_run(plan_args *a)
             goto out;
         }
     }
-    uint64_t key = calibration_key(a, &l);
-    if (!a->no_calibration && !calibrate(a, names, nnames, &cal, key))
+    /* The hooks the profile measured need no calibration. */
+    char cal_names[MAX_HOOKS][128];
+    int ncal = 0;
+    for (int i = 0; i < nnames; i++)
+        if (!have_prof || plan_profile_hook(&prof, names[i], 1) < 0)
+            memcpy(cal_names[ncal++], names[i], sizeof names[i]);
+    uint64_t key = plan_calibration_key(a, &l);
+    if (!a->no_calibration && ncal > 0 &&
+        !plan_calibrate(a, &l, cal_names, ncal, &cal, key))
         goto out;
     MPI_Initialized(&inited);
     if (!inited)
@@ -759,6 +429,8 @@ static int plan_model_run(plan_args *a)
         arith_scale = plan_device_add(dev) / cal.add_f32;
         k.add_f32 = k.add_half = plan_device_add(dev);
     }
+    if (have_prof) /* the device's sums as measured */
+        k.add_f32 = k.add_half = plan_device_add(dev);
     if (!(m = plan_model_new(&k))) {
         fprintf(stderr, "ddphook plan: out of memory\n");
         goto out;
@@ -780,14 +452,9 @@ static int plan_model_run(plan_args *a)
            k.nccl ? "NCCL's" : "MPICH 4.0's and the runtime's");
     printf("step: compute %.4g s, %s; backward %.0f%% of it, overlapping\n",
            a->compute, compute_how, a->backward_share * 100);
-    printf("hook arithmetic: %s%s%s\n",
-           a->no_calibration ? "taken as 0 (--no-calibration)"
-                             : "measured on this machine at one rank",
-           dev && !a->no_calibration ? ", scaled to the memory bandwidth of "
-                                     : "",
-           dev && !a->no_calibration ? dev->label : "");
+    say_arithmetic(a, dev, have_prof ? &prof : NULL, names, nnames, ncal);
     if (!a->no_calibration)
-        say_conditions(&cal, names, nnames, key);
+        plan_say_conditions(a, &cal, cal_names, ncal, key);
     printf("\n%-18s %12s %12s %10s %10s %10s %12s\n", "hook", "sent/rank",
            "link/host", "comm s", "arith s", "step s", "x allreduce");
     if (a->csv && !(csv = open_memstream(&csv_text, &csv_len))) {
@@ -804,7 +471,11 @@ static int plan_model_run(plan_args *a)
     for (int i = 0; i < nnames; i++) {
         const plan_calib_hook *c =
             a->no_calibration ? NULL : plan_calib_find(&cal, names[i], key);
-        p[i] = predict(m, a, &l, &rec[i], c ? c->seconds * arith_scale : 0,
+        double gpu = have_prof ? plan_profile_hook(&prof, names[i],
+                                                   (double)l.numel * 4)
+                               : -1;
+        p[i] = predict(m, a, &l, &rec[i],
+                       gpu >= 0 ? gpu : c ? c->seconds * arith_scale : 0,
                        cal.have_machine ? cal.scatter * arith_scale : 0);
         if (strcmp(names[i], "allreduce") == 0)
             reference = p[i].step_s;
@@ -847,12 +518,15 @@ static int plan_model_run(plan_args *a)
     }
     printf("not modelled: congestion and other jobs on the links, "
            "stragglers, the network's topology beyond one switch, NIC "
-           "offloads, %s, the hooks' GPU kernels (CPU figures scaled by "
-           "memory bandwidth), and whether a compressing hook needs more "
+           "offloads, %s, %s, and whether a compressing hook needs more "
            "steps to reach the same loss\n",
            k.nccl ? "NCCL's own tuning tables and protocols (its ring and "
                     "tree are priced by their steps)"
-                  : "NCCL (collectives are priced as MPICH 4.0 runs them)");
+                  : "NCCL (collectives are priced as MPICH 4.0 runs them)",
+           have_prof ? "the hooks' GPU kernels on the model's own shapes "
+                       "(the profile's, on one matrix, scaled by bytes)"
+                     : "the hooks' GPU kernels (CPU figures scaled by "
+                       "memory bandwidth)");
     if (csv) {
         int closed = fclose(csv) == 0;
         csv = NULL;
@@ -872,198 +546,12 @@ out:
     return rc;
 }
 
-static int bad(const char *opt, const char *value, const char *want)
-{
-    fprintf(stderr, "ddphook plan: %s %s: %s\n", opt, value, want);
-    return 2;
-}
-
 int cmd_plan(int argc, char **argv)
 {
-    plan_args a = {
-        .model = "gpt2-124m",
-        .hooks = ALL_HOOKS,
-        .calibration = "ddphook-plan.cal",
-        .cluster = {.hosts = 2, .per_host = 1, .link_lat = 25e-6,
-                    .intra_bw = 10e9, .intra_lat = 1e-6},
-        .rate_bits = 10e9,
-        .efficiency = 0.94,
-        .backward_share = 0.66,
-        .compute = -1,
-        .device = "a100",
-        .batch = -1,
-        .utilization = PLAN_UTILIZATION,
-        .cap_mb = -1,
-        .first_cap_mb = -1,
-        .psgd_rank = 4,
-        .repeats = 5,
-    };
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'M'},
-        {"shapes", required_argument, NULL, 'F'},
-        {"trace", required_argument, NULL, 'T'},
-        {"hosts", required_argument, NULL, 'H'},
-        {"ranks-per-host", required_argument, NULL, 'R'},
-        {"link-bandwidth", required_argument, NULL, 'b'},
-        {"link-latency", required_argument, NULL, 'l'},
-        {"intra-bandwidth", required_argument, NULL, 'B'},
-        {"intra-latency", required_argument, NULL, 'L'},
-        {"efficiency", required_argument, NULL, 'e'},
-        {"compute", required_argument, NULL, 'c'},
-        {"device", required_argument, NULL, 'D'},
-        {"collectives", required_argument, NULL, 'O'},
-        {"batch", required_argument, NULL, 'a'},
-        {"f32", no_argument, NULL, '3'},
-        {"utilization", required_argument, NULL, 'u'},
-        {"backward-share", required_argument, NULL, 's'},
-        {"job", required_argument, NULL, 'j'},
-        {"bucket-cap-mb", required_argument, NULL, 'k'},
-        {"first-bucket-cap-mb", required_argument, NULL, 'f'},
-        {"hooks", required_argument, NULL, 'h' + 256},
-        {"rank", required_argument, NULL, 'r'},
-        {"option", required_argument, NULL, 'o'},
-        {"calibration", required_argument, NULL, 'C'},
-        {"recalibrate", no_argument, NULL, 'X'},
-        {"no-calibration", no_argument, NULL, 'N'},
-        {"calibration-repeats", required_argument, NULL, 'n'},
-        {"plugin-path", required_argument, NULL, 'p'},
-        {"csv", required_argument, NULL, 'v'},
-        {"collective", required_argument, NULL, 'K'},
-        {"help", no_argument, NULL, 'h'},
-        {0, 0, 0, 0},
-    };
-    int c, models = 0;
-    double x;
-    opterr = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'M': a.model = optarg; models++; break;
-        case 'F': a.shapes = optarg; models++; break;
-        case 'T': a.trace = optarg; models++; break;
-        case 'H':
-        case 'R':
-            if (!parse_real(optarg, 1, c == 'H' ? 1e6 : 4096, &x) ||
-                x != floor(x))
-                return bad(c == 'H' ? "--hosts" : "--ranks-per-host", optarg,
-                           c == 'H' ? "a whole number in [1, 1000000]"
-                                    : "a whole number in [1, 4096]");
-            *(c == 'H' ? &a.cluster.hosts : &a.cluster.per_host) = (int)x;
-            break;
-        case 'b':
-        case 'B':
-            if (!(x = parse_rate(optarg)))
-                return bad(c == 'b' ? "--link-bandwidth" : "--intra-bandwidth",
-                           optarg, "a rate like 100mbit, 10gbit, 1.25GB/s");
-            if (c == 'b')
-                a.rate_bits = x * 8;
-            else
-                a.cluster.intra_bw = x, a.intra_set = 1;
-            break;
-        case 'l':
-        case 'L':
-            if ((x = parse_time(optarg)) < 0)
-                return bad(c == 'l' ? "--link-latency" : "--intra-latency",
-                           optarg, "a time like 25us, 0.1ms, 0");
-            *(c == 'l' ? &a.cluster.link_lat : &a.cluster.intra_lat) = x;
-            break;
-        case 'e':
-            if (!parse_real(optarg, 0.01, 1, &a.efficiency))
-                return bad("--efficiency", optarg, "a share in [0.01, 1]");
-            break;
-        case 'c':
-            if ((a.compute = parse_time(optarg)) < 0)
-                return bad("--compute", optarg, "a time like 0.25s, 80ms, 0");
-            break;
-        case 'D':
-            if (strcmp(optarg, "cpu") != 0 && !preset_device_find(optarg))
-                return bad("--device", optarg, "v100, a100, h100 or cpu");
-            a.device = optarg;
-            break;
-        case 'O':
-            if (strcmp(optarg, "nccl") != 0 && strcmp(optarg, "mpich") != 0)
-                return bad("--collectives", optarg, "nccl or mpich");
-            a.collectives = optarg;
-            break;
-        case 'a':
-            if (!parse_real(optarg, 1, 1e9, &x) || x != floor(x))
-                return bad("--batch", optarg, "a whole number in [1, 1e9]");
-            a.batch = (int)x;
-            break;
-        case '3': a.f32 = 1; break;
-        case 'u':
-            if (!parse_real(optarg, 0.01, 1, &a.utilization))
-                return bad("--utilization", optarg, "a share in [0.01, 1]");
-            break;
-        case 's':
-            if (!parse_real(optarg, 0, 1, &a.backward_share))
-                return bad("--backward-share", optarg, "a share in [0, 1]");
-            break;
-        case 'j': a.job = optarg; break;
-        case 'k':
-        case 'f':
-            if (!bench_parse_cap(optarg, &x))
-                return bad(c == 'k' ? "--bucket-cap-mb" : "--first-bucket-cap-mb",
-                           optarg, "auto or MiB in [2^-20, 65536]");
-            *(c == 'k' ? &a.cap_mb : &a.first_cap_mb) = x;
-            break;
-        case 'h' + 256: a.hooks = optarg; break;
-        case 'r':
-            if (!parse_real(optarg, 1, 4096, &x) || x != floor(x))
-                return bad("--rank", optarg, "a whole number in [1, 4096]");
-            a.psgd_rank = (int)x;
-            break;
-        case 'o': {
-            const char *dot = strchr(optarg, '.'), *eq = strchr(optarg, '=');
-            if (!dot || !eq || dot > eq || dot == optarg || eq == dot + 1)
-                return bad("--option", optarg, "NAME.KEY=VALUE (e.g. "
-                                               "topk.ratio=0.05)");
-            if (a.options.n == (int)(sizeof a.options.items /
-                                     sizeof *a.options.items))
-                return bad("--option", optarg, "too many --option");
-            a.options.items[a.options.n++] = optarg;
-            break;
-        }
-        case 'C': a.calibration = optarg; break;
-        case 'X': a.recalibrate = 1; break;
-        case 'N': a.no_calibration = 1; break;
-        case 'n':
-            if (!parse_real(optarg, 1, 9, &x) || x != floor(x))
-                return bad("--calibration-repeats", optarg,
-                           "a whole number in [1, 9]");
-            a.repeats = (int)x;
-            break;
-        case 'p': a.plugin_path = optarg; break;
-        case 'v': a.csv = optarg; break;
-        case 'K': a.collective = optarg; break;
-        case 'h':
-            fputs(plan_usage, stdout);
-            return 0;
-        default:
-            fprintf(stderr, "ddphook plan: see `ddphook plan --help`\n");
-            return 2;
-        }
-    }
-    if (optind < argc)
-        return bad("argument", argv[optind], "not an option (see --help)");
-    if (models > 1) {
-        fprintf(stderr, "ddphook plan: one of --model, --shapes, --trace\n");
-        return 2;
-    }
-    if (a.recalibrate && a.no_calibration) {
-        fprintf(stderr, "ddphook plan: --recalibrate and --no-calibration "
-                        "contradict each other\n");
-        return 2;
-    }
-    if ((double)a.cluster.hosts * a.cluster.per_host > 1e7) {
-        fprintf(stderr, "ddphook plan: more than 10 million ranks\n");
-        return 2;
-    }
-    a.cluster.link_bw = a.rate_bits / 8 * a.efficiency;
-    const preset_device *dev = preset_device_find(a.device);
-    if (dev && !a.intra_set)
-        a.cluster.intra_bw = dev->nvlink_bw;
-    a.cluster.nccl = a.collectives ? strcmp(a.collectives, "nccl") == 0
-                                   : dev != NULL;
+    plan_args a;
+    int parsed = plan_args_parse(argc, argv, &a);
+    if (parsed >= 0)
+        return parsed;
     if (a.collective)
         return one_collective(&a);
     /* The bucket caps: the job's, or the runtime's defaults. */
