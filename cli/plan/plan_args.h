@@ -6,9 +6,9 @@
 
 #include <stddef.h>
 
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "plan_model.h"
-#include "presets.h"
+#include "cli/presets.h"
 
 #define ALL_HOOKS "allreduce,fp16,bf16,powersgd,batched_powersgd,topk,int8"
 #define MAX_HOOKS 16

@@ -14,10 +14,10 @@
 
 #include <ddphook/ddphook.h>
 
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "device/cpu_ops.h"
 #include "device/sparse_ops.h"
-#include "text_file.h"
+#include "cli/text_file.h"
 #include "support/util.h"
 
 #define MAGIC "ddphook-plan-calibration 2"

@@ -23,17 +23,17 @@
 
 #include <ddphook/ddphook.h>
 
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "backends/mpi/backend_mpi.h"
-#include "commands.h"
-#include "gpu_profile.h"
+#include "cli/commands.h"
+#include "cli/gpu_profile.h"
 #include "plan_args.h"
 #include "plan_calib.h"
 #include "plan_calibrate.h"
 #include "plan_hooks.h"
 #include "plan_model.h"
 #include "plan_step.h"
-#include "presets.h"
+#include "cli/presets.h"
 #include "support/config.h"
 #include "support/safe_file.h"
 #include "support/util.h"

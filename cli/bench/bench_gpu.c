@@ -32,9 +32,9 @@
 #include <nccl.h>
 
 #include "backends/mpi/backend_mpi.h"
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "backends/nccl/cuda_ops.h"
-#include "gpu_profile.h"
+#include "cli/gpu_profile.h"
 #include "support/util.h"
 
 /* Wall time of the slowest rank since a common start. */

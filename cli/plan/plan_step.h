@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "gpu_profile.h"
-#include "presets.h"
+#include "cli/gpu_profile.h"
+#include "cli/presets.h"
 
 /* The cost model's own error, as validated (docs/plan.md): a hook that
  * changes the gradients is recommended only when it is predicted this

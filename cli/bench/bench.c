@@ -36,15 +36,15 @@
 #include <ddphook/ddphook.h>
 
 #include "backends/mpi/backend_mpi.h"
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "bench_ops.h"
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/cli_internal.h"
 #include "support/config.h"
 #include "device/cpu_ops.h"
-#include "presets.h"
+#include "cli/presets.h"
 #include "support/safe_file.h"
-#include "trace.h"
+#include "cli/trace.h"
 #include "device/cpu_simd.h"
 #include "support/util.h"
 
