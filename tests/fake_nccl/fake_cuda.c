@@ -595,6 +595,23 @@ int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk, int want_max,
 {
     UNMODELLED("ddph__cuda_chunk_abs");
 }
+int ddph__cuda_round_stochastic(const float *x, size_t n, size_t chunk,
+                                const float *scales, int levels,
+                                uint64_t seed, signed char *q, void *stream)
+{
+    UNMODELLED("ddph__cuda_round_stochastic");
+}
+int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
+                         unsigned char *packed, void *stream)
+{
+    UNMODELLED("ddph__cuda_pack_bits");
+}
+int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n, int bits,
+                           size_t chunk, const float *scales, float beta,
+                           float *y, void *stream)
+{
+    UNMODELLED("ddph__cuda_unpack_bits");
+}
 
 /* ---- cuBLAS and cuSOLVER: handles only ------------------------------- */
 

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "backends/nccl/cuda_ops.h"
+#include "device/quant_hash.h"
 
 namespace {
 
@@ -337,6 +339,70 @@ __global__ void chunk_abs_kernel(const float *x, size_t n, size_t chunk,
     }
 }
 
+// quant_ops.h's operations (ABI minor 6), the same bits as the CPU's:
+// the same hash of (seed, index) (quant_hash.h's, compiled for the
+// device), and every float operation rounded on its own (__fmul_rn and
+// friends: nvcc would otherwise fuse x * inv - f into one FMA, which
+// rounds once and changes the draws' outcome).
+__global__ void round_stochastic_kernel(const float *x, size_t n, size_t chunk,
+                                        const float *scales, float top,
+                                        uint64_t seed, signed char *q)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = scales[i / chunk];
+        // A chunk whose scale is not positive and finite gives zeros.
+        if (!(s > 0.0f && s <= FLT_MAX)) {
+            q[i] = 0;
+            continue;
+        }
+        float v = __fmul_rn(x[i], __fdiv_rn(1.0f, s));
+        if (isnan(v)) {
+            q[i] = 0;
+            continue;
+        }
+        float f = floorf(v);
+        float up = ddph__quant_uniform(seed, static_cast<uint32_t>(i)) <
+                           __fsub_rn(v, f)
+                       ? 1.0f
+                       : 0.0f;
+        float r = __fadd_rn(f, up);
+        r = r > top ? top : r < -top ? -top : r;
+        q[i] = static_cast<signed char>(r);
+    }
+}
+
+// One thread a byte: the codes of elements [j * per, (j + 1) * per), the
+// first in the low bits; the last byte's unused bits 0.
+__global__ void pack_bits_kernel(const signed char *q, size_t n, unsigned bits,
+                                 unsigned char *out)
+{
+    unsigned per = 8u / bits, mask = (1u << bits) - 1;
+    size_t nbytes = (n + per - 1) / per;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < nbytes;
+         j += (size_t)gridDim.x * blockDim.x) {
+        unsigned b = 0;
+        for (unsigned k = 0; k < per && j * per + k < n; k++)
+            b |= (static_cast<unsigned>(q[j * per + k]) & mask) << (k * bits);
+        out[j] = static_cast<unsigned char>(b);
+    }
+}
+
+__global__ void unpack_bits_kernel(const unsigned char *packed, size_t n,
+                                   unsigned bits, size_t chunk,
+                                   const float *scales, float beta, float *y)
+{
+    unsigned per = 8u / bits, mask = (1u << bits) - 1;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned code = static_cast<unsigned>(packed[i / per]) >>
+                            (i % per * bits) & mask;
+        int c = static_cast<int>(code) - (code >> (bits - 1) ? 1 << bits : 0);
+        float d = __fmul_rn(static_cast<float>(c), scales[i / chunk]);
+        y[i] = beta == 0.0f ? d : __fadd_rn(__fmul_rn(beta, y[i]), d);
+    }
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -656,5 +722,43 @@ extern "C" int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk,
     unsigned blocks = nchunks > 65535 ? 65535u : static_cast<unsigned>(nchunks);
     chunk_abs_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
         x, n, chunk, nchunks, want_max != 0, out);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_round_stochastic(const float *x, size_t n,
+                                           size_t chunk, const float *scales,
+                                           int levels, uint64_t seed,
+                                           signed char *q, void *stream)
+{
+    if (n == 0)
+        return 0;
+    round_stochastic_kernel<<<blocks_for(n), 256, 0,
+                              static_cast<cudaStream_t>(stream)>>>(
+        x, n, chunk, scales, static_cast<float>(levels), seed, q);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
+                                    unsigned char *packed, void *stream)
+{
+    if (n == 0)
+        return 0;
+    size_t per = 8 / static_cast<size_t>(bits);
+    pack_bits_kernel<<<blocks_for((n + per - 1) / per), 256, 0,
+                       static_cast<cudaStream_t>(stream)>>>(
+        q, n, static_cast<unsigned>(bits), packed);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n,
+                                      int bits, size_t chunk,
+                                      const float *scales, float beta,
+                                      float *y, void *stream)
+{
+    if (n == 0)
+        return 0;
+    unpack_bits_kernel<<<blocks_for(n), 256, 0,
+                         static_cast<cudaStream_t>(stream)>>>(
+        packed, n, static_cast<unsigned>(bits), chunk, scales, beta, y);
     return static_cast<int>(cudaGetLastError());
 }

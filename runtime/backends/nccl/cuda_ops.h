@@ -7,6 +7,7 @@
 #define DDPH_CUDA_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +57,18 @@ int ddph__cuda_unpack_signs(const unsigned char *bits, size_t n, size_t chunk,
                             void *stream);
 int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk, int want_max,
                          float *out, void *stream);
+
+/* quant_ops.h's operations (ABI minor 6), enqueued, bit for bit the CPU's
+ * (the same hash of seed and index, each float operation rounded alone):
+ * codes go between ranks, CPU and GPU ones alike.  bits is 2 or 4. */
+int ddph__cuda_round_stochastic(const float *x, size_t n, size_t chunk,
+                                const float *scales, int levels,
+                                uint64_t seed, signed char *q, void *stream);
+int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
+                         unsigned char *packed, void *stream);
+int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n, int bits,
+                           size_t chunk, const float *scales, float beta,
+                           float *y, void *stream);
 
 #ifdef __cplusplus
 }

@@ -306,3 +306,32 @@ ddph_status ddph__nccl_chunk_abs(ddph_nccl *n, const float *x, size_t count,
                                                 : "chunk_abs_sum kernel")
              : DDPH_OK;
 }
+
+ddph_status ddph__nccl_round_stochastic(ddph_nccl *n, const float *x,
+                                        size_t count, size_t chunk,
+                                        const float *scales, int levels,
+                                        uint64_t seed, int8_t *q,
+                                        ddph_err *err)
+{
+    int e = ddph__cuda_round_stochastic(x, count, chunk, scales, levels, seed,
+                                        (signed char *)q, n->stream);
+    return e ? ddph__cuda_fail(err, e, "round_stochastic kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_pack_bits(ddph_nccl *n, const int8_t *q, size_t count,
+                                 int bits, uint8_t *packed, ddph_err *err)
+{
+    int e = ddph__cuda_pack_bits((const signed char *)q, count, bits, packed,
+                                 n->stream);
+    return e ? ddph__cuda_fail(err, e, "pack_bits kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_unpack_bits(ddph_nccl *n, const uint8_t *packed,
+                                   size_t count, int bits, size_t chunk,
+                                   const float *scales, float beta, float *y,
+                                   ddph_err *err)
+{
+    int e = ddph__cuda_unpack_bits(packed, count, bits, chunk, scales, beta, y,
+                                   n->stream);
+    return e ? ddph__cuda_fail(err, e, "unpack_bits kernel") : DDPH_OK;
+}
