@@ -20,6 +20,7 @@
 #include "bf16_host.h"
 #include "backends/nccl/backend_nccl.h"
 #include "backends/nccl/device_cuda.h"
+#include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
 
@@ -418,6 +419,7 @@ typedef struct rank_ctx {
     int caller_device;
     int world_works; /* after a failure elsewhere */
     int live;        /* communicators not ended after teardown */
+    int host_reads;  /* int8: services that hand a value to the host */
 } rank_ctx;
 
 static rank_ctx ranks[FAKE_MAX_RANKS];
@@ -841,10 +843,13 @@ static ddph_status mock_zero(const ddph_services *s, void *p, size_t bytes)
     return st;
 }
 
+/* A copy to or from the host, and absmax, wait for the stream on a GPU:
+ * counted in host_reads. */
 static ddph_status mock_copy(const ddph_services *s, void *dst,
                              const void *src, size_t bytes,
                              ddph_copy_kind kind)
 {
+    CTX(s)->host_reads += kind != DDPH_COPY_DEVICE;
     ddph_status st = mock_sync(s);
     if (st == DDPH_OK)
         memmove(dst, src, bytes);
@@ -854,9 +859,19 @@ static ddph_status mock_copy(const ddph_services *s, void *dst,
 static ddph_status mock_absmax(const ddph_services *s, const float *x,
                                size_t n, float *out)
 {
+    CTX(s)->host_reads++;
     ddph_status st = mock_sync(s);
     if (st == DDPH_OK)
         *out = ddph__cpu_absmax(x, n);
+    return st;
+}
+
+static ddph_status mock_chunk_abs_max(const ddph_services *s, const float *x,
+                                      size_t n, size_t chunk, float *out)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        ddph__cpu_chunk_abs_max(x, n, chunk, out);
     return st;
 }
 
@@ -969,6 +984,7 @@ static void rank_int8(rank_ctx *c)
     s->zero = mock_zero;
     s->copy = mock_copy;
     s->absmax = mock_absmax;
+    s->chunk_abs_max = mock_chunk_abs_max;
     s->axpy = mock_axpy;
     s->divide = mock_divide;
     s->quantize_int8 = mock_quantize;
@@ -993,6 +1009,7 @@ static void rank_int8(rank_ctx *c)
     ddph_status st = api->create(s, NULL, &state);
     if (st == DDPH_OK)
         st = api->on_layout(state, &layout, s);
+    c->host_reads = 0;
     if (st == DDPH_OK)
         st = api->on_bucket(state, &b, s);
     /* Without a NaN: the average of the ranks' gradients, to the hook's
@@ -1021,6 +1038,25 @@ START_TEST(int8_averages_over_nccl)
     team_start(w);
     team_run(w, rank_int8);
     all_ranks(w, DDPH_OK, NULL);
+}
+END_TEST
+
+/* On a GPU each value read on the host waits for the stream: int8 reads
+ * the three its algorithm needs (the bucket's scale after the max
+ * allreduce, its chunk's scale, the W chunk scales), the maxima staying
+ * on the device until then (no absmax, no copy from the host). */
+START_TEST(int8_reads_three_values_on_the_host)
+{
+    int w = worlds[_i];
+    nan_rank = -1;
+    team_start(w);
+    team_run(w, rank_int8);
+    all_ranks(w, DDPH_OK, NULL);
+    for (int r = 0; r < w; r++)
+        ck_assert_msg(ranks[r].host_reads == 3,
+                      "rank %d of %d: int8 waited for the stream %d times "
+                      "for a value on the host, not 3", r, w,
+                      ranks[r].host_reads);
 }
 END_TEST
 
@@ -1513,6 +1549,7 @@ int main(void)
     tcase_add_loop_test(ranks_tc, half_precision_sums, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);
+    tcase_add_loop_test(ranks_tc, int8_reads_three_values_on_the_host, 0, nw);
     tcase_add_loop_test(ranks_tc, split_stall_aborts_the_parent_and_frees_the_child,
                         0, nw);
     tcase_add_loop_test(ranks_tc, split_failure_lands_on_the_parent, 0, nw);
