@@ -551,7 +551,7 @@ int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols, double eps,
     UNMODELLED("ddph__cuda_gram_schmidt");
 }
 int ddph__cuda_topk(const float *x, size_t n, size_t k, float *values,
-                    int *indices, void *stream)
+                    int *indices, void *pool, void *stream)
 {
     UNMODELLED("ddph__cuda_topk");
 }
@@ -565,7 +565,8 @@ int ddph__cuda_scatter_add(float *y, const int *idx, const float *v, size_t k,
 {
     UNMODELLED("ddph__cuda_scatter_add");
 }
-int ddph__cuda_absmax(const float *x, size_t n, float *out, void *stream)
+int ddph__cuda_absmax(const float *x, size_t n, float *out, void *pool,
+                      void *stream)
 {
     UNMODELLED("ddph__cuda_absmax");
 }

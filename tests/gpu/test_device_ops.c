@@ -29,6 +29,8 @@
 
 static int failed;
 static cudaStream_t stream;
+/* top-k's and absmax's scratch pool, as the module passes its own. */
+static cudaMemPool_t scratch_pool;
 
 static void check(int ok, const char *what, const char *detail)
 {
@@ -214,7 +216,9 @@ static void int8_and_absmax(const float *x, size_t n)
         for (int with_nan = 0; with_nan < 2; with_nan++) {
             size_t m = with_nan ? n : 5;
             float c = ddph__cpu_absmax(x, m), g = 0;
-            cuda_ok((cudaError_t)ddph__cuda_absmax(dx, m, &g, stream), "absmax");
+            cuda_ok((cudaError_t)ddph__cuda_absmax(dx, m, &g, scratch_pool,
+                                                   stream),
+                    "absmax");
             char detail[96];
             snprintf(detail, sizeof detail, "cpu %g, gpu %g", (double)c, (double)g);
             check((isnan(c) && isnan(g)) || c == g,
@@ -412,7 +416,7 @@ static void topk_gather_scatter(size_t n)
     ddph_err e;
     if (!dx || !dv || !di || !dy || ddph__cpu_topk(x, n, k, cv, ci, &e) != DDPH_OK)
         goto out;
-    cuda_ok(ddph__cuda_topk(dx, n, k, dv, di, stream), "topk");
+    cuda_ok(ddph__cuda_topk(dx, n, k, dv, di, scratch_pool, stream), "topk");
     if (back(gi, di, k * 4) && back(gv, dv, k * 4)) {
         same_bits("topk 1% with ties: indices", ci, gi, k * 4);
         same_bits("topk 1% with ties: values", cv, gv, k * 4);
@@ -457,11 +461,15 @@ static void topk_edges(const float *x)
         if (cv && gv && ci && gi && dx && dv && di &&
             ddph__cpu_topk(x, n, k, cv, ci, &e) == DDPH_OK) {
             snprintf(what, sizeof what, "topk n %zu k %zu, values only", n, k);
-            if (cuda_ok(ddph__cuda_topk(dx, n, k, dv, NULL, stream), what) &&
+            if (cuda_ok(ddph__cuda_topk(dx, n, k, dv, NULL, scratch_pool,
+                                        stream),
+                        what) &&
                 back(gv, dv, k * 4))
                 same_bits(what, cv, gv, k * 4);
             snprintf(what, sizeof what, "topk n %zu k %zu, indices only", n, k);
-            if (cuda_ok(ddph__cuda_topk(dx, n, k, NULL, di, stream), what) &&
+            if (cuda_ok(ddph__cuda_topk(dx, n, k, NULL, di, scratch_pool,
+                                        stream),
+                        what) &&
                 back(gi, di, k * 4))
                 same_bits(what, ci, gi, k * 4);
         }
@@ -563,8 +571,9 @@ out:
     cudaFree(d);
 }
 
-/* top-k's and absmax's scratch comes from a pool of their own: the
- * device's default pool, the trainer's, never served a byte of it. */
+/* top-k's and absmax's scratch comes from the pool they are given (the
+ * module's own): the device's default pool, the trainer's, never served
+ * a byte of it. */
 static void default_pool_untouched(void)
 {
     int dev = 0;
@@ -594,6 +603,13 @@ int main(void)
     }
     if (!cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate"))
         return 1;
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    if (!cuda_ok(cudaGetDevice(&props.location.id), "cudaGetDevice") ||
+        !cuda_ok(cudaMemPoolCreate(&scratch_pool, &props), "cudaMemPoolCreate"))
+        return 1;
     float *x = malloc(BIG * sizeof *x);
     if (!x)
         return 1;
@@ -611,6 +627,7 @@ int main(void)
     copy_batch();
     free(x);
     cudaStreamDestroy(stream);
+    cudaMemPoolDestroy(scratch_pool);
     printf("%s\n", failed ? "test_device_ops: FAILED" : "test_device_ops: all passed");
     return failed ? 1 : 0;
 }

@@ -9,7 +9,6 @@
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -513,45 +512,20 @@ extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
 // aligned for any type.
 static size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Scratch of top-k and absmax, stream-ordered, from a pool of their own
-// per device that keeps what is freed: the device's default pool (the
-// trainer's, which cudaMallocAsync would use) is left alone, and since
-// absmax synchronises the stream at every call, a default pool (release
-// threshold 0) would hand its block back to the driver each time and map
-// a new one at the next call.
-static cudaError_t scratch_alloc(void **p, size_t bytes, cudaStream_t st)
+// Scratch of top-k and absmax, stream-ordered, from the pool the caller
+// gives (the module's own, device_cuda.c's ddph__cuda_pool: it keeps
+// what is freed, and the device's default pool, the trainer's, is left
+// alone).
+static cudaError_t scratch_alloc(void **p, size_t bytes, void *pool,
+                                 cudaStream_t st)
 {
-    constexpr int max_devices = 64;
-    static std::mutex lock;
-    static cudaMemPool_t pools[max_devices];
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess)
-        return e;
-    if (dev < 0 || dev >= max_devices)
-        return cudaErrorInvalidDevice;
-    {
-        std::lock_guard<std::mutex> hold(lock);
-        if (!pools[dev]) {
-            cudaMemPoolProps props;
-            memset(&props, 0, sizeof props);
-            props.allocType = cudaMemAllocationTypePinned;
-            props.location.type = cudaMemLocationTypeDevice;
-            props.location.id = dev;
-            cudaMemPool_t pool;
-            if ((e = cudaMemPoolCreate(&pool, &props)) != cudaSuccess)
-                return e;
-            uint64_t keep_all = UINT64_MAX;
-            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
-                                    &keep_all);
-            pools[dev] = pool;
-        }
-    }
-    return cudaMallocFromPoolAsync(p, bytes, pools[dev], st);
+    return cudaMallocFromPoolAsync(p, bytes, static_cast<cudaMemPool_t>(pool),
+                                   st);
 }
 
 extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
-                               float *values, int *indices, void *stream)
+                               float *values, int *indices, void *pool,
+                               void *stream)
 {
     if (k == 0)
         return 0;
@@ -581,7 +555,7 @@ extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
     size_t cub_bytes = scan_bytes > select_bytes ? scan_bytes : select_bytes;
     char *scratch = nullptr;
     e = scratch_alloc(reinterpret_cast<void **>(&scratch), cub_at + cub_bytes,
-                      st);
+                      pool, st);
     if (e != cudaSuccess)
         return static_cast<int>(e);
     auto *hist = reinterpret_cast<unsigned long long *>(scratch + hist_at);
@@ -643,13 +617,15 @@ extern "C" int ddph__cuda_scatter_add(float *y, const int *idx, const float *v,
     return static_cast<int>(cudaGetLastError());
 }
 
+// The result is host memory (the services' absmax): the one wait on the
+// host left among these operations, for the copy out of its word.
 extern "C" int ddph__cuda_absmax(const float *x, size_t n, float *out,
-                                 void *stream)
+                                 void *pool, void *stream)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     unsigned *best = nullptr, host = 0;
     cudaError_t e = scratch_alloc(reinterpret_cast<void **>(&best),
-                                  sizeof host, st);
+                                  sizeof host, pool, st);
     if (e == cudaSuccess)
         e = cudaMemsetAsync(best, 0, sizeof host, st);
     if (e == cudaSuccess && n) {

@@ -35,15 +35,18 @@ int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
                                unsigned long long *first, void *stream);
 
 /* sparse_ops.h's operations, with the same definitions.  absmax waits
- * for the stream (its result goes to the host); the others, top-k's radix
- * select and stable compaction (CUB) included, are enqueued. */
+ * for the stream (its result is host memory, by the services'
+ * definition); the others, top-k's radix select and stable compaction
+ * (CUB) included, are enqueued.  top-k's and absmax's scratch is
+ * stream-ordered, from `pool` (a cudaMemPool_t: the module's own). */
 int ddph__cuda_topk(const float *x, size_t n, size_t k, float *values,
-                    int *indices, void *stream);
+                    int *indices, void *pool, void *stream);
 int ddph__cuda_gather(const float *x, const int *idx, size_t k, float *out,
                       void *stream);
 int ddph__cuda_scatter_add(float *y, const int *idx, const float *v, size_t k,
                            float alpha, void *stream);
-int ddph__cuda_absmax(const float *x, size_t n, float *out, void *stream);
+int ddph__cuda_absmax(const float *x, size_t n, float *out, void *pool,
+                      void *stream);
 int ddph__cuda_quantize_int8(const float *x, size_t n, float scale,
                              signed char *q, void *stream);
 int ddph__cuda_dequantize_int8(const signed char *q, size_t n, float scale,

@@ -225,24 +225,34 @@ ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
 /* ---- sparse and quantized hooks --------------------------------------- */
 
 /* topk is enqueued like the element-wise operations (its selection stays
- * on the device).  absmax returns its result on the host, so it waits for
- * the stream: first the work before it, against timeout_s, so that only
- * its own kernel is waited for without a deadline. */
+ * on the device).  absmax's result is host memory (the services define
+ * it so: plugin.h), so it waits for the stream, the one device operation
+ * that does: first the work before it, against timeout_s, so that only
+ * its own kernel is waited for without a deadline.  A hook that needs
+ * the maximum only on the device calls chunk_abs_max with one chunk,
+ * enqueued (int8 does).  Their scratch comes from the module's pool. */
 ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
                             size_t k, float *values, int32_t *indices,
                             ddph_err *err)
 {
-    int e = ddph__cuda_topk(x, count, k, values, indices, n->stream);
+    void *pool = NULL;
+    ddph_status st = ddph__cuda_pool(&pool, err);
+    if (st != DDPH_OK)
+        return st;
+    int e = ddph__cuda_topk(x, count, k, values, indices, pool, n->stream);
     return e ? ddph__cuda_fail(err, e, "topk kernels") : DDPH_OK;
 }
 
 ddph_status ddph__nccl_absmax(ddph_nccl *n, const float *x, size_t count,
                               float *out, ddph_err *err)
 {
-    ddph_status st = ddph__nccl_wait(n, NULL, "absmax (the work before it)", err);
+    void *pool = NULL;
+    ddph_status st = ddph__cuda_pool(&pool, err);
+    if (st == DDPH_OK)
+        st = ddph__nccl_wait(n, NULL, "absmax (the work before it)", err);
     if (st != DDPH_OK)
         return st;
-    int e = ddph__cuda_absmax(x, count, out, n->stream);
+    int e = ddph__cuda_absmax(x, count, out, pool, n->stream);
     return e ? ddph__cuda_fail(err, e, "absmax kernel") : DDPH_OK;
 }
 
