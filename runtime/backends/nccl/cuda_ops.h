@@ -1,8 +1,8 @@
 /* cuda_ops.h: the device operations of the nccl backend, CUDA kernels
  * (cuda_ops.cu): casts between f32/f64 and f16/bf16 with a scale, division
- * in a dtype, Gram-Schmidt and check_finite's search, enqueued on a
- * stream.  Return a cudaError_t as int (0 = success).  Only built with
- * HAVE_NCCL. */
+ * in a dtype, Gram-Schmidt, check_finite's search, and the sparse, sign
+ * and quantizing compressors' operations, enqueued on a stream.  Return
+ * a cudaError_t as int (0 = success).  Only built with HAVE_NCCL. */
 #ifndef DDPH_CUDA_OPS_H
 #define DDPH_CUDA_OPS_H
 
