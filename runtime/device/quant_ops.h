@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "device/cpu_simd.h"
-#include "device/quant_hash.h"
+#include "device/quant_element.h"
 
 /* q[i] = x[i] / scales[i / chunk] rounded to one of the two integers
  * around it at random, up with probability its fraction (so that the

@@ -6,7 +6,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <cub/device/device_scan.cuh>
@@ -14,7 +13,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "backends/nccl/cuda_ops.h"
-#include "device/quant_hash.h"
+#include "device/quant_element.h"
 
 namespace {
 
@@ -338,67 +337,42 @@ __global__ void chunk_abs_kernel(const float *x, size_t n, size_t chunk,
     }
 }
 
-// quant_ops.h's operations (ABI minor 6), the same bits as the CPU's:
-// the same hash of (seed, index) (quant_hash.h's, compiled for the
-// device), and every float operation rounded on its own (__fmul_rn and
-// friends: nvcc would otherwise fuse x * inv - f into one FMA, which
-// rounds once and changes the draws' outcome).
+// quant_ops.h's operations (ABI minor 6): each element computed by
+// quant_element.h's functions, the very code of the CPU's portable loops
+// (its float operations __fmul_rn and friends here), so the codes are
+// the CPU's bits.
 __global__ void round_stochastic_kernel(const float *x, size_t n, size_t chunk,
                                         const float *scales, float top,
-                                        uint64_t seed, signed char *q)
+                                        uint64_t seed, int8_t *q)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float s = scales[i / chunk];
-        // A chunk whose scale is not positive and finite gives zeros.
-        if (!(s > 0.0f && s <= FLT_MAX)) {
-            q[i] = 0;
-            continue;
-        }
-        float v = __fmul_rn(x[i], __fdiv_rn(1.0f, s));
-        if (isnan(v)) {
-            q[i] = 0;
-            continue;
-        }
-        float f = floorf(v);
-        float up = ddph__quant_uniform(seed, static_cast<uint32_t>(i)) <
-                           __fsub_rn(v, f)
-                       ? 1.0f
-                       : 0.0f;
-        float r = __fadd_rn(f, up);
-        r = r > top ? top : r < -top ? -top : r;
-        q[i] = static_cast<signed char>(r);
+        q[i] = ddph__quant_scale_usable(s)
+                   ? ddph__quant_round_one(x[i], ddph__quant_inverse(s), top,
+                                           seed, static_cast<uint32_t>(i))
+                   : 0;
     }
 }
 
-// One thread a byte: the codes of elements [j * per, (j + 1) * per), the
-// first in the low bits; the last byte's unused bits 0.
-__global__ void pack_bits_kernel(const signed char *q, size_t n, unsigned bits,
-                                 unsigned char *out)
+// One thread a byte of codes.
+__global__ void pack_bits_kernel(const int8_t *q, size_t n, unsigned bits,
+                                 uint8_t *out)
 {
-    unsigned per = 8u / bits, mask = (1u << bits) - 1;
-    size_t nbytes = (n + per - 1) / per;
+    size_t per = 8u / bits, nbytes = (n + per - 1) / per;
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < nbytes;
-         j += (size_t)gridDim.x * blockDim.x) {
-        unsigned b = 0;
-        for (unsigned k = 0; k < per && j * per + k < n; k++)
-            b |= (static_cast<unsigned>(q[j * per + k]) & mask) << (k * bits);
-        out[j] = static_cast<unsigned char>(b);
-    }
+         j += (size_t)gridDim.x * blockDim.x)
+        out[j] = ddph__quant_pack_byte(q, n, j, bits);
 }
 
-__global__ void unpack_bits_kernel(const unsigned char *packed, size_t n,
+__global__ void unpack_bits_kernel(const uint8_t *packed, size_t n,
                                    unsigned bits, size_t chunk,
                                    const float *scales, float beta, float *y)
 {
-    unsigned per = 8u / bits, mask = (1u << bits) - 1;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        unsigned code = static_cast<unsigned>(packed[i / per]) >>
-                            (i % per * bits) & mask;
-        int c = static_cast<int>(code) - (code >> (bits - 1) ? 1 << bits : 0);
-        float d = __fmul_rn(static_cast<float>(c), scales[i / chunk]);
-        y[i] = beta == 0.0f ? d : __fadd_rn(__fmul_rn(beta, y[i]), d);
+        float d = ddph__quant_decode(packed, i, bits, scales[i / chunk]);
+        y[i] = beta == 0.0f ? d : ddph__quant_onto(beta, y[i], d);
     }
 }
 
@@ -710,7 +684,8 @@ extern "C" int ddph__cuda_round_stochastic(const float *x, size_t n,
         return 0;
     round_stochastic_kernel<<<blocks_for(n), 256, 0,
                               static_cast<cudaStream_t>(stream)>>>(
-        x, n, chunk, scales, static_cast<float>(levels), seed, q);
+        x, n, chunk, scales, static_cast<float>(levels), seed,
+        reinterpret_cast<int8_t *>(q));
     return static_cast<int>(cudaGetLastError());
 }
 
@@ -722,7 +697,8 @@ extern "C" int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
     size_t per = 8 / static_cast<size_t>(bits);
     pack_bits_kernel<<<blocks_for((n + per - 1) / per), 256, 0,
                        static_cast<cudaStream_t>(stream)>>>(
-        q, n, static_cast<unsigned>(bits), packed);
+        reinterpret_cast<const int8_t *>(q), n, static_cast<unsigned>(bits),
+        packed);
     return static_cast<int>(cudaGetLastError());
 }
 
