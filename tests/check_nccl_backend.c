@@ -20,6 +20,8 @@
 #include "bf16_host.h"
 #include "backends/nccl/backend_nccl.h"
 #include "backends/nccl/device_cuda.h"
+#include "device/quant_ops.h"
+#include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 #include "fake_nccl/fake_nccl.h"
 
@@ -418,6 +420,7 @@ typedef struct rank_ctx {
     int caller_device;
     int world_works; /* after a failure elsewhere */
     int live;        /* communicators not ended after teardown */
+    int host_reads;  /* int8: services that hand a value to the host */
 } rank_ctx;
 
 static rank_ctx ranks[FAKE_MAX_RANKS];
@@ -841,10 +844,13 @@ static ddph_status mock_zero(const ddph_services *s, void *p, size_t bytes)
     return st;
 }
 
+/* A copy to or from the host, and absmax, wait for the stream on a GPU:
+ * counted in host_reads. */
 static ddph_status mock_copy(const ddph_services *s, void *dst,
                              const void *src, size_t bytes,
                              ddph_copy_kind kind)
 {
+    CTX(s)->host_reads += kind != DDPH_COPY_DEVICE;
     ddph_status st = mock_sync(s);
     if (st == DDPH_OK)
         memmove(dst, src, bytes);
@@ -854,9 +860,19 @@ static ddph_status mock_copy(const ddph_services *s, void *dst,
 static ddph_status mock_absmax(const ddph_services *s, const float *x,
                                size_t n, float *out)
 {
+    CTX(s)->host_reads++;
     ddph_status st = mock_sync(s);
     if (st == DDPH_OK)
         *out = ddph__cpu_absmax(x, n);
+    return st;
+}
+
+static ddph_status mock_chunk_abs_max(const ddph_services *s, const float *x,
+                                      size_t n, size_t chunk, float *out)
+{
+    ddph_status st = mock_sync(s);
+    if (st == DDPH_OK)
+        ddph__cpu_chunk_abs_max(x, n, chunk, out);
     return st;
 }
 
@@ -969,6 +985,7 @@ static void rank_int8(rank_ctx *c)
     s->zero = mock_zero;
     s->copy = mock_copy;
     s->absmax = mock_absmax;
+    s->chunk_abs_max = mock_chunk_abs_max;
     s->axpy = mock_axpy;
     s->divide = mock_divide;
     s->quantize_int8 = mock_quantize;
@@ -993,6 +1010,7 @@ static void rank_int8(rank_ctx *c)
     ddph_status st = api->create(s, NULL, &state);
     if (st == DDPH_OK)
         st = api->on_layout(state, &layout, s);
+    c->host_reads = 0;
     if (st == DDPH_OK)
         st = api->on_bucket(state, &b, s);
     /* Without a NaN: the average of the ranks' gradients, to the hook's
@@ -1021,6 +1039,25 @@ START_TEST(int8_averages_over_nccl)
     team_start(w);
     team_run(w, rank_int8);
     all_ranks(w, DDPH_OK, NULL);
+}
+END_TEST
+
+/* On a GPU each value read on the host waits for the stream: int8 reads
+ * the three its algorithm needs (the bucket's scale after the max
+ * allreduce, its chunk's scale, the W chunk scales), the maxima staying
+ * on the device until then (no absmax, no copy from the host). */
+START_TEST(int8_reads_three_values_on_the_host)
+{
+    int w = worlds[_i];
+    nan_rank = -1;
+    team_start(w);
+    team_run(w, rank_int8);
+    all_ranks(w, DDPH_OK, NULL);
+    for (int r = 0; r < w; r++)
+        ck_assert_msg(ranks[r].host_reads == 3,
+                      "rank %d of %d: int8 waited for the stream %d times "
+                      "for a value on the host, not 3", r, w,
+                      ranks[r].host_reads);
 }
 END_TEST
 
@@ -1422,6 +1459,55 @@ START_TEST(device_table_runs_on_the_ranks_gpu_from_any_thread)
 }
 END_TEST
 
+/* round_stochastic, pack_bits and unpack_bits are in the GPU's table and
+ * enqueued on the communication stream: nothing has run when they return
+ * (no host wait), and once the stream is synchronised the results are
+ * quant_ops.c's on the CPU, bit for bit. */
+START_TEST(quantizing_ops_are_enqueued_and_give_the_cpus_bits)
+{
+    ddph_nccl *n = started();
+    ck_assert_ptr_nonnull(dev->round_stochastic);
+    ck_assert_ptr_nonnull(dev->pack_bits);
+    ck_assert_ptr_nonnull(dev->unpack_bits);
+    enum { N = 23, CHUNK = 5 };
+    float x[N], scales[5] = {0.5f, 0.0f, 1.25f, NAN, 0.75f};
+    for (int i = 0; i < N; i++)
+        x[i] = (float)((i * 37) % 19) / 4.0f - 2.0f;
+    x[3] = NAN;
+    x[17] = -INFINITY;
+    int8_t q[N], want_q[N];
+    uint8_t packed[(N * 4 + 7) / 8], want_packed[sizeof packed];
+    float y[N], want_y[N];
+    memset(q, 0x55, sizeof q);
+    memset(packed, 0x55, sizeof packed);
+    for (int i = 0; i < N; i++)
+        y[i] = want_y[i] = (float)i;
+    const uint64_t seed = 0x0123456789abcdefull;
+    ddph_err err = {0};
+    ck_assert_int_eq(dev->round_stochastic(n, x, N, CHUNK, scales, 7, seed, q,
+                                           &err),
+                     DDPH_OK);
+    ck_assert_int_eq(dev->pack_bits(n, q, N, 4, packed, &err), DDPH_OK);
+    ck_assert_int_eq(dev->unpack_bits(n, packed, N, 4, CHUNK, scales, 0.5f, y,
+                                      &err),
+                     DDPH_OK);
+    ck_assert_msg(q[0] == 0x55 && packed[0] == 0x55 && y[1] == 1.0f,
+                  "a quantizing operation ran before its stream was "
+                  "synchronised (a host wait)");
+    ck_assert_int_eq(dev->sync(n->stream, &err), DDPH_OK);
+    ddph__cpu_round_stochastic(DDPH_SIMD_SCALAR, x, N, CHUNK, scales, 7, seed,
+                               want_q);
+    ddph__cpu_pack_bits(want_q, N, 4, want_packed);
+    ddph__cpu_unpack_bits(DDPH_SIMD_SCALAR, want_packed, N, 4, CHUNK, scales,
+                          0.5f, want_y);
+    ck_assert_msg(memcmp(q, want_q, N) == 0, "round_stochastic's codes differ");
+    ck_assert_msg(memcmp(packed, want_packed, sizeof packed) == 0,
+                  "pack_bits's bytes differ");
+    ck_assert_msg(memcmp(y, want_y, sizeof y) == 0, "unpack_bits's y differs");
+    ddph__nccl_finalize(n, 0);
+}
+END_TEST
+
 static float compute_src[FAKE_MAX_RANKS][4];
 
 /* As the reducer does it: the gradient written on the trainer's stream,
@@ -1500,6 +1586,7 @@ int main(void)
     tcase_add_test(tc, fake_streams_run_only_when_asked);
     tcase_add_test(tc, watchdog_abort_inside_a_call_is_caught);
     tcase_add_test(tc, device_table_runs_on_the_ranks_gpu_from_any_thread);
+    tcase_add_test(tc, quantizing_ops_are_enqueued_and_give_the_cpus_bits);
     suite_add_tcase(s, tc);
     TCase *ranks_tc = tcase_create("ranks");
     tcase_set_timeout(ranks_tc, 30);
@@ -1513,6 +1600,7 @@ int main(void)
     tcase_add_loop_test(ranks_tc, half_precision_sums, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_averages_over_nccl, 0, nw);
     tcase_add_loop_test(ranks_tc, int8_sees_a_nan_on_one_rank, 0, nw);
+    tcase_add_loop_test(ranks_tc, int8_reads_three_values_on_the_host, 0, nw);
     tcase_add_loop_test(ranks_tc, split_stall_aborts_the_parent_and_frees_the_child,
                         0, nw);
     tcase_add_loop_test(ranks_tc, split_failure_lands_on_the_parent, 0, nw);

@@ -23,7 +23,6 @@
  * copy under the wrappers). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <ddphook/plugin.h>
 
@@ -40,8 +39,8 @@ typedef struct int8_bucket {
     int8_t *q_avg;       /* chunk: the average re-quantized */
     int8_t *all_avg;     /* W * chunk: every rank's averaged chunk */
     float *scalar;       /* 1: device word for the max allreduce (i32) */
-    float *my_scale;     /* 1: this rank's chunk scale */
-    float *scales;       /* W: every rank's chunk scale */
+    float *my_max;       /* 1: this rank's chunk's max |x| */
+    float *maxes;        /* W: every rank's chunk's max |x| */
 } int8_bucket;
 
 typedef struct int8_state {
@@ -52,7 +51,7 @@ typedef struct int8_state {
     float **errors; /* per bucket: its error buffer (for save/load) */
     float **chunk_errors; /* per bucket: its chunk_error (for save/load) */
     size_t *chunk_numel;  /* per bucket: its chunk */
-    float *host_scales; /* W */
+    float *host_scales; /* W: the chunks' scales, from their maxima */
     double bytes_f32, bytes_int8; /* stats: what f32 would send, what went */
 } int8_state;
 
@@ -65,9 +64,12 @@ static const ddph_option_spec int8_options[] = {
 static ddph_status int8_create(const ddph_services *s,
                                const ddph_options *opts, void **state)
 {
-    ddph_status st = ddph_util_need_minor2(s, "int8");
-    if (st != DDPH_OK)
-        return st;
+    /* chunk_abs_max (minor 4) keeps the maxima on the device. */
+    if (!DDPH_HAS_MEMBER(s, ddph_services, chunk_abs_max)) {
+        s->set_error(s, "int8 needs a host with plugin ABI minor 4 or later "
+                        "(chunk_abs_max)");
+        return DDPH_ERR_UNSUPPORTED;
+    }
     int8_state *t = calloc(1, sizeof *t);
     if (!t)
         return DDPH_ERR_NOMEM;
@@ -87,7 +89,7 @@ static void free_buckets(const ddph_services *s, int8_state *t)
         int8_bucket *b = &t->buckets[i];
         void *all[] = {b->error, b->work, b->q, b->received, b->sum,
                        b->chunk_error, b->q_avg, b->all_avg, b->scalar,
-                       b->my_scale, b->scales};
+                       b->my_max, b->maxes};
         for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
             s->free(s, all[j]);
     }
@@ -150,8 +152,8 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
         b->q_avg = ddph_util_alloc_zero(s, b->chunk, &ok);
         b->all_avg = ddph_util_alloc_zero(s, padded, &ok);
         b->scalar = ddph_util_alloc_zero(s, sizeof(float), &ok);
-        b->my_scale = ddph_util_alloc_zero(s, sizeof(float), &ok);
-        b->scales = ddph_util_alloc_zero(s, world * sizeof(float), &ok);
+        b->my_max = ddph_util_alloc_zero(s, sizeof(float), &ok);
+        b->maxes = ddph_util_alloc_zero(s, world * sizeof(float), &ok);
     }
     if (!ok) {
         s->set_error(s, "int8: out of memory for the buckets' state");
@@ -160,28 +162,30 @@ static ddph_status int8_on_layout(void *state, const ddph_layout *layout,
     return DDPH_OK;
 }
 
+/* *out = max |x[i]| of x[0..n) into device memory (0 for n = 0), left
+ * there: on the GPU, absmax would wait for the stream to hand it to the
+ * host.  chunk_abs_max compares the bits of |x|, so a NaN wins. */
+static ddph_status device_absmax(const ddph_services *s, const float *x,
+                                 size_t n, float *out)
+{
+    return n ? s->chunk_abs_max(s, x, n, n, out) : s->zero(s, out, sizeof *out);
+}
+
 /* max |x| of x[0..n) on this rank, then the largest over all ranks (the
- * same value everywhere, so every rank takes the same path after).  The
- * magnitudes are reduced as their bit patterns, an i32 MAX: for floats
- * without a sign bit the patterns sort as the values do, and a NaN sorts
- * above +Inf.  An f32 MAX would not do: NCCL's is fmaxf, which drops a
- * NaN, and MPI_MAX's answer depends on the operands' order. */
+ * same value everywhere, so every rank takes the same path after), on the
+ * device until the one copy to the host.  The magnitudes are reduced as
+ * their bit patterns, an i32 MAX: for floats without a sign bit the
+ * patterns sort as the values do, and a NaN sorts above +Inf.  An f32 MAX
+ * would not do: NCCL's is fmaxf, which drops a NaN, and MPI_MAX's answer
+ * depends on the operands' order. */
 static ddph_status global_absmax(const ddph_services *s, int8_bucket *b,
                                  const float *x, size_t n, float *out)
 {
-    float m = 0;
-    ddph_status st = s->absmax(s, x, n, &m);
-    uint32_t bits;
-    memcpy(&bits, &m, sizeof bits);
-    int32_t key = (int32_t)(bits & 0x7fffffffu);
-    if (st == DDPH_OK)
-        st = s->copy(s, b->scalar, &key, sizeof key, DDPH_COPY_FROM_HOST);
+    ddph_status st = device_absmax(s, x, n, b->scalar);
     if (st == DDPH_OK)
         st = s->allreduce(s, s->world, b->scalar, 1, DDPH_I32, DDPH_MAX);
     if (st == DDPH_OK)
-        st = s->copy(s, &key, b->scalar, sizeof key, DDPH_COPY_TO_HOST);
-    bits = (uint32_t)key;
-    memcpy(out, &bits, sizeof bits);
+        st = s->copy(s, out, b->scalar, sizeof *out, DDPH_COPY_TO_HOST);
     return st;
 }
 
@@ -240,9 +244,15 @@ static ddph_status int8_on_bucket(void *state, const ddph_bucket *bk,
         st = s->divide(s, b->sum, DDPH_F32, c, (double)world);
     if (st == DDPH_OK && t->error_feedback)
         st = s->axpy(s, c, 1.0f, b->chunk_error, b->sum);
+    /* The chunk's maximum goes to the host (its quantization needs the
+     * scale there) and, as it is, to the other ranks: each computes every
+     * chunk's scale from it, as its owner does. */
     float chunk_max = 0;
     if (st == DDPH_OK)
-        st = s->absmax(s, b->sum, c, &chunk_max);
+        st = device_absmax(s, b->sum, c, b->my_max);
+    if (st == DDPH_OK)
+        st = s->copy(s, &chunk_max, b->my_max, sizeof chunk_max,
+                     DDPH_COPY_TO_HOST);
     float my_scale = scale_for(chunk_max);
     if (st == DDPH_OK)
         st = s->quantize_int8(s, b->sum, c, my_scale, b->q_avg);
@@ -254,21 +264,20 @@ static ddph_status int8_on_bucket(void *state, const ddph_bucket *bk,
             st = s->dequantize_int8(s, b->q_avg, c, -my_scale, 1.0f,
                                     b->chunk_error);
     }
-    if (st == DDPH_OK)
-        st = s->copy(s, b->my_scale, &my_scale, sizeof my_scale,
-                     DDPH_COPY_FROM_HOST);
     ddph_request *rq = NULL, *rs = NULL;
     if (st == DDPH_OK)
         st = s->iallgather(s, s->world, b->q_avg, b->all_avg, c, DDPH_I8, &rq);
     if (st == DDPH_OK)
-        st = s->iallgather(s, s->world, b->my_scale, b->scales, 1, DDPH_F32,
+        st = s->iallgather(s, s->world, b->my_max, b->maxes, 1, DDPH_F32,
                            &rs);
     ddph_status w1 = rq ? s->wait(s, rq) : DDPH_OK;
     ddph_status w2 = rs ? s->wait(s, rs) : DDPH_OK;
     st = st != DDPH_OK ? st : w1 != DDPH_OK ? w1 : w2;
     if (st == DDPH_OK)
-        st = s->copy(s, t->host_scales, b->scales, (size_t)world * sizeof(float),
+        st = s->copy(s, t->host_scales, b->maxes, (size_t)world * sizeof(float),
                      DDPH_COPY_TO_HOST);
+    for (int r = 0; r < world && st == DDPH_OK; r++)
+        t->host_scales[r] = scale_for(t->host_scales[r]);
     /* The average, chunk by chunk (the last ones may be short or empty). */
     for (int r = 0; r < world && st == DDPH_OK; r++) {
         size_t at = (size_t)r * c;
@@ -345,5 +354,5 @@ static const ddph_plugin_api_v1 int8_plugin = {
 
 DDPH_PLUGIN_EXPORT const ddph_plugin_api_v1 *ddph_plugin_v1(uint32_t host_minor)
 {
-    return host_minor >= 2 ? &int8_plugin : NULL;
+    return host_minor >= 4 ? &int8_plugin : NULL;
 }

@@ -74,8 +74,9 @@ typedef struct ddph_dev_ops {
                              size_t chunk, int want_max, float *out,
                              ddph_err *err);
     /* Stochastic rounding and 2/4-bit codes (ABI minor 6, quant_ops.h).
-     * NULL in a table without them (the GPU module's, so far): the
-     * services then refuse with DDPH_ERR_UNSUPPORTED, naming the call. */
+     * NULL in a table without them (a GPU module built before them):
+     * the services then refuse with DDPH_ERR_UNSUPPORTED, naming the
+     * call. */
     ddph_status (*round_stochastic)(struct ddph_gpu *g, const float *x,
                                     size_t count, size_t chunk,
                                     const float *scales, int levels,

@@ -10,43 +10,24 @@
 
 #include "device/quant_ops.h"
 
-#include <float.h>
-#include <math.h>
 #include <string.h>
 
-static int scale_usable(float s)
-{
-    return s > 0 && s <= FLT_MAX;
-}
-
-/* Elements [lo, hi) of one chunk, one at a time. */
+/* Elements [lo, hi) of one chunk, one at a time (quant_element.h's
+ * definition, which the CUDA kernels compile too). */
 static void round_each(const float *x, size_t lo, size_t hi, float inv,
                        float top, uint64_t seed, int8_t *q)
 {
-    for (size_t i = lo; i < hi; i++) {
-        float v = x[i] * inv;
-        if (isnan(v)) {
-            q[i] = 0;
-            continue;
-        }
-        float f = floorf(v);
-        float r = f + (ddph__quant_uniform(seed, (uint32_t)i) < v - f ? 1.0f
-                                                                       : 0.0f);
-        r = r > top ? top : r < -top ? -top : r;
-        q[i] = (int8_t)r;
-    }
+    for (size_t i = lo; i < hi; i++)
+        q[i] = ddph__quant_round_one(x[i], inv, top, seed, (uint32_t)i);
 }
 
 /* y[i] for i in [lo, hi) of one chunk, one at a time. */
 static void unpack_each(const uint8_t *packed, size_t lo, size_t hi, int bits,
                         float scale, float beta, float *y)
 {
-    unsigned per = 8u / (unsigned)bits, mask = (1u << bits) - 1;
     for (size_t i = lo; i < hi; i++) {
-        unsigned code = (unsigned)packed[i / per] >> (i % per * bits) & mask;
-        int c = (int)code - (code >> (bits - 1) ? 1 << bits : 0);
-        float d = (float)c * scale;
-        y[i] = beta == 0.0f ? d : beta * y[i] + d;
+        float d = ddph__quant_decode(packed, i, (unsigned)bits, scale);
+        y[i] = beta == 0.0f ? d : ddph__quant_onto(beta, y[i], d);
     }
 }
 
@@ -139,11 +120,11 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
     float top = (float)levels;
     for (size_t lo = 0, j = 0; lo < n; lo += chunk, j++) {
         size_t hi = n - lo < chunk ? n : lo + chunk;
-        if (!scale_usable(scales[j])) {
+        if (!ddph__quant_scale_usable(scales[j])) {
             memset(q + lo, 0, hi - lo);
             continue;
         }
-        float inv = 1.0f / scales[j];
+        float inv = ddph__quant_inverse(scales[j]);
         size_t i = lo;
 #ifdef HAVE_X86_PATHS
         if (path != DDPH_SIMD_SCALAR)
@@ -157,7 +138,7 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
 
 void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
 {
-    unsigned per = 8u / (unsigned)bits, mask = (1u << bits) - 1;
+    unsigned per = 8u / (unsigned)bits;
     size_t full = n / per;
     /* The whole bytes with the layout spelled out (the compiler
      * vectorises these loops; a loop over k would not be). */
@@ -171,12 +152,8 @@ void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
                                ((unsigned)q[4 * j + 1] & 3u) << 2 |
                                ((unsigned)q[4 * j + 2] & 3u) << 4 |
                                ((unsigned)q[4 * j + 3] & 3u) << 6);
-    if (n % per) {
-        unsigned b = 0;
-        for (unsigned k = 0; k < n % per; k++)
-            b |= ((unsigned)q[full * per + k] & mask) << (k * (unsigned)bits);
-        out[full] = (uint8_t)b;
-    }
+    if (n % per)
+        out[full] = ddph__quant_pack_byte(q, n, full, (unsigned)bits);
 }
 
 void ddph__cpu_unpack_bits(ddph_simd_path path, const uint8_t *packed,

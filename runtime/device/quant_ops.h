@@ -14,26 +14,7 @@
 #include <stdint.h>
 
 #include "device/cpu_simd.h"
-
-/* One round of a 32-bit integer hash (Wellons' lowbias32). */
-static inline uint32_t ddph__quant_mix(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-/* The uniform number in [0, 1) that element i draws under seed: 24 bits
- * of the hash, exact in float. */
-static inline float ddph__quant_uniform(uint64_t seed, uint32_t i)
-{
-    uint32_t h = ddph__quant_mix(i * 0x9E3779B9u + (uint32_t)seed);
-    h = ddph__quant_mix(h ^ (uint32_t)(seed >> 32));
-    return (float)(h >> 8) * 0x1p-24f;
-}
+#include "device/quant_element.h"
 
 /* q[i] = x[i] / scales[i / chunk] rounded to one of the two integers
  * around it at random, up with probability its fraction (so that the

@@ -13,11 +13,11 @@
  * the same on a rerun and after a resume, different between ranks so
  * that their rounding errors average out.
  *
- * Host buckets: on CUDA buckets this build's quantizing services are not
- * available, and the hook says so at create (docs/plugin-guide.md, "GPU
- * buckets"). */
+ * Host and CUDA buckets alike: its buffers come from the services'
+ * alloc, on the bucket's device, and only the services touch them.  A
+ * host without the quantizing services on the bucket's device is told
+ * at create (docs/plugin-guide.md, "GPU buckets"). */
 #include <stdlib.h>
-#include <string.h>
 
 #include <ddphook/plugin.h>
 #include <ddphook/plugin_util.h>
@@ -100,18 +100,19 @@ static ddph_status qsgd_on_bucket(void *state, const ddph_bucket *b,
      * a multiple of 4 bytes, so every rank's scales are aligned. */
     size_t codes = ((n * (size_t)t->bits + 7) / 8 + 3) / 4 * 4;
     size_t mb = codes + 4 * nc, world = (size_t)s->world_size;
-    float *work = b->dtype == DDPH_F32 ? NULL : malloc((n ? n : 1) * 4);
-    unsigned char *msg = malloc(mb ? mb : 4);
-    unsigned char *all = malloc(mb * world + 4);
-    int8_t *q = malloc(n ? n : 1);
+    float *work = b->dtype == DDPH_F32 ? NULL : s->alloc(s, (n ? n : 1) * 4);
+    unsigned char *msg = s->alloc(s, mb ? mb : 4);
+    unsigned char *all = s->alloc(s, mb * world + 4);
+    int8_t *q = s->alloc(s, n ? n : 1);
     float *x = NULL;
     ddph_status st = DDPH_ERR_NOMEM;
     if (msg && all && q && (work || b->dtype == DDPH_F32))
         st = ddph_util_f32_load(s, b, work, &x);
     float *scales = (float *)(void *)(msg + codes);
     if (st == DDPH_OK && n > 0) {
-        memset(msg, 0, codes);
-        st = s->chunk_abs_max(s, x, n, t->chunk, scales);
+        st = s->zero(s, msg, codes);
+        if (st == DDPH_OK)
+            st = s->chunk_abs_max(s, x, n, t->chunk, scales);
         if (st == DDPH_OK)
             st = s->divide(s, scales, DDPH_F32, nc, (double)t->levels);
         if (st == DDPH_OK)
@@ -132,10 +133,10 @@ static ddph_status qsgd_on_bucket(void *state, const ddph_bucket *b,
         if (st == DDPH_OK)
             st = ddph_util_f32_store(s, b, x);
     }
-    free(work);
-    free(msg);
-    free(all);
-    free(q);
+    s->free(s, work);
+    s->free(s, msg);
+    s->free(s, all);
+    s->free(s, q);
     return st;
 }
 

@@ -24,6 +24,7 @@
 #include <ddphook/plugin.h>
 
 #include "backends/nccl/cuda_ops.h"
+#include "device/quant_element.h"
 
 pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t fake_cv = PTHREAD_COND_INITIALIZER;
@@ -551,7 +552,7 @@ int ddph__cuda_gram_schmidt(float *x, size_t rows, size_t cols, double eps,
     UNMODELLED("ddph__cuda_gram_schmidt");
 }
 int ddph__cuda_topk(const float *x, size_t n, size_t k, float *values,
-                    int *indices, void *stream)
+                    int *indices, void *pool, void *stream)
 {
     UNMODELLED("ddph__cuda_topk");
 }
@@ -565,7 +566,8 @@ int ddph__cuda_scatter_add(float *y, const int *idx, const float *v, size_t k,
 {
     UNMODELLED("ddph__cuda_scatter_add");
 }
-int ddph__cuda_absmax(const float *x, size_t n, float *out, void *stream)
+int ddph__cuda_absmax(const float *x, size_t n, float *out, void *pool,
+                      void *stream)
 {
     UNMODELLED("ddph__cuda_absmax");
 }
@@ -594,6 +596,86 @@ int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk, int want_max,
                          float *out, void *stream)
 {
     UNMODELLED("ddph__cuda_chunk_abs");
+}
+/* The quantizing kernels: their loops over quant_element.h's functions
+ * (as cuda_ops.cu's), run when the stream is drained. */
+typedef struct quant_launch {
+    enum { ROUND, PACK, UNPACK } op;
+    const float *x, *scales;
+    const int8_t *q;
+    const uint8_t *packed;
+    int8_t *q_out;
+    uint8_t *packed_out;
+    float *y;
+    size_t n, chunk;
+    unsigned bits;
+    float top, beta;
+    uint64_t seed;
+} quant_launch;
+
+static int quant_item(fake_item *it)
+{
+    const quant_launch *k = it->a;
+    size_t per = k->bits ? 8 / k->bits : 1;
+    if (k->op == PACK)
+        for (size_t j = 0; j < (k->n + per - 1) / per; j++)
+            k->packed_out[j] = ddph__quant_pack_byte(k->q, k->n, j, k->bits);
+    for (size_t i = 0; k->op != PACK && i < k->n; i++) {
+        float s = k->scales[i / k->chunk];
+        if (k->op == ROUND) {
+            k->q_out[i] = ddph__quant_scale_usable(s)
+                              ? ddph__quant_round_one(k->x[i],
+                                                      ddph__quant_inverse(s),
+                                                      k->top, k->seed,
+                                                      (uint32_t)i)
+                              : 0;
+        } else {
+            float d = ddph__quant_decode(k->packed, i, k->bits, s);
+            k->y[i] = k->beta == 0.0f ? d : ddph__quant_onto(k->beta, k->y[i], d);
+        }
+    }
+    free(it->a);
+    return 1;
+}
+
+static int launch_quant(const quant_launch *k, void *stream)
+{
+    if (launch_refused(stream))
+        return cudaErrorInvalidResourceHandle;
+    quant_launch *copy = malloc(sizeof *copy);
+    if (!copy)
+        fake_die("out of memory");
+    *copy = *k;
+    return push_on(stream, (fake_item){.run = quant_item, .a = copy});
+}
+
+int ddph__cuda_round_stochastic(const float *x, size_t n, size_t chunk,
+                                const float *scales, int levels,
+                                uint64_t seed, signed char *q, void *stream)
+{
+    return launch_quant(&(quant_launch){.op = ROUND, .x = x, .n = n,
+                                        .chunk = chunk, .scales = scales,
+                                        .top = (float)levels, .seed = seed,
+                                        .q_out = (int8_t *)q},
+                        stream);
+}
+int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
+                         unsigned char *packed, void *stream)
+{
+    return launch_quant(&(quant_launch){.op = PACK, .q = (const int8_t *)q,
+                                        .n = n, .bits = (unsigned)bits,
+                                        .packed_out = packed},
+                        stream);
+}
+int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n, int bits,
+                           size_t chunk, const float *scales, float beta,
+                           float *y, void *stream)
+{
+    return launch_quant(&(quant_launch){.op = UNPACK, .packed = packed,
+                                        .n = n, .bits = (unsigned)bits,
+                                        .chunk = chunk, .scales = scales,
+                                        .beta = beta, .y = y},
+                        stream);
 }
 
 /* ---- cuBLAS and cuSOLVER: handles only ------------------------------- */

@@ -223,7 +223,7 @@ build_here() {
         step 60 configure ../configure --with-cuda=/usr/local/cuda "$arch_flag" \
             NVCCFLAGS= || { build_failed; return; }
     fi
-    step 150 build sh -c "make -j$jobs && make -j$jobs tests/gpu/test_gpu tests/gpu/test_device_ops tests/gpu/nccl_probe tests/gpu/post_localsgd.la" ||
+    step 150 build sh -c "make -j$jobs && make -j$jobs tests/gpu/test_gpu tests/gpu/test_device_ops tests/gpu/nccl_probe tests/gpu/post_localsgd.la tests/gpu/qsgd.la" ||
         { build_failed; return; }
     DDPHOOK=$PWD/ddphook TEST_GPU=$PWD/tests/gpu/test_gpu
     DEVICE_OPS=$PWD/tests/gpu/test_device_ops PROBE=$PWD/tests/gpu/nccl_probe

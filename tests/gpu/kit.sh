@@ -53,7 +53,7 @@ echo "kit: building for sm $archs in $work/src (log: $work/build.log)"
         --with-cuda-arch="$archs" NVCCFLAGS= &&
     make -j"$(nproc)" &&
     make -j"$(nproc)" tests/gpu/test_gpu tests/gpu/test_device_ops \
-        tests/gpu/nccl_probe tests/gpu/post_localsgd.la
+        tests/gpu/nccl_probe tests/gpu/post_localsgd.la tests/gpu/qsgd.la
 } >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; exit 1; }
 grep -q '^#define HAVE_NCCL 1' build-config.h ||
     { echo "kit: configure did not enable the nccl backend" >&2; exit 1; }
@@ -65,7 +65,8 @@ cp ddphook ddphook-bench-gpu tests/gpu/.libs/test_gpu tests/gpu/test_device_ops 
 # MPICH of its own (run.sh puts the kit's bin/ first on PATH).
 cp -L "$(command -v mpiexec)" "$kit/bin/mpiexec"
 cp -L "$(command -v hydra_pmi_proxy)" "$kit/bin/hydra_pmi_proxy"
-cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so "$kit/lib/"
+cp -L .libs/libddphook.so.1 tests/gpu/.libs/post_localsgd.so \
+    tests/gpu/.libs/qsgd.so "$kit/lib/"
 cp -L plugins/.libs/*.so "$kit/plugins/"
 # The GPU backend module, found through DDPH_BACKEND_DIR (run.sh sets it).
 mkdir -p "$kit/backends"

@@ -12,8 +12,9 @@
 #      2 GPUs, a 2-rank allreduce's latency, blocking against nonblocking):
 #      its lines are the evidence;
 #   3. tests/gpu/test_device_ops: every CUDA device operation bit for bit
-#      against its CPU twin (and top-k's and absmax's scratch kept out of
-#      the device's default memory pool);
+#      against its CPU twin (stochastic rounding and 2/4-bit codes too,
+#      whose bits travel between CPU and GPU ranks; top-k's and absmax's
+#      scratch kept out of the device's default memory pool);
 #   4. tests/gpu/test_gpu at 1 rank: every shipped hook, and post-local-
 #      SGD, on GPU memory against the CPU backend;
 #   5. examples/gpu_trainer under PowerSGD against the same training with

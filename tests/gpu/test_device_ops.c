@@ -2,7 +2,8 @@
  * (runtime/backends/nccl/cuda_ops.cu) against its CPU twin, on inputs that
  * reach the edges: NaN, +-Inf, subnormals, values that overflow the half
  * types, a divisor of 3 and scales other than 1, top-k ties, Gram-Schmidt
- * with near-zero columns, and n above 65535 x 256 so that every
+ * with near-zero columns, stochastic rounding's draws and 2/4-bit codes
+ * with odd sizes and chunks, and n above 65535 x 256 so that every
  * grid-stride loop goes round more than once.  Bits must match except
  * where the definitions say otherwise (Gram-Schmidt's and a chunk's sums
  * are accumulated in another order: within a stated tolerance) and for a
@@ -19,6 +20,7 @@
 
 #include "backends/nccl/cuda_ops.h"
 #include "device/cpu_ops.h"
+#include "device/quant_ops.h"
 #include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 
@@ -27,6 +29,8 @@
 
 static int failed;
 static cudaStream_t stream;
+/* top-k's and absmax's scratch pool, as the module passes its own. */
+static cudaMemPool_t scratch_pool;
 
 static void check(int ok, const char *what, const char *detail)
 {
@@ -212,7 +216,9 @@ static void int8_and_absmax(const float *x, size_t n)
         for (int with_nan = 0; with_nan < 2; with_nan++) {
             size_t m = with_nan ? n : 5;
             float c = ddph__cpu_absmax(x, m), g = 0;
-            cuda_ok((cudaError_t)ddph__cuda_absmax(dx, m, &g, stream), "absmax");
+            cuda_ok((cudaError_t)ddph__cuda_absmax(dx, m, &g, scratch_pool,
+                                                   stream),
+                    "absmax");
             char detail[96];
             snprintf(detail, sizeof detail, "cpu %g, gpu %g", (double)c, (double)g);
             check((isnan(c) && isnan(g)) || c == g,
@@ -290,6 +296,105 @@ out:
     free(y_gpu);
 }
 
+/* Chunk scales for round_stochastic: most a chunk's largest magnitude
+ * over its levels, with the edges mixed in (0, NaN, +-Inf, negative, a
+ * subnormal whose inverse overflows, one so small that most values clamp). */
+static void quant_scales(const float *x, size_t n, size_t chunk, int levels,
+                         float *scales)
+{
+    static const float edges[] = {0.0f, NAN, INFINITY, -1.0f, 1e-40f, 1e-3f};
+    size_t nc = ddph__chunks(n, chunk);
+    ddph__cpu_chunk_abs_max(x, n, chunk, scales);
+    for (size_t j = 0; j < nc; j++)
+        scales[j] = j % 5 == 3 ? edges[(j / 5) % 6]
+                    : isfinite(scales[j]) ? scales[j] / (float)levels
+                                          : 1000.0f;
+}
+
+/* round_stochastic, pack_bits and unpack_bits bit for bit against
+ * quant_ops.c's portable path (the definition), on n elements in chunks
+ * of `chunk`; the codes a GPU rank sends must be the ones a CPU rank
+ * would. */
+static void quant_case(const float *x, size_t n, size_t chunk, int bits,
+                       int levels, uint64_t seed)
+{
+    size_t nc = ddph__chunks(n, chunk), nbytes = (n * (size_t)bits + 7) / 8;
+    float *scales = malloc(nc * 4), *y_cpu = malloc(n * 4),
+          *y_gpu = malloc(n * 4);
+    int8_t *q_cpu = malloc(n), *q_gpu = malloc(n);
+    uint8_t *p_cpu = malloc(nbytes), *p_gpu = malloc(nbytes);
+    float *dx = dev_copy(x, n * 4), *dy = dev_copy(x, n * 4), *ds = NULL;
+    int8_t *dq = dev_copy(NULL, n);
+    uint8_t *dp = dev_copy(NULL, nbytes);
+    if (scales)
+        quant_scales(x, n, chunk, levels, scales);
+    ds = scales ? dev_copy(scales, nc * 4) : NULL;
+    char what[160];
+    if (!scales || !y_cpu || !y_gpu || !q_cpu || !q_gpu || !p_cpu || !p_gpu ||
+        !dx || !dy || !ds || !dq || !dp)
+        goto out;
+    ddph__cpu_round_stochastic(DDPH_SIMD_SCALAR, x, n, chunk, scales, levels,
+                               seed, q_cpu);
+    cuda_ok(ddph__cuda_round_stochastic(dx, n, chunk, ds, levels, seed,
+                                        (signed char *)dq, stream),
+            "round_stochastic");
+    snprintf(what, sizeof what, "round_stochastic, n %zu, chunks of %zu, "
+             "levels %d (NaN, Inf, edge scales)", n, chunk, levels);
+    if (back(q_gpu, dq, n))
+        same_bits(what, q_cpu, q_gpu, n);
+    ddph__cpu_pack_bits(q_cpu, n, bits, p_cpu);
+    cuda_ok(ddph__cuda_pack_bits((const signed char *)dq, n, bits, dp, stream),
+            "pack_bits");
+    snprintf(what, sizeof what, "pack_bits, %d bits, n %zu", bits, n);
+    if (back(p_gpu, dp, nbytes))
+        same_bits(what, p_cpu, p_gpu, nbytes);
+    /* Unpacked from the CPU's bytes: beta 0 (y only written, its NaNs
+     * gone), then beta 0.5 over x (NaNs through arithmetic). */
+    cuda_ok(cudaMemcpy(dp, p_cpu, nbytes, cudaMemcpyHostToDevice), "copy in");
+    for (int with_beta = 0; with_beta < 2; with_beta++) {
+        float beta = with_beta ? 0.5f : 0.0f;
+        memcpy(y_cpu, x, n * 4);
+        cuda_ok(cudaMemcpy(dy, x, n * 4, cudaMemcpyHostToDevice), "copy in");
+        ddph__cpu_unpack_bits(DDPH_SIMD_SCALAR, p_cpu, n, bits, chunk, scales,
+                              beta, y_cpu);
+        cuda_ok(ddph__cuda_unpack_bits(dp, n, bits, chunk, ds, beta, dy, stream),
+                "unpack_bits");
+        snprintf(what, sizeof what, "unpack_bits, %d bits, n %zu, beta %g",
+                 bits, n, (double)beta);
+        if (back(y_gpu, dy, n * 4)) {
+            if (with_beta)
+                same_values(what, y_cpu, y_gpu, n, DDPH_F32);
+            else
+                same_bits(what, y_cpu, y_gpu, n * 4);
+        }
+    }
+out:
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(ds);
+    cudaFree(dq);
+    cudaFree(dp);
+    free(scales);
+    free(y_cpu);
+    free(y_gpu);
+    free(q_cpu);
+    free(q_gpu);
+    free(p_cpu);
+    free(p_gpu);
+}
+
+/* Odd sizes and chunks, so that chunks and bytes end mid-way; the seed's
+ * high word set, so that both halves of it count. */
+static void quant_ops(const float *x, size_t n)
+{
+    const uint64_t seed = 0x9e3779b97f4a7c15ull;
+    quant_case(x, n, 1000, 4, 7, seed);
+    quant_case(x, n, 4097, 2, 1, seed ^ 1);
+    quant_case(x, 1001, 333, 4, 127, seed + 2);
+    quant_case(x, 7, 3, 2, 1, seed + 3);
+    quant_case(x, 1, 1, 4, 5, 0);
+}
+
 /* Ties: many elements of one magnitude straddle the k-th place. */
 static void topk_gather_scatter(size_t n)
 {
@@ -311,7 +416,7 @@ static void topk_gather_scatter(size_t n)
     ddph_err e;
     if (!dx || !dv || !di || !dy || ddph__cpu_topk(x, n, k, cv, ci, &e) != DDPH_OK)
         goto out;
-    cuda_ok(ddph__cuda_topk(dx, n, k, dv, di, stream), "topk");
+    cuda_ok(ddph__cuda_topk(dx, n, k, dv, di, scratch_pool, stream), "topk");
     if (back(gi, di, k * 4) && back(gv, dv, k * 4)) {
         same_bits("topk 1% with ties: indices", ci, gi, k * 4);
         same_bits("topk 1% with ties: values", cv, gv, k * 4);
@@ -356,11 +461,15 @@ static void topk_edges(const float *x)
         if (cv && gv && ci && gi && dx && dv && di &&
             ddph__cpu_topk(x, n, k, cv, ci, &e) == DDPH_OK) {
             snprintf(what, sizeof what, "topk n %zu k %zu, values only", n, k);
-            if (cuda_ok(ddph__cuda_topk(dx, n, k, dv, NULL, stream), what) &&
+            if (cuda_ok(ddph__cuda_topk(dx, n, k, dv, NULL, scratch_pool,
+                                        stream),
+                        what) &&
                 back(gv, dv, k * 4))
                 same_bits(what, cv, gv, k * 4);
             snprintf(what, sizeof what, "topk n %zu k %zu, indices only", n, k);
-            if (cuda_ok(ddph__cuda_topk(dx, n, k, NULL, di, stream), what) &&
+            if (cuda_ok(ddph__cuda_topk(dx, n, k, NULL, di, scratch_pool,
+                                        stream),
+                        what) &&
                 back(gi, di, k * 4))
                 same_bits(what, ci, gi, k * 4);
         }
@@ -462,8 +571,9 @@ out:
     cudaFree(d);
 }
 
-/* top-k's and absmax's scratch comes from a pool of their own: the
- * device's default pool, the trainer's, never served a byte of it. */
+/* top-k's and absmax's scratch comes from the pool they are given (the
+ * module's own): the device's default pool, the trainer's, never served
+ * a byte of it. */
 static void default_pool_untouched(void)
 {
     int dev = 0;
@@ -493,6 +603,13 @@ int main(void)
     }
     if (!cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate"))
         return 1;
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    if (!cuda_ok(cudaGetDevice(&props.location.id), "cudaGetDevice") ||
+        !cuda_ok(cudaMemPoolCreate(&scratch_pool, &props), "cudaMemPoolCreate"))
+        return 1;
     float *x = malloc(BIG * sizeof *x);
     if (!x)
         return 1;
@@ -502,6 +619,7 @@ int main(void)
     casts_and_divides(x, BIG);
     int8_and_absmax(x, BIG);
     signs_and_chunks(x, BIG);
+    quant_ops(x, BIG);
     topk_gather_scatter(BIG);
     topk_edges(x);
     default_pool_untouched();
@@ -509,6 +627,7 @@ int main(void)
     copy_batch();
     free(x);
     cudaStreamDestroy(stream);
+    cudaMemPoolDestroy(scratch_pool);
     printf("%s\n", failed ? "test_device_ops: FAILED" : "test_device_ops: all passed");
     return failed ? 1 : 0;
 }

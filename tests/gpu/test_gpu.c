@@ -241,7 +241,8 @@ int main(int argc, char **argv)
         return 77;
     }
     if (argc != 2 && argc != 3) {
-        fprintf(stderr, "usage: test_gpu PLUGIN_DIR [POST_LOCALSGD_SO]\n");
+        fprintf(stderr, "usage: test_gpu PLUGIN_DIR [POST_LOCALSGD_SO] (the "
+                        "template's qsgd.so beside it)\n");
         return 2;
     }
     int provided, rank;
@@ -256,6 +257,15 @@ int main(int argc, char **argv)
     const char *lsgd = "[hook.post_localsgd]\nstart_localSGD_iter = 2\n"
                        "period = 2\n";
     const char *lsgd_so = argc == 3 ? argv[2] : NULL;
+    /* The template's QSGD hook (ABI minor 6's quantizing services), built
+     * beside post_localsgd.so (tests/gpu/qsgd.la, the kit's lib/). */
+    char qsgd_path[1024];
+    const char *qsgd_so = NULL, *slash = lsgd_so ? strrchr(lsgd_so, '/') : NULL;
+    if (slash && snprintf(qsgd_path, sizeof qsgd_path, "%.*s/qsgd.so",
+                          (int)(slash - lsgd_so), lsgd_so) <
+                     (int)sizeof qsgd_path &&
+        access(qsgd_path, R_OK) == 0)
+        qsgd_so = qsgd_path;
     const gpu_case cases[] = {
         {.name = "allreduce", .hook = "allreduce", .atol = 1e-6},
         {.name = "fp16", .hook = "fp16", .atol = 2e-3},
@@ -291,13 +301,22 @@ int main(int argc, char **argv)
          .rtol = 1e-5, .atol = 1e-6},
         {.name = "int8, bf16 gradients", .hook = "int8", .bf16 = 1,
          .atol = 2e-2},
+        /* ABI minor 6: the same draws, codes and decoding on both devices
+         * (a draw that differed would move a value by a whole level). */
+        {.name = "qsgd template, 4 bits (round_stochastic, pack/unpack_bits)",
+         .hook = qsgd_so, .rtol = 1e-5, .atol = 1e-6},
+        {.name = "qsgd template, 2 bits", .hook = qsgd_so,
+         .extra = "[hook.qsgd]\nbits = 2\nchunk = 77\n", .rtol = 1e-5,
+         .atol = 1e-6},
     };
     int failed = 0, ran = 0;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const gpu_case *c = &cases[k];
         if (!c->hook) {
             if (rank == 0)
-                printf("SKIP: %s: no post_localsgd.so given\n", c->name);
+                printf("SKIP: %s: no %s given\n", c->name,
+                       c->extra == lsgd ? "post_localsgd.so"
+                                        : "qsgd.so beside post_localsgd.so");
             continue;
         }
         result cpu = {0}, gpu = {0};

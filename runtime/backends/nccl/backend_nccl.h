@@ -150,5 +150,17 @@ ddph_status ddph__nccl_unpack_signs(ddph_nccl *n, const uint8_t *bits,
 ddph_status ddph__nccl_chunk_abs(ddph_nccl *n, const float *x, size_t count,
                                  size_t chunk, int want_max, float *out,
                                  ddph_err *err);
+/* quant_ops.h's operations on the GPU (cuda_ops.cu), the CPU's bits. */
+ddph_status ddph__nccl_round_stochastic(ddph_nccl *n, const float *x,
+                                        size_t count, size_t chunk,
+                                        const float *scales, int levels,
+                                        uint64_t seed, int8_t *q,
+                                        ddph_err *err);
+ddph_status ddph__nccl_pack_bits(ddph_nccl *n, const int8_t *q, size_t count,
+                                 int bits, uint8_t *packed, ddph_err *err);
+ddph_status ddph__nccl_unpack_bits(ddph_nccl *n, const uint8_t *packed,
+                                   size_t count, int bits, size_t chunk,
+                                   const float *scales, float beta, float *y,
+                                   ddph_err *err);
 
 #endif

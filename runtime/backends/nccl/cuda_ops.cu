@@ -8,12 +8,12 @@
 
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
 #include "backends/nccl/cuda_ops.h"
+#include "device/quant_element.h"
 
 namespace {
 
@@ -337,6 +337,45 @@ __global__ void chunk_abs_kernel(const float *x, size_t n, size_t chunk,
     }
 }
 
+// quant_ops.h's operations (ABI minor 6): each element computed by
+// quant_element.h's functions, the very code of the CPU's portable loops
+// (its float operations __fmul_rn and friends here), so the codes are
+// the CPU's bits.
+__global__ void round_stochastic_kernel(const float *x, size_t n, size_t chunk,
+                                        const float *scales, float top,
+                                        uint64_t seed, int8_t *q)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = scales[i / chunk];
+        q[i] = ddph__quant_scale_usable(s)
+                   ? ddph__quant_round_one(x[i], ddph__quant_inverse(s), top,
+                                           seed, static_cast<uint32_t>(i))
+                   : 0;
+    }
+}
+
+// One thread a byte of codes.
+__global__ void pack_bits_kernel(const int8_t *q, size_t n, unsigned bits,
+                                 uint8_t *out)
+{
+    size_t per = 8u / bits, nbytes = (n + per - 1) / per;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < nbytes;
+         j += (size_t)gridDim.x * blockDim.x)
+        out[j] = ddph__quant_pack_byte(q, n, j, bits);
+}
+
+__global__ void unpack_bits_kernel(const uint8_t *packed, size_t n,
+                                   unsigned bits, size_t chunk,
+                                   const float *scales, float beta, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float d = ddph__quant_decode(packed, i, bits, scales[i / chunk]);
+        y[i] = beta == 0.0f ? d : ddph__quant_onto(beta, y[i], d);
+    }
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -447,45 +486,20 @@ extern "C" int ddph__cuda_first_nonfinite(const void *buf, int dtype, size_t n,
 // aligned for any type.
 static size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Scratch of top-k and absmax, stream-ordered, from a pool of their own
-// per device that keeps what is freed: the device's default pool (the
-// trainer's, which cudaMallocAsync would use) is left alone, and since
-// absmax synchronises the stream at every call, a default pool (release
-// threshold 0) would hand its block back to the driver each time and map
-// a new one at the next call.
-static cudaError_t scratch_alloc(void **p, size_t bytes, cudaStream_t st)
+// Scratch of top-k and absmax, stream-ordered, from the pool the caller
+// gives (the module's own, device_cuda.c's ddph__cuda_pool: it keeps
+// what is freed, and the device's default pool, the trainer's, is left
+// alone).
+static cudaError_t scratch_alloc(void **p, size_t bytes, void *pool,
+                                 cudaStream_t st)
 {
-    constexpr int max_devices = 64;
-    static std::mutex lock;
-    static cudaMemPool_t pools[max_devices];
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess)
-        return e;
-    if (dev < 0 || dev >= max_devices)
-        return cudaErrorInvalidDevice;
-    {
-        std::lock_guard<std::mutex> hold(lock);
-        if (!pools[dev]) {
-            cudaMemPoolProps props;
-            memset(&props, 0, sizeof props);
-            props.allocType = cudaMemAllocationTypePinned;
-            props.location.type = cudaMemLocationTypeDevice;
-            props.location.id = dev;
-            cudaMemPool_t pool;
-            if ((e = cudaMemPoolCreate(&pool, &props)) != cudaSuccess)
-                return e;
-            uint64_t keep_all = UINT64_MAX;
-            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
-                                    &keep_all);
-            pools[dev] = pool;
-        }
-    }
-    return cudaMallocFromPoolAsync(p, bytes, pools[dev], st);
+    return cudaMallocFromPoolAsync(p, bytes, static_cast<cudaMemPool_t>(pool),
+                                   st);
 }
 
 extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
-                               float *values, int *indices, void *stream)
+                               float *values, int *indices, void *pool,
+                               void *stream)
 {
     if (k == 0)
         return 0;
@@ -515,7 +529,7 @@ extern "C" int ddph__cuda_topk(const float *x, size_t n, size_t k,
     size_t cub_bytes = scan_bytes > select_bytes ? scan_bytes : select_bytes;
     char *scratch = nullptr;
     e = scratch_alloc(reinterpret_cast<void **>(&scratch), cub_at + cub_bytes,
-                      st);
+                      pool, st);
     if (e != cudaSuccess)
         return static_cast<int>(e);
     auto *hist = reinterpret_cast<unsigned long long *>(scratch + hist_at);
@@ -577,13 +591,15 @@ extern "C" int ddph__cuda_scatter_add(float *y, const int *idx, const float *v,
     return static_cast<int>(cudaGetLastError());
 }
 
+// The result is host memory (the services' absmax): the one wait on the
+// host left among these operations, for the copy out of its word.
 extern "C" int ddph__cuda_absmax(const float *x, size_t n, float *out,
-                                 void *stream)
+                                 void *pool, void *stream)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     unsigned *best = nullptr, host = 0;
     cudaError_t e = scratch_alloc(reinterpret_cast<void **>(&best),
-                                  sizeof host, st);
+                                  sizeof host, pool, st);
     if (e == cudaSuccess)
         e = cudaMemsetAsync(best, 0, sizeof host, st);
     if (e == cudaSuccess && n) {
@@ -656,5 +672,45 @@ extern "C" int ddph__cuda_chunk_abs(const float *x, size_t n, size_t chunk,
     unsigned blocks = nchunks > 65535 ? 65535u : static_cast<unsigned>(nchunks);
     chunk_abs_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
         x, n, chunk, nchunks, want_max != 0, out);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_round_stochastic(const float *x, size_t n,
+                                           size_t chunk, const float *scales,
+                                           int levels, uint64_t seed,
+                                           signed char *q, void *stream)
+{
+    if (n == 0)
+        return 0;
+    round_stochastic_kernel<<<blocks_for(n), 256, 0,
+                              static_cast<cudaStream_t>(stream)>>>(
+        x, n, chunk, scales, static_cast<float>(levels), seed,
+        reinterpret_cast<int8_t *>(q));
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
+                                    unsigned char *packed, void *stream)
+{
+    if (n == 0)
+        return 0;
+    size_t per = 8 / static_cast<size_t>(bits);
+    pack_bits_kernel<<<blocks_for((n + per - 1) / per), 256, 0,
+                       static_cast<cudaStream_t>(stream)>>>(
+        reinterpret_cast<const int8_t *>(q), n, static_cast<unsigned>(bits),
+        packed);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n,
+                                      int bits, size_t chunk,
+                                      const float *scales, float beta,
+                                      float *y, void *stream)
+{
+    if (n == 0)
+        return 0;
+    unpack_bits_kernel<<<blocks_for(n), 256, 0,
+                         static_cast<cudaStream_t>(stream)>>>(
+        packed, n, static_cast<unsigned>(bits), chunk, scales, beta, y);
     return static_cast<int>(cudaGetLastError());
 }

@@ -225,24 +225,34 @@ ddph_status ddph__nccl_zero(ddph_nccl *n, void *buf, size_t bytes,
 /* ---- sparse and quantized hooks --------------------------------------- */
 
 /* topk is enqueued like the element-wise operations (its selection stays
- * on the device).  absmax returns its result on the host, so it waits for
- * the stream: first the work before it, against timeout_s, so that only
- * its own kernel is waited for without a deadline. */
+ * on the device).  absmax's result is host memory (the services define
+ * it so: plugin.h), so it waits for the stream, the one device operation
+ * that does: first the work before it, against timeout_s, so that only
+ * its own kernel is waited for without a deadline.  A hook that needs
+ * the maximum only on the device calls chunk_abs_max with one chunk,
+ * enqueued (int8 does).  Their scratch comes from the module's pool. */
 ddph_status ddph__nccl_topk(ddph_nccl *n, const float *x, size_t count,
                             size_t k, float *values, int32_t *indices,
                             ddph_err *err)
 {
-    int e = ddph__cuda_topk(x, count, k, values, indices, n->stream);
+    void *pool = NULL;
+    ddph_status st = ddph__cuda_pool(&pool, err);
+    if (st != DDPH_OK)
+        return st;
+    int e = ddph__cuda_topk(x, count, k, values, indices, pool, n->stream);
     return e ? ddph__cuda_fail(err, e, "topk kernels") : DDPH_OK;
 }
 
 ddph_status ddph__nccl_absmax(ddph_nccl *n, const float *x, size_t count,
                               float *out, ddph_err *err)
 {
-    ddph_status st = ddph__nccl_wait(n, NULL, "absmax (the work before it)", err);
+    void *pool = NULL;
+    ddph_status st = ddph__cuda_pool(&pool, err);
+    if (st == DDPH_OK)
+        st = ddph__nccl_wait(n, NULL, "absmax (the work before it)", err);
     if (st != DDPH_OK)
         return st;
-    int e = ddph__cuda_absmax(x, count, out, n->stream);
+    int e = ddph__cuda_absmax(x, count, out, pool, n->stream);
     return e ? ddph__cuda_fail(err, e, "absmax kernel") : DDPH_OK;
 }
 
@@ -305,4 +315,33 @@ ddph_status ddph__nccl_chunk_abs(ddph_nccl *n, const float *x, size_t count,
     return e ? ddph__cuda_fail(err, e, want_max ? "chunk_abs_max kernel"
                                                 : "chunk_abs_sum kernel")
              : DDPH_OK;
+}
+
+ddph_status ddph__nccl_round_stochastic(ddph_nccl *n, const float *x,
+                                        size_t count, size_t chunk,
+                                        const float *scales, int levels,
+                                        uint64_t seed, int8_t *q,
+                                        ddph_err *err)
+{
+    int e = ddph__cuda_round_stochastic(x, count, chunk, scales, levels, seed,
+                                        (signed char *)q, n->stream);
+    return e ? ddph__cuda_fail(err, e, "round_stochastic kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_pack_bits(ddph_nccl *n, const int8_t *q, size_t count,
+                                 int bits, uint8_t *packed, ddph_err *err)
+{
+    int e = ddph__cuda_pack_bits((const signed char *)q, count, bits, packed,
+                                 n->stream);
+    return e ? ddph__cuda_fail(err, e, "pack_bits kernel") : DDPH_OK;
+}
+
+ddph_status ddph__nccl_unpack_bits(ddph_nccl *n, const uint8_t *packed,
+                                   size_t count, int bits, size_t chunk,
+                                   const float *scales, float beta, float *y,
+                                   ddph_err *err)
+{
+    int e = ddph__cuda_unpack_bits(packed, count, bits, chunk, scales, beta, y,
+                                   n->stream);
+    return e ? ddph__cuda_fail(err, e, "unpack_bits kernel") : DDPH_OK;
 }

@@ -427,8 +427,9 @@ struct ddph_services {
      * Device operations of quantizing compressors (QSGD, TernGrad), f32,
      * on the services' device, chunks as above.  Each element's result is
      * defined on its own, the same bits on every path, so that a rank can
-     * recompute the codes another sent.  Backend nccl: not available yet
-     * on CUDA buckets (DDPH_ERR_UNSUPPORTED, docs/plugin-guide.md). */
+     * recompute the codes another sent, CPU and CUDA ranks alike.  A
+     * device without them returns DDPH_ERR_UNSUPPORTED, naming the call
+     * (docs/plugin-guide.md). */
     /* q[i] = x[i] / scales[i / chunk] rounded at random to one of the two
      * integers around it, up with probability its fraction (so that
      * q[i] * scale is x[i] on average), clamped to [-levels, levels]:

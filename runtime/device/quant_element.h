@@ -1,0 +1,114 @@
+/* quant_element.h: one element of quant_ops.h's operations (stochastic
+ * rounding's draw and rounding, a code's decoding, a byte of codes),
+ * compiled both into the CPU's portable loops (quant_ops.c) and into the
+ * CUDA kernels (backends/nccl/cuda_ops.cu), so that both devices compute
+ * the one definition: codes go from rank to rank, CPU and GPU alike.
+ * Its float operations are each rounded on their own on both: plain C on
+ * the CPU (built with -ffp-contract=off), __fmul_rn and friends on the
+ * GPU, where nvcc would otherwise fuse a multiply and a subtract into one
+ * FMA.  Nothing but C headers, so that nvcc takes it. */
+#ifndef DDPH_QUANT_ELEMENT_H
+#define DDPH_QUANT_ELEMENT_H
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define DDPH_QUANT_HD __host__ __device__
+#else
+#define DDPH_QUANT_HD
+#endif
+#ifdef __CUDA_ARCH__
+#define DDPH_QMUL(a, b) __fmul_rn(a, b)
+#define DDPH_QADD(a, b) __fadd_rn(a, b)
+#define DDPH_QSUB(a, b) __fsub_rn(a, b)
+#define DDPH_QDIV(a, b) __fdiv_rn(a, b)
+#else
+#define DDPH_QMUL(a, b) ((a) * (b))
+#define DDPH_QADD(a, b) ((a) + (b))
+#define DDPH_QSUB(a, b) ((a) - (b))
+#define DDPH_QDIV(a, b) ((a) / (b))
+#endif
+
+/* One round of a 32-bit integer hash (Wellons' lowbias32). */
+static inline DDPH_QUANT_HD uint32_t ddph__quant_mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* The uniform number in [0, 1) that element i draws under seed: 24 bits
+ * of the hash, exact in float. */
+static inline DDPH_QUANT_HD float ddph__quant_uniform(uint64_t seed,
+                                                    uint32_t i)
+{
+    uint32_t h = ddph__quant_mix(i * 0x9E3779B9u + (uint32_t)seed);
+    h = ddph__quant_mix(h ^ (uint32_t)(seed >> 32));
+    return DDPH_QMUL((float)(h >> 8), 0x1p-24f);
+}
+
+/* A chunk's scale rounds its elements only when positive and finite. */
+static inline DDPH_QUANT_HD int ddph__quant_scale_usable(float s)
+{
+    return s > 0 && s <= FLT_MAX;
+}
+
+static inline DDPH_QUANT_HD float ddph__quant_inverse(float s)
+{
+    return DDPH_QDIV(1.0f, s);
+}
+
+/* Element i's level: x * inv rounded down or up at random (up with
+ * probability its fraction), clamped to [-top, top]; a NaN gives 0. */
+static inline DDPH_QUANT_HD int8_t ddph__quant_round_one(float x, float inv,
+                                                         float top,
+                                                         uint64_t seed,
+                                                         uint32_t i)
+{
+    float v = DDPH_QMUL(x, inv);
+    if (isnan(v))
+        return 0;
+    float f = floorf(v);
+    float r = DDPH_QADD(f, ddph__quant_uniform(seed, i) < DDPH_QSUB(v, f)
+                               ? 1.0f
+                               : 0.0f);
+    r = r > top ? top : r < -top ? -top : r;
+    return (int8_t)r;
+}
+
+/* Byte j of the codes of q[0..n): element j * per + k in bits
+ * [k * bits, + bits), its low bits; the bits past n 0. */
+static inline DDPH_QUANT_HD uint8_t ddph__quant_pack_byte(const int8_t *q,
+                                                          size_t n, size_t j,
+                                                          unsigned bits)
+{
+    unsigned per = 8u / bits, mask = (1u << bits) - 1, b = 0;
+    for (unsigned k = 0; k < per && j * per + k < n; k++)
+        b |= ((unsigned)q[j * per + k] & mask) << (k * bits);
+    return (uint8_t)b;
+}
+
+/* Element i's code, sign-extended, times its chunk's scale. */
+static inline DDPH_QUANT_HD float ddph__quant_decode(const uint8_t *packed,
+                                                     size_t i, unsigned bits,
+                                                     float scale)
+{
+    unsigned per = 8u / bits, mask = (1u << bits) - 1;
+    unsigned code = (unsigned)packed[i / per] >> (i % per * bits) & mask;
+    int c = (int)code - (code >> (bits - 1) ? 1 << bits : 0);
+    return DDPH_QMUL((float)c, scale);
+}
+
+/* beta * y + d, for unpacking onto y (beta != 0). */
+static inline DDPH_QUANT_HD float ddph__quant_onto(float beta, float y, float d)
+{
+    return DDPH_QADD(DDPH_QMUL(beta, y), d);
+}
+
+#endif
