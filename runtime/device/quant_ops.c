@@ -1,11 +1,13 @@
 /* quant_ops.c: see quant_ops.h.
  *
- * Both operations go a chunk at a time, its scale (and its inverse) held
- * for the chunk; inside it the AVX2 path does 8 elements a step with the
- * same operations as the portable loop, in the same order (f32 multiply,
- * floor, subtract, compare, add; the hash in 32-bit integer lanes), so
- * every bit agrees; the ends that do not fill 8 lanes (or, unpacking, do
- * not start on a byte) go element by element. */
+ * Rounding and unpacking go a chunk at a time, its scale (and its
+ * inverse) held for the chunk; inside it the AVX2 path does 8 elements a
+ * step with the same operations as the portable loop, in the same order
+ * (f32 multiply, floor, subtract, compare, add; the hash in 32-bit integer
+ * lanes), so every bit agrees; the ends that do not fill 8 lanes (or,
+ * unpacking, do not start on a byte) go element by element.  Packing is
+ * integer work: AVX2 joins 32 codes a step into the same bytes the
+ * portable loop writes. */
 #include "build-config.h"
 
 #include "device/quant_ops.h"
@@ -103,6 +105,25 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
     return i;
 }
 
+/* 8 codes of `bits` bits from p, sign-extended into the lanes: lane k's
+ * code moved to the top of the lane, then shifted down arithmetically.
+ * The load has a constant size for each width (a memcpy of `bits` bytes
+ * would be a call per 8 elements). */
+__attribute__((target("avx2"))) static inline __m256i
+avx2_codes(const uint8_t *p, int bits, __m256i up, __m128i down)
+{
+    uint32_t word = 0;
+    if (bits == 4)
+        memcpy(&word, p, 4);
+    else {
+        uint16_t half;
+        memcpy(&half, p, 2);
+        word = half;
+    }
+    return _mm256_sra_epi32(_mm256_sllv_epi32(_mm256_set1_epi32((int)word), up),
+                            down);
+}
+
 /* Unpacks [lo, hi), lo on a byte boundary, 8 at a time; returns where it
  * stopped. */
 __attribute__((target("avx2"))) static size_t
@@ -110,23 +131,56 @@ avx2_unpack(const uint8_t *packed, size_t lo, size_t hi, int bits,
             float scale, float beta, float *y)
 {
     const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(beta);
-    /* Lane k's code moved to the top of the lane, then shifted down
-     * arithmetically: sign-extended. */
     const __m256i up = _mm256_sub_epi32(
         _mm256_set1_epi32(32 - bits),
         _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                            _mm256_set1_epi32(bits)));
     const __m128i down = _mm_cvtsi32_si128(32 - bits);
     size_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
-        uint32_t word = 0;
-        memcpy(&word, packed + i * (size_t)bits / 8, (size_t)bits);
-        __m256i c = _mm256_sra_epi32(
-            _mm256_sllv_epi32(_mm256_set1_epi32((int)word), up), down);
-        __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs);
-        if (beta != 0.0f)
-            d = _mm256_add_ps(_mm256_mul_ps(vb, _mm256_loadu_ps(y + i)), d);
-        _mm256_storeu_ps(y + i, d);
+    if (beta == 0.0f)
+        for (; i + 8 <= hi; i += 8) {
+            __m256i c = avx2_codes(packed + i * (size_t)bits / 8, bits, up,
+                                   down);
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs));
+        }
+    else
+        for (; i + 8 <= hi; i += 8) {
+            __m256i c = avx2_codes(packed + i * (size_t)bits / 8, bits, up,
+                                   down);
+            __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs);
+            _mm256_storeu_ps(
+                y + i, _mm256_add_ps(_mm256_mul_ps(vb, _mm256_loadu_ps(y + i)),
+                                     d));
+        }
+    return i;
+}
+
+/* Packs the whole 32-element blocks of q[0, n) (bits 4: 16 bytes each,
+ * bits 2: 8): the codes masked to `bits` bits, then pairs (and pairs of
+ * pairs) joined by multiply-adds with 1 and 2^bits, which cannot carry
+ * into each other; returns the elements done. */
+__attribute__((target("avx2"))) static size_t
+avx2_pack(const int8_t *q, size_t n, int bits, uint8_t *out)
+{
+    const __m256i mask = _mm256_set1_epi8((char)((1 << bits) - 1));
+    const __m256i pair = _mm256_set1_epi16((short)(1 | (1 << bits) << 8));
+    const __m256i quad = _mm256_set1_epi32(1 | 16 << 16);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i c = _mm256_and_si256(
+            _mm256_loadu_si256((const __m256i *)(const void *)(q + i)), mask);
+        __m256i w = _mm256_maddubs_epi16(c, pair); /* a + b << bits */
+        uint8_t *to = out + i * (size_t)bits / 8;
+        if (bits == 4) {
+            __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w),
+                                         _mm256_extracti128_si256(w, 1));
+            _mm_storeu_si128((__m128i *)(void *)to, b);
+        } else {
+            __m256i d = _mm256_madd_epi16(w, quad); /* ab + cd << 4 */
+            __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(d),
+                                        _mm256_extracti128_si256(d, 1));
+            _mm_storel_epi64((__m128i *)(void *)to, _mm_packus_epi16(h, h));
+        }
     }
     return i;
 }
@@ -158,15 +212,20 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
 void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
 {
     unsigned per = 8u / (unsigned)bits, mask = (1u << bits) - 1;
+    size_t done = 0;
+#ifdef HAVE_X86_PATHS
+    if (ddph__simd_available(DDPH_SIMD_AVX2))
+        done = avx2_pack(q, n, bits, out);
+#endif
+    /* The rest of the whole bytes with the layout spelled out, then the
+     * last byte's codes. */
     size_t full = n / per;
-    /* The whole bytes with the layout spelled out (the compiler
-     * vectorises these loops; a loop over k would not be). */
     if (bits == 4)
-        for (size_t j = 0; j < full; j++)
+        for (size_t j = done / 2; j < full; j++)
             out[j] = (uint8_t)(((unsigned)q[2 * j] & 15u) |
                                ((unsigned)q[2 * j + 1] & 15u) << 4);
     else
-        for (size_t j = 0; j < full; j++)
+        for (size_t j = done / 4; j < full; j++)
             out[j] = (uint8_t)(((unsigned)q[4 * j] & 3u) |
                                ((unsigned)q[4 * j + 1] & 3u) << 2 |
                                ((unsigned)q[4 * j + 2] & 3u) << 4 |
