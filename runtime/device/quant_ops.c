@@ -5,7 +5,8 @@
  * step with the same operations as the portable loop, in the same order
  * (f32 multiply, floor, subtract, compare, add; the hash in 32-bit integer
  * lanes), so every bit agrees; the ends that do not fill 8 lanes (or,
- * unpacking, do not start on a byte) go element by element.  Packing is
+ * unpacking, do not start on a byte) go element by element; the AVX-512
+ * path rounds 16 a step with the same operations.  Packing is
  * integer work: AVX2 joins 32 codes a step into the same bytes the
  * portable loop writes. */
 #include "build-config.h"
@@ -78,13 +79,19 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
                   k1 = _mm256_set1_epi32((int)(uint32_t)(seed >> 32)),
                   phi = _mm256_set1_epi32((int)0x9E3779B9u),
                   lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    /* i * phi + k0 for the lanes, kept up to date by adding 8 * phi: the
+     * same value mod 2^32 with one multiplication fewer a step. */
+    __m256i hashed = _mm256_add_epi32(
+        _mm256_mullo_epi32(
+            _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)lo), lane),
+            phi),
+        k0);
+    const __m256i step = _mm256_set1_epi32((int)(8u * 0x9E3779B9u));
     size_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
+    for (; i + 8 <= hi; i += 8, hashed = _mm256_add_epi32(hashed, step)) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
         __m256 f = _mm256_floor_ps(v);
-        __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i),
-                                       lane);
-        __m256i h = avx2_mix(_mm256_add_epi32(_mm256_mullo_epi32(idx, phi), k0));
+        __m256i h = avx2_mix(hashed);
         h = avx2_mix(_mm256_xor_si256(h, k1));
         __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)),
                                  unit);
@@ -101,6 +108,59 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
         __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(w),
                                       _mm256_extracti128_si256(w, 1));
         _mm_storel_epi64((__m128i *)(void *)(q + i), _mm_packs_epi16(w16, w16));
+    }
+    return i;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512i
+avx512_mix(__m512i x)
+{
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x846ca68bu));
+    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+/* avx2_round 16 at a time, the comparisons in mask registers: the same
+ * operations, so the same bits. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
+avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
+             uint64_t seed, int8_t *q)
+{
+    const __m512 vinv = _mm512_set1_ps(inv), vtop = _mm512_set1_ps(top),
+                 vbot = _mm512_set1_ps(-top), one = _mm512_set1_ps(1.0f),
+                 unit = _mm512_set1_ps(0x1p-24f);
+    const __m512i k0 = _mm512_set1_epi32((int)(uint32_t)seed),
+                  k1 = _mm512_set1_epi32((int)(uint32_t)(seed >> 32)),
+                  phi = _mm512_set1_epi32((int)0x9E3779B9u),
+                  lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                           11, 12, 13, 14, 15);
+    /* i * phi + k0 for the lanes, kept up to date by adding 16 * phi: the
+     * same value mod 2^32 with one multiplication fewer a step. */
+    __m512i hashed = _mm512_add_epi32(
+        _mm512_mullo_epi32(
+            _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)lo), lane),
+            phi),
+        k0);
+    const __m512i step = _mm512_set1_epi32((int)(16u * 0x9E3779B9u));
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16, hashed = _mm512_add_epi32(hashed, step)) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+        __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF |
+                                               _MM_FROUND_NO_EXC);
+        __m512i h = avx512_mix(hashed);
+        h = avx512_mix(_mm512_xor_si512(h, k1));
+        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)),
+                                 unit);
+        __mmask16 up = _mm512_cmp_ps_mask(u, _mm512_sub_ps(v, f), _CMP_LT_OQ);
+        __m512 r = _mm512_mask_add_ps(f, up, f, one);
+        __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        /* As on AVX2: a NaN becomes the bound, then 0. */
+        r = _mm512_maskz_mov_ps(number,
+                                _mm512_min_ps(_mm512_max_ps(r, vbot), vtop));
+        _mm_storeu_si128((__m128i *)(void *)(q + i),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
     }
     return i;
 }
@@ -200,7 +260,9 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
         float inv = 1.0f / scales[j];
         size_t i = lo;
 #ifdef HAVE_X86_PATHS
-        if (path != DDPH_SIMD_SCALAR)
+        if (path == DDPH_SIMD_AVX512)
+            i = avx512_round(x, lo, hi, inv, top, seed, q);
+        else if (path == DDPH_SIMD_AVX2)
             i = avx2_round(x, lo, hi, inv, top, seed, q);
 #else
         (void)path;
