@@ -640,6 +640,50 @@ START_TEST(chunk_abs_sum_and_max)
 }
 END_TEST
 
+/* The vectorised maximum (16 elements a step) against the definition,
+ * the largest magnitude key, on chunks long enough to use it and ends
+ * that do not fill a step; NaNs, infinities and -0 placed anywhere. */
+START_TEST(chunk_abs_max_matches_the_definition)
+{
+    enum { N = 1100 };
+    static const size_t chunks[] = {1, 15, 16, 17, 33, 64, 257, 5000};
+    float *x = malloc(N * sizeof *x), out[N], want[N];
+    uint32_t st = 99;
+    ck_assert_ptr_nonnull(x);
+    for (int trial = 0; trial < 40; trial++) {
+        size_t n = trial < 20 ? (size_t)trial * 13 : N - (size_t)trial;
+        for (size_t i = 0; i < n; i++) {
+            st = st * 1664525u + 1013904223u;
+            x[i] = ((float)(st >> 8) / 16777216.0f - 0.5f) * (float)(trial + 1);
+            if (st % 97 == 0)
+                x[i] = trial % 2 ? NAN : -NAN;
+            else if (st % 89 == 0)
+                x[i] = trial % 3 ? -INFINITY : INFINITY;
+            else if (st % 83 == 0)
+                x[i] = -0.0f;
+        }
+        for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+            size_t chunk = chunks[c], nc = ddph__chunks(n, chunk);
+            for (size_t j = 0; j < nc; j++) {
+                uint32_t best = 0;
+                for (size_t i = j * chunk; i < n && i < (j + 1) * chunk;
+                     i++) {
+                    uint32_t key = bits(x[i]) & 0x7fffffffu;
+                    best = key > best ? key : best;
+                }
+                want[j] = from_bits(best);
+            }
+            ddph__cpu_chunk_abs_max(x, n, chunk, out);
+            for (size_t j = 0; j < nc; j++)
+                ck_assert_msg(bits(out[j]) == bits(want[j]),
+                              "n %zu chunk %zu: chunk %zu is %08x, not %08x",
+                              n, chunk, j, bits(out[j]), bits(want[j]));
+        }
+    }
+    free(x);
+}
+END_TEST
+
 Suite *cpu_ops_suite(void)
 {
     Suite *s = suite_create("cpu_ops");
@@ -661,6 +705,7 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, signs_pack_and_unpack_with_chunk_scales);
     tcase_add_test(tc, signs_match_the_element_definitions);
     tcase_add_test(tc, chunk_abs_sum_and_max);
+    tcase_add_test(tc, chunk_abs_max_matches_the_definition);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 
 #include "cli/bench_common.h"
 #include "device/cpu_ops.h"
+#include "device/quant_ops.h"
 #include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 #include "support/util.h"
@@ -29,6 +30,7 @@ typedef struct ops_buffers {
     uint16_t *h;  /* n halves */
     int8_t *q;    /* n */
     uint8_t *bits;
+    uint8_t *codes;         /* n 4-bit codes */
     float *scales, *values; /* chunks; k */
     int32_t *idx;           /* k */
     float *p;               /* rows x OPS_RANK */
@@ -141,11 +143,36 @@ static int op_unpack_signs_beta(ops_buffers *b)
 static int op_chunk_abs_sum(ops_buffers *b)
 {
     ddph__cpu_chunk_abs_sum(b->x, b->n, OPS_CHUNK, b->scales);
+    memset(b->codes, 0x5A, b->n / 2 + 1);
     return 0;
 }
 static int op_chunk_abs_max(ops_buffers *b)
 {
     ddph__cpu_chunk_abs_max(b->x, b->n, OPS_CHUNK, b->scales);
+    return 0;
+}
+/* QSGD's three (4 bits, 7 levels a side), on the chunk sums as scales. */
+static int op_round_stochastic(ops_buffers *b)
+{
+    ddph__cpu_round_stochastic(ddph__simd_best(), b->x, b->n, OPS_CHUNK,
+                               b->scales, 7, 42, b->q);
+    return 0;
+}
+static int op_pack_bits(ops_buffers *b)
+{
+    ddph__cpu_pack_bits(b->q, b->n, 4, b->codes);
+    return 0;
+}
+static int op_unpack_bits(ops_buffers *b)
+{
+    ddph__cpu_unpack_bits(ddph__simd_best(), b->codes, b->n, 4, OPS_CHUNK,
+                          b->scales, 0.0f, b->y);
+    return 0;
+}
+static int op_unpack_bits_beta(ops_buffers *b)
+{
+    ddph__cpu_unpack_bits(ddph__simd_best(), b->codes, b->n, 4, OPS_CHUNK,
+                          b->scales, 1.0f, b->y);
     return 0;
 }
 static int op_gemm(ops_buffers *b)
@@ -183,6 +210,10 @@ static const bench_op ops[] = {
     {"unpack_signs beta", "f32 out", f32_bytes, op_unpack_signs_beta},
     {"chunk_abs_sum", "f32 in", f32_bytes, op_chunk_abs_sum},
     {"chunk_abs_max", "f32 in", f32_bytes, op_chunk_abs_max},
+    {"round_stochastic 4b", "f32 in", f32_bytes, op_round_stochastic},
+    {"pack_bits 4b", "f32 in", f32_bytes, op_pack_bits},
+    {"unpack_bits 4b", "f32 out", f32_bytes, op_unpack_bits},
+    {"unpack_bits 4b beta", "f32 out", f32_bytes, op_unpack_bits_beta},
     {"gemm M x Q", "f32 M", f32_bytes, op_gemm},
     {"orthogonalize P", "f32 P", p_bytes, op_orthogonalize},
 };
@@ -194,6 +225,7 @@ static void ops_free(ops_buffers *b)
     free(b->h);
     free(b->q);
     free(b->bits);
+    free(b->codes);
     free(b->scales);
     free(b->values);
     free(b->idx);
@@ -214,12 +246,13 @@ static int ops_alloc(ops_buffers *b, size_t mib)
     b->h = malloc(b->n * 2);
     b->q = malloc(b->n);
     b->bits = malloc(b->n / 8 + 1);
+    b->codes = malloc(b->n / 2 + 1);
     b->scales = malloc(nc * 4 + 4);
     b->values = malloc(b->k * 4 + 4);
     b->idx = malloc(b->k * 4 + 4);
     b->p = malloc(rows * OPS_RANK * 4 + 4);
     b->qmat = malloc(OPS_COLS * OPS_RANK * 4);
-    if (!b->x || !b->y || !b->h || !b->q || !b->bits || !b->scales ||
+    if (!b->x || !b->y || !b->h || !b->q || !b->bits || !b->codes || !b->scales ||
         !b->values || !b->idx || !b->p || !b->qmat) {
         ops_free(b);
         return 0;

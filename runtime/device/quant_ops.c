@@ -1,11 +1,14 @@
 /* quant_ops.c: see quant_ops.h.
  *
- * Both operations go a chunk at a time, its scale (and its inverse) held
- * for the chunk; inside it the AVX2 path does 8 elements a step with the
- * same operations as the portable loop, in the same order (f32 multiply,
- * floor, subtract, compare, add; the hash in 32-bit integer lanes), so
- * every bit agrees; the ends that do not fill 8 lanes (or, unpacking, do
- * not start on a byte) go element by element. */
+ * Rounding and unpacking go a chunk at a time, its scale (and its
+ * inverse) held for the chunk; inside it the AVX2 path does 8 elements a
+ * step with the same operations as the portable loop, in the same order
+ * (f32 multiply, floor, subtract, compare, add; the hash in 32-bit integer
+ * lanes), so every bit agrees; the ends that do not fill 8 lanes (or,
+ * unpacking, do not start on a byte) go element by element; the AVX-512
+ * path rounds 16 a step with the same operations.  Packing is
+ * integer work: AVX2 joins 32 codes a step into the same bytes the
+ * portable loop writes. */
 #include "build-config.h"
 
 #include "device/quant_ops.h"
@@ -57,13 +60,19 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
                   k1 = _mm256_set1_epi32((int)(uint32_t)(seed >> 32)),
                   phi = _mm256_set1_epi32((int)0x9E3779B9u),
                   lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    /* i * phi + k0 for the lanes, kept up to date by adding 8 * phi: the
+     * same value mod 2^32 with one multiplication fewer a step. */
+    __m256i hashed = _mm256_add_epi32(
+        _mm256_mullo_epi32(
+            _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)lo), lane),
+            phi),
+        k0);
+    const __m256i step = _mm256_set1_epi32((int)(8u * 0x9E3779B9u));
     size_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
+    for (; i + 8 <= hi; i += 8, hashed = _mm256_add_epi32(hashed, step)) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
         __m256 f = _mm256_floor_ps(v);
-        __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i),
-                                       lane);
-        __m256i h = avx2_mix(_mm256_add_epi32(_mm256_mullo_epi32(idx, phi), k0));
+        __m256i h = avx2_mix(hashed);
         h = avx2_mix(_mm256_xor_si256(h, k1));
         __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)),
                                  unit);
@@ -84,6 +93,78 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
     return i;
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512i
+avx512_mix(__m512i x)
+{
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x846ca68bu));
+    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+/* avx2_round 16 at a time, the comparisons in mask registers: the same
+ * operations, so the same bits. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
+avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
+             uint64_t seed, int8_t *q)
+{
+    const __m512 vinv = _mm512_set1_ps(inv), vtop = _mm512_set1_ps(top),
+                 vbot = _mm512_set1_ps(-top), one = _mm512_set1_ps(1.0f),
+                 unit = _mm512_set1_ps(0x1p-24f);
+    const __m512i k0 = _mm512_set1_epi32((int)(uint32_t)seed),
+                  k1 = _mm512_set1_epi32((int)(uint32_t)(seed >> 32)),
+                  phi = _mm512_set1_epi32((int)0x9E3779B9u),
+                  lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                           11, 12, 13, 14, 15);
+    /* i * phi + k0 for the lanes, kept up to date by adding 16 * phi: the
+     * same value mod 2^32 with one multiplication fewer a step. */
+    __m512i hashed = _mm512_add_epi32(
+        _mm512_mullo_epi32(
+            _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)lo), lane),
+            phi),
+        k0);
+    const __m512i step = _mm512_set1_epi32((int)(16u * 0x9E3779B9u));
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16, hashed = _mm512_add_epi32(hashed, step)) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+        __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF |
+                                               _MM_FROUND_NO_EXC);
+        __m512i h = avx512_mix(hashed);
+        h = avx512_mix(_mm512_xor_si512(h, k1));
+        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)),
+                                 unit);
+        __mmask16 up = _mm512_cmp_ps_mask(u, _mm512_sub_ps(v, f), _CMP_LT_OQ);
+        __m512 r = _mm512_mask_add_ps(f, up, f, one);
+        __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        /* As on AVX2: a NaN becomes the bound, then 0. */
+        r = _mm512_maskz_mov_ps(number,
+                                _mm512_min_ps(_mm512_max_ps(r, vbot), vtop));
+        _mm_storeu_si128((__m128i *)(void *)(q + i),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
+    }
+    return i;
+}
+
+/* 8 codes of `bits` bits from p, sign-extended into the lanes: lane k's
+ * code moved to the top of the lane, then shifted down arithmetically.
+ * The load has a constant size for each width (a memcpy of `bits` bytes
+ * would be a call per 8 elements). */
+__attribute__((target("avx2"))) static inline __m256i
+avx2_codes(const uint8_t *p, int bits, __m256i up, __m128i down)
+{
+    uint32_t word = 0;
+    if (bits == 4)
+        memcpy(&word, p, 4);
+    else {
+        uint16_t half;
+        memcpy(&half, p, 2);
+        word = half;
+    }
+    return _mm256_sra_epi32(_mm256_sllv_epi32(_mm256_set1_epi32((int)word), up),
+                            down);
+}
+
 /* Unpacks [lo, hi), lo on a byte boundary, 8 at a time; returns where it
  * stopped. */
 __attribute__((target("avx2"))) static size_t
@@ -91,23 +172,56 @@ avx2_unpack(const uint8_t *packed, size_t lo, size_t hi, int bits,
             float scale, float beta, float *y)
 {
     const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(beta);
-    /* Lane k's code moved to the top of the lane, then shifted down
-     * arithmetically: sign-extended. */
     const __m256i up = _mm256_sub_epi32(
         _mm256_set1_epi32(32 - bits),
         _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                            _mm256_set1_epi32(bits)));
     const __m128i down = _mm_cvtsi32_si128(32 - bits);
     size_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
-        uint32_t word = 0;
-        memcpy(&word, packed + i * (size_t)bits / 8, (size_t)bits);
-        __m256i c = _mm256_sra_epi32(
-            _mm256_sllv_epi32(_mm256_set1_epi32((int)word), up), down);
-        __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs);
-        if (beta != 0.0f)
-            d = _mm256_add_ps(_mm256_mul_ps(vb, _mm256_loadu_ps(y + i)), d);
-        _mm256_storeu_ps(y + i, d);
+    if (beta == 0.0f)
+        for (; i + 8 <= hi; i += 8) {
+            __m256i c = avx2_codes(packed + i * (size_t)bits / 8, bits, up,
+                                   down);
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs));
+        }
+    else
+        for (; i + 8 <= hi; i += 8) {
+            __m256i c = avx2_codes(packed + i * (size_t)bits / 8, bits, up,
+                                   down);
+            __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs);
+            _mm256_storeu_ps(
+                y + i, _mm256_add_ps(_mm256_mul_ps(vb, _mm256_loadu_ps(y + i)),
+                                     d));
+        }
+    return i;
+}
+
+/* Packs the whole 32-element blocks of q[0, n) (bits 4: 16 bytes each,
+ * bits 2: 8): the codes masked to `bits` bits, then pairs (and pairs of
+ * pairs) joined by multiply-adds with 1 and 2^bits, which cannot carry
+ * into each other; returns the elements done. */
+__attribute__((target("avx2"))) static size_t
+avx2_pack(const int8_t *q, size_t n, int bits, uint8_t *out)
+{
+    const __m256i mask = _mm256_set1_epi8((char)((1 << bits) - 1));
+    const __m256i pair = _mm256_set1_epi16((short)(1 | (1 << bits) << 8));
+    const __m256i quad = _mm256_set1_epi32(1 | 16 << 16);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i c = _mm256_and_si256(
+            _mm256_loadu_si256((const __m256i *)(const void *)(q + i)), mask);
+        __m256i w = _mm256_maddubs_epi16(c, pair); /* a + b << bits */
+        uint8_t *to = out + i * (size_t)bits / 8;
+        if (bits == 4) {
+            __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w),
+                                         _mm256_extracti128_si256(w, 1));
+            _mm_storeu_si128((__m128i *)(void *)to, b);
+        } else {
+            __m256i d = _mm256_madd_epi16(w, quad); /* ab + cd << 4 */
+            __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(d),
+                                        _mm256_extracti128_si256(d, 1));
+            _mm_storel_epi64((__m128i *)(void *)to, _mm_packus_epi16(h, h));
+        }
     }
     return i;
 }
@@ -127,7 +241,9 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
         float inv = ddph__quant_inverse(scales[j]);
         size_t i = lo;
 #ifdef HAVE_X86_PATHS
-        if (path != DDPH_SIMD_SCALAR)
+        if (path == DDPH_SIMD_AVX512)
+            i = avx512_round(x, lo, hi, inv, top, seed, q);
+        else if (path == DDPH_SIMD_AVX2)
             i = avx2_round(x, lo, hi, inv, top, seed, q);
 #else
         (void)path;
@@ -139,15 +255,20 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
 void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
 {
     unsigned per = 8u / (unsigned)bits;
+    size_t done = 0;
+#ifdef HAVE_X86_PATHS
+    if (ddph__simd_available(DDPH_SIMD_AVX2))
+        done = avx2_pack(q, n, bits, out);
+#endif
+    /* The rest of the whole bytes with the layout spelled out, then the
+     * last byte's codes. */
     size_t full = n / per;
-    /* The whole bytes with the layout spelled out (the compiler
-     * vectorises these loops; a loop over k would not be). */
     if (bits == 4)
-        for (size_t j = 0; j < full; j++)
+        for (size_t j = done / 2; j < full; j++)
             out[j] = (uint8_t)(((unsigned)q[2 * j] & 15u) |
                                ((unsigned)q[2 * j + 1] & 15u) << 4);
     else
-        for (size_t j = 0; j < full; j++)
+        for (size_t j = done / 4; j < full; j++)
             out[j] = (uint8_t)(((unsigned)q[4 * j] & 3u) |
                                ((unsigned)q[4 * j + 1] & 3u) << 2 |
                                ((unsigned)q[4 * j + 2] & 3u) << 4 |

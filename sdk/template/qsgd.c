@@ -6,12 +6,17 @@
  * each element at random to a level above or below it, up with the
  * probability that makes the expected value x (unbiased: no error
  * memory is needed, and none is kept), packs the levels into `bits`
- * bits and sends them with the chunks' scales in one allgather.  Every
- * rank then decodes every rank's message in rank order into the bucket
- * and divides by W, so the ranks hold the same bits.  The draws come from
- * a seed made of the `seed` option, the step, the bucket and the rank:
- * the same on a rerun and after a resume, different between ranks so
- * that their rounding errors average out.
+ * bits and sends them with the chunks' scales in one allgather.  The
+ * scales it sends are already divided by W, so every rank decodes every
+ * rank's message in rank order straight into the bucket (the first one
+ * written, the others added) and holds the average: the same bits on
+ * every rank, with no pass of its own over the gradient.  The draws come
+ * from a seed made of the `seed` option, the step, the bucket and the
+ * rank: the same on a rerun and after a resume, different between ranks
+ * so that their rounding errors average out.
+ *
+ * The buffers (the levels, this rank's message, everyone's) are sized
+ * at on_layout for the largest bucket and kept: a step allocates nothing.
  *
  * Host and CUDA buckets alike: its buffers come from the services'
  * alloc, on the bucket's device, and only the services touch them.  A
@@ -30,7 +35,66 @@ typedef struct qsgd_state {
     int bits, levels;
     size_t chunk;
     uint64_t seed;
+    /* Kept from step to step, for buckets of up to `capacity` elements. */
+    size_t capacity;
+    int8_t *q;           /* the levels */
+    unsigned char *msg;  /* this rank's message */
+    unsigned char *all;  /* every rank's, rank order */
+    float *work;         /* an f32 copy of a bucket of another dtype */
 } qsgd_state;
+
+/* One rank's message for n elements: the codes, padded to 4 bytes, then
+ * the chunks' scales; a multiple of 4 bytes, so every rank's scales in
+ * the gathered buffer are aligned. */
+static size_t codes_bytes(const qsgd_state *t, size_t n)
+{
+    return ((n * (size_t)t->bits + 7) / 8 + 3) / 4 * 4;
+}
+
+static size_t message_bytes(const qsgd_state *t, size_t n)
+{
+    return codes_bytes(t, n) + 4 * ((n + t->chunk - 1) / t->chunk);
+}
+
+static void free_buffers(qsgd_state *t, const ddph_services *s)
+{
+    s->free(s, t->q);
+    s->free(s, t->msg);
+    s->free(s, t->all);
+    s->free(s, t->work);
+    t->q = NULL;
+    t->msg = t->all = NULL;
+    t->work = NULL;
+    t->capacity = 0;
+}
+
+/* Room for a bucket of n elements (and its f32 copy when its dtype is
+ * not f32), grown only when a bucket is larger than any before: on_layout
+ * sizes it once for the largest. */
+static ddph_status reserve(qsgd_state *t, const ddph_services *s, size_t n,
+                           size_t world, int f32_copy)
+{
+    n = n ? n : 1;
+    if (n > t->capacity) {
+        f32_copy |= t->work != NULL;
+        free_buffers(t, s);
+        size_t mb = message_bytes(t, n);
+        t->q = s->alloc(s, n);
+        t->msg = s->alloc(s, mb);
+        t->all = s->alloc(s, mb * world);
+        if (!t->q || !t->msg || !t->all) {
+            free_buffers(t, s);
+            return DDPH_ERR_NOMEM;
+        }
+        t->capacity = n;
+    }
+    if (f32_copy && !t->work) {
+        t->work = s->alloc(s, t->capacity * sizeof(float));
+        if (!t->work)
+            return DDPH_ERR_NOMEM;
+    }
+    return DDPH_OK;
+}
 
 static const ddph_option_spec qsgd_options[] = {
     {"bits", DDPH_OPT_INT, "4", 2, 4,
@@ -76,8 +140,21 @@ static ddph_status qsgd_create(const ddph_services *s, const ddph_options *o,
 
 static void qsgd_destroy(const ddph_services *s, void *state)
 {
-    (void)s;
+    free_buffers(state, s);
     free(state);
+}
+
+static ddph_status qsgd_on_layout(void *state, const ddph_layout *layout,
+                                  const ddph_services *s)
+{
+    size_t largest = 0;
+    int f32_copy = 0;
+    for (int i = 0; i < layout->nbuckets; i++) {
+        const ddph_bucket *b = ddph_util_layout_bucket(layout, i);
+        largest = b->numel > largest ? b->numel : largest;
+        f32_copy |= b->dtype != DDPH_F32;
+    }
+    return reserve(state, s, largest, (size_t)s->world_size, f32_copy);
 }
 
 /* splitmix64's finalizer: one 64-bit seed from the step, bucket and rank. */
@@ -96,47 +173,46 @@ static ddph_status qsgd_on_bucket(void *state, const ddph_bucket *b,
 {
     qsgd_state *t = state;
     size_t n = b->numel, nc = (n + t->chunk - 1) / t->chunk;
-    /* One rank's message: the codes, padded to 4 bytes, then the scales;
-     * a multiple of 4 bytes, so every rank's scales are aligned. */
-    size_t codes = ((n * (size_t)t->bits + 7) / 8 + 3) / 4 * 4;
-    size_t mb = codes + 4 * nc, world = (size_t)s->world_size;
-    float *work = b->dtype == DDPH_F32 ? NULL : s->alloc(s, (n ? n : 1) * 4);
-    unsigned char *msg = s->alloc(s, mb ? mb : 4);
-    unsigned char *all = s->alloc(s, mb * world + 4);
-    int8_t *q = s->alloc(s, n ? n : 1);
+    size_t codes = codes_bytes(t, n), mb = message_bytes(t, n);
+    size_t world = (size_t)s->world_size;
+    if (n == 0)
+        return DDPH_OK;
+    /* A no-op after on_layout. */
+    ddph_status st = reserve(t, s, n, world, b->dtype != DDPH_F32);
     float *x = NULL;
-    ddph_status st = DDPH_ERR_NOMEM;
-    if (msg && all && q && (work || b->dtype == DDPH_F32))
-        st = ddph_util_f32_load(s, b, work, &x);
-    float *scales = (float *)(void *)(msg + codes);
-    if (st == DDPH_OK && n > 0) {
-        st = s->zero(s, msg, codes);
-        if (st == DDPH_OK)
-            st = s->chunk_abs_max(s, x, n, t->chunk, scales);
-        if (st == DDPH_OK)
-            st = s->divide(s, scales, DDPH_F32, nc, (double)t->levels);
-        if (st == DDPH_OK)
-            st = s->round_stochastic(s, x, n, t->chunk, scales, t->levels,
-                                     draw_seed(t, b, s->rank), q);
-        if (st == DDPH_OK)
-            st = s->pack_bits(s, q, n, t->bits, msg);
-        if (st == DDPH_OK)
-            st = s->allgather(s, s->world, msg, all, mb, DDPH_U8);
-        /* Rank order on every rank: the same sum, the same bits. */
-        for (size_t r = 0; st == DDPH_OK && r < world; r++)
-            st = s->unpack_bits(s, all + r * mb, n, t->bits, t->chunk,
-                                (const float *)(const void *)(all + r * mb +
-                                                              codes),
-                                r == 0 ? 0.0f : 1.0f, x);
-        if (st == DDPH_OK)
-            st = s->divide(s, x, DDPH_F32, n, (double)world);
-        if (st == DDPH_OK)
-            st = ddph_util_f32_store(s, b, x);
+    if (st == DDPH_OK)
+        st = ddph_util_f32_load(s, b, t->work, &x);
+    if (st != DDPH_OK)
+        return st;
+    /* The padding after the codes, so that every rank sends the same
+     * (the buffers are on the bucket's device: services, not memset). */
+    size_t packed = (n * (size_t)t->bits + 7) / 8;
+    st = s->zero(s, t->msg + packed, codes - packed);
+    float *scales = (float *)(void *)(t->msg + codes);
+    if (st == DDPH_OK)
+        st = s->chunk_abs_max(s, x, n, t->chunk, scales);
+    if (st == DDPH_OK)
+        st = s->divide(s, scales, DDPH_F32, nc, (double)t->levels);
+    if (st == DDPH_OK)
+        st = s->round_stochastic(s, x, n, t->chunk, scales, t->levels,
+                                 draw_seed(t, b, s->rank), t->q);
+    if (st == DDPH_OK)
+        st = s->pack_bits(s, t->q, n, t->bits, t->msg);
+    /* The decoding scales: one level's step over W (nc numbers, where
+     * dividing the sum would be a pass over n). */
+    if (st == DDPH_OK)
+        st = s->divide(s, scales, DDPH_F32, nc, (double)world);
+    if (st == DDPH_OK)
+        st = s->allgather(s, s->world, t->msg, t->all, mb, DDPH_U8);
+    /* Rank order on every rank: the same sum, the same bits. */
+    for (size_t r = 0; st == DDPH_OK && r < world; r++) {
+        const unsigned char *from = t->all + r * mb;
+        st = s->unpack_bits(s, from, n, t->bits, t->chunk,
+                            (const float *)(const void *)(from + codes),
+                            r == 0 ? 0.0f : 1.0f, x);
     }
-    s->free(s, work);
-    s->free(s, msg);
-    s->free(s, all);
-    s->free(s, q);
+    if (st == DDPH_OK)
+        st = ddph_util_f32_store(s, b, x);
     return st;
 }
 
@@ -152,6 +228,7 @@ static const ddph_plugin_api_v1 qsgd_plugin = {
     .create = qsgd_create,
     .destroy = qsgd_destroy,
     .on_bucket = qsgd_on_bucket,
+    .on_layout = qsgd_on_layout,
     /* Each rank's levels are within one step (its chunk's max |x| / 7) of
      * x, at random: relative to the largest |average| that is up to
      * about 1/7 of a chunk's max over it, more at 2 bits (--rtol). */
