@@ -38,17 +38,7 @@ if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
 fi
 B=${DDPH_TEST_BUILDDIR:?run through make check}
 S=${DDPH_TEST_SRCDIR:?run through make check}
-PY=
-for p in "${PYTHON:-}" /usr/bin/python3; do
-    if [ -n "$p" ] && "$p" -c 'import torch.distributed' 2>/dev/null; then
-        PY=$p
-        break
-    fi
-done
-if [ -z "$PY" ]; then
-    echo "SKIP: no Python 3 with torch (${PYTHON:-python3}, /usr/bin/python3; apt-get install python3-torch)"
-    exit 77
-fi
+. "$S/tests/torch_python.sh"
 OUT="$B/tests/out/pytorch"
 rm -rf "$OUT"
 mkdir -p "$OUT"

@@ -1,12 +1,14 @@
 """ddphook.torch: a ddphook job's hook as PyTorch DDP's communication hook.
 
     import ddphook.torch
-    ddphook.torch.init_process_group("job.ini")      # gloo, under mpiexec
+    ddphook.torch.init_process_group("job.ini")  # gloo: mpiexec or torchrun
     model = torch.nn.parallel.DistributedDataParallel(net)
     model.register_comm_hook(*ddphook.torch.comm_hook("job.ini"))
 
 The job file's plugin (a shipped hook, a wrapper, a third-party .so) runs
-on ddphook's communication thread over ddphook's own MPI communicator;
+on ddphook's communication thread over ddphook's own communicators: MPI's
+under mpiexec; under torchrun (or any env:// launcher) gloo groups of the
+torch backend, made from the store of the script's process group.
 PyTorch's process group only does DDP's construction broadcast.  Each
 hook call copies the GradBucket's gradients into the runtime, marks them
 ready (so the runtime launches its bucket at once, while autograd goes on
@@ -28,7 +30,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from . import Error, _capi, lib, open_job, status_name
+from . import Error, _capi, current_job, lib, open_job, status_name
 
 __all__ = ["comm_hook", "init_process_group", "HookState"]
 
@@ -36,13 +38,65 @@ _DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
            torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
 
 
+# The variables of the launchers ddphook's MPI backend runs under.
+_MPI_LAUNCHED = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def _torch_launched():
+    """Started by torchrun or another env:// launcher, not by mpiexec."""
+    return (not any(v in os.environ for v in _MPI_LAUNCHED) and
+            all(v in os.environ for v in ("RANK", "WORLD_SIZE",
+                                          "MASTER_ADDR", "MASTER_PORT")))
+
+
+def _make_group(store, prefix, rank, size, timeout_s):
+    """A gloo group of the torch backend, over the script's store."""
+    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size,
+                                 datetime.timedelta(seconds=timeout_s))
+
+
+def _attach_torch_backend():
+    """Under torchrun, hands the torch backend (backend = torch) the store
+    of the script's process group, before the job is opened: the job's
+    ranks are then torch.distributed's."""
+    if current_job() is not None or not dist.is_initialized() or \
+            not _torch_launched():
+        return
+    try:
+        from . import _torch_backend
+    except ImportError as e:
+        raise Error("ddphook: started by torchrun (no mpiexec), but this "
+                    "ddphook has no torch backend (%s): configure it where "
+                    "libtorch-dev and pybind11-dev are installed, or launch "
+                    "with mpiexec" % e, "DDPH_ERR_UNSUPPORTED")
+    try:
+        from ._paths import BACKENDDIR
+    except ImportError:
+        BACKENDDIR = None
+    where = os.environ.get("DDPH_BACKEND_DIR") or BACKENDDIR
+    if not where:
+        raise Error("ddphook: the torch backend's folder is unknown (set "
+                    "DDPH_BACKEND_DIR)", "DDPH_ERR_UNSUPPORTED")
+    _torch_backend.attach(os.path.join(where, "torch.so"),
+                          dist.distributed_c10d._get_default_store(),
+                          dist.get_rank(), dist.get_world_size(), _make_group)
+
+
 def init_process_group(job_ini, backend="gloo",
                        timeout=datetime.timedelta(minutes=30)):
     """Opens the job (collective) and starts torch.distributed's default
-    process group with ddphook's ranks: rank 0's address (MASTER_ADDR, or
-    its host name's address) and a free port (MASTER_PORT, or one the
-    system gives) reach every rank through ddphook's own broadcast, so
-    mpiexec needs no rendezvous variables.  Returns the job."""
+    process group with ddphook's ranks.  Under mpiexec, rank 0's address
+    (MASTER_ADDR, or its host name's address) and a free port
+    (MASTER_PORT, or one the system gives) reach every rank through
+    ddphook's own broadcast, so mpiexec needs no rendezvous variables.
+    Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and no MPI
+    launcher), the group starts from those variables and the job runs
+    over it (the torch backend).  Returns the job."""
+    if _torch_launched() and current_job() is None:
+        if not dist.is_initialized():
+            dist.init_process_group(backend, init_method="env://",
+                                    timeout=timeout)
+        _attach_torch_backend()
     job = open_job(job_ini)
     if dist.is_initialized():
         _same_ranks(job)
@@ -69,14 +123,16 @@ def init_process_group(job_ini, backend="gloo",
 
 
 def _same_ranks(job):
-    """torch.distributed's ranks must be ddphook's (MPI's): a job started
-    by torchrun without mpiexec would reduce each rank alone."""
+    """torch.distributed's ranks must be ddphook's: a job whose ranks
+    differ (a launcher that is neither mpiexec nor an env:// one) would
+    reduce each rank alone."""
     if not dist.is_initialized():
         return
     if (dist.get_rank(), dist.get_world_size()) != (job.rank, job.world_size):
         raise Error("ddphook: torch.distributed is rank %d of %d but "
-                    "ddphook's MPI job is rank %d of %d: launch with "
-                    "mpiexec (ddphook's ranks are MPI's), e.g. after "
+                    "ddphook's job is rank %d of %d: launch with "
+                    "mpiexec or torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
+                    "MASTER_PORT set), e.g. after "
                     "ddphook.torch.init_process_group(job)" % (
                         dist.get_rank(), dist.get_world_size(), job.rank,
                         job.world_size), "DDPH_ERR_MISMATCH")
@@ -96,6 +152,7 @@ def comm_hook(job_ini, model=None, name="model"):
     `model`) in place of the job file's.  Without it, DDP's parameter
     order is taken (a backward pass that completes them in another order
     gives other buckets: a warning says so)."""
+    _attach_torch_backend()
     job = open_job(job_ini)
     _same_ranks(job)
     state = HookState(job, name)

@@ -1,0 +1,79 @@
+#!/bin/sh
+# torchrun.sh: ddphook.torch under an env:// launcher (torchrun's way: RANK,
+# WORLD_SIZE, MASTER_ADDR, MASTER_PORT, no mpiexec), where the job runs
+# over the torch backend (torch.so: gloo groups made from the store of the
+# script's process group).  tests/python/env_launch.py starts the ranks;
+# the job files name no backend.
+#  - DDP's gradients through ddphook's hooks, allreduce, fp16 (hook and
+#    wrapper), bf16 and PowerSGD (plain and batched, Q drawn by ddphook as
+#    torch.randn draws it) equal PyTorch's own hooks over gloo, step by
+#    step, within the reference vectors' tolerances (tests/python/ddp_hooks.py,
+#    as tests/pytorch.sh runs it under mpiexec), on 2 ranks;
+#  - a hook that fails on every rank, and one that fails on the last rank
+#    only, raise on every rank, naming the cause, within seconds
+#    (tests/python/ddp_errors.py).
+# Skips (77) without a Python 3 with torch, or a ddphook built without the
+# torch backend (configure found no libtorch-dev or pybind11-dev).
+set -u
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+S=${DDPH_TEST_SRCDIR:?run through make check}
+. "$S/tests/torch_python.sh"
+MODULE="$B/runtime/backends/torch/.libs/torch.so"
+if [ ! -f "$MODULE" ] || ! ls "$S"/python/ddphook/_torch_backend*.so >/dev/null 2>&1; then
+    echo "SKIP: this ddphook has no torch backend (configure found no libtorch-dev or pybind11-dev)"
+    exit 77
+fi
+OUT="$B/tests/out/torchrun"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+PYTHONPATH="$S/python${PYTHONPATH:+:$PYTHONPATH}"
+DDPHOOK_LIBRARY="$B/.libs/libddphook.so"
+DDPH_BACKEND_DIR="$B/runtime/backends/torch/.libs"
+export PYTHONPATH DDPHOOK_LIBRARY DDPH_BACKEND_DIR
+LAUNCH="$PY $S/tests/python/env_launch.py"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS: $*"; }
+ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+CASES=allreduce,fp16,fp16_wrapper,bf16,powersgd_own_q,batched_own_q
+log="$OUT/hooks.log"
+timeout 600 $LAUNCH -n 2 --timeout 500 "$S/tests/python/ddp_hooks.py" \
+    --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/hooks" --only "$CASES" \
+    >"$log" 2>&1
+rc=$?
+grep '^\[rank 0\] PASS: \|^\[rank 0\] FAIL: ' "$log"
+got=$(grep -c '^\[rank 0\] PASS: ' "$log")
+if [ "$rc" -eq 0 ] && [ "$got" -eq 6 ]; then
+    ok "ddp_hooks.py on 2 ranks without mpiexec: $got of 6 hooks equal PyTorch's"
+else
+    ko "ddp_hooks.py on 2 ranks without mpiexec: exit $rc, $got of 6 passed (see $log)"
+fi
+
+# errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)
+errors() {
+    case=$1 name=$2 want=$3
+    job="$OUT/err-$name.ini"
+    printf '%b' "$4" > "$job"
+    log="$OUT/err-$name.log"
+    t0=$(date +%s)
+    timeout 120 $LAUNCH -n 2 --timeout 100 "$S/tests/python/ddp_errors.py" \
+        --job "$job" --case "$case" >"$log" 2>&1
+    rc=$?
+    t=$(( $(date +%s) - t0 ))
+    n=$(grep -c "^\[rank [01]\] rank [01] raised .*$want" "$log")
+    if [ "$rc" -ne 124 ] && [ "$rc" -ne 0 ] && [ "$n" -eq 2 ] && [ "$t" -le 30 ]; then
+        ok "$name: both ranks raised, naming '$want', in ${t}s"
+    else
+        ko "$name: exit $rc after ${t}s, $n of 2 ranks raised naming '$want' (see $log)"
+    fi
+}
+R="[runtime]\nplugin_path = $DDPH_TEST_PLUGIN_DIR\ntimeout_s = 60\n"
+CAPS="bucket_cap_mb = 0.0002\nfirst_bucket_cap_mb = 0.0002\n"
+errors hook failing-hook "fake failure on bucket 1" \
+    "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
+errors peer failing-peer "fake failure of the last rank" \
+    "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
