@@ -229,7 +229,7 @@ for r in 0 1; do
         --case ranks </dev/null >"$log.$r" 2>&1 &
 done
 wait
-n=$(cat "$log.0" "$log.1" | grep -c "^rank [01] raised Error: .*rank [01] of 2 but ddphook's MPI job is rank 0 of 1")
+n=$(cat "$log.0" "$log.1" | grep -c "^rank [01] raised Error: .*rank [01] of 2 but ddphook's job is rank 0 of 1")
 if [ "$n" -eq 2 ]; then
     ok "ranks: torch.distributed's 2 ranks against MPI's 1 refused on both"
 else
