@@ -11,7 +11,9 @@
 #    as tests/pytorch.sh runs it under mpiexec), on 2 ranks;
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
-#    (tests/python/ddp_errors.py).
+#    (tests/python/ddp_errors.py);
+#  - a rank killed (SIGKILL) mid-training: the other raises within seconds,
+#    saying a peer died, and exits non-zero.
 # Skips (77) without a Python 3 with torch, or a ddphook built without the
 # torch backend (configure found no libtorch-dev or pybind11-dev).
 set -u
@@ -74,6 +76,22 @@ errors hook failing-hook "fake failure on bucket 1" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
 errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+
+# SIGKILL to rank 1 after 4 s of steps: rank 0's wait on gloo ends at
+# once (the connection is gone), not after timeout_s = 60.
+log="$OUT/killed.log"
+printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/killed.ini"
+t0=$(date +%s)
+timeout 120 $LAUNCH -n 2 --timeout 100 --kill 1:4 "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/killed.ini" --case killed >"$log" 2>&1
+t=$(( $(date +%s) - t0 ))
+said=$(grep -c '^\[rank 0\] rank 0 raised .*a peer rank died' "$log")
+if grep -q '^env_launch.py: rank 0 exited [1-9]' "$log" && [ "$said" -ge 1 ] &&
+    [ "$t" -le 25 ]; then
+    ok "killed: rank 1 killed after 4 s, rank 0 raised saying a peer died, ${t}s in all"
+else
+    ko "killed: after ${t}s, rank 0 raised $said times saying a peer died (see $log)"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

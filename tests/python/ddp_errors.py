@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--case", required=True,
                     choices=["open", "hook", "peer", "ranks", "two-models",
                              "sigint", "save-insecure", "stale-save",
-                             "stale-load"])
+                             "stale-load", "killed"])
     ap.add_argument("--swallow", action="store_true")
     ap.add_argument("--dir", help="the folder of the save cases")
     a = ap.parse_args()
@@ -85,7 +85,10 @@ def main():
             models.append(torch.nn.parallel.DistributedDataParallel(
                 torch.nn.Linear(16, 4)))
             models[1].register_comm_hook(*pair)
-        for step in range(3):
+        # killed: steps until the launcher kills a rank (env_launch.py --kill)
+        for step in range(3 if a.case != "killed" else 3000):
+            if a.case == "killed":
+                time.sleep(0.01)
             for m in models:
                 m(torch.randn(4, 16)).sum().backward()
             if a.case == "stale-save" and step == 0:
