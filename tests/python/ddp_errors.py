@@ -85,10 +85,12 @@ def main():
             models.append(torch.nn.parallel.DistributedDataParallel(
                 torch.nn.Linear(16, 4)))
             models[1].register_comm_hook(*pair)
-        # killed: steps until the launcher kills a rank (env_launch.py --kill)
-        for step in range(3 if a.case != "killed" else 3000):
-            if a.case == "killed":
-                time.sleep(0.01)
+        for step in range(3 if a.case != "killed" else 10):
+            # killed: the last rank dies (SIGKILL) before its step 5, while
+            # the others wait for it in theirs.
+            if a.case == "killed" and step == 5 and \
+                    rank == torch.distributed.get_world_size() - 1:
+                os.kill(os.getpid(), signal.SIGKILL)
             for m in models:
                 m(torch.randn(4, 16)).sum().backward()
             if a.case == "stale-save" and step == 0:

@@ -183,12 +183,17 @@ def cases(out, rank):
     }
 
 
+def job_head(plugin_dir):
+    """A job file's [runtime] (CAP-sized buckets) and an allreduce [hook]."""
+    return ("[runtime]\nplugin_path = %s\nbucket_cap_mb = %r\n"
+            "first_bucket_cap_mb = %r\ntimeout_s = 60\n"
+            "[hook]\nname = allreduce\n" % (plugin_dir, CAP / 2**20,
+                                            CAP / 2**20))
+
+
 def write_job(path, plugin_dir, table):
     with open(path, "w") as f:
-        f.write("[runtime]\nplugin_path = %s\nbucket_cap_mb = %r\n"
-                "first_bucket_cap_mb = %r\ntimeout_s = 60\n"
-                "[hook]\nname = allreduce\n" % (plugin_dir, CAP / 2**20,
-                                                CAP / 2**20))
+        f.write(job_head(plugin_dir))
         sections = {}
         for name, (hook, wrapper, opts, *_rest) in table.items():
             f.write("[model.%s]\nhook = %s\nwrapper = %s\n" % (

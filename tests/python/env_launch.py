@@ -4,15 +4,13 @@ workers are started, with only the env:// variables (RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and no MPI
 launcher's, so that ddphook runs the job over the torch backend.
 
-    env_launch.py -n 2 [--timeout 300] [--kill RANK:SECONDS] PROGRAM ARGS...
+    env_launch.py -n 2 [--timeout 300] PROGRAM ARGS...
 
 Each rank's output goes to stdout, its lines prefixed "[rank R] ".  Exits
 with the first non-zero exit status of a rank (124 when one outlived
---timeout and was killed), else 0.  --kill sends SIGKILL to one rank
-after SECONDS (a rank dying mid-step)."""
+--timeout and was killed), else 0."""
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +37,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, required=True)
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--kill", help="RANK:SECONDS")
     ap.add_argument("program", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k not in MPI_VARIABLES}
@@ -55,11 +52,6 @@ def main():
         t = threading.Thread(target=relay, args=(r, p.stdout), daemon=True)
         t.start()
         relays.append(t)
-    if a.kill:
-        who, after = a.kill.split(":")
-        threading.Timer(float(after),
-                        lambda: procs[int(who)].send_signal(signal.SIGKILL)
-                        ).start()
     deadline = time.monotonic() + a.timeout
     codes = []
     for p in procs:
