@@ -25,7 +25,7 @@ B=${DDPH_TEST_BUILDDIR:?run through make check}
 S=${DDPH_TEST_SRCDIR:?run through make check}
 . "$S/tests/torch_python.sh"
 MODULE="$B/runtime/backends/torch/.libs/torch.so"
-if [ ! -f "$MODULE" ] || ! ls "$S"/python/ddphook/_torch_backend*.so >/dev/null 2>&1; then
+if [ ! -f "$MODULE" ] || ! ls "$B"/python/ddphook/_torch_backend*.so >/dev/null 2>&1; then
     echo "SKIP: this ddphook has no torch backend (configure found no libtorch-dev or pybind11-dev)"
     exit 77
 fi

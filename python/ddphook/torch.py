@@ -55,15 +55,46 @@ def _make_group(store, prefix, rank, size, timeout_s):
                                  datetime.timedelta(seconds=timeout_s))
 
 
-def _attach_torch_backend():
-    """Under torchrun, hands the torch backend (backend = torch) the store
-    of the script's process group, before the job is opened: the job's
-    ranks are then torch.distributed's."""
-    if current_job() is not None or not dist.is_initialized() or \
-            not _torch_launched():
-        return
+def _torch_extension():
+    """The torch backend's extension: beside this file, or in the build
+    tree of the library DDPHOOK_LIBRARY names (a build outside the source
+    tree, whose package the tests import from the sources)."""
     try:
         from . import _torch_backend
+        return _torch_backend
+    except ImportError:
+        built = os.environ.get("DDPHOOK_LIBRARY")
+        if not built:
+            raise
+    import glob
+    import importlib.util
+    where = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        built))), "python", "ddphook", "_torch_backend.*.so")
+    for path in glob.glob(where):
+        spec = importlib.util.spec_from_file_location(
+            "ddphook._torch_backend", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    raise ImportError("no _torch_backend beside %s nor at %s" % (
+        os.path.dirname(__file__), where))
+
+
+# Set while the bridge opens a job it attached the torch backend for: the
+# registry's sign (with torchrun's TORCHELASTIC_RUN_ID) that the torch
+# backend runs it.  Never left set: a program this one starts is not.
+_ATTACHED = "DDPH_TORCH_ATTACHED"
+
+
+def _open_job(job_ini):
+    """open_job; under torchrun, over the torch backend, which is handed
+    the store of the script's process group first: the job's ranks are
+    then torch.distributed's."""
+    if current_job() is not None or not dist.is_initialized() or \
+            not _torch_launched():
+        return open_job(job_ini)
+    try:
+        _torch_backend = _torch_extension()
     except ImportError as e:
         raise Error("ddphook: started by torchrun (no mpiexec), but this "
                     "ddphook has no torch backend (%s): configure it where "
@@ -80,6 +111,11 @@ def _attach_torch_backend():
     _torch_backend.attach(os.path.join(where, "torch.so"),
                           dist.distributed_c10d._get_default_store(),
                           dist.get_rank(), dist.get_world_size(), _make_group)
+    os.environ[_ATTACHED] = "1"
+    try:
+        return open_job(job_ini)
+    finally:
+        del os.environ[_ATTACHED]
 
 
 def init_process_group(job_ini, backend="gloo",
@@ -96,8 +132,7 @@ def init_process_group(job_ini, backend="gloo",
         if not dist.is_initialized():
             dist.init_process_group(backend, init_method="env://",
                                     timeout=timeout)
-        _attach_torch_backend()
-    job = open_job(job_ini)
+    job = _open_job(job_ini)
     if dist.is_initialized():
         _same_ranks(job)
         return job
@@ -152,8 +187,7 @@ def comm_hook(job_ini, model=None, name="model"):
     `model`) in place of the job file's.  Without it, DDP's parameter
     order is taken (a backward pass that completes them in another order
     gives other buckets: a warning says so)."""
-    _attach_torch_backend()
-    job = open_job(job_ini)
+    job = _open_job(job_ini)
     _same_ranks(job)
     state = HookState(job, name)
     if model is not None:
