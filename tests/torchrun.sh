@@ -10,9 +10,10 @@
 #    step, within the reference vectors' tolerances (tests/python/ddp_hooks.py,
 #    as tests/pytorch.sh runs it under mpiexec), on 2 ranks;
 #  - the hooks that move data otherwise (int8: ialltoall, iallgather, an
-#    int32 max; topk and signsgd: iallgather) and allreduce give the same
-#    gradients, bit for bit, as under mpiexec (tests/python/ddp_same.py;
-#    where mpiexec is found);
+#    int32 max; topk and signsgd: iallgather), allreduce and
+#    post_localsgd (groups split from the world) give the same gradients,
+#    bit for bit, as under mpiexec (tests/python/ddp_same.py; where
+#    mpiexec is found);
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
 #    (tests/python/ddp_errors.py);
@@ -59,6 +60,13 @@ for w in 2 4; do
 done
 
 SAME="$S/tests/python/ddp_same.py --plugin-dir $DDPH_TEST_PLUGIN_DIR"
+SAME_HOOKS="allreduce int8 topk signsgd"
+# post_localsgd splits the world (a group per rank after two steps)
+LOCALSGD="$B/tests/gpu/.libs/post_localsgd.so"
+if [ -f "$LOCALSGD" ]; then
+    SAME="$SAME --localsgd $LOCALSGD"
+    SAME_HOOKS="$SAME_HOOKS post_localsgd"
+fi
 timeout 300 $LAUNCH -n 2 --timeout 280 $SAME --out "$OUT/same-torch" \
     >"$OUT/same-torch.log" 2>&1 ||
     ko "ddp_same.py without mpiexec (see $OUT/same-torch.log)"
@@ -66,7 +74,7 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     timeout 300 "$MPIEXEC" -n 2 $PY $SAME --out "$OUT/same-mpi" </dev/null \
         >"$OUT/same-mpi.log" 2>&1 ||
         ko "ddp_same.py under mpiexec (see $OUT/same-mpi.log)"
-    for h in allreduce int8 topk signsgd; do
+    for h in $SAME_HOOKS; do
         same=0
         for r in 0 1; do
             [ -s "$OUT/same-mpi/$h.rank$r.f32" ] &&

@@ -9,7 +9,9 @@ compares the files byte for byte.
 The hooks cover the collectives the shipped plugins use besides sums:
 int8 (allreduce of int32 maxima, ialltoall and iallgather of int8 and
 float32), topk (iallgather of float32 values and int32 indices), signsgd
-(iallgather of packed signs), and allreduce.  On 2 ranks every sum has
+(iallgather of packed signs), allreduce, and with --localsgd PATH the
+post_localsgd example (examples/post_localsgd, built as PATH): after two
+steps each rank averages alone, in a group split from the world.  On 2 ranks every sum has
 two terms, so the bits cannot depend on the order a backend adds in.
 Writes DIR/HOOK.rankR.f32: every step's gradients, in parameter order."""
 import argparse
@@ -32,6 +34,7 @@ def main():
     ap.add_argument("--plugin-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--localsgd", help="post_localsgd.so")
     a = ap.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -41,11 +44,14 @@ def main():
         f.write(job_head(a.plugin_dir))
         for h in HOOKS:
             f.write("[model.%s]\nhook = %s\n" % (h, h))
+        if a.localsgd:
+            f.write("[model.post_localsgd]\nhook = %s\n[hook.post_localsgd]\n"
+                    "start_localSGD_iter = 2\nsubgroup_size = 1\n" % a.localsgd)
     ddphook.torch.init_process_group(job)
     dist._DEFAULT_FIRST_BUCKET_BYTES = CAP
     # Every model exists before the first step (its [model.NAME] applies).
     runs = []
-    for h in HOOKS:
+    for h in HOOKS + (("post_localsgd",) if a.localsgd else ()):
         torch.manual_seed(0)
         model = torch.nn.parallel.DistributedDataParallel(
             Net(), bucket_cap_mb=CAP / 2**20)

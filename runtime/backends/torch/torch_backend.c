@@ -42,6 +42,7 @@ typedef struct torch_state {
     tpg_job *job;
     double timeout_s;
     int host_index;      /* which host (its first rank), from find_host */
+    int up;              /* open made every group */
     int left;            /* leave met every rank */
     atomic_int in_sync_step;
     atomic_llong syncs_done, trainer_calls;
@@ -591,6 +592,7 @@ static ddph_status torch_open(const ddph_backend_args *a, void **state,
         st = make_group(s, &s->trainer, "trainer", rank, size, err);
     if (st != DDPH_OK)
         s->world.head = (struct ddph_group){0, 1};
+    s->up = st == DDPH_OK;
     return st;
 }
 
@@ -725,7 +727,7 @@ static ddph_status torch_close(void *self, ddph_err *err)
     if (!s)
         return DDPH_OK;
     ddph_status st = DDPH_OK;
-    if (s->job && !s->left && !tpg_broken(s->job)) {
+    if (s->up && !s->left && !tpg_broken(s->job)) {
         ddph_status job;
         int job_rank;
         st = torch_leave(s, DDPH_OK, &job, &job_rank, err);
