@@ -17,6 +17,9 @@
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
 #    (tests/python/ddp_errors.py);
+#  - a rank that closes the job after 2 steps while the other goes on to a
+#    third: the other raises at once, naming it (its closing notice in the
+#    store), and the closing rank learns why;
 #  - a rank killed (SIGKILL) mid-training: the other raises within seconds,
 #    saying a peer died, and exits non-zero (timeout_s = 60).
 # Skips (77) without a Python 3 with torch, or a ddphook built without the
@@ -115,6 +118,23 @@ errors hook failing-hook "fake failure on bucket 1" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
 errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+
+# Rank 1 closes the job after 2 steps; rank 0 waits in its third.
+log="$OUT/early-close.log"
+printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/early-close.ini"
+t0=$(date +%s)
+timeout 120 $LAUNCH -n 2 --timeout 100 "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/early-close.ini" --case early-close >"$log" 2>&1
+rc=$?
+t=$(( $(date +%s) - t0 ))
+named=$(grep -c '^\[rank 0\] rank 0 raised .*rank 1 closed the job (ddph_close) after 2 synchronised steps' "$log")
+heard=$(grep -c '^\[rank 1\] ddphook\[rank 1\]: error: .*rank 0 failed: rank 1 closed the job' "$log")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 1 ] &&
+    [ "$heard" -ge 1 ] && [ "$t" -le 30 ]; then
+    ok "early-close: rank 0 named rank 1's close, rank 1 heard why, in ${t}s"
+else
+    ko "early-close: exit $rc after ${t}s, rank 0 named the close $named times, rank 1 heard it $heard times (see $log)"
+fi
 
 # Rank 1 kills itself (SIGKILL) before its step 5: rank 0's wait on gloo
 # ends at once (the connection is gone), not after timeout_s = 60.

@@ -721,6 +721,19 @@ static ddph_status torch_leave(void *self, ddph_status local,
     return st;
 }
 
+/* Notices are in the store as soon as they are posted, but the store
+ * lives in one process: staying alive is what keeps them readable. */
+static void torch_linger(void *self, double seconds)
+{
+    (void)self;
+    struct timespec ts = {(time_t)seconds,
+                          (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* How long rank 0 of a failed job stays (ten of its peers' polls). */
+#define STORE_HOST_LINGER_S 0.25
+
 static ddph_status torch_close(void *self, ddph_err *err)
 {
     torch_state *s = self;
@@ -736,6 +749,10 @@ static ddph_status torch_close(void *self, ddph_err *err)
         /* No collective: gloo's threads may still wait on a dead peer,
          * in groups that stay allocated with the state. */
         st = torch_fault(s, err);
+        /* Under an env:// launcher rank 0's process serves the store:
+         * it stays until its peers have read the notices (a few polls). */
+        if (s->world.head.rank == 0)
+            torch_linger(s, STORE_HOST_LINGER_S);
         tpg_job_free(s->job, 1);
         return st;
     }
@@ -749,12 +766,6 @@ static ddph_status torch_close(void *self, ddph_err *err)
     return st;
 }
 
-static void torch_linger(void *self, double seconds)
-{
-    /* Notices are in the store as soon as they are posted. */
-    (void)self;
-    (void)seconds;
-}
 
 static const ddph_backend_ops torch_backend = {
     .version = DDPH__BACKEND_VERSION,
