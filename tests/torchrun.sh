@@ -9,6 +9,8 @@
 #    torch.randn draws it) equal PyTorch's own hooks over gloo, step by
 #    step, within the reference vectors' tolerances (tests/python/ddp_hooks.py,
 #    as tests/pytorch.sh runs it under mpiexec), on 2 ranks;
+#  - torchrun itself (torch.distributed.run, its agent serving the store)
+#    runs fp16 and PowerSGD equal to PyTorch's;
 #  - the hooks that move data otherwise (int8: ialltoall, iallgather, an
 #    int32 max; topk and signsgd: iallgather), allreduce and
 #    post_localsgd (groups split from the world) give the same gradients,
@@ -61,6 +63,22 @@ for w in 2 4; do
         ko "ddp_hooks.py on $w ranks without mpiexec: exit $rc, $got of 6 passed (see $log)"
     fi
 done
+
+# torchrun itself: --redirects 1 --tee 1, without which Debian's torchrun
+# (PyTorch 1.13, Python 3.11) crashes in to_map before starting anything.
+log="$OUT/torchrun.log"
+port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+timeout 300 $PY -m torch.distributed.run --nproc_per_node 2 \
+    --master_addr 127.0.0.1 --master_port "$port" --redirects 1 --tee 1 \
+    "$S/tests/python/ddp_hooks.py" --plugin-dir "$DDPH_TEST_PLUGIN_DIR" \
+    --out "$OUT/torchrun" --only fp16,powersgd_own_q </dev/null >"$log" 2>&1
+rc=$?
+got=$(grep -c '^\[default0\]:PASS: ' "$log")
+if [ "$rc" -eq 0 ] && [ "$got" -eq 2 ]; then
+    ok "torchrun --nproc_per_node 2: fp16 and powersgd_own_q equal PyTorch's"
+else
+    ko "torchrun --nproc_per_node 2: exit $rc, $got of 2 passed (see $log)"
+fi
 
 SAME="$S/tests/python/ddp_same.py --plugin-dir $DDPH_TEST_PLUGIN_DIR"
 SAME_HOOKS="allreduce int8 topk signsgd"
