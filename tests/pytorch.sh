@@ -113,22 +113,7 @@ done
 # byte, also from the state saved again right after loading it; without
 # the hook's state it does not.  A save no step follows is written when
 # the job closes.
-res="$OUT/resume"
-for r in 0 1; do
-    if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
-        cmp -s "$res/full.rank$r.f32" "$res/resume-resaved.rank$r.f32" &&
-        [ -s "$res/full.rank$r.f32" ] &&
-        ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
-        ok "rank $r: resumed with the hook's state (saved after rank 0's lone gloo collective; saved again after loading) = uninterrupted, byte for byte (and not without it)"
-    else
-        ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
-    fi
-    if [ -s "$res/full-last.hooks.rank$r" ]; then
-        ok "rank $r: a save no step follows is written when the job closes"
-    else
-        ko "rank $r: $res/full-last.hooks.rank$r not written at close"
-    fi
-done
+resumed_checks "$OUT/resume"
 
 # Bytes per step: the bridge's (state.bytes_sent) against the C runtime's
 # for the same parameters, buckets, hook and options (ddphook replay of a

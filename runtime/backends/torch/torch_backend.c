@@ -134,6 +134,8 @@ static ddph_status run(torch_state *s, torch_group *g, const tpg_args *a,
     ddph_status st = start(s, g, a, &w, err);
     if (st != DDPH_OK)
         return st;
+    if (!w)
+        return DDPH_OK; /* nothing to move */
     ddph_err e = {{0}};
     st = tpg_wait(s->job, w, what, t0 + s->timeout_s, E(e));
     return out_err(st, &e, err);

@@ -94,6 +94,7 @@ struct tpg_job {
     int left_rank = -1, left_kind = 0;
     int64_t left_syncs = 0, left_calls = 0;
     std::string left_what;
+    std::mutex poll_mu; /* one thread reads the notices at a time */
     std::atomic<double> polled{0};
     /* Where this rank is (torch_backend.c keeps them current). */
     std::atomic<int> in_sync{0}, closing{0};
@@ -220,10 +221,13 @@ void read_notice(tpg_job *j, const std::string &body)
 /* Reads the notices posted since the last poll (at most every POLL_S). */
 void poll_notices(tpg_job *j)
 {
-    double t = now_s(), last = j->polled.load();
-    if (j->broken.load() || t - last < POLL_S ||
-        !j->polled.compare_exchange_strong(last, t))
+    double t = now_s();
+    if (j->broken.load() || t - j->polled.load() < POLL_S)
         return;
+    std::unique_lock<std::mutex> reading(j->poll_mu, std::try_to_lock);
+    if (!reading.owns_lock())
+        return; /* another thread is reading them */
+    j->polled.store(t);
     try {
         int64_t n = j->store->add("notices", 0);
         for (int64_t i = j->notices_seen; i < n; i++) {
@@ -414,6 +418,20 @@ c10::intrusive_ptr<c10d::Work> launch(tpg_group *g, const tpg_args *a,
     return {};
 }
 
+/* A collective of no data (gloo refuses empty tensors): counts are the
+ * same on every rank, so every rank skips it. */
+bool moves_nothing(tpg_group *g, const tpg_args *a)
+{
+    if (a->kind == TPG_BARRIER)
+        return false;
+    if (a->kind != TPG_ALLGATHERV)
+        return a->count == 0;
+    for (int r = 0; r < g->pg->getSize(); r++)
+        if (a->counts[r])
+            return false;
+    return true;
+}
+
 /* The work's outcome once completed: DDPH_OK, or gloo's error. */
 ddph_status outcome(tpg_job *j, tpg_work *w, const char *what, char *msg,
                     size_t cap)
@@ -535,6 +553,8 @@ ddph_status tpg_start(tpg_job *j, tpg_group *g, const tpg_args *a,
     ddph_status st = fault_of(j, msg, cap);
     if (st != DDPH_OK)
         return st;
+    if (moves_nothing(g, a))
+        return DDPH_OK; /* the same on every rank: none calls gloo */
     tpg_work *w = new (std::nothrow) tpg_work;
     if (!w)
         return fail(msg, cap, DDPH_ERR_NOMEM, "out of memory");
