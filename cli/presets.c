@@ -119,6 +119,29 @@ static void resnet18_cifar(list *l)
     add(l, "fc.bias", 1, 10, 0, 0, 0);
 }
 
+/* The PowerSGD paper's language model (Vogels et al. 2019; its code's
+ * define_model): a 3-layer LSTM of 650 units on 650-wide embeddings, the
+ * decoder's weight tied to the encoder's, registered as PyTorch's
+ * RNNModel registers them; WikiText-2's vocabulary of 33,278 words
+ * (Merity et al. 2016). */
+#define LSTM_VOCAB 33278
+static void lstm_wikitext2(list *l)
+{
+    add(l, "encoder.weight", 2, LSTM_VOCAB, 650, 0, 0);
+    for (int k = 0; k < 3; k++) {
+        char p[48];
+        snprintf(p, sizeof p, "rnn.weight_ih_l%d", k);
+        add(l, p, 2, 4 * 650, 650, 0, 0);
+        snprintf(p, sizeof p, "rnn.weight_hh_l%d", k);
+        add(l, p, 2, 4 * 650, 650, 0, 0);
+        snprintf(p, sizeof p, "rnn.bias_ih_l%d", k);
+        add(l, p, 1, 4 * 650, 0, 0, 0);
+        snprintf(p, sizeof p, "rnn.bias_hh_l%d", k);
+        add(l, p, 1, 4 * 650, 0, 0, 0);
+    }
+    add(l, "decoder.bias", 1, LSTM_VOCAB, 0, 0, 0);
+}
+
 static void mlp(list *l)
 {
     add(l, "fc1.weight", 2, 512, 784, 0, 0);
@@ -170,6 +193,8 @@ int preset_load(const char *name, preset_param **out, int *n)
         mlp(&l);
     else if (strcmp(name, "resnet18-cifar") == 0)
         resnet18_cifar(&l);
+    else if (strcmp(name, "lstm-wikitext2") == 0)
+        lstm_wikitext2(&l);
     else
         return 0;
     *out = l.p;
@@ -310,6 +335,12 @@ int preset_work_of(const char *name, preset_work *out)
                          "sequence of 64 tokens", "2 N T + 4 L T^2 C"}},
         {"resnet18-cifar", {2 * 0.556e9, 128, "32x32 image",
                             "0.556 G multiply-adds (CIFAR ResNet-18)"}},
+        /* A token: the 3 layers' 8 products of 650 x 650 and the tied
+         * decoder's 650 x vocabulary; 30 tokens a sequence (BPTT), 64
+         * sequences a GPU (the paper's code). */
+        {"lstm-wikitext2", {2.0 * 30 * (3 * 8 * 650.0 * 650 + 650.0 * LSTM_VOCAB),
+                            64, "sequence of 30 tokens",
+                            "2 FLOPs a multiply-add of the LSTM's and decoder's products"}},
         {"mlp", {2.0 * (784 * 512 + 512 * 256 + 256 * 10), 64,
                  "28x28 image", "2 FLOPs a weight (dense layers)"}},
     };

@@ -165,6 +165,8 @@ while read -r f where kind name dir b; do
         echo "$f $where $first $name $b $(backend_of "runtime/$name")"
     elif [ "$kind" = '"' ] && [ -f "$srcdir/$dir/$name" ]; then
         echo "$f $where $(folder_of "$dir/$name") $name $b $(backend_of "$dir/$name")"
+    elif [ "$first" = cli ] && [ -f "$srcdir/$name" ]; then
+        echo "$f $where cli $name $b -"
     elif [ "$first" = ddphook ] || [ "$name" = build-config.h ]; then
         echo "$f $where sdk $name $b -"
     elif [ "$name" = mpi.h ]; then

@@ -142,7 +142,7 @@ START_TEST(init_is_nonblocking_and_clears_not_ready)
      * thread's last error, which the next launch would report. */
     fake.stream_busy = 3;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &n->world.head, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_OK);
     ck_assert_int_eq(fake_seen[0].stream_polls, 4);
@@ -231,7 +231,7 @@ START_TEST(stuck_stream_times_out_and_aborts)
     fake.stream_busy = -1;
     ddph_err err = {0};
     double t0 = ddph__now();
-    ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &n->world.head, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_ERR_TIMEOUT);
     double took = ddph__now() - t0;
@@ -247,7 +247,7 @@ START_TEST(stuck_stream_times_out_and_aborts)
     ck_assert_ptr_null(n->world.nccl);
     /* The aborted communicator is never used again. */
     int enqueues = fake_seen[0].enqueues;
-    ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &n->world.head, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_ERR_BACKEND);
     ck_assert_msg_has(err, "aborted after an earlier failure");
@@ -264,7 +264,7 @@ START_TEST(async_error_while_waiting_is_reported_at_once)
     fake.async_while_busy = ncclRemoteError;
     ddph_err err = {0};
     double t0 = ddph__now();
-    ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &n->world.head, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_ERR_BACKEND);
     ck_assert(ddph__now() - t0 < TIMEOUT_S);
@@ -281,7 +281,7 @@ START_TEST(peer_failure_ends_the_wait)
     host_fault_status = DDPH_ERR_HOOK;
     ddph_err err = {0};
     double t0 = ddph__now();
-    ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &n->world.head, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_ERR_HOOK);
     ck_assert(ddph__now() - t0 < TIMEOUT_S);
@@ -298,7 +298,7 @@ START_TEST(enqueue_in_progress_is_settled)
     fake.pending = 5;
     int polls = fake_seen[0].async_polls;
     ddph_err err = {0};
-    ck_assert_int_eq(ddph__nccl_allreduce(n, &n->world, buf, 16, DDPH_F32,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &n->world.head, buf, 16, DDPH_F32,
                                           DDPH_SUM, &err),
                      DDPH_OK);
     ck_assert_int_ge(fake_seen[0].async_polls - polls, 6);
@@ -355,7 +355,7 @@ START_TEST(split_makes_a_communicator)
     ck_assert_int_eq(fake_seen[0].split_color, 3);
     ck_assert_ptr_nonnull(g);
     ck_assert_ptr_nonnull(g->nccl);
-    ck_assert_int_eq(ddph__nccl_allreduce(n, g, buf, 16, DDPH_F32, DDPH_SUM,
+    ck_assert_int_eq(ddph__nccl_comm_ops.allreduce(n, &g->head, buf, 16, DDPH_F32, DDPH_SUM,
                                           &err),
                      DDPH_OK);
     ddph__nccl_finalize(n, 0);
@@ -627,7 +627,7 @@ static void rank_collectives(rank_ctx *c)
     } while (0)
     for (int i = 0; i < 7; i++)
         a[i] = (float)(me * 10 + i);
-    st = ddph__nccl_allreduce(n, &n->world, a, 7, DDPH_F32, DDPH_SUM, err);
+    st = ddph__nccl_comm_ops.allreduce(n, &n->world.head, a, 7, DDPH_F32, DDPH_SUM, err);
     for (int i = 0; i < 7 && st == DDPH_OK; i++)
         EXPECT(a[i] == (float)(10 * w * (w - 1) / 2 + w * i),
                "allreduce sum [%d] = %g", i, (double)a[i]);
@@ -635,7 +635,7 @@ static void rank_collectives(rank_ctx *c)
     for (int i = 0; i < 4; i++)
         four[i] = (float)(me * 100 + i);
     if (st == DDPH_OK)
-        st = ddph__nccl_allgather(n, &n->world, four, g, 4, DDPH_F32, err);
+        st = ddph__nccl_comm_ops.allgather(n, &n->world.head, four, g, 4, DDPH_F32, err);
     for (int r = 0; r < w && st == DDPH_OK; r++)
         for (int i = 0; i < 4; i++)
             EXPECT(g[4 * r + i] == (float)(r * 100 + i),
@@ -643,13 +643,13 @@ static void rank_collectives(rank_ctx *c)
     for (int i = 0; i < 5; i++)
         b[i] = me == w - 1 ? 1000 + i : -1;
     if (st == DDPH_OK)
-        st = ddph__nccl_broadcast(n, &n->world, b, 5, DDPH_I32, w - 1, err);
+        st = ddph__nccl_comm_ops.broadcast(n, &n->world.head, b, 5, DDPH_I32, w - 1, err);
     for (int i = 0; i < 5 && st == DDPH_OK; i++)
         EXPECT(b[i] == 1000 + i, "broadcast [%d] = %d", i, b[i]);
     for (int i = 0; i < 3 * w; i++)
         rs[i] = (float)(me + i);
     if (st == DDPH_OK)
-        st = ddph__nccl_reduce_scatter(n, &n->world, rs, out, 3, DDPH_F32,
+        st = ddph__nccl_comm_ops.reduce_scatter(n, &n->world.head, rs, out, 3, DDPH_F32,
                                        DDPH_SUM, err);
     for (int i = 0; i < 3 && st == DDPH_OK; i++)
         EXPECT(out[i] == (float)(w * (w - 1) / 2 + w * (3 * me + i)),
@@ -662,7 +662,7 @@ static void rank_collectives(rank_ctx *c)
     for (int i = 0; i <= me; i++)
         mine[i] = (float)(me * 1000 + i);
     if (st == DDPH_OK)
-        st = ddph__nccl_allgatherv(n, &n->world, mine, all, counts, DDPH_F32,
+        st = ddph__nccl_comm_ops.allgatherv(n, &n->world.head, mine, all, counts, DDPH_F32,
                                    err);
     for (int r = 0, at = 0; r < w && st == DDPH_OK; at += r + 1, r++)
         for (int i = 0; i <= r; i++)
@@ -686,7 +686,7 @@ static void rank_collectives(rank_ctx *c)
     /* fmaxf: a NaN on one rank is dropped by NCCL's MAX. */
     float m = me == 1 ? NAN : (float)me;
     if (st == DDPH_OK)
-        st = ddph__nccl_allreduce(n, &n->world, &m, 1, DDPH_F32, DDPH_MAX,
+        st = ddph__nccl_comm_ops.allreduce(n, &n->world.head, &m, 1, DDPH_F32, DDPH_MAX,
                                   err);
     int top = w == 2 ? 0 : w - 1; /* the largest rank but 1 */
     EXPECT(m == (float)top, "MAX over ranks with a NaN = %g, not %d (fmaxf)",
@@ -697,7 +697,7 @@ static void rank_collectives(rank_ctx *c)
         st = ddph__nccl_split(n, &n->world, me % 2, me, &half, err);
     int64_t v = me;
     if (st == DDPH_OK)
-        st = ddph__nccl_allreduce(n, half, &v, 1, DDPH_I64, DDPH_SUM, err);
+        st = ddph__nccl_comm_ops.allreduce(n, &half->head, &v, 1, DDPH_I64, DDPH_SUM, err);
     int64_t want = 0;
     for (int r = me % 2; r < w; r += 2)
         want += r;
@@ -741,7 +741,7 @@ static void rank_intra_node(rank_ctx *c)
                            "rank %d: node group rank %d of %d, not %d of 2",
                            c->rank, g->rank, g->size, c->rank % 2);
     if (c->st == DDPH_OK)
-        c->st = ddph__nccl_allreduce(c->n, g, &v, 1, DDPH_I64, DDPH_SUM,
+        c->st = ddph__nccl_comm_ops.allreduce(c->n, &g->head, &v, 1, DDPH_I64, DDPH_SUM,
                                      &c->err);
     int64_t want = c->rank / 2 * 4 + 1; /* 2k + 2k+1 */
     if (c->st == DDPH_OK && v != want)
@@ -774,7 +774,7 @@ static void rank_half_sums(rank_ctx *c)
         float mine = 1.0f + (float)c->rank / 8;
         for (int i = 0; i < 3; i++)
             v[i] = bf ? bf16_from_float(mine) : fake_float_to_f16(mine);
-        c->st = ddph__nccl_allreduce(c->n, &c->n->world, v, 3,
+        c->st = ddph__nccl_comm_ops.allreduce(c->n, &c->n->world.head, v, 3,
                                      bf ? DDPH_BF16 : DDPH_F16, DDPH_SUM,
                                      &c->err);
         float want = (float)w + (float)(w * (w - 1) / 2) / 8;
@@ -915,7 +915,7 @@ static ddph_status mock_allreduce(const ddph_services *s, ddph_group *g,
                                   void *data, size_t count, ddph_dtype dtype,
                                   ddph_redop op)
 {
-    return keep_err(s, ddph__nccl_allreduce(CTX(s)->n, NG(g), data, count,
+    return keep_err(s, ddph__nccl_comm_ops.allreduce(CTX(s)->n, &(NG(g))->head, data, count,
                                             dtype, op, &CTX(s)->err));
 }
 
@@ -1054,7 +1054,7 @@ static void rank_split_fails(rank_ctx *c)
     float x = 1;
     ddph_err e2 = {0};
     c->world_works =
-        ddph__nccl_allreduce(c->n, &c->n->world, &x, 1, DDPH_F32, DDPH_SUM,
+        ddph__nccl_comm_ops.allreduce(c->n, &c->n->world.head, &x, 1, DDPH_F32, DDPH_SUM,
                              &e2) == DDPH_OK ||
         !strstr(e2.msg, "aborted after an earlier failure");
     ddph__nccl_finalize(c->n, 0);
@@ -1131,7 +1131,7 @@ static void rank_clean_teardown(rank_ctx *c)
     if (c->st != DDPH_OK)
         return;
     float x = 1;
-    c->st = ddph__nccl_allreduce(c->n, &c->n->world, &x, 1, DDPH_F32,
+    c->st = ddph__nccl_comm_ops.allreduce(c->n, &c->n->world.head, &x, 1, DDPH_F32,
                                  DDPH_SUM, &c->err);
     ddph__nccl_finalize(c->n, 0);
 }
@@ -1168,7 +1168,7 @@ static void rank_async_error(rank_ctx *c)
     if (c->st != DDPH_OK)
         return;
     float x = 1;
-    ddph_status st = ddph__nccl_allreduce(c->n, &c->n->world, &x, 1,
+    ddph_status st = ddph__nccl_comm_ops.allreduce(c->n, &c->n->world.head, &x, 1,
                                           DDPH_F32, DDPH_SUM, &c->err);
     double t0 = ddph__now();
     if (st == DDPH_OK) /* the second collective: struck in its middle */
@@ -1289,7 +1289,7 @@ static void rank_stalled_enqueue(rank_ctx *c)
     pthread_barrier_wait(&team.bar);
     float data[4] = {1, 2, 3, 4};
     double t0 = ddph__now();
-    c->st = ddph__nccl_allreduce(c->n, &c->n->world, data, 4, DDPH_F32,
+    c->st = ddph__nccl_comm_ops.allreduce(c->n, &c->n->world.head, data, 4, DDPH_F32,
                                  DDPH_SUM, &c->err);
     c->took = ddph__now() - t0;
     c->world_works = c->n->world.nccl != NULL;

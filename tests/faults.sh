@@ -29,11 +29,11 @@ job() { # job FILE HOOK [EXTRA] (EXTRA may set the bucket caps instead)
 }
 job "$OUT/allreduce.ini" allreduce
 # One 64 KiB fp16 bucket: its sum goes round the ring of point-to-point
-# messages (runtime/comm/mpi_fault.c), which must end in time as well.
+# messages (runtime/backends/mpi/mpi_fault.c), which must end in time as well.
 job "$OUT/fp16.ini" fp16 "bucket_cap_mb = 1
 shared_buckets = false"
 # The same bucket summed in the memory the ranks share
-# (runtime/comm/shared_buckets.c): a peer lost between its two collectives.
+# (runtime/backends/mpi/shared_buckets.c): a peer lost between its two collectives.
 job "$OUT/shared.ini" fp16 "bucket_cap_mb = 1"
 job "$OUT/powersgd.ini" powersgd "check_finite = true"
 job "$OUT/hang.ini" "$DDPH_TEST_FAKE_DIR/hangs_last_rank.so"

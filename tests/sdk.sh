@@ -129,6 +129,7 @@ for n in 1 2 4; do
     done
     conform "$n" "$OUT/template/my_hook.so"
     conform "$n" "$OUT/template/ef_signs.so"
+    conform "$n" "$OUT/template/qsgd.so"
 done
 for n in 2 4; do
     conform "$n" "$P/topk.so" --option ratio=1
@@ -218,6 +219,8 @@ refuse_sweep() {
 }
 refuse_sweep "ef_sign dropping the last element of odd buckets" \
     "error feedback" "$FK/ef_sign_drop_odd.so" --only error-feedback
+refuse_sweep "ef_sign dropping the last element of odd buckets, training" \
+    "trains" "$FK/ef_sign_drop_odd.so" --only trains
 refuse_sweep "ef_sign claiming error feedback, keeping none (random rounding)" \
     "error feedback" "$FK/ef_sign_dither.so" --only error-feedback
 refuse_sweep "ef_sign dividing by a power of two, not W" "trains" \

@@ -1,6 +1,6 @@
 #!/bin/sh
 # step_agreement.sh: no step returns DDPH_OK unless every rank did the
-# same step, for what a hook does (runtime/core/step_check.h).  On 2 and 4
+# same step, for what a hook does (runtime/core/ranks/step_check.h).  On 2 and 4
 # ranks, through `ddphook replay` of a 3-step trace with the misstep test
 # hook, the last rank misbehaving:
 #  - it skips its collective, adds one, or sums its bucket's halves in the

@@ -1,17 +1,18 @@
 /* comm.h: the collectives a hook and the reducer use, as one table that
- * every backend fills: the MPI backend (comm/mpi_comm.c, host memory), the
- * GPU module (comm/nccl/backend_nccl.c, device memory) and the tests' fake
- * communicator.  A context chooses its backend once, when it opens
- * (ddph_ctx.comm), and hands it to every hook; plugin/services.c then
- * checks, counts and traces each collective in one place and calls the
- * table, whatever the backend.
+ * every backend fills: the MPI backend (backends/mpi/mpi_collectives.c,
+ * host memory), the NCCL module (backends/nccl/backend_nccl.c, device
+ * memory), `ddphook plan`'s recorder and the tests' fake communicator.  A
+ * context chooses its backend once, when it opens (ddph_ctx.comm), and
+ * hands it to every hook; plugin/services.c then checks, counts and
+ * traces each collective in one place and calls the table, whatever the
+ * backend.
  *
  * The job's control plane (faults, agreement, the lanes' communicators,
  * the steps' bookkeeping that tells peers where a rank is) is the second
- * table here, ddph_control_ops: core/ reaches the job through it (only
- * opening and closing the job, and the trainer's own collectives, call
- * the MPI backend by name), so that the reducer runs over the tests' fake
- * communicator too.
+ * table here, ddph_control_ops: core/ reaches the job through it and
+ * through the job backend's table (backend.h: opening, closing, the
+ * trainer's own collectives), so that the reducer runs over the tests'
+ * fake communicator too.
  *
  * Nothing here names a backend: groups and the state of a nonblocking
  * collective are each backend's own (a group begins with the neutral head

@@ -23,7 +23,7 @@
 /* Bumped when the table or the host struct changes in any way: the
  * module is built from the same tree as the library, and a different
  * version is refused. */
-#define DDPH__GPU_MODULE_VERSION 5
+#define DDPH__GPU_MODULE_VERSION 6
 
 /* The module's state for one context (struct defined by the module). */
 typedef struct ddph_gpu ddph_gpu;

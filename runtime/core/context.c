@@ -12,10 +12,10 @@
 #include "device/cpu_ops.h"
 #include "device/device.h"
 #include "plugin/job_check.h"
-#include "core/roll_call.h"
-#include "core/replicas.h"
-#include "core/state_file.h"
-#include "core/step_check.h"
+#include "core/ranks/roll_call.h"
+#include "core/ranks/replicas.h"
+#include "core/state/state_file.h"
+#include "core/ranks/step_check.h"
 #include "backends/registry.h"
 
 /* Warnings about the job file come from rank 0 only: every rank reads the

@@ -1,8 +1,9 @@
-/* context.h: the runtime's internal view of a job: the context, its
- * models, their parameters and buckets.  Shared by context.c (open, steps,
+/* context.h: the runtime's internal view of a job: the context (its
+ * backend as a table and an opaque state), its models, their parameters
+ * and buckets.  Shared by the files of core/: context.c (open, steps,
  * accumulation), model.c (registration, bucket layout, finalize),
- * reducer.c (readiness, launch order, the communication thread) and
- * agreement.c (the cross-rank check). */
+ * reducer.c (readiness, launch order, the communication lanes), ranks/
+ * (what the ranks agree on) and state/ (the hooks' state files). */
 #ifndef DDPH_CONTEXT_H
 #define DDPH_CONTEXT_H
 

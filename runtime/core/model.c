@@ -10,7 +10,7 @@
 #include "core/cli_internal.h"
 #include "core/context.h"
 #include "device/device.h"
-#include "core/replicas.h"
+#include "core/ranks/replicas.h"
 
 ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
                               ddph_model **out)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "device/cpu_ops.h"
+#include "device/quant_ops.h"
 #include "device/sign_ops.h"
 #include "device/sparse_ops.h"
 
@@ -127,6 +128,35 @@ static ddph_status cpu_unpack_signs(struct ddph_gpu *g, const uint8_t *bits,
     return DDPH_OK;
 }
 
+static ddph_status cpu_round_stochastic(struct ddph_gpu *g, const float *x,
+                                        size_t count, size_t chunk,
+                                        const float *scales, int levels,
+                                        uint64_t seed, int8_t *q,
+                                        ddph_err *err)
+{
+    ddph__cpu_round_stochastic(ddph__simd_best(), x, count, chunk, scales,
+                               levels, seed, q);
+    return DDPH_OK;
+}
+
+static ddph_status cpu_pack_bits(struct ddph_gpu *g, const int8_t *q,
+                                 size_t count, int bits, uint8_t *packed,
+                                 ddph_err *err)
+{
+    ddph__cpu_pack_bits(q, count, bits, packed);
+    return DDPH_OK;
+}
+
+static ddph_status cpu_unpack_bits(struct ddph_gpu *g, const uint8_t *packed,
+                                   size_t count, int bits, size_t chunk,
+                                   const float *scales, float beta, float *y,
+                                   ddph_err *err)
+{
+    ddph__cpu_unpack_bits(ddph__simd_best(), packed, count, bits, chunk,
+                          scales, beta, y);
+    return DDPH_OK;
+}
+
 static ddph_status cpu_chunk_abs(struct ddph_gpu *g, const float *x,
                                  size_t count, size_t chunk, int want_max,
                                  float *out, ddph_err *err)
@@ -200,6 +230,9 @@ const ddph_dev_ops ddph__dev_cpu_ops = {
     .pack_signs = cpu_pack_signs,
     .unpack_signs = cpu_unpack_signs,
     .chunk_abs = cpu_chunk_abs,
+    .round_stochastic = cpu_round_stochastic,
+    .pack_bits = cpu_pack_bits,
+    .unpack_bits = cpu_unpack_bits,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .alloc_on = cpu_alloc_on,

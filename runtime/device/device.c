@@ -50,20 +50,6 @@ void ddph__dev_free(ddph_device d, void *p)
         t->free(p);
 }
 
-ddph_status ddph__dev_alloc_on(ddph_device d, size_t bytes, void *stream,
-                               void **out, ddph_err *err)
-{
-    const ddph_dev_ops *t = table(d, err);
-    return t ? t->alloc_on(bytes, stream, out, err) : DDPH_ERR_UNSUPPORTED;
-}
-
-void ddph__dev_free_on(ddph_device d, void *p, void *stream)
-{
-    const ddph_dev_ops *t = table_of(d);
-    if (p && t)
-        t->free_on(p, stream);
-}
-
 ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
                            size_t bytes, void *stream, ddph_err *err)
 {

@@ -29,13 +29,6 @@ ddph_status ddph__dev_check_on(const void *p, int device, ddph_err *err);
 ddph_status ddph__dev_alloc(ddph_device d, size_t bytes, void **out,
                             ddph_err *err);
 void ddph__dev_free(ddph_device d, void *p);
-/* The same, ordered on a stream (CUDA): the memory (zero-filled) is ready
- * for work enqueued on `stream` after the call, and freed memory goes
- * back to a pool that keeps it for the next allocation, without
- * synchronising the device.  Hooks' scratch memory (services alloc/free). */
-ddph_status ddph__dev_alloc_on(ddph_device d, size_t bytes, void *stream,
-                               void **out, ddph_err *err);
-void ddph__dev_free_on(ddph_device d, void *p, void *stream);
 /* CPU: memcpy.  CUDA: device-to-device, asynchronous on stream. */
 ddph_status ddph__dev_copy(ddph_device d, void *dst, const void *src,
                            size_t bytes, void *stream, ddph_err *err);

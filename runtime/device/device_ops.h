@@ -73,6 +73,20 @@ typedef struct ddph_dev_ops {
     ddph_status (*chunk_abs)(struct ddph_gpu *g, const float *x, size_t count,
                              size_t chunk, int want_max, float *out,
                              ddph_err *err);
+    /* Stochastic rounding and 2/4-bit codes (ABI minor 6, quant_ops.h).
+     * NULL in a table without them (the GPU module's, so far): the
+     * services then refuse with DDPH_ERR_UNSUPPORTED, naming the call. */
+    ddph_status (*round_stochastic)(struct ddph_gpu *g, const float *x,
+                                    size_t count, size_t chunk,
+                                    const float *scales, int levels,
+                                    uint64_t seed, int8_t *q, ddph_err *err);
+    ddph_status (*pack_bits)(struct ddph_gpu *g, const int8_t *q,
+                             size_t count, int bits, uint8_t *packed,
+                             ddph_err *err);
+    ddph_status (*unpack_bits)(struct ddph_gpu *g, const uint8_t *packed,
+                               size_t count, int bits, size_t chunk,
+                               const float *scales, float beta, float *y,
+                               ddph_err *err);
 
     /* ---- memory, zero-filled and 64-byte aligned.  alloc takes
      * ddph__dev_alloc_size(bytes).  The _on forms are ordered on a stream

@@ -8,7 +8,8 @@
  * release's headers; a release that appends to the ABI runs it once for
  * its minor and includes the result below.  Nothing there is edited by
  * hand.  1.0 and 1.1 were never released; 1.2 shipped in 0.1.0 and 0.2.0,
- * 1.3 in 0.3.0 and 0.4.0, 1.4 in 0.5.x, 1.5 in 0.6.0 to this release. */
+ * 1.3 in 0.3.0 and 0.4.0, 1.4 in 0.5.x, 1.5 in 0.6.0 to 0.8.x; 1.6 is
+ * frozen by the release that ships it (0.9.0). */
 #ifndef DDPH_PLUGIN_ABI_RELEASED_H
 #define DDPH_PLUGIN_ABI_RELEASED_H
 

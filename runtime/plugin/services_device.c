@@ -148,6 +148,95 @@ static ddph_status svc_chunk_abs_max(const ddph_services *s, const float *x,
     return chunk_abs(s, x, n, chunk, 1, out);
 }
 
+/* ---- stochastic rounding and 2/4-bit codes (ABI minor 6) ------------------ */
+
+/* DDPH_OK when the device table has the operation; a hook on a device
+ * without it is told which call and where, and can fall back. */
+static ddph_status need_op(const ddph_services *s, const char *what,
+                           int have)
+{
+    if (have)
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: not available on %s buckets in this build (ABI minor 6 "
+             "services are CPU only)",
+             what, s->device == DDPH_CUDA ? "CUDA" : "these");
+    return DDPH_ERR_UNSUPPORTED;
+}
+
+static ddph_status need_bits(const ddph_services *s, const char *what,
+                             int bits)
+{
+    if (bits == 2 || bits == 4)
+        return DDPH_OK;
+    snprintf(host(s)->message, sizeof host(s)->message,
+             "%s: bits = %d, must be 2 or 4", what, bits);
+    return DDPH_ERR_INVALID;
+}
+
+static ddph_status svc_round_stochastic(const ddph_services *s, const float *x,
+                                        size_t n, size_t chunk,
+                                        const float *scales, int levels,
+                                        uint64_t seed, int8_t *q)
+{
+    ddph_hook *h = host(s);
+    ddph_status bad = need_chunk(s, "round_stochastic", chunk);
+    if (bad == DDPH_OK && (levels < 1 || levels > 127)) {
+        snprintf(h->message, sizeof h->message,
+                 "round_stochastic: levels = %d, must be 1 to 127", levels);
+        bad = DDPH_ERR_INVALID;
+    }
+    if (bad == DDPH_OK && n > UINT32_MAX) {
+        snprintf(h->message, sizeof h->message,
+                 "round_stochastic: %zu elements, at most 2^32 - 1 in one "
+                 "call",
+                 n);
+        bad = DDPH_ERR_INVALID;
+    }
+    if (bad == DDPH_OK)
+        bad = need_op(s, "round_stochastic", DEV(h)->round_stochastic != NULL);
+    if (bad != DDPH_OK)
+        return bad;
+    ddph_err e;
+    return keep(h,
+                DEV(h)->round_stochastic(h->gpu, x, n, chunk, scales, levels,
+                                         seed, q, &e),
+                &e);
+}
+
+static ddph_status svc_pack_bits(const ddph_services *s, const int8_t *q,
+                                 size_t n, int bits, uint8_t *packed)
+{
+    ddph_hook *h = host(s);
+    ddph_status bad = need_bits(s, "pack_bits", bits);
+    if (bad == DDPH_OK)
+        bad = need_op(s, "pack_bits", DEV(h)->pack_bits != NULL);
+    if (bad != DDPH_OK)
+        return bad;
+    ddph_err e;
+    return keep(h, DEV(h)->pack_bits(h->gpu, q, n, bits, packed, &e), &e);
+}
+
+static ddph_status svc_unpack_bits(const ddph_services *s,
+                                   const uint8_t *packed, size_t n, int bits,
+                                   size_t chunk, const float *scales,
+                                   float beta, float *y)
+{
+    ddph_hook *h = host(s);
+    ddph_status bad = need_bits(s, "unpack_bits", bits);
+    if (bad == DDPH_OK)
+        bad = need_chunk(s, "unpack_bits", chunk);
+    if (bad == DDPH_OK)
+        bad = need_op(s, "unpack_bits", DEV(h)->unpack_bits != NULL);
+    if (bad != DDPH_OK)
+        return bad;
+    ddph_err e;
+    return keep(h,
+                DEV(h)->unpack_bits(h->gpu, packed, n, bits, chunk, scales,
+                                    beta, y, &e),
+                &e);
+}
+
 /* The arithmetic services take floating dtypes only. */
 static ddph_status need_float(const ddph_services *s, const char *what,
                               ddph_dtype dtype)
@@ -274,6 +363,9 @@ void ddph__services_device_init(ddph_services *s)
     s->unpack_signs = svc_unpack_signs;
     s->chunk_abs_sum = svc_chunk_abs_sum;
     s->chunk_abs_max = svc_chunk_abs_max;
+    s->round_stochastic = svc_round_stochastic;
+    s->pack_bits = svc_pack_bits;
+    s->unpack_bits = svc_unpack_bits;
     s->cast = svc_cast;
     s->divide = svc_divide;
     s->gemm = svc_gemm;

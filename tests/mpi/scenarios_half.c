@@ -146,7 +146,7 @@ void run_half_buckets(void)
 
 
 /* half-ring: half-precision sums of 32 KiB and more go round a ring of
- * point-to-point messages (runtime/comm/mpi_ring.c), here a 4,500,001-element
+ * point-to-point messages (runtime/backends/mpi/mpi_allreduce.c), here a 4,500,001-element
  * bucket (blocks of 4 MiB, chunks that do not split evenly) and a small
  * one: fp16 and bf16 on f32 gradients, and allreduce on bf16 gradients.
  * On one host the large bucket is summed in shared memory unless

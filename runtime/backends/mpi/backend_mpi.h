@@ -210,24 +210,6 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, ddph_mpi_group *g,
                                 const void *send, void *recv, size_t count,
                                 ddph_dtype dtype, const char *what,
                                 ddph_err *err);
-ddph_status ddph__mpi_broadcast(ddph_mpi *m, ddph_mpi_group *g, void *buf,
-                                size_t count, ddph_dtype dtype, int root,
-                                ddph_err *err);
-ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, ddph_mpi_group *g,
-                                     const void *send, void *recv,
-                                     size_t count, ddph_dtype dtype,
-                                     ddph_redop op, ddph_err *err);
-/* recv holds the ranks' counts[r] elements one after the other, in rank
- * order; send this rank's counts[rank]. */
-ddph_status ddph__mpi_allgatherv(ddph_mpi *m, ddph_mpi_group *g,
-                                 const void *send, void *recv,
-                                 const size_t *counts, ddph_dtype dtype,
-                                 ddph_err *err);
-/* Block r of send (count elements) goes to rank r; block r of recv comes
- * from rank r. */
-ddph_status ddph__mpi_alltoall(ddph_mpi *m, ddph_mpi_group *g,
-                               const void *send, void *recv, size_t count,
-                               ddph_dtype dtype, ddph_err *err);
 
 /* A collective started and not yet waited for: its requests (an allreduce
  * over DDPH__MPI_PIECE_BYTES has one per piece, all in flight at once),
@@ -342,7 +324,7 @@ ddph_status ddph__mpi_intra_node(ddph_mpi *m, ddph_mpi_group **out,
  * Collective; called once by ddph_open. */
 ddph_status ddph__mpi_find_node(ddph_mpi *m, ddph_err *err);
 
-/* The MPI backend's tables (comm/mpi_comm.c). */
+/* The MPI backend's tables (mpi_collectives.c, mpi_backend.c). */
 extern const ddph_comm_ops ddph__mpi_comm_ops;
 extern const ddph_control_ops ddph__mpi_control_ops;
 

@@ -1,201 +1,21 @@
 /* mpi_backend.c: the MPI backend as the core's tables: the job backend
- * (backend.h), the collectives and the control plane (comm.h).  Each
- * entry is the backend_mpi.h function of the same name, with the job's
- * ddph_mpi as its state. */
+ * (backend.h) and the control plane (comm.h; the collectives' table is
+ * mpi_collectives.c's).  Each entry is the backend_mpi.h function of the
+ * same name, with the job's ddph_mpi as its state. */
 #include "build-config.h"
 
 #include <stdlib.h>
 
 #include "backends/backend.h"
-#include "backends/mpi/backend_mpi.h"
+#include "backends/mpi/mpi_internal.h"
 #include "backends/mpi/shared_buckets.h"
 
-/* A group the tables handed out is the head of one of this backend's. */
-static ddph_mpi_group *G(struct ddph_group *g)
-{
-    return (ddph_mpi_group *)g;
-}
-
-/* This backend's state of a nonblocking collective, kept in the op. */
-_Static_assert(sizeof(ddph_mpi_op) <= DDPH__COMM_OP_STATE,
-               "ddph_mpi_op must fit in ddph_comm_op.state");
-
-static ddph_mpi_op *OP(ddph_comm_op *op)
-{
-    return (ddph_mpi_op *)(void *)op->state;
-}
-
-/* A group this backend made (st: how the making went), handed out as its
- * head.  Called after the making, as a statement of its own: as an
- * argument beside the call, g could be read before the call sets it. */
-static ddph_status handed(ddph_status st, ddph_mpi_group *g,
-                          struct ddph_group **out)
-{
-    *out = st == DDPH_OK ? &g->head : NULL;
-    return st;
-}
+/* ---- the control plane -------------------------------------------------- */
 
 static struct ddph_group *mpi_world(void *self)
 {
     return &((ddph_mpi *)self)->world.head;
 }
-
-static ddph_status mpi_split(void *self, struct ddph_group *parent, int color,
-                             int key, struct ddph_group **out, ddph_err *err)
-{
-    ddph_mpi_group *g = NULL;
-    ddph_status st = ddph__mpi_split(self, G(parent), color, key, &g, err);
-    return handed(st, g, out);
-}
-
-static ddph_status mpi_intra_node(void *self, struct ddph_group **out,
-                                  ddph_err *err)
-{
-    ddph_mpi_group *g = NULL;
-    ddph_status st = ddph__mpi_intra_node(self, &g, err);
-    return handed(st, g, out);
-}
-
-static ddph_status mpi_allreduce(void *self, struct ddph_group *g, void *buf,
-                                 size_t count, ddph_dtype dtype, ddph_redop op,
-                                 ddph_err *err)
-{
-    return ddph__mpi_allreduce(self, G(g), buf, count, dtype, op, err);
-}
-
-static ddph_status mpi_allgather(void *self, struct ddph_group *g,
-                                 const void *send, void *recv, size_t count,
-                                 ddph_dtype dtype, ddph_err *err)
-{
-    return ddph__mpi_allgather(self, G(g), send, recv, count, dtype,
-                               "allgather", err);
-}
-
-static ddph_status mpi_allgatherv(void *self, struct ddph_group *g,
-                                  const void *send, void *recv,
-                                  const size_t *counts, ddph_dtype dtype,
-                                  ddph_err *err)
-{
-    return ddph__mpi_allgatherv(self, G(g), send, recv, counts, dtype, err);
-}
-
-static ddph_status mpi_broadcast(void *self, struct ddph_group *g, void *buf,
-                                 size_t count, ddph_dtype dtype, int root,
-                                 ddph_err *err)
-{
-    return ddph__mpi_broadcast(self, G(g), buf, count, dtype, root, err);
-}
-
-static ddph_status mpi_reduce_scatter(void *self, struct ddph_group *g,
-                                      const void *send, void *recv,
-                                      size_t count, ddph_dtype dtype,
-                                      ddph_redop op, ddph_err *err)
-{
-    return ddph__mpi_reduce_scatter(self, G(g), send, recv, count, dtype, op,
-                                    err);
-}
-
-static ddph_status mpi_alltoall(void *self, struct ddph_group *g,
-                                const void *send, void *recv, size_t count,
-                                ddph_dtype dtype, ddph_err *err)
-{
-    return ddph__mpi_alltoall(self, G(g), send, recv, count, dtype, err);
-}
-
-static ddph_status mpi_start_allreduce(void *self, struct ddph_group *g,
-                                       void *buf, size_t count,
-                                       ddph_dtype dtype, ddph_redop op,
-                                       ddph_comm_op *out, ddph_err *err)
-{
-    return ddph__mpi_start_allreduce(self, G(g), buf, count, dtype, op,
-                                     OP(out), err);
-}
-
-static ddph_status mpi_start_allgather(void *self, struct ddph_group *g,
-                                       const void *send, void *recv,
-                                       size_t count, ddph_dtype dtype,
-                                       ddph_comm_op *out, ddph_err *err)
-{
-    return ddph__mpi_start_allgather(self, G(g), send, recv, count, dtype,
-                                     OP(out), err);
-}
-
-static ddph_status mpi_start_allgatherv(void *self, struct ddph_group *g,
-                                        const void *send, void *recv,
-                                        const size_t *counts, ddph_dtype dtype,
-                                        ddph_comm_op *out, ddph_err *err)
-{
-    return ddph__mpi_start_allgatherv(self, G(g), send, recv, counts, dtype,
-                                      OP(out), err);
-}
-
-static ddph_status mpi_start_alltoall(void *self, struct ddph_group *g,
-                                      const void *send, void *recv,
-                                      size_t count, ddph_dtype dtype,
-                                      ddph_comm_op *out, ddph_err *err)
-{
-    return ddph__mpi_start_alltoall(self, G(g), send, recv, count, dtype,
-                                    OP(out), err);
-}
-
-static ddph_status mpi_wait(void *self, ddph_comm_op *op, ddph_err *err)
-{
-    return ddph__mpi_op_wait(self, OP(op), err);
-}
-
-static ddph_status mpi_test(void *self, ddph_comm_op *op, int *done,
-                            ddph_err *err)
-{
-    ddph_status st = ddph__mpi_op_test(self, OP(op), done, err);
-    if (st != DDPH_OK)
-        *done = 1;
-    return st;
-}
-
-static ddph_status mpi_progress(void *self, ddph_comm_op *op, ddph_err *err)
-{
-    return ddph__mpi_op_progress(self, OP(op), err);
-}
-
-static ddph_status mpi_fingerprint(void *self, struct ddph_group *g,
-                                   const char *what, ddph_dtype dtype,
-                                   size_t count, const size_t *counts, int op,
-                                   int root, int64_t model, int64_t iteration,
-                                   int64_t bucket, int64_t offset,
-                                   ddph_err *err)
-{
-    return ddph__mpi_fingerprint(self, G(g), what, dtype, count, counts, op,
-                                 root, model, iteration, bucket, offset, err);
-}
-
-static ddph_status mpi_fingerprint_settle(void *self, ddph_err *err)
-{
-    return ddph__mpi_fingerprint_settle(self, err);
-}
-
-const ddph_comm_ops ddph__mpi_comm_ops = {
-    .name = "mpi",
-    .world = mpi_world,
-    .split = mpi_split,
-    .intra_node = mpi_intra_node,
-    .allreduce = mpi_allreduce,
-    .allgather = mpi_allgather,
-    .allgatherv = mpi_allgatherv,
-    .broadcast = mpi_broadcast,
-    .reduce_scatter = mpi_reduce_scatter,
-    .alltoall = mpi_alltoall,
-    .start_allreduce = mpi_start_allreduce,
-    .start_allgather = mpi_start_allgather,
-    .start_allgatherv = mpi_start_allgatherv,
-    .start_alltoall = mpi_start_alltoall,
-    .wait = mpi_wait,
-    .test = mpi_test,
-    .progress = mpi_progress,
-    .fingerprint = mpi_fingerprint,
-    .fingerprint_settle = mpi_fingerprint_settle,
-};
-
-/* ---- the control plane -------------------------------------------------- */
 
 static ddph_status mpi_fault(void *self, ddph_err *err)
 {

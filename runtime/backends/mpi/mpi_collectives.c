@@ -1,5 +1,7 @@
-/* mpi_collectives.c: blocking collectives and the runtime's own small ones
- * (backend_mpi.h). */
+/* mpi_collectives.c: the hooks' collectives over MPI as comm.h's table
+ * (ddph__mpi_comm_ops): the blocking ones here, the allreduce in
+ * mpi_allreduce.c, the nonblocking ones in mpi_nonblocking.c.  A new
+ * collective is a function here and its line in the table. */
 #include "build-config.h"
 
 #include "backends/mpi/mpi_internal.h"
@@ -37,10 +39,12 @@ ddph_status ddph__mpi_allgather(ddph_mpi *m, ddph_mpi_group *g,
     return ddph__mpi_wait_timed(m, &req, what, err);
 }
 
-ddph_status ddph__mpi_broadcast(ddph_mpi *m, ddph_mpi_group *g, void *buf,
-                                size_t count, ddph_dtype dtype, int root,
-                                ddph_err *err)
+static ddph_status mpi_broadcast(void *self, struct ddph_group *group,
+                                 void *buf, size_t count, ddph_dtype dtype,
+                                 int root, ddph_err *err)
 {
+    ddph_mpi *m = self;
+    ddph_mpi_group *g = G(group);
     ddph_status broken = ddph__mpi_collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
@@ -63,11 +67,13 @@ ddph_status ddph__mpi_broadcast(ddph_mpi *m, ddph_mpi_group *g, void *buf,
     return DDPH_OK;
 }
 
-ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, ddph_mpi_group *g,
-                                     const void *send, void *recv,
-                                     size_t count, ddph_dtype dtype,
-                                     ddph_redop op, ddph_err *err)
+static ddph_status mpi_reduce_scatter(void *self, struct ddph_group *group,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_redop op, ddph_err *err)
 {
+    ddph_mpi *m = self;
+    ddph_mpi_group *g = G(group);
     ddph_status broken = ddph__mpi_collective_fault(m, err);
     if (broken != DDPH_OK)
         return broken;
@@ -87,126 +93,154 @@ ddph_status ddph__mpi_reduce_scatter(ddph_mpi *m, ddph_mpi_group *g,
     return ddph__mpi_wait_timed(m, &req, "reduce_scatter", err);
 }
 
-ddph_status ddph__mpi_allgatherv(ddph_mpi *m, ddph_mpi_group *g,
-                                 const void *send, void *recv,
-                                 const size_t *counts, ddph_dtype dtype,
-                                 ddph_err *err)
-{
-    ddph_mpi_op op;
-    ddph_status st =
-        ddph__mpi_start_allgatherv(m, g, send, recv, counts, dtype, &op, err);
-    return st != DDPH_OK ? st : ddph__mpi_op_wait(m, &op, err);
-}
-
-ddph_status ddph__mpi_alltoall(ddph_mpi *m, ddph_mpi_group *g,
-                               const void *send, void *recv, size_t count,
-                               ddph_dtype dtype, ddph_err *err)
-{
-    ddph_mpi_op op;
-    ddph_status st =
-        ddph__mpi_start_alltoall(m, g, send, recv, count, dtype, &op, err);
-    return st != DDPH_OK ? st : ddph__mpi_op_wait(m, &op, err);
-}
-
-/* The runtime's own small collectives take their callers' stack buffers.
- * A collective abandoned on a timeout cannot be cancelled, and a late peer
- * would still write into its buffer: they run on a heap copy instead,
- * which is left allocated when the wait fails. */
-ddph_status ddph__mpi_bcast_bytes(ddph_mpi *m, void *buf, size_t n, int root,
+static ddph_status mpi_allgatherv(void *self, struct ddph_group *g,
+                                  const void *send, void *recv,
+                                  const size_t *counts, ddph_dtype dtype,
                                   ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_collective_fault(m, err);
-    if (broken != DDPH_OK)
-        return broken;
-    if (n > DDPH__MPI_CHUNK)
-        return ddph__fail(err, DDPH_ERR_INVALID, "broadcast: too large");
-    void *copy = malloc(n ? n : 1);
-    if (!copy)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    memcpy(copy, buf, n);
-    MPI_Request req;
-    int rc = MPI_Ibcast(copy, (int)n, MPI_BYTE, root, m->world.comm, &req);
-    if (rc != MPI_SUCCESS) {
-        free(copy);
-        return ddph__mpi_failed(m, err, rc, "MPI_Ibcast");
-    }
-    ddph_status st = ddph__mpi_wait_timed(m, &req, "broadcast", err);
-    if (st == DDPH_OK) {
-        memcpy(buf, copy, n);
-        free(copy);
-    }
-    return st;
+    ddph_mpi_op op;
+    ddph_status st = ddph__mpi_start_allgatherv(self, G(g), send, recv,
+                                                counts, dtype, &op, err);
+    return st != DDPH_OK ? st : ddph__mpi_op_wait(self, &op, err);
 }
 
-ddph_status ddph__mpi_allreduce_i64(ddph_mpi *m, int64_t *v, size_t n,
-                                    ddph_redop op, ddph_err *err)
+static ddph_status mpi_alltoall(void *self, struct ddph_group *g,
+                                const void *send, void *recv, size_t count,
+                                ddph_dtype dtype, ddph_err *err)
 {
-    ddph_status broken = ddph__mpi_collective_fault(m, err);
-    if (broken != DDPH_OK)
-        return broken;
-    int64_t *copy = malloc((n ? n : 1) * sizeof *copy);
-    if (!copy)
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    memcpy(copy, v, n * sizeof *copy);
-    MPI_Request req;
-    MPI_Op o = op == DDPH_MAX ? MPI_MAX : op == DDPH_MIN ? MPI_MIN : MPI_SUM;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, copy, (int)n, MPI_INT64_T, o,
-                            m->world.comm, &req);
-    if (rc != MPI_SUCCESS) {
-        free(copy);
-        return ddph__mpi_failed(m, err, rc, "MPI_Iallreduce");
-    }
-    ddph_status st = ddph__mpi_wait_timed(m, &req, "allreduce", err);
-    if (st == DDPH_OK) {
-        memcpy(v, copy, n * sizeof *copy);
-        free(copy);
-    }
-    return st;
+    ddph_mpi_op op;
+    ddph_status st = ddph__mpi_start_alltoall(self, G(g), send, recv, count,
+                                              dtype, &op, err);
+    return st != DDPH_OK ? st : ddph__mpi_op_wait(self, &op, err);
 }
 
-ddph_status ddph__mpi_gather_bytes(ddph_mpi *m, const void *buf, size_t n,
-                                   char **out, size_t *total, ddph_err *err)
+/* ---- the table's other entries ---------------------------------------- */
+
+static struct ddph_group *mpi_world(void *self)
 {
-    ddph_status broken = ddph__mpi_collective_fault(m, err);
-    if (broken != DDPH_OK)
-        return broken;
-    int size = m->world.size, root = m->world.rank == 0;
-    if (n > DDPH__MPI_CHUNK)
-        return ddph__fail(err, DDPH_ERR_INVALID, "gather: too large");
-    int len = (int)n, *lens = root ? calloc((size_t)size, sizeof *lens) : NULL;
-    int *displs = root ? calloc((size_t)size, sizeof *displs) : NULL;
-    if (root && (!lens || !displs)) {
-        free(lens);
-        free(displs);
-        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    }
-    MPI_Request req;
-    int rc = MPI_Igather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, m->world.comm,
-                         &req);
-    ddph_status st = rc == MPI_SUCCESS ? ddph__mpi_wait_timed(m, &req, "gather", err)
-                                       : ddph__mpi_failed(m, err, rc, "MPI_Igather");
-    size_t sum = 0;
-    for (int r = 0; root && r < size; r++) {
-        displs[r] = (int)sum;
-        sum += (size_t)lens[r];
-    }
-    char *all = NULL;
-    if (st == DDPH_OK && root && (sum > DDPH__MPI_CHUNK || !(all = malloc(sum + 1))))
-        st = ddph__fail(err, DDPH_ERR_NOMEM, "gather: %zu bytes", sum);
-    /* Every rank enters the second collective, even if rank 0 failed to
-     * allocate (it then receives nothing useful but does not hang). */
-    if (st == DDPH_OK || (root && st == DDPH_ERR_NOMEM)) {
-        rc = MPI_Igatherv(buf, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0,
-                          m->world.comm, &req);
-        ddph_status st2 = rc == MPI_SUCCESS ? ddph__mpi_wait_timed(m, &req, "gather", err)
-                                            : ddph__mpi_failed(m, err, rc, "MPI_Igatherv");
-        st = st == DDPH_OK ? st2 : st;
-    }
+    return &((ddph_mpi *)self)->world.head;
+}
+
+static ddph_status mpi_split(void *self, struct ddph_group *parent, int color,
+                             int key, struct ddph_group **out, ddph_err *err)
+{
+    ddph_mpi_group *g = NULL;
+    ddph_status st = ddph__mpi_split(self, G(parent), color, key, &g, err);
+    return handed(st, g, out);
+}
+
+static ddph_status mpi_intra_node(void *self, struct ddph_group **out,
+                                  ddph_err *err)
+{
+    ddph_mpi_group *g = NULL;
+    ddph_status st = ddph__mpi_intra_node(self, &g, err);
+    return handed(st, g, out);
+}
+
+static ddph_status mpi_allreduce(void *self, struct ddph_group *g, void *buf,
+                                 size_t count, ddph_dtype dtype, ddph_redop op,
+                                 ddph_err *err)
+{
+    return ddph__mpi_allreduce(self, G(g), buf, count, dtype, op, err);
+}
+
+static ddph_status mpi_allgather(void *self, struct ddph_group *g,
+                                 const void *send, void *recv, size_t count,
+                                 ddph_dtype dtype, ddph_err *err)
+{
+    return ddph__mpi_allgather(self, G(g), send, recv, count, dtype,
+                               "allgather", err);
+}
+
+static ddph_status mpi_start_allreduce(void *self, struct ddph_group *g,
+                                       void *buf, size_t count,
+                                       ddph_dtype dtype, ddph_redop op,
+                                       ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_allreduce(self, G(g), buf, count, dtype, op,
+                                     OP(out), err);
+}
+
+static ddph_status mpi_start_allgather(void *self, struct ddph_group *g,
+                                       const void *send, void *recv,
+                                       size_t count, ddph_dtype dtype,
+                                       ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_allgather(self, G(g), send, recv, count, dtype,
+                                     OP(out), err);
+}
+
+static ddph_status mpi_start_allgatherv(void *self, struct ddph_group *g,
+                                        const void *send, void *recv,
+                                        const size_t *counts, ddph_dtype dtype,
+                                        ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_allgatherv(self, G(g), send, recv, counts, dtype,
+                                      OP(out), err);
+}
+
+static ddph_status mpi_start_alltoall(void *self, struct ddph_group *g,
+                                      const void *send, void *recv,
+                                      size_t count, ddph_dtype dtype,
+                                      ddph_comm_op *out, ddph_err *err)
+{
+    return ddph__mpi_start_alltoall(self, G(g), send, recv, count, dtype,
+                                    OP(out), err);
+}
+
+static ddph_status mpi_wait(void *self, ddph_comm_op *op, ddph_err *err)
+{
+    return ddph__mpi_op_wait(self, OP(op), err);
+}
+
+static ddph_status mpi_test(void *self, ddph_comm_op *op, int *done,
+                            ddph_err *err)
+{
+    ddph_status st = ddph__mpi_op_test(self, OP(op), done, err);
     if (st != DDPH_OK)
-        return st; /* lens, displs and all may still be written to */
-    free(lens);
-    free(displs);
-    *out = all;
-    *total = root ? sum : 0;
-    return DDPH_OK;
+        *done = 1;
+    return st;
 }
+
+static ddph_status mpi_progress(void *self, ddph_comm_op *op, ddph_err *err)
+{
+    return ddph__mpi_op_progress(self, OP(op), err);
+}
+
+static ddph_status mpi_fingerprint(void *self, struct ddph_group *g,
+                                   const char *what, ddph_dtype dtype,
+                                   size_t count, const size_t *counts, int op,
+                                   int root, int64_t model, int64_t iteration,
+                                   int64_t bucket, int64_t offset,
+                                   ddph_err *err)
+{
+    return ddph__mpi_fingerprint(self, G(g), what, dtype, count, counts, op,
+                                 root, model, iteration, bucket, offset, err);
+}
+
+static ddph_status mpi_fingerprint_settle(void *self, ddph_err *err)
+{
+    return ddph__mpi_fingerprint_settle(self, err);
+}
+
+const ddph_comm_ops ddph__mpi_comm_ops = {
+    .name = "mpi",
+    .world = mpi_world,
+    .split = mpi_split,
+    .intra_node = mpi_intra_node,
+    .allreduce = mpi_allreduce,
+    .allgather = mpi_allgather,
+    .allgatherv = mpi_allgatherv,
+    .broadcast = mpi_broadcast,
+    .reduce_scatter = mpi_reduce_scatter,
+    .alltoall = mpi_alltoall,
+    .start_allreduce = mpi_start_allreduce,
+    .start_allgather = mpi_start_allgather,
+    .start_allgatherv = mpi_start_allgatherv,
+    .start_alltoall = mpi_start_alltoall,
+    .wait = mpi_wait,
+    .test = mpi_test,
+    .progress = mpi_progress,
+    .fingerprint = mpi_fingerprint,
+    .fingerprint_settle = mpi_fingerprint_settle,
+};

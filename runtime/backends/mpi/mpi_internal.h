@@ -8,17 +8,17 @@
  *   mpi_types.c        dtypes and reduction ops in MPI terms (f16/bf16 as
  *                      user-defined operations)
  *   mpi_init.c         initialisation, lanes, agreement, leaving, finalize
- *   mpi_ring.c         the runtime's ring allreduce (half types, and f32
- *                      between hosts of one rank each)
- *   mpi_allreduce.c    the allreduce: in shared memory, by the ring or by
- *                      MPI (above shared_buckets.c, which uses the others)
- *   mpi_collectives.c  the other blocking collectives, the runtime's own
- *                      small ones
+ *   mpi_allreduce.c    the allreduce: in shared memory, by the runtime's
+ *                      ring (half types, and f32 between hosts of one rank
+ *                      each) or by MPI
+ *   mpi_collectives.c  the hooks' collectives as comm.h's table (the other
+ *                      blocking ones here)
+ *   mpi_small.c        the runtime's own small collectives
  *   mpi_nonblocking.c  nonblocking collectives (ABI minor 2)
  *   mpi_fingerprint.c  the collectives' fingerprints ([runtime]
  *                      check_collectives)
  *   mpi_groups.c       barriers, splits, the ranks of a host
- *   mpi_comm.c         all of the above as comm.h's tables */
+ *   mpi_backend.c      the job backend's and the control plane's tables */
 #ifndef DDPH_MPI_INTERNAL_H
 #define DDPH_MPI_INTERNAL_H
 
@@ -51,6 +51,32 @@ static inline size_t ddph__mpi_piece(size_t count, size_t es)
 {
     size_t most = DDPH__MPI_PIECE_BYTES / es;
     return count < most ? count : most;
+}
+
+/* ---- the tables (mpi_collectives.c, mpi_backend.c) ---- */
+/* A group the tables handed out is the head of one of this backend's. */
+static inline ddph_mpi_group *G(struct ddph_group *g)
+{
+    return (ddph_mpi_group *)g;
+}
+
+/* This backend's state of a nonblocking collective, kept in the op. */
+_Static_assert(sizeof(ddph_mpi_op) <= DDPH__COMM_OP_STATE,
+               "ddph_mpi_op must fit in ddph_comm_op.state");
+
+static inline ddph_mpi_op *OP(ddph_comm_op *op)
+{
+    return (ddph_mpi_op *)(void *)op->state;
+}
+
+/* A group this backend made (st: how the making went), handed out as its
+ * head.  Called after the making, as a statement of its own: as an
+ * argument beside the call, g could be read before the call sets it. */
+static inline ddph_status handed(ddph_status st, ddph_mpi_group *g,
+                          struct ddph_group **out)
+{
+    *out = st == DDPH_OK ? &g->head : NULL;
+    return st;
 }
 
 /* ---- mpi_fault.c ---- */
@@ -90,11 +116,6 @@ int ddph__mpi_valid(ddph_dtype t, ddph_redop op);
 /* The f16/bf16 type and operations, made at init and freed at finalize. */
 void ddph__mpi_types_init(ddph_mpi *m);
 void ddph__mpi_types_free(ddph_mpi *m);
-
-/* ---- mpi_ring.c ---- */
-ddph_status ddph__mpi_ring_allreduce(ddph_mpi *m, ddph_mpi_group *g,
-                                     void *buf, size_t count,
-                                     ddph_dtype dtype, ddph_err *err);
 
 /* ---- mpi_fingerprint.c ---- */
 /* Checks this thread's pending fingerprint exchange while `waiting` (the

@@ -9,7 +9,7 @@
  * (cudaStreamQuery, ncclCommGetAsyncError), so a dead peer is reported
  * instead of hanging.  Part of the GPU backend module
  * (module.c gives the runtime these functions as comm/gpu.h's table,
- * the collectives as comm/comm.h's). */
+ * the collectives as backends/comm.h's). */
 #ifndef DDPH_BACKEND_NCCL_H
 #define DDPH_BACKEND_NCCL_H
 
@@ -62,26 +62,6 @@ ddph_status ddph__nccl_probe(ddph_err *err);
  * Frees n. */
 void ddph__nccl_finalize(ddph_nccl *n, int abort);
 
-ddph_status ddph__nccl_allreduce(ddph_nccl *n, ddph_nccl_group *g, void *buf,
-                                 size_t count, ddph_dtype dtype, ddph_redop op,
-                                 ddph_err *err);
-ddph_status ddph__nccl_allgather(ddph_nccl *n, ddph_nccl_group *g,
-                                 const void *send, void *recv, size_t count,
-                                 ddph_dtype dtype, ddph_err *err);
-ddph_status ddph__nccl_broadcast(ddph_nccl *n, ddph_nccl_group *g, void *buf,
-                                 size_t count, ddph_dtype dtype, int root,
-                                 ddph_err *err);
-ddph_status ddph__nccl_reduce_scatter(ddph_nccl *n, ddph_nccl_group *g,
-                                      const void *send, void *recv,
-                                      size_t count, ddph_dtype dtype,
-                                      ddph_redop op, ddph_err *err);
-ddph_status ddph__nccl_allgatherv(ddph_nccl *n, ddph_nccl_group *g,
-                                  const void *send, void *recv,
-                                  const size_t *counts, ddph_dtype dtype,
-                                  ddph_err *err);
-ddph_status ddph__nccl_alltoall(ddph_nccl *n, ddph_nccl_group *g,
-                                const void *send, void *recv, size_t count,
-                                ddph_dtype dtype, ddph_err *err);
 /* Nonblocking collectives: enqueued on the communication stream and not
  * waited for.  The stream runs everything in order, so waiting for one
  * is waiting for the stream (ddph__nccl_wait, against timeout_s), and

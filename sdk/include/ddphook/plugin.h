@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define DDPH_PLUGIN_ABI_MAJOR 1
-#define DDPH_PLUGIN_ABI_MINOR 5
+#define DDPH_PLUGIN_ABI_MINOR 6
 
 /* A hook's name (ddph_plugin_api_v1.name, and NAME in NAME.so and
  * [hook.NAME]): 1 to DDPH_PLUGIN_NAME_MAX letters, digits, '_' and '-'. */
@@ -422,6 +422,39 @@ struct ddph_services {
      * NaN ranks above +Inf, so a chunk holding one gives a NaN). */
     ddph_status (*chunk_abs_max)(const ddph_services *s, const float *x,
                                  size_t n, size_t chunk, float *out);
+
+    /* ---- ABI minor 6 (check with DDPH_HAS_MEMBER before use) ----------
+     * Device operations of quantizing compressors (QSGD, TernGrad), f32,
+     * on the services' device, chunks as above.  Each element's result is
+     * defined on its own, the same bits on every path, so that a rank can
+     * recompute the codes another sent.  Backend nccl: not available yet
+     * on CUDA buckets (DDPH_ERR_UNSUPPORTED, docs/plugin-guide.md). */
+    /* q[i] = x[i] / scales[i / chunk] rounded at random to one of the two
+     * integers around it, up with probability its fraction (so that
+     * q[i] * scale is x[i] on average), clamped to [-levels, levels]:
+     *   v = x[i] * inv (inv = 1 / scale rounded to f32), lo = floor(v),
+     *   q[i] = lo + (u < v - lo), in f32,
+     * u in [0, 1) being 24 bits of a hash of (seed, i): the same seed and
+     * index give the same draw on every rank, run and device (mix in the
+     * rank, bucket and iteration for independent draws).  A NaN gives 0,
+     * an infinity +-levels, a chunk whose scale is not positive and finite
+     * zeros.  1 <= levels <= 127; n < 2^32. */
+    ddph_status (*round_stochastic)(const ddph_services *s, const float *x,
+                                    size_t n, size_t chunk,
+                                    const float *scales, int levels,
+                                    uint64_t seed, int8_t *q);
+    /* Codes of `bits` (2 or 4) bits, element i in bits [i * bits % 8,
+     * + bits) of packed[i * bits / 8]: the low bits of q[i]'s two's
+     * complement, so a q in [-2^(bits-1), 2^(bits-1)) comes back unchanged
+     * (levels 1 for 2 bits, up to 7 for 4); ceil(n * bits / 8) bytes, the
+     * unused bits of the last one 0. */
+    ddph_status (*pack_bits)(const ddph_services *s, const int8_t *q,
+                             size_t n, int bits, uint8_t *packed);
+    /* y[i] = beta * y[i] + code(i) * scales[i / chunk], the code
+     * sign-extended, in f32; with beta = 0, y is only written. */
+    ddph_status (*unpack_bits)(const ddph_services *s, const uint8_t *packed,
+                               size_t n, int bits, size_t chunk,
+                               const float *scales, float beta, float *y);
 };
 
 /* ---- the plugin table ------------------------------------------------------ */

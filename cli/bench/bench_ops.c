@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "device/cpu_ops.h"
 #include "device/sign_ops.h"
 #include "device/sparse_ops.h"

@@ -39,3 +39,25 @@ double plan_device_add(const preset_device *d)
 {
     return 3.0 / d->mem_bw;
 }
+
+void plan_device_measured(const preset_device *base, const gpu_profile *p,
+                          preset_device *out, char *label, size_t cap)
+{
+    *out = *base;
+    out->mem_bw = p->copy_bytes_per_s;
+    int one_host = p->ranks > 1 && p->per_host == p->ranks;
+    if (one_host)
+        out->nvlink_bw = p->allreduce_bus_bytes_per_s;
+    snprintf(label, cap, "%s as measured (memory %.0f GB/s%s), %s's matrix "
+             "rates", p->device, p->copy_bytes_per_s / 1e9,
+             one_host ? ", between GPUs its allreduce's bus bandwidth" : "",
+             base->label);
+    out->label = label;
+}
+
+double plan_profile_hook(const gpu_profile *p, const char *hook,
+                         double bytes)
+{
+    const gpu_profile_hook *h = gpu_profile_find(p, hook);
+    return h && p->ranks == 1 ? h->seconds_per_byte * bytes : -1;
+}

@@ -1,7 +1,7 @@
 /* replicas.c: see replicas.h. */
 #include "build-config.h"
 
-#include "core/replicas.h"
+#include "core/ranks/replicas.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* step_check.c: see step_check.h. */
 #include "build-config.h"
 
-#include "core/step_check.h"
+#include "core/ranks/step_check.h"
 
 /* Mixes v into h (splitmix64's finalizer): a digest whose terms cannot
  * cancel out the way sums can. */

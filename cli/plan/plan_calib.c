@@ -14,10 +14,10 @@
 
 #include <ddphook/ddphook.h>
 
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "device/cpu_ops.h"
 #include "device/sparse_ops.h"
-#include "support/safe_file.h"
+#include "cli/text_file.h"
 #include "support/util.h"
 
 #define MAGIC "ddphook-plan-calibration 2"
@@ -26,26 +26,13 @@
 
 static int name_ok(const char *s)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof ((plan_calib_hook *)0)->name)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-              (*s >= '0' && *s <= '9') || strchr("._/-", *s)))
-            return 0;
-    return 1;
+    return text_hook_name_ok(s, sizeof((plan_calib_hook *)0)->name);
 }
 
 /* A value of the file: finite, in [0, most]. */
 static int value(const char *s, double most, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < 0 || v > most)
-        return 0;
-    *out = v;
-    return 1;
+    return text_number(s, 0, most, out);
 }
 
 uint64_t plan_hash(uint64_t h, const void *data, size_t len)
@@ -107,9 +94,9 @@ plan_conditions plan_conditions_now(void)
     return at;
 }
 
-int plan_conditions_busy(plan_conditions at)
+int plan_conditions_busy(plan_conditions at, double busy_load)
 {
-    return at.load > PLAN_BUSY_LOAD * (at.cpus > 0 ? at.cpus : 1);
+    return at.load >= 0 && at.load >= busy_load * (at.cpus > 0 ? at.cpus : 1);
 }
 
 /* LOAD CPUS of a line: a load in [0, 1e6] (-1: unknown), CPUs >= 1. */
@@ -132,10 +119,18 @@ void plan_calib_free(plan_calib *c)
     memset(c, 0, sizeof *c);
 }
 
+typedef struct reading {
+    plan_calib *c;
+    int ended;   /* the end line was read */
+    int seen[3]; /* add_f32, add_half, scatter */
+} reading;
+
 /* One line of the file (NUL-terminated, without its newline). */
-static int parse_line(plan_calib *c, char *line, int *ended, int *seen,
-                      char *why, size_t cap)
+static int parse_line(void *ctx, char *line, char *why, size_t cap)
 {
+    reading *r = ctx;
+    plan_calib *c = r->c;
+    int *ended = &r->ended, *seen = r->seen;
     char *save = NULL, *word = strtok_r(line, " ", &save);
     char *a = word ? strtok_r(NULL, " ", &save) : NULL;
     char *b = a ? strtok_r(NULL, " ", &save) : NULL;
@@ -208,60 +203,29 @@ static int parse_line(plan_calib *c, char *line, int *ended, int *seen,
     return 0;
 }
 
+static int complete(void *ctx, char *why, size_t cap)
+{
+    if (((reading *)ctx)->ended)
+        return 1;
+    snprintf(why, cap, "no end line: truncated");
+    return 0;
+}
+
 int plan_calib_load(const char *path, plan_calib *c, char *msg, size_t cap)
 {
     memset(c, 0, sizeof *c);
     struct stat sb;
     if (lstat(path, &sb) != 0 && errno == ENOENT)
         return 0;
-    unsigned char *data = NULL;
-    size_t len = 0;
-    ddph_err e;
-    if (ddph__file_read_regular(path, MAX_FILE_BYTES, "a calibration file's "
-                                "limit", &data, &len, &e) != DDPH_OK) {
-        snprintf(msg, cap, "%s", e.msg);
-        return -1;
-    }
-    int ok = 1, ended = 0, lineno = 0, seen[3] = {0, 0, 0};
-    char why[200] = "";
-    if (memchr(data, '\0', len)) {
-        snprintf(why, sizeof why, "a NUL byte: not a calibration file");
-        ok = 0;
-    }
-    char *p = (char *)data, *stop = p + len;
-    while (ok && p < stop) {
-        char *nl = memchr(p, '\n', (size_t)(stop - p));
-        lineno++;
-        if (!nl) {
-            snprintf(why, sizeof why, "no newline at the end: truncated");
-            ok = 0;
-            break;
-        }
-        *nl = '\0';
-        if (lineno == 1) {
-            if (strcmp(p, MAGIC) != 0) {
-                snprintf(why, sizeof why, "not a calibration file (its first "
-                         "line is not '%s')", MAGIC);
-                ok = 0;
-            }
-        } else {
-            ok = parse_line(c, p, &ended, seen, why, sizeof why);
-        }
-        p = nl + 1;
-    }
-    if (ok && !ended) {
-        snprintf(why, sizeof why, "no end line: truncated");
-        lineno++;
-        ok = 0;
-    }
-    free(data);
-    if (!ok) {
-        snprintf(msg, cap, "%s:%d: %s (remove the file to measure again)",
-                 path, lineno, why);
+    reading r = {c, 0, {0, 0, 0}};
+    if (!text_file_read(path, MAX_FILE_BYTES, "calibration file", MAGIC, "",
+                        parse_line, complete, &r, msg, cap)) {
+        size_t n = strlen(msg);
+        snprintf(msg + n, cap - n, " (remove the file to measure again)");
         plan_calib_free(c);
         return -1;
     }
-    c->have_machine = seen[0] && seen[1] && seen[2];
+    c->have_machine = r.seen[0] && r.seen[1] && r.seen[2];
     return 1;
 }
 
@@ -286,18 +250,8 @@ int plan_calib_save(const char *path, const plan_calib *c, char *msg,
                 c->hooks[i].key, c->hooks[i].seconds, c->hooks[i].at.load,
                 c->hooks[i].at.cpus);
     fprintf(f, "end %d\n", c->nhooks);
-    if (fclose(f) != 0) {
-        free(text);
-        snprintf(msg, cap, "out of memory");
-        return 0;
-    }
-    ddph_err e;
-    int ok = ddph__file_write_atomic(path, text, len, "calibration file",
-                                     &e) == DDPH_OK;
-    if (!ok)
-        snprintf(msg, cap, "%s", e.msg);
-    free(text);
-    return ok;
+    return text_file_commit(f, &text, &len, path, "calibration file", msg,
+                            cap);
 }
 
 /* Median seconds of `repeats` runs of fn(arg). */

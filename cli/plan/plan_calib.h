@@ -28,12 +28,14 @@ typedef struct plan_conditions {
     int cpus;
 } plan_conditions;
 
-/* Busy: more runnable work than this share of the CPUs, so a measured
- * step is slower than the machine's own. */
+/* Busy by default: at least this many runnable tasks a CPU (the 1-minute
+ * load average), so a measured step is slower than the machine's own
+ * (`ddphook plan --busy-load`). */
 #define PLAN_BUSY_LOAD 0.75
 
 plan_conditions plan_conditions_now(void);
-int plan_conditions_busy(plan_conditions at);
+/* The load was known and at least busy_load runnable tasks a CPU. */
+int plan_conditions_busy(plan_conditions at, double busy_load);
 
 typedef struct plan_calib_hook {
     char name[128];

@@ -14,7 +14,9 @@
  * the same f32 bytes on a communicator of the benchmark's own (at one
  * rank: a device-to-device copy of them); ratio = baseline time /
  * hook time, both timed from a device synchronisation and an MPI barrier
- * to the slowest rank's end.  Times are medians of R runs. */
+ * to the slowest rank's end.  Times are medians of R runs.  --profile FILE
+ * also writes the figures for `ddphook plan --device-profile`
+ * (gpu_profile.h). */
 #include "build-config.h"
 
 #include <getopt.h>
@@ -30,8 +32,9 @@
 #include <nccl.h>
 
 #include "backends/mpi/backend_mpi.h"
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "backends/nccl/cuda_ops.h"
+#include "cli/gpu_profile.h"
 #include "support/util.h"
 
 /* Wall time of the slowest rank since a common start. */
@@ -62,7 +65,7 @@ static double stop_clock(double t0)
  * device with events (a kernel on 64 MiB takes tens of microseconds, the
  * order of the launch and wall-clock overheads); the first of R + 1 runs
  * is a warm-up (it loads the kernel). */
-static int bench_casts(size_t n, int repeats, int rank)
+static int bench_casts(size_t n, int repeats, int rank, gpu_profile *prof)
 {
     int ok = 0;
     float *f32 = NULL, *copy = NULL;
@@ -106,6 +109,10 @@ static int bench_casts(size_t n, int repeats, int rank)
             t[r] = ms * 1e-3;
         }
         double m = bench_median(t + 1, repeats);
+        if (c == 0)
+            prof->copy_bytes_per_s = 2.0 * (double)n * 4 / m;
+        else
+            prof->cast_seconds[c - 1] = m / (double)n;
         if (c == 0) {
             base = m;
             if (rank == 0)
@@ -228,8 +235,10 @@ out:
  * against a raw ncclAllReduce, on `mib` MiB; medians of `repeats`.
  * Returns an exit status: 0, 1 on failure, 77 without a CUDA device. */
 static int bench_gpu(size_t mib, int repeats, const char *hooks,
-                     const char *plugin_path)
+                     const char *plugin_path, const char *profile)
 {
+    gpu_profile prof;
+    memset(&prof, 0, sizeof prof);
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         fprintf(stderr, "ddphook bench gpu: no CUDA device\n");
@@ -243,10 +252,11 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     /* The GPU the runtime picks for this rank: its index on its host. */
     MPI_Comm node;
-    int local = 0;
+    int local = 0, per_host = 1;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
                             MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         MPI_Comm_rank(node, &local);
+        MPI_Comm_size(node, &per_host);
         MPI_Comm_free(&node);
     }
     int gpu = local % count;
@@ -268,8 +278,21 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
         cudaGetDeviceProperties(&prop, gpu);
         printf("ddphook bench gpu: %d rank%s, %s, median of %d\n", world,
                world == 1 ? "" : "s", prop.name, repeats);
+        /* The profile keeps the name printable (and not empty). */
+        snprintf(prof.device, sizeof prof.device, "unnamed CUDA device");
+        if (prop.name[0])
+            snprintf(prof.device, sizeof prof.device, "%.255s", prop.name);
+        for (size_t i = 0; prof.device[i]; i++)
+            if (prof.device[i] < 0x20 || prof.device[i] >= 0x7f)
+                prof.device[i] = '?';
     }
-    ok = bench_casts(n, repeats, rank);
+    /* Hosts of unequal ranks are recorded as one rank a host. */
+    MPI_Allreduce(MPI_IN_PLACE, &per_host, 1, MPI_INT, MPI_MIN,
+                  MPI_COMM_WORLD);
+    prof.ranks = world;
+    prof.per_host = world % per_host == 0 ? per_host : 1;
+    prof.mib = (double)(n * 4) / 1048576;
+    ok = bench_casts(n, repeats, rank, &prof);
     float *grad = NULL, *sum = NULL;
     double raw = 0;
     ok = ok && cudaMalloc((void **)&grad, n * 4) == cudaSuccess &&
@@ -278,6 +301,8 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
          raw_allreduce(grad, sum, n, repeats, rank, world, &raw);
     /* Bus bandwidth as nccl-tests define it for allreduce. */
     double bus = world > 1 ? 2.0 * (world - 1) / world : 1.0;
+    if (ok)
+        prof.allreduce_bus_bytes_per_s = (double)n * 4 * bus / raw;
     if (ok && rank == 0)
         printf("hooks: one 1024 x %zu f32 matrix (%zu MiB) in GPU memory\n"
                "  %-18s %9s %12s %10s %8s\n"
@@ -294,6 +319,21 @@ static int bench_gpu(size_t mib, int repeats, const char *hooks,
         if (ok && rank == 0)
             printf("  %-18s %9.3f %12.0f %10.1f %8.2f\n", h, s * 1e3, wire,
                    wire * bus / s / 1e9, raw / s);
+        if (ok && strlen(h) < sizeof prof.hooks[0].name &&
+            prof.nhooks < GPU_PROFILE_MAX_HOOKS && !gpu_profile_find(&prof, h)) {
+            snprintf(prof.hooks[prof.nhooks].name, sizeof prof.hooks[0].name,
+                     "%s", h);
+            prof.hooks[prof.nhooks++].seconds_per_byte = s / ((double)n * 4);
+        }
+    }
+    char msg[DDPH__ERR_LEN + 64];
+    if (ok && profile && rank == 0) {
+        ok = gpu_profile_save(profile, &prof, msg, sizeof msg);
+        if (ok)
+            printf("profile: %s (ddphook plan --device-profile %s)\n",
+                   profile, profile);
+        else
+            fprintf(stderr, "ddphook bench gpu: --profile: %s\n", msg);
     }
     free(list);
     cudaFree(grad);
@@ -310,9 +350,10 @@ int main(int argc, char **argv)
         {"repeats", required_argument, NULL, 'r'},
         {"hooks", required_argument, NULL, 'k'},
         {"plugin-path", required_argument, NULL, 'p'},
+        {"profile", required_argument, NULL, 'P'},
         {0, 0, 0, 0}};
     long mib = 64, repeats = 20;
-    const char *hooks = "allreduce,fp16", *plugin_path = NULL;
+    const char *hooks = "allreduce,fp16", *plugin_path = NULL, *profile = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -320,10 +361,11 @@ int main(int argc, char **argv)
         case 'r': repeats = atol(optarg); break;
         case 'k': hooks = optarg; break;
         case 'p': plugin_path = optarg; break;
+        case 'P': profile = optarg; break;
         default:
             fputs("usage: ddphook-bench-gpu [--mib N] [--repeats R] "
-                  "[--hooks LIST] [--plugin-path P] (run by `ddphook bench "
-                  "gpu`: see its --help)\n",
+                  "[--hooks LIST] [--plugin-path P] [--profile FILE] (run "
+                  "by `ddphook bench gpu`: see its --help)\n",
                   stderr);
             return 2;
         }
@@ -333,5 +375,5 @@ int main(int argc, char **argv)
               stderr);
         return 2;
     }
-    return bench_gpu((size_t)mib, (int)repeats, hooks, plugin_path);
+    return bench_gpu((size_t)mib, (int)repeats, hooks, plugin_path, profile);
 }

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bench_common.h"
+#include "cli/bench_common.h"
 
 #define PLAN_DRY_STEPS 4
 /* The largest world a dry run fakes: a gathering hook allocates and goes

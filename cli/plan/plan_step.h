@@ -8,7 +8,8 @@
 
 #include <stddef.h>
 
-#include "presets.h"
+#include "cli/gpu_profile.h"
+#include "cli/presets.h"
 
 /* The cost model's own error, as validated (docs/plan.md): a hook that
  * changes the gradients is recommended only when it is predicted this
@@ -37,5 +38,20 @@ double plan_estimate_compute(const plan_step_inputs *in, char *how,
 /* Seconds per byte of an f32 sum (a += b) on the device: three bytes
  * move for each byte summed. */
 double plan_device_add(const preset_device *d);
+
+/* The device as `ddphook bench gpu --profile` measured it: its memory
+ * bandwidth the profile's copy rate and, from a profile of several GPUs
+ * of one host, the rate between two of them its allreduce's bus
+ * bandwidth; the matrix rates (which the profile does not measure) are
+ * base's.  The label (in `label`, cap bytes) says which is which. */
+void plan_device_measured(const preset_device *base, const gpu_profile *p,
+                          preset_device *out, char *label, size_t cap);
+
+/* The hook's arithmetic at one rank on `bytes` of f32 gradients as the
+ * profile measured it, or -1 when it holds no such figure (not there,
+ * or measured on several ranks, where its step includes their
+ * communication). */
+double plan_profile_hook(const gpu_profile *p, const char *hook,
+                         double bytes);
 
 #endif

@@ -1,14 +1,14 @@
 /* join.c: see join.h. */
 #include "build-config.h"
 
-#include "core/join.h"
-#include "core/roll_call.h"
+#include "core/ranks/join.h"
+#include "core/ranks/roll_call.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "device/device.h"
-#include "core/replicas.h"
+#include "core/ranks/replicas.h"
 
 /* Zeros a gradient wherever it lives (host, or device through the hook's
  * services, done before the step reads it). */

@@ -1,7 +1,7 @@
 /* roll_call.c: see roll_call.h. */
 #include "build-config.h"
 
-#include "core/roll_call.h"
+#include "core/ranks/roll_call.h"
 
 
 /* Which models a step covers, as a number every rank can compare: the

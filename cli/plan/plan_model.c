@@ -9,10 +9,10 @@
  * <= 2 KiB a peer), all sends at once (<= 32 KiB a peer) or pairwise
  * exchanges; MPI_Ibcast binomial, or scatter + allgather.  Half-precision
  * sums of 32 KiB or more go round the runtime's own ring
- * (runtime/comm/mpi_ring.c), and so do f32 sums on more than 2 hosts of
+ * (runtime/backends/mpi/mpi_allreduce.c), and so do f32 sums on more than 2 hosts of
  * one rank each where a rank's chunk is 32 KiB or more; on one host a
  * bucket's sum of 64 KiB or more is made in shared memory
- * (runtime/comm/shared_buckets.c). */
+ * (runtime/backends/mpi/shared_buckets.c). */
 #include "build-config.h"
 
 #include "plan_model.h"

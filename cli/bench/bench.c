@@ -36,15 +36,15 @@
 #include <ddphook/ddphook.h>
 
 #include "backends/mpi/backend_mpi.h"
-#include "bench_common.h"
+#include "cli/bench_common.h"
 #include "bench_ops.h"
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/cli_internal.h"
 #include "support/config.h"
 #include "device/cpu_ops.h"
-#include "presets.h"
+#include "cli/presets.h"
 #include "support/safe_file.h"
-#include "trace.h"
+#include "cli/trace.h"
 #include "device/cpu_simd.h"
 #include "support/util.h"
 
@@ -60,7 +60,7 @@ static const char bench_usage[] =
     "       mpiexec -n W ddphook bench powersgd [same options]\n"
     "       ddphook bench shapes [--model NAME]\n"
     "       [mpiexec -n W] ddphook bench gpu [--mib N] [--hooks LIST]\n"
-    "           [--repeats R] [--plugin-path DIRS]\n"
+    "           [--repeats R] [--plugin-path DIRS] [--profile FILE]\n"
     "\n"
     "  casts      f32<->f16/bf16 casts on every SIMD path of this CPU, as a\n"
     "             ratio to memcpy of the same f32 bytes (default 64 MiB,\n"
@@ -74,7 +74,8 @@ static const char bench_usage[] =
     "             x memcpy = memcpy time / op time, median of R (default 7)\n"
     "  hooks      each hook of LIST (default allreduce,fp16,bf16,powersgd,\n"
     "             batched_powersgd,topk,int8) on the gradients of a model preset\n"
-    "             (gpt2-124m, resnet50, resnet18-cifar, gpt-example, mlp;\n"
+    "             (gpt2-124m, resnet50, resnet18-cifar, lstm-wikitext2, gpt-example,\n"
+    "             mlp;\n"
     "             default resnet50),\n"
     "             of the parameters of a gradient trace, of a shapes file\n"
     "             (lines of NAME D0 [D1 ...], as `bench shapes` prints), or\n"
@@ -113,12 +114,14 @@ static const char bench_usage[] =
     "             bandwidth (nccl-tests' 2(W-1)/W factor; the algorithm\n"
     "             bandwidth with one rank) and the ratio to a raw\n"
     "             ncclAllReduce of the same f32 bytes in the same run\n"
-    "             (median of R, default 20)\n";
+    "             (median of R, default 20); --profile FILE also writes the\n"
+    "             figures as `ddphook plan --device-profile FILE` reads them\n"
+    "             (docs/plan.md)\n";
 
 /* `bench gpu` is ddphook-bench-gpu, beside this program (built with the
  * nccl backend; it links CUDA, which ddphook does not). */
 static int run_bench_gpu(size_t mib, int repeats, const char *hooks,
-                         const char *plugin_path)
+                         const char *plugin_path, const char *profile)
 {
     char self[4096], prog[4200];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -134,9 +137,18 @@ static int run_bench_gpu(size_t mib, int repeats, const char *hooks,
     char mib_s[32], repeats_s[32];
     snprintf(mib_s, sizeof mib_s, "%zu", mib);
     snprintf(repeats_s, sizeof repeats_s, "%d", repeats);
-    char *args[] = {prog, "--mib", mib_s, "--repeats", repeats_s, "--hooks",
-                    (char *)hooks, plugin_path ? "--plugin-path" : NULL,
-                    (char *)plugin_path, NULL};
+    char *args[12] = {prog, "--mib", mib_s, "--repeats", repeats_s, "--hooks",
+                      (char *)hooks};
+    int k = 7;
+    if (plugin_path) {
+        args[k++] = "--plugin-path";
+        args[k++] = (char *)plugin_path;
+    }
+    if (profile) {
+        args[k++] = "--profile";
+        args[k++] = (char *)profile;
+    }
+    args[k] = NULL;
     execv(prog, args);
     fprintf(stderr,
             "ddphook bench gpu: cannot run %s (%s): it is built and installed "
@@ -461,7 +473,7 @@ static int bench_shapes(hook_bench *hb, int rank, preset_param **out, int *np,
     } else if (!preset_load(hb->model, &pp, np)) {
         if (rank == 0)
             fprintf(stderr, "ddphook bench: unknown model '%s' (gpt2-124m, "
-                            "resnet50, resnet18-cifar, gpt-example, mlp)\n",
+                            "resnet50, resnet18-cifar, lstm-wikitext2, gpt-example, mlp)\n",
                     hb->model);
         return 2;
     } else {
@@ -621,7 +633,7 @@ static int print_shapes(const char *model)
     int n;
     if (!preset_load(model, &p, &n)) {
         fprintf(stderr, "ddphook bench shapes: unknown model '%s' (gpt2-124m, "
-                        "resnet50, resnet18-cifar, gpt-example, mlp)\n",
+                        "resnet50, resnet18-cifar, lstm-wikitext2, gpt-example, mlp)\n",
                 model);
         return 2;
     }
@@ -638,6 +650,7 @@ static int print_shapes(const char *model)
 int cmd_bench(int argc, char **argv)
 {
     size_t mib = 0;
+    const char *profile = NULL; /* bench gpu --profile FILE */
     int repeats = 0;
     hook_bench hb = {.model = NULL, .hooks = NULL, .rank = 4, .cap_mb = 25,
                      .lanes = 1};
@@ -657,6 +670,7 @@ int cmd_bench(int argc, char **argv)
         {"private-buckets", no_argument, NULL, 'P'},
         {"stats", no_argument, NULL, 'S'},
         {"csv", required_argument, NULL, 'c'},
+        {"profile", required_argument, NULL, 'G'},
         {"dtype", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
@@ -701,6 +715,7 @@ int cmd_bench(int argc, char **argv)
         case 'P': hb.private_buckets = 1; break;
         case 'S': hb.stats = 1; break;
         case 'c': hb.csv = optarg; break;
+        case 'G': profile = optarg; break;
         case 'd': hb.dtype_name = optarg; break;
         default:
             fputs(bench_usage, c == 'h' ? stdout : stderr);
@@ -722,7 +737,11 @@ int cmd_bench(int argc, char **argv)
     if (strcmp(what, "gpu") == 0)
         return run_bench_gpu(mib ? mib : 64, repeats ? repeats : 20,
                              hb.hooks ? hb.hooks : "allreduce,fp16",
-                             hb.plugin_path);
+                             hb.plugin_path, profile);
+    if (profile) {
+        fprintf(stderr, "ddphook bench: --profile is for `bench gpu`\n");
+        return 2;
+    }
     if (strcmp(what, "casts") == 0)
         return bench_casts(mib ? mib : 64, repeats ? repeats : 7);
     if (strcmp(what, "ops") == 0)

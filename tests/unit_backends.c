@@ -1,0 +1,113 @@
+/* unit_backends.c: the registry names the backends, says which job
+ * backend a launcher's variables choose, and loads a module's table only
+ * when its version and size are this library's. */
+#include "build-config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/registry.h"
+#include "unit.h"
+
+/* Every variable a registry line may name as its launcher's. */
+static const char *const launch_vars[] = {
+    "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID", "MASTER_ADDR"};
+
+static void clear_launchers(void)
+{
+    for (size_t i = 0; i < sizeof launch_vars / sizeof launch_vars[0]; i++)
+        unsetenv(launch_vars[i]);
+}
+
+START_TEST(names_and_kinds)
+{
+    const ddph_backend_entry *mpi = ddph__backend_find("mpi");
+    ck_assert_ptr_nonnull(mpi);
+    ck_assert_int_eq(mpi->kind, DDPH__BACKEND_JOB);
+    ck_assert_ptr_nonnull(mpi->builtin);
+    const ddph_backend_entry *nccl = ddph__backend_find("nccl");
+    ck_assert_ptr_nonnull(nccl);
+    ck_assert_int_eq(nccl->kind, DDPH__BACKEND_DEVICE);
+    ck_assert_ptr_null(nccl->builtin);
+    ck_assert_ptr_null(ddph__backend_find("gloo"));
+    ck_assert_ptr_null(ddph__backend_find("auto"));
+    ck_assert_ptr_null(ddph__backend_find(NULL));
+    char names[256];
+    ddph__backend_names(names, sizeof names);
+    ck_assert_ptr_nonnull(strstr(names, "mpi, nccl"));
+    char small[5];
+    ddph__backend_names(small, sizeof small); /* cut, never overrun */
+    ck_assert_uint_lt(strlen(small), sizeof small);
+}
+END_TEST
+
+START_TEST(builtin_table_is_whole)
+{
+    const ddph_backend_ops *ops = NULL;
+    ddph_err e;
+    ck_assert_int_eq(ddph__backend_load_job(ddph__backend_find("mpi"), &ops,
+                                            &e),
+                     DDPH_OK);
+    ck_assert_uint_eq(ops->version, DDPH__BACKEND_VERSION);
+    ck_assert_uint_eq(ops->struct_size, sizeof *ops);
+    ck_assert_str_eq(ops->name, "mpi");
+    /* What the core calls without a NULL check. */
+    ck_assert(ops->open && ops->find_host && ops->comm && ops->control &&
+              ops->trainer_group && ops->barrier && ops->gather_bytes &&
+              ops->leave && ops->close && ops->linger);
+    /* A job backend is not a device backend, and the reverse. */
+    const ddph_gpu_ops *gpu = NULL;
+    ck_assert_int_eq(ddph__backend_load_device(ddph__backend_find("mpi"),
+                                               &gpu, &e),
+                     DDPH_ERR_INVALID);
+    ck_assert_int_eq(ddph__backend_load_job(ddph__backend_find("nccl"), &ops,
+                                            &e),
+                     DDPH_ERR_INVALID);
+}
+END_TEST
+
+START_TEST(launcher_chooses)
+{
+    clear_launchers();
+    /* Started alone: MPI (a singleton). */
+    ck_assert_str_eq(ddph__backend_launched()->name, "mpi");
+    setenv("PMI_RANK", "1", 1);
+    ck_assert_str_eq(ddph__backend_launched()->name, "mpi");
+    /* Every job backend the launcher names is a job backend. */
+    clear_launchers();
+    for (size_t i = 0; i < sizeof launch_vars / sizeof launch_vars[0]; i++) {
+        setenv(launch_vars[i], "1", 1);
+        const ddph_backend_entry *e = ddph__backend_launched();
+        ck_assert_int_eq(e->kind, DDPH__BACKEND_JOB);
+        unsetenv(launch_vars[i]);
+    }
+}
+END_TEST
+
+START_TEST(missing_module_names_file)
+{
+    setenv("DDPH_BACKEND_DIR", "/nonexistent/ddphook-backends", 1);
+    const ddph_gpu_ops *gpu = NULL;
+    ddph_err e;
+    ddph_status st = ddph__backend_load_device(ddph__backend_find("nccl"),
+                                               &gpu, &e);
+    unsetenv("DDPH_BACKEND_DIR");
+    ck_assert_int_ne(st, DDPH_OK);
+    ck_assert_ptr_nonnull(strstr(e.msg, "the nccl backend is not available"));
+    ck_assert_ptr_nonnull(
+        strstr(e.msg, "/nonexistent/ddphook-backends/nccl.so"));
+}
+END_TEST
+
+Suite *backends_suite(void)
+{
+    Suite *s = suite_create("backends");
+    TCase *tc = tcase_create("Core");
+    tcase_add_test(tc, names_and_kinds);
+    tcase_add_test(tc, builtin_table_is_whole);
+    tcase_add_test(tc, launcher_chooses);
+    tcase_add_test(tc, missing_module_names_file);
+    suite_add_tcase(s, tc);
+    return s;
+}
