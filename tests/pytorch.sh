@@ -38,17 +38,7 @@ if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
 fi
 B=${DDPH_TEST_BUILDDIR:?run through make check}
 S=${DDPH_TEST_SRCDIR:?run through make check}
-PY=
-for p in "${PYTHON:-}" /usr/bin/python3; do
-    if [ -n "$p" ] && "$p" -c 'import torch.distributed' 2>/dev/null; then
-        PY=$p
-        break
-    fi
-done
-if [ -z "$PY" ]; then
-    echo "SKIP: no Python 3 with torch (${PYTHON:-python3}, /usr/bin/python3; apt-get install python3-torch)"
-    exit 77
-fi
+. "$S/tests/torch_python.sh"
 OUT="$B/tests/out/pytorch"
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -123,22 +113,7 @@ done
 # byte, also from the state saved again right after loading it; without
 # the hook's state it does not.  A save no step follows is written when
 # the job closes.
-res="$OUT/resume"
-for r in 0 1; do
-    if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
-        cmp -s "$res/full.rank$r.f32" "$res/resume-resaved.rank$r.f32" &&
-        [ -s "$res/full.rank$r.f32" ] &&
-        ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
-        ok "rank $r: resumed with the hook's state (saved after rank 0's lone gloo collective; saved again after loading) = uninterrupted, byte for byte (and not without it)"
-    else
-        ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
-    fi
-    if [ -s "$res/full-last.hooks.rank$r" ]; then
-        ok "rank $r: a save no step follows is written when the job closes"
-    else
-        ko "rank $r: $res/full-last.hooks.rank$r not written at close"
-    fi
-done
+resumed_checks "$OUT/resume"
 
 # Bytes per step: the bridge's (state.bytes_sent) against the C runtime's
 # for the same parameters, buckets, hook and options (ddphook replay of a
@@ -239,7 +214,7 @@ for r in 0 1; do
         --case ranks </dev/null >"$log.$r" 2>&1 &
 done
 wait
-n=$(cat "$log.0" "$log.1" | grep -c "^rank [01] raised Error: .*rank [01] of 2 but ddphook's MPI job is rank 0 of 1")
+n=$(cat "$log.0" "$log.1" | grep -c "^rank [01] raised Error: .*rank [01] of 2 but ddphook's job is rank 0 of 1")
 if [ "$n" -eq 2 ]; then
     ok "ranks: torch.distributed's 2 ranks against MPI's 1 refused on both"
 else

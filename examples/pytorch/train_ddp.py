@@ -5,6 +5,8 @@ job file.
 
     mpiexec -n 2 python3 examples/pytorch/train_ddp.py \\
         --config examples/configs/gpt_powersgd.ini [--steps 200]
+    torchrun --nproc_per_node 2 --redirects 1 --tee 1 \\
+        examples/pytorch/train_ddp.py --config ...   (the torch backend)
 
 Every job file of examples/configs runs but two: gpu_powersgd.ini needs a
 GPU build and CUDA tensors, which this CPU example does not make, and
@@ -15,7 +17,8 @@ build tree, add --plugin-path plugins/.libs (and PYTHONPATH=python).  The
 text is the fortunes files (apt-get install fortunes), or --text FILE.
 
 What it shows, in order: ddphook.torch.init_process_group (gloo's
-rendezvous through ddphook's MPI, no MASTER_ADDR needed), DDP on the
+rendezvous through ddphook's MPI, no MASTER_ADDR needed; under torchrun
+from its variables, the job over the torch backend), DDP on the
 model, register_comm_hook with ddphook.torch.comm_hook, accumulation with
 no_sync() when the job file asks for it, and what the hook did: the loss
 averaged over the ranks, the bytes each rank sent per step, the hook's
@@ -157,7 +160,7 @@ def main():
     ap.add_argument("--save", help="save the hook's state here at the end")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    rank = int(os.environ.get("PMI_RANK", "0"))
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     config = job_file(a.config, a.plugin_path, rank)
     try:
         job = ddphook.torch.init_process_group(config)

@@ -1,12 +1,14 @@
 """ddphook.torch: a ddphook job's hook as PyTorch DDP's communication hook.
 
     import ddphook.torch
-    ddphook.torch.init_process_group("job.ini")      # gloo, under mpiexec
+    ddphook.torch.init_process_group("job.ini")  # gloo: mpiexec or torchrun
     model = torch.nn.parallel.DistributedDataParallel(net)
     model.register_comm_hook(*ddphook.torch.comm_hook("job.ini"))
 
 The job file's plugin (a shipped hook, a wrapper, a third-party .so) runs
-on ddphook's communication thread over ddphook's own MPI communicator;
+on ddphook's communication thread over ddphook's own communicators: MPI's
+under mpiexec; under torchrun (or any env:// launcher) gloo groups of the
+torch backend, made from the store of the script's process group.
 PyTorch's process group only does DDP's construction broadcast.  Each
 hook call copies the GradBucket's gradients into the runtime, marks them
 ready (so the runtime launches its bucket at once, while autograd goes on
@@ -28,7 +30,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from . import Error, _capi, lib, open_job, status_name
+from . import Error, _capi, current_job, lib, open_job, status_name
 
 __all__ = ["comm_hook", "init_process_group", "HookState"]
 
@@ -36,14 +38,101 @@ _DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
            torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
 
 
+# The variables of the launchers ddphook's MPI backend runs under.
+_MPI_LAUNCHED = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def _torch_launched():
+    """Started by torchrun or another env:// launcher, not by mpiexec."""
+    return (not any(v in os.environ for v in _MPI_LAUNCHED) and
+            all(v in os.environ for v in ("RANK", "WORLD_SIZE",
+                                          "MASTER_ADDR", "MASTER_PORT")))
+
+
+def _make_group(store, prefix, rank, size, timeout_s):
+    """A gloo group of the torch backend, over the script's store."""
+    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size,
+                                 datetime.timedelta(seconds=timeout_s))
+
+
+def _torch_extension():
+    """The torch backend's extension: beside this file, or in the build
+    tree of the library DDPHOOK_LIBRARY names (a build outside the source
+    tree, whose package the tests import from the sources)."""
+    try:
+        from . import _torch_backend
+        return _torch_backend
+    except ImportError:
+        built = os.environ.get("DDPHOOK_LIBRARY")
+        if not built:
+            raise
+    import glob
+    import importlib.util
+    where = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        built))), "python", "ddphook", "_torch_backend.*.so")
+    for path in glob.glob(where):
+        spec = importlib.util.spec_from_file_location(
+            "ddphook._torch_backend", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    raise ImportError("no _torch_backend beside %s nor at %s" % (
+        os.path.dirname(__file__), where))
+
+
+# Set while the bridge opens a job it attached the torch backend for: the
+# registry's sign (with torchrun's TORCHELASTIC_RUN_ID) that the torch
+# backend runs it.  Never left set: a program this one starts is not.
+_ATTACHED = "DDPH_TORCH_ATTACHED"
+
+
+def _open_job(job_ini):
+    """open_job; under torchrun, over the torch backend, which is handed
+    the store of the script's process group first: the job's ranks are
+    then torch.distributed's."""
+    if current_job() is not None or not dist.is_initialized() or \
+            not _torch_launched():
+        return open_job(job_ini)
+    try:
+        _torch_backend = _torch_extension()
+    except ImportError as e:
+        raise Error("ddphook: started by torchrun (no mpiexec), but this "
+                    "ddphook has no torch backend (%s): configure it where "
+                    "libtorch-dev and pybind11-dev are installed, or launch "
+                    "with mpiexec" % e, "DDPH_ERR_UNSUPPORTED")
+    try:
+        from ._paths import BACKENDDIR
+    except ImportError:
+        BACKENDDIR = None
+    where = os.environ.get("DDPH_BACKEND_DIR") or BACKENDDIR
+    if not where:
+        raise Error("ddphook: the torch backend's folder is unknown (set "
+                    "DDPH_BACKEND_DIR)", "DDPH_ERR_UNSUPPORTED")
+    _torch_backend.attach(os.path.join(where, "torch.so"),
+                          dist.distributed_c10d._get_default_store(),
+                          dist.get_rank(), dist.get_world_size(), _make_group)
+    os.environ[_ATTACHED] = "1"
+    try:
+        return open_job(job_ini)
+    finally:
+        del os.environ[_ATTACHED]
+
+
 def init_process_group(job_ini, backend="gloo",
                        timeout=datetime.timedelta(minutes=30)):
     """Opens the job (collective) and starts torch.distributed's default
-    process group with ddphook's ranks: rank 0's address (MASTER_ADDR, or
-    its host name's address) and a free port (MASTER_PORT, or one the
-    system gives) reach every rank through ddphook's own broadcast, so
-    mpiexec needs no rendezvous variables.  Returns the job."""
-    job = open_job(job_ini)
+    process group with ddphook's ranks.  Under mpiexec, rank 0's address
+    (MASTER_ADDR, or its host name's address) and a free port
+    (MASTER_PORT, or one the system gives) reach every rank through
+    ddphook's own broadcast, so mpiexec needs no rendezvous variables.
+    Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and no MPI
+    launcher), the group starts from those variables and the job runs
+    over it (the torch backend).  Returns the job."""
+    if _torch_launched() and current_job() is None:
+        if not dist.is_initialized():
+            dist.init_process_group(backend, init_method="env://",
+                                    timeout=timeout)
+    job = _open_job(job_ini)
     if dist.is_initialized():
         _same_ranks(job)
         return job
@@ -69,14 +158,16 @@ def init_process_group(job_ini, backend="gloo",
 
 
 def _same_ranks(job):
-    """torch.distributed's ranks must be ddphook's (MPI's): a job started
-    by torchrun without mpiexec would reduce each rank alone."""
+    """torch.distributed's ranks must be ddphook's: a job whose ranks
+    differ (a launcher that is neither mpiexec nor an env:// one) would
+    reduce each rank alone."""
     if not dist.is_initialized():
         return
     if (dist.get_rank(), dist.get_world_size()) != (job.rank, job.world_size):
         raise Error("ddphook: torch.distributed is rank %d of %d but "
-                    "ddphook's MPI job is rank %d of %d: launch with "
-                    "mpiexec (ddphook's ranks are MPI's), e.g. after "
+                    "ddphook's job is rank %d of %d: launch with "
+                    "mpiexec or torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
+                    "MASTER_PORT set), e.g. after "
                     "ddphook.torch.init_process_group(job)" % (
                         dist.get_rank(), dist.get_world_size(), job.rank,
                         job.world_size), "DDPH_ERR_MISMATCH")
@@ -96,7 +187,7 @@ def comm_hook(job_ini, model=None, name="model"):
     `model`) in place of the job file's.  Without it, DDP's parameter
     order is taken (a backward pass that completes them in another order
     gives other buckets: a warning says so)."""
-    job = open_job(job_ini)
+    job = _open_job(job_ini)
     _same_ranks(job)
     state = HookState(job, name)
     if model is not None:

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--case", required=True,
                     choices=["open", "hook", "peer", "ranks", "two-models",
                              "sigint", "save-insecure", "stale-save",
-                             "stale-load"])
+                             "stale-load", "killed", "early-close"])
     ap.add_argument("--swallow", action="store_true")
     ap.add_argument("--dir", help="the folder of the save cases")
     a = ap.parse_args()
@@ -85,7 +85,18 @@ def main():
             models.append(torch.nn.parallel.DistributedDataParallel(
                 torch.nn.Linear(16, 4)))
             models[1].register_comm_hook(*pair)
-        for step in range(3):
+        last = rank == torch.distributed.get_world_size() - 1
+        for step in range(3 if a.case != "killed" else 10):
+            # early-close: the last rank closes the job after 2 steps,
+            # while the others go on to a third.
+            if a.case == "early-close" and step == 2 and last:
+                state.step_end()
+                ddphook.current_job().close()
+                break
+            # killed: the last rank dies (SIGKILL) before its step 5, while
+            # the others wait for it in theirs.
+            if a.case == "killed" and step == 5 and last:
+                os.kill(os.getpid(), signal.SIGKILL)
             for m in models:
                 m(torch.randn(4, 16)).sum().backward()
             if a.case == "stale-save" and step == 0:

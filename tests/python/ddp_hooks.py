@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """ddp_hooks.py: ddphook's hooks under PyTorch DDP (ddphook.torch) against
-PyTorch's own hooks, gradient for gradient, on the ranks mpiexec starts.
+PyTorch's own hooks, gradient for gradient, on the ranks mpiexec starts
+(or torchrun, or tests/python/env_launch.py: the torch backend).
 
     mpiexec -n W /usr/bin/python3 tests/python/ddp_hooks.py \\
         --plugin-dir plugins/.libs --out DIR [--steps 6]
@@ -182,12 +183,17 @@ def cases(out, rank):
     }
 
 
+def job_head(plugin_dir):
+    """A job file's [runtime] (CAP-sized buckets) and an allreduce [hook]."""
+    return ("[runtime]\nplugin_path = %s\nbucket_cap_mb = %r\n"
+            "first_bucket_cap_mb = %r\ntimeout_s = 60\n"
+            "[hook]\nname = allreduce\n" % (plugin_dir, CAP / 2**20,
+                                            CAP / 2**20))
+
+
 def write_job(path, plugin_dir, table):
     with open(path, "w") as f:
-        f.write("[runtime]\nplugin_path = %s\nbucket_cap_mb = %r\n"
-                "first_bucket_cap_mb = %r\ntimeout_s = 60\n"
-                "[hook]\nname = allreduce\n" % (plugin_dir, CAP / 2**20,
-                                                CAP / 2**20))
+        f.write(job_head(plugin_dir))
         sections = {}
         for name, (hook, wrapper, opts, *_rest) in table.items():
             f.write("[model.%s]\nhook = %s\nwrapper = %s\n" % (
@@ -251,7 +257,8 @@ def main(argv=None):
     faulthandler.register(signal.SIGTERM)
     if not getattr(psgd._orthogonalize, "batched", False):
         psgd._orthogonalize = batched_orthogonalize(psgd._orthogonalize)
-    rank = int(os.environ.get("PMI_RANK", "0"))
+    # mpiexec's rank, or an env:// launcher's (the torch backend)
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     table = cases(a.out, rank)
     if a.only:
         table = {k: v for k, v in table.items() if k in a.only.split(",")}

@@ -38,7 +38,7 @@ def main(argv=None):
                              "resume-without-state"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    rank = int(os.environ.get("PMI_RANK", "0"))
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     os.makedirs(a.out, exist_ok=True)
     job = os.path.join(a.out, "resume.%s.r%d.ini" % (a.phase, rank))
     with open(job, "w") as f:

@@ -1,0 +1,37 @@
+# torch_python.sh, sourced by the PyTorch tests (pytorch.sh, torchrun.sh):
+# PY is a Python 3 with torch ($PYTHON, else Debian's /usr/bin/python3),
+# or the test skips (77); and their shared checks.
+PY=
+for p in "${PYTHON:-}" /usr/bin/python3; do
+    if [ -n "$p" ] && "$p" -c 'import torch.distributed' 2>/dev/null; then
+        PY=$p
+        break
+    fi
+done
+if [ -z "$PY" ]; then
+    echo "SKIP: no Python 3 with torch (${PYTHON:-python3}, /usr/bin/python3; apt-get install python3-torch)"
+    exit 77
+fi
+
+# resumed_checks DIR: tests/python/ddp_resume.py's four phases (full,
+# resume, resume-resaved, resume-without-state) wrote DIR; the caller's
+# ok/ko get one verdict per rank (0, 1) for the resumed parameters and
+# one for the save written at close.
+resumed_checks() {
+    res=$1
+    for r in 0 1; do
+        if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
+            cmp -s "$res/full.rank$r.f32" "$res/resume-resaved.rank$r.f32" &&
+            [ -s "$res/full.rank$r.f32" ] &&
+            ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
+            ok "rank $r: resumed with the hook's state (saved after rank 0's lone gloo collective; saved again after loading) = uninterrupted, byte for byte (and not without it)"
+        else
+            ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"
+        fi
+        if [ -s "$res/full-last.hooks.rank$r" ]; then
+            ok "rank $r: a save no step follows is written when the job closes"
+        else
+            ko "rank $r: $res/full-last.hooks.rank$r not written at close"
+        fi
+    done
+}

@@ -1,0 +1,187 @@
+#!/bin/sh
+# torchrun.sh: ddphook.torch under an env:// launcher (torchrun's way: RANK,
+# WORLD_SIZE, MASTER_ADDR, MASTER_PORT, no mpiexec), where the job runs
+# over the torch backend (torch.so: gloo groups made from the store of the
+# script's process group).  tests/python/env_launch.py starts the ranks;
+# the job files name no backend.
+#  - DDP's gradients through ddphook's hooks, allreduce, fp16 (hook and
+#    wrapper), bf16 and PowerSGD (plain and batched, Q drawn by ddphook as
+#    torch.randn draws it) equal PyTorch's own hooks over gloo, step by
+#    step, within the reference vectors' tolerances (tests/python/ddp_hooks.py,
+#    as tests/pytorch.sh runs it under mpiexec), on 2 ranks;
+#  - torchrun itself (torch.distributed.run, its agent serving the store)
+#    runs fp16 and PowerSGD equal to PyTorch's;
+#  - the hooks that move data otherwise (int8: ialltoall, iallgather, an
+#    int32 max; topk and signsgd: iallgather), allreduce and
+#    post_localsgd (groups split from the world) give the same gradients,
+#    bit for bit, as under mpiexec (tests/python/ddp_same.py; where
+#    mpiexec is found);
+#  - PowerSGD's state saved and loaded from Python resumes a run exactly
+#    (tests/python/ddp_resume.py, as tests/pytorch.sh checks it);
+#  - a hook that fails on every rank, and one that fails on the last rank
+#    only, raise on every rank, naming the cause, within seconds
+#    (tests/python/ddp_errors.py);
+#  - a rank that closes the job after 2 steps while the other goes on to a
+#    third: the other raises at once, naming it (its closing notice in the
+#    store), and the closing rank learns why;
+#  - a rank killed (SIGKILL) mid-training: the other raises within seconds,
+#    saying a peer died, and exits non-zero (timeout_s = 120).
+# Skips (77) without a Python 3 with torch, or a ddphook built without the
+# torch backend (configure found no libtorch-dev or pybind11-dev).
+set -u
+B=${DDPH_TEST_BUILDDIR:?run through make check}
+S=${DDPH_TEST_SRCDIR:?run through make check}
+. "$S/tests/torch_python.sh"
+MODULE="$B/runtime/backends/torch/.libs/torch.so"
+if [ ! -f "$MODULE" ] || ! ls "$B"/python/ddphook/_torch_backend*.so >/dev/null 2>&1; then
+    echo "SKIP: this ddphook has no torch backend (configure found no libtorch-dev or pybind11-dev)"
+    exit 77
+fi
+OUT="$B/tests/out/torchrun"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+PYTHONPATH="$S/python${PYTHONPATH:+:$PYTHONPATH}"
+DDPHOOK_LIBRARY="$B/.libs/libddphook.so"
+DDPH_BACKEND_DIR="$B/runtime/backends/torch/.libs"
+export PYTHONPATH DDPHOOK_LIBRARY DDPH_BACKEND_DIR
+LAUNCH="$PY $S/tests/python/env_launch.py"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS: $*"; }
+ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+CASES=allreduce,fp16,fp16_wrapper,bf16,powersgd_own_q,batched_own_q
+for w in 2 4; do
+    log="$OUT/hooks-ws$w.log"
+    timeout 600 $LAUNCH -n $w --timeout 500 "$S/tests/python/ddp_hooks.py" \
+        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/hooks-ws$w" \
+        --only "$CASES" >"$log" 2>&1
+    rc=$?
+    grep '^\[rank 0\] PASS: \|^\[rank 0\] FAIL: ' "$log"
+    got=$(grep -c '^\[rank 0\] PASS: ' "$log")
+    if [ "$rc" -eq 0 ] && [ "$got" -eq 6 ]; then
+        ok "ddp_hooks.py on $w ranks without mpiexec: $got of 6 hooks equal PyTorch's"
+    else
+        ko "ddp_hooks.py on $w ranks without mpiexec: exit $rc, $got of 6 passed (see $log)"
+    fi
+done
+
+# torchrun itself: --redirects 1 --tee 1, without which Debian's torchrun
+# (PyTorch 1.13, Python 3.11) crashes in to_map before starting anything.
+log="$OUT/torchrun.log"
+port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+timeout 300 $PY -m torch.distributed.run --nproc_per_node 2 \
+    --master_addr 127.0.0.1 --master_port "$port" --redirects 1 --tee 1 \
+    "$S/tests/python/ddp_hooks.py" --plugin-dir "$DDPH_TEST_PLUGIN_DIR" \
+    --out "$OUT/torchrun" --only fp16,powersgd_own_q </dev/null >"$log" 2>&1
+rc=$?
+got=$(grep -c '^\[default0\]:PASS: ' "$log")
+if [ "$rc" -eq 0 ] && [ "$got" -eq 2 ]; then
+    ok "torchrun --nproc_per_node 2: fp16 and powersgd_own_q equal PyTorch's"
+else
+    ko "torchrun --nproc_per_node 2: exit $rc, $got of 2 passed (see $log)"
+fi
+
+SAME="$S/tests/python/ddp_same.py --plugin-dir $DDPH_TEST_PLUGIN_DIR"
+SAME_HOOKS="allreduce int8 topk signsgd"
+# post_localsgd splits the world (a group per rank after two steps)
+LOCALSGD="$B/tests/gpu/.libs/post_localsgd.so"
+if [ -f "$LOCALSGD" ]; then
+    SAME="$SAME --localsgd $LOCALSGD"
+    SAME_HOOKS="$SAME_HOOKS post_localsgd"
+fi
+timeout 300 $LAUNCH -n 2 --timeout 280 $SAME --out "$OUT/same-torch" \
+    >"$OUT/same-torch.log" 2>&1 ||
+    ko "ddp_same.py without mpiexec (see $OUT/same-torch.log)"
+if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
+    timeout 300 "$MPIEXEC" -n 2 $PY $SAME --out "$OUT/same-mpi" </dev/null \
+        >"$OUT/same-mpi.log" 2>&1 ||
+        ko "ddp_same.py under mpiexec (see $OUT/same-mpi.log)"
+    for h in $SAME_HOOKS; do
+        same=0
+        for r in 0 1; do
+            [ -s "$OUT/same-mpi/$h.rank$r.f32" ] &&
+                cmp -s "$OUT/same-mpi/$h.rank$r.f32" "$OUT/same-torch/$h.rank$r.f32" &&
+                same=$((same + 1))
+        done
+        if [ "$same" -eq 2 ]; then
+            ok "$h: the torch backend's gradients = the MPI backend's, bit for bit, on both ranks"
+        else
+            ko "$h: the gradients of $((2 - same)) of 2 ranks differ between the torch and MPI backends (or are missing)"
+        fi
+    done
+else
+    echo "(mpiexec not found: the comparison with the MPI backend is left out)"
+fi
+
+for phase in full resume resume-resaved resume-without-state; do
+    timeout 300 $LAUNCH -n 2 --timeout 250 "$S/tests/python/ddp_resume.py" \
+        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/resume" \
+        --phase "$phase" >"$OUT/resume-$phase.log" 2>&1 ||
+        ko "ddp_resume.py --phase $phase (see $OUT/resume-$phase.log)"
+done
+resumed_checks "$OUT/resume"
+
+# errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)
+errors() {
+    case=$1 name=$2 want=$3
+    job="$OUT/err-$name.ini"
+    printf '%b' "$4" > "$job"
+    log="$OUT/err-$name.log"
+    t0=$(date +%s)
+    timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+        --job "$job" --case "$case" >"$log" 2>&1
+    rc=$?
+    t=$(( $(date +%s) - t0 ))
+    n=$(grep -c "^\[rank [01]\] rank [01] raised .*$want" "$log")
+    if [ "$rc" -ne 124 ] && [ "$rc" -ne 0 ] && [ "$n" -eq 2 ] && [ "$t" -le 60 ]; then
+        ok "$name: both ranks raised, naming '$want', in ${t}s"
+    else
+        ko "$name: exit $rc after ${t}s, $n of 2 ranks raised naming '$want' (see $log)"
+    fi
+}
+# timeout_s = 120: a failure heard only at the timeout takes longer than
+# the 60 s the cases allow (starting Python and torch included, on a
+# loaded machine).
+R="[runtime]\nplugin_path = $DDPH_TEST_PLUGIN_DIR\ntimeout_s = 120\n"
+CAPS="bucket_cap_mb = 0.0002\nfirst_bucket_cap_mb = 0.0002\n"
+errors hook failing-hook "fake failure on bucket 1" \
+    "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
+errors peer failing-peer "fake failure of the last rank" \
+    "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+
+# Rank 1 closes the job after 2 steps; rank 0 waits in its third.
+log="$OUT/early-close.log"
+printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/early-close.ini"
+t0=$(date +%s)
+timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/early-close.ini" --case early-close >"$log" 2>&1
+rc=$?
+t=$(( $(date +%s) - t0 ))
+named=$(grep -c '^\[rank 0\] rank 0 raised .*rank 1 closed the job (ddph_close) after 2 synchronised steps' "$log")
+heard=$(grep -c '^\[rank 1\] ddphook\[rank 1\]: error: .*rank 0 failed: rank 1 closed the job' "$log")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 1 ] &&
+    [ "$heard" -ge 1 ] && [ "$t" -le 60 ]; then
+    ok "early-close: rank 0 named rank 1's close, rank 1 heard why, in ${t}s"
+else
+    ko "early-close: exit $rc after ${t}s, rank 0 named the close $named times, rank 1 heard it $heard times (see $log)"
+fi
+
+# Rank 1 kills itself (SIGKILL) before its step 5: rank 0's wait on gloo
+# ends at once (the connection is gone), not after timeout_s = 120.
+log="$OUT/killed.log"
+printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/killed.ini"
+t0=$(date +%s)
+timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/killed.ini" --case killed >"$log" 2>&1
+t=$(( $(date +%s) - t0 ))
+said=$(grep -c '^\[rank 0\] rank 0 raised .*a peer rank died' "$log")
+if grep -q '^env_launch.py: rank 0 exited [1-9]' "$log" && [ "$said" -ge 1 ] &&
+    [ "$t" -le 60 ]; then
+    ok "killed: rank 1 killed in step 5, rank 0 raised saying a peer died, ${t}s in all"
+else
+    ko "killed: after ${t}s, rank 0 raised $said times saying a peer died (see $log)"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
