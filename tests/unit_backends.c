@@ -12,7 +12,7 @@
 /* Every variable a registry line may name as its launcher's. */
 static const char *const launch_vars[] = {
     "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
-    "TORCHELASTIC_RUN_ID", "MASTER_ADDR"};
+    "TORCHELASTIC_RUN_ID", "DDPH_TORCH_ATTACHED"};
 
 static void clear_launchers(void)
 {
@@ -35,7 +35,7 @@ START_TEST(names_and_kinds)
     ck_assert_ptr_null(ddph__backend_find(NULL));
     char names[256];
     ddph__backend_names(names, sizeof names);
-    ck_assert_ptr_nonnull(strstr(names, "mpi, nccl"));
+    ck_assert_ptr_nonnull(strstr(names, "mpi, nccl, torch"));
     char small[5];
     ddph__backend_names(small, sizeof small); /* cut, never overrun */
     ck_assert_uint_lt(strlen(small), sizeof small);
@@ -73,6 +73,13 @@ START_TEST(launcher_chooses)
     /* Started alone: MPI (a singleton). */
     ck_assert_str_eq(ddph__backend_launched()->name, "mpi");
     setenv("PMI_RANK", "1", 1);
+    ck_assert_str_eq(ddph__backend_launched()->name, "mpi");
+    /* torchrun's variable alone: the torch backend; with an MPI
+     * launcher's too, MPI's (the first line whose launcher set one). */
+    clear_launchers();
+    setenv("TORCHELASTIC_RUN_ID", "x", 1);
+    ck_assert_str_eq(ddph__backend_launched()->name, "torch");
+    setenv("PMI_SIZE", "2", 1);
     ck_assert_str_eq(ddph__backend_launched()->name, "mpi");
     /* Every job backend the launcher names is a job backend. */
     clear_launchers();

@@ -32,9 +32,12 @@ static const ddph_backend_entry registry[] = {
     /* name  kind                  built in            launched by */
     {"mpi", DDPH__BACKEND_JOB, &ddph__mpi_backend,
      "PMI_RANK PMI_SIZE PMIX_RANK OMPI_COMM_WORLD_SIZE", NULL},
-    {"torch", DDPH__BACKEND_JOB, NULL, "DDPH_TORCH_ATTACHED TORCHELASTIC_RUN_ID",
-     "it is built where configure finds libtorch-dev and pybind11"},
     {"nccl", DDPH__BACKEND_DEVICE, NULL, NULL, NCCL_HINT},
+    /* Set by the PyTorch bridge once it attached the script's store, and
+     * by torchrun; a C trainer under torchrun alone is refused. */
+    {"torch", DDPH__BACKEND_JOB, NULL,
+     "DDPH_TORCH_ATTACHED TORCHELASTIC_RUN_ID",
+     "it is built where configure finds libtorch-dev and pybind11"},
 };
 enum { NBACKENDS = sizeof registry / sizeof registry[0] };
 
