@@ -224,35 +224,36 @@ def _unwrap(fut):
     return fut.wait()
 
 
-def _placement(pname, device, cuda_device, rank):
-    """ddphook's device (_capi.CPU or _capi.CUDA) for a tensor of
-    parameter `pname` on torch device `device` (index resolved), in a job
+def _placement(what, device, cuda_device, rank):
+    """ddphook's device (_capi.CPU or _capi.CUDA) for `what` (a parameter
+    or DDP's bucket, as messages name it) on torch device `device` (index
+    resolved), in a job
     whose GPU is `cuda_device` (ddph_cuda_device: -1 without
     backend = nccl), or an Error saying what to change."""
     if device.type == "cpu":
         if cuda_device < 0:
             return _capi.CPU
-        raise Error("ddphook: parameter '%s' is on the CPU but the job's "
-                    "[runtime] backend = nccl reduces GPU memory: move the "
-                    "model to cuda:%d (rank %d's GPU), or name a host "
-                    "backend" % (pname, cuda_device, rank),
+        raise Error("ddphook: %s is on the CPU but the job's [runtime] "
+                    "backend = nccl reduces GPU memory: move the model to "
+                    "cuda:%d (rank %d's GPU), or name a host backend" %
+                    (what, cuda_device, rank),
                     "DDPH_ERR_UNSUPPORTED")
     if device.type != "cuda":
-        raise Error("ddphook: parameter '%s' is on %s: the PyTorch bridge "
-                    "reduces CPU tensors, and CUDA tensors with [runtime] "
-                    "backend = nccl" % (pname, device), "DDPH_ERR_UNSUPPORTED")
+        raise Error("ddphook: %s is on %s: the PyTorch bridge reduces CPU "
+                    "tensors, and CUDA tensors with [runtime] backend = nccl"
+                    % (what, device), "DDPH_ERR_UNSUPPORTED")
     if cuda_device < 0:
-        raise Error("ddphook: parameter '%s' is on %s: CUDA tensors go "
-                    "through the bridge with [runtime] backend = nccl in the "
-                    "job file (this job's backend reduces host memory)" %
-                    (pname, device), "DDPH_ERR_UNSUPPORTED")
+        raise Error("ddphook: %s is on %s: CUDA tensors go through the "
+                    "bridge with [runtime] backend = nccl in the job file "
+                    "(this job's backend reduces host memory)" %
+                    (what, device), "DDPH_ERR_UNSUPPORTED")
     if device.index != cuda_device:
-        raise Error("ddphook: parameter '%s' is on %s but ddphook runs rank "
+        raise Error("ddphook: %s is on %s but ddphook runs rank "
                     "%d on cuda:%d (its index among its host's ranks, "
                     "LOCAL_RANK under torchrun, modulo the GPUs it sees): "
                     "call torch.cuda.set_device(%d) before building the "
                     "model, or give each rank one GPU with "
-                    "CUDA_VISIBLE_DEVICES" % (pname, device, rank,
+                    "CUDA_VISIBLE_DEVICES" % (what, device, rank,
                                               cuda_device, cuda_device),
                     "DDPH_ERR_MISMATCH")
     return _capi.CUDA
@@ -369,8 +370,8 @@ class HookState:
         cuda_device = lib().ddph_cuda_device(job.ctx)
         for i, p in enumerate(params):
             pname = self._names.get(id(p), "param%d" % i)
-            where = _placement(pname, _resolved(p.device), cuda_device,
-                               job.rank)
+            where = _placement("parameter '%s'" % pname, _resolved(p.device),
+                               cuda_device, job.rank)
             if where == _capi.CUDA and self.device is None:
                 self.device = p.device
             if p.dtype not in _DTYPES:
@@ -433,7 +434,7 @@ class HookState:
             raise Error("ddphook: the job has failed: %s" % self.job.failed)
         entry = _Entry(bucket)
         try:
-            _placement("bucket %d" % entry.index,
+            _placement("DDP's bucket %d" % entry.index,
                        _resolved(entry.buffer.device),
                        lib().ddph_cuda_device(self.job.ctx), self.job.rank)
         except Error as err:

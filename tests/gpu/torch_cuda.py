@@ -132,7 +132,9 @@ def main():
             print("FAIL: the %s run (backend = %s) exited %d" % (
                 device, backend, rc))
             return 1
-        runs[device] = torch.load(os.path.join(args.out, "%s.pt" % device))
+        saved = os.path.join(args.out, "%s.pt" % device)
+        runs[device] = torch.load(saved)
+        os.remove(saved)  # tens of MB: not for the report's folder
         for line in runs[device]["notes"]:
             print("%s run: %s" % (device, line))
     failed = 0

@@ -18,13 +18,13 @@ failed = 0
 def check(label, device, cuda_device, want=None, status=None, words=()):
     global failed
     try:
-        got = bridge._placement("fc1.weight", torch.device(device),
+        got = bridge._placement("parameter 'fc1.weight'", torch.device(device),
                                 cuda_device, 3)
         ok = status is None and got == want
         what = "-> %s" % ("CUDA" if got == _capi.CUDA else "CPU")
     except ddphook.Error as e:
         text = str(e)
-        ok = (status == e.status and "fc1.weight" in text and
+        ok = (status == e.status and "parameter 'fc1.weight' is on" in text and
               all(w in text for w in words))
         what = "%s: %s" % (e.status, text)
     print("%s: %s (%s)" % ("PASS" if ok else "FAIL", label, what))
