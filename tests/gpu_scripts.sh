@@ -73,6 +73,15 @@ while [ $i -lt "$n" ]; do
     i=$((i + 1))
 done'
 cp "$T/kit/ddphook-gpu-kit/bin/mpiexec" "$T/kit/ddphook-gpu-kit/bin/hydra_pmi_proxy"
+# Python for the PyTorch row (PYTHON): torch_cuda.py passes, or finds no
+# CUDA (STANDIN_NO_CUDA) and says so.
+cat >"$T/bin/standin-python" <<'EOF'
+#!/bin/sh
+echo "python $* DDPHOOK_LIBRARY=$DDPHOOK_LIBRARY" >>"$STANDIN_LOG"
+case " ${STANDIN_FAIL:-} " in *" python "*) echo "python: failing on demand"; exit 1 ;; esac
+[ -z "${STANDIN_NO_CUDA:-}" ] || { echo "not run: torch 2.9 has no CUDA device"; exit 77; }
+echo "PASS: fp16"
+EOF
 chmod +x "$T/bin/"* "$T/kit/ddphook-gpu-kit/bin/"*
 printf '%s\n' "ddphook GPU kit" "source: stand-in" \
     "built: now on x86_64, CUDA 13.0, sm 80 90" \
@@ -89,6 +98,7 @@ run_script() {
     mkdir -p "$T/$name"
     : >"$T/$name/log"
     STANDIN_GPUS=$gpus STANDIN_FAIL=$failing STANDIN_LOG=$T/$name/log \
+        PYTHON=$T/bin/standin-python \
         OUT=$T/$name PATH=$T/bin:$PATH TMPDIR=$T \
         timeout 120 sh "$@" >"$T/$name/stdout" 2>&1
     rc=$?
@@ -120,7 +130,7 @@ started() {
 
 # The issue's machine: one H100, driver 580.  The 2-rank steps cannot run.
 run_script run1 1 "" "$S/tests/gpu/run.sh" --kit "$kit"
-expect run1 77 "== NOT RUN: 6 passed, 0 failed, 3 not run"
+expect run1 77 "== NOT RUN: 7 passed, 0 failed, 3 not run"
 for label in driver "test_gpu, 1 rank" "device operations against the CPU" \
     "examples/gpu_trainer, powersgd, 1 rank, against the CPU backend" \
     "ddphook bench gpu, 1 rank" "test_gpu under compute-sanitizer memcheck"; do
@@ -131,25 +141,38 @@ started run1 1 "^gpu_trainer .*gpu_powersgd.ini 200$"
 started run1 1 "^gpu_trainer .*cpu_powersgd.ini 200 --host$"
 started run1 1 "^ddphook bench gpu .*--hooks allreduce,fp16,powersgd"
 started run1 1 "^compute-sanitizer --tool memcheck"
+step_is run1 "PyTorch DDP, CUDA model through ddphook.torch, against the CPU" pass
+started run1 1 "^python .*tests/gpu/torch_cuda.py --out .* --plugin-path .*/plugins DDPHOOK_LIBRARY=.*/lib/libddphook.so.1$"
 [ -z "$(ls -d "$T"/ddphook-gpu-kit.* 2>/dev/null)" ] &&
     ok "run1: the unpacked kit is removed" || bad "run1: the unpacked kit is left in $T"
 
 # Two GPUs: every step runs, the 2-rank ones through mpiexec.
 run_script run2 2 "" "$S/tests/gpu/run.sh" --kit "$kit"
-expect run2 0 "== PASS: 9 passed, 0 failed, 0 not run"
+expect run2 0 "== PASS: 10 passed, 0 failed, 0 not run"
 started run2 1 "^mpiexec -n 2 .*gpu_trainer .*cpu_powersgd.ini 200 --host$"
 started run2 1 "^mpiexec -n 2 .*ddphook bench gpu"
 
 # A program that fails is its step's FAIL, and the others still run.
 run_script run3 1 "gpu_trainer" "$S/tests/gpu/run.sh" --kit "$kit"
-expect run3 1 "== FAIL: 5 passed, 1 failed, 3 not run"
+expect run3 1 "== FAIL: 6 passed, 1 failed, 3 not run"
 step_is run3 "examples/gpu_trainer, powersgd, 1 rank, against the CPU backend" "FAIL"
 step_is run3 "ddphook bench gpu, 1 rank" pass
 
-# The one-call script on one GPU: all 8 steps start and pass.
+# Python without a torch with CUDA: the PyTorch row is "not run", with
+# torch_cuda.py's reason; the others still pass.
+STANDIN_NO_CUDA=yes run_script run4 1 "" "$S/tests/gpu/run.sh" --kit "$kit"
+expect run4 77 "== NOT RUN: 6 passed, 0 failed, 4 not run"
+step_is run4 "PyTorch DDP, CUDA model through ddphook.torch, against the CPU" \
+    "not run: torch 2.9 has no CUDA device"
+# ... and a failing one is a FAIL.
+run_script run5 1 "python" "$S/tests/gpu/run.sh" --kit "$kit"
+expect run5 1 "== FAIL: 6 passed, 1 failed, 3 not run"
+
+# The one-call script on one GPU: all 9 steps start and pass.
 run_script one1 1 "" "$S/tests/gpu/oneshot.sh" --out "$T/one1" --kit "$kit"
-expect one1 0 "== PASS: 8 passed, 0 failed, 0 not run"
+expect one1 0 "== PASS: 9 passed, 0 failed, 0 not run"
 started one1 1 "^nccl_probe"
+started one1 1 "^python .*tests/gpu/torch_cuda.py"
 started one1 1 "^test_device_ops"
 started one1 2 "^test_gpu"
 started one1 1 "^mpiexec -n 2 .*gpu_trainer"
@@ -157,15 +180,15 @@ started one1 1 "^ddphook bench gpu .*--hooks allreduce,fp16,int8,topk"
 step_is one1 "two ranks on one GPU refused at once" pass
 # A failing program (here the probe) is a FAIL, the steps after it run.
 run_script one2 1 "nccl_probe" "$S/tests/gpu/oneshot.sh" --out "$T/one2" --kit "$kit"
-expect one2 1 "== FAIL: 7 passed, 1 failed, 0 not run"
+expect one2 1 "== FAIL: 8 passed, 1 failed, 0 not run"
 step_is one2 "CUDA and NCCL semantics (nccl_probe)" FAIL
 
 # No GPU: the dry run.  Nothing is built (no kit is unpacked either).
 run_script dry 0 "" "$S/tests/gpu/oneshot.sh" --out "$T/dry"
-expect dry 77 "== NOT RUN: 0 passed, 0 failed, 8 not run"
+expect dry 77 "== NOT RUN: 0 passed, 0 failed, 9 not run"
 n=$(grep -c -- "^-- .*: not run: no CUDA device$" "$T/dry/report.txt")
-[ "$n" -eq 8 ] && ok "dry: every step \"not run: no CUDA device\"" ||
-    bad "dry: $n steps of 8 say \"not run: no CUDA device\""
+[ "$n" -eq 9 ] && ok "dry: every step \"not run: no CUDA device\"" ||
+    bad "dry: $n steps of 9 say \"not run: no CUDA device\""
 [ ! -s "$T/dry/log" ] && ok "dry: nothing started" || bad "dry: started $(cat "$T/dry/log")"
 
 echo "gpu_scripts.sh: $pass passed, $fail failed"

@@ -17,7 +17,22 @@ communication thread completes it as soon as the bucket is reduced
 (ddph_model_set_bucket_callback), except the step's last bucket's, which
 waits for the end of the step's checks (ddph_step_wait, on a thread of
 this module), so that a failure found there still fails DDP's backward
-pass.  See docs/usage.md, "PyTorch"."""
+pass.
+
+CUDA models ([runtime] backend = nccl): the gradients stay on the GPU.
+Before each step the bridge hands the runtime the stream DDP's hook runs
+on (ddph_set_stream), so the copies into ddphook's gradient memory (torch
+ops on that stream) come before the runtime's copies into its bucket,
+which its communication stream waits for by an event.  The bucket
+callback comes once the bucket's results are enqueued on the
+communication stream (ddph_cuda_comm_stream), not done: the bridge
+enqueues the copies into DDP's bucket there too and completes a CUDA
+future (torch.futures.Future(devices=...)), which records an event on
+that stream; DDP's stream waits for it only where DDP reads the results
+(the end of the backward pass), so the rest of the backward pass overlaps
+the hook's work, and nothing waits on the host.  See docs/usage.md,
+"PyTorch"."""
+import contextlib
 import ctypes
 import datetime
 import os
@@ -209,14 +224,60 @@ def _unwrap(fut):
     return fut.wait()
 
 
+def _placement(what, device, cuda_device, rank):
+    """ddphook's device (_capi.CPU or _capi.CUDA) for `what` (a parameter
+    or DDP's bucket, as messages name it) on torch device `device` (index
+    resolved), in a job
+    whose GPU is `cuda_device` (ddph_cuda_device: -1 without
+    backend = nccl), or an Error saying what to change."""
+    if device.type == "cpu":
+        if cuda_device < 0:
+            return _capi.CPU
+        raise Error("ddphook: %s is on the CPU but the job's [runtime] "
+                    "backend = nccl reduces GPU memory: move the model to "
+                    "cuda:%d (rank %d's GPU), or name a host backend" %
+                    (what, cuda_device, rank),
+                    "DDPH_ERR_UNSUPPORTED")
+    if device.type != "cuda":
+        raise Error("ddphook: %s is on %s: the PyTorch bridge reduces CPU "
+                    "tensors, and CUDA tensors with [runtime] backend = nccl"
+                    % (what, device), "DDPH_ERR_UNSUPPORTED")
+    if cuda_device < 0:
+        raise Error("ddphook: %s is on %s: CUDA tensors go through the "
+                    "bridge with [runtime] backend = nccl in the job file "
+                    "(this job's backend reduces host memory)" %
+                    (what, device), "DDPH_ERR_UNSUPPORTED")
+    if device.index != cuda_device:
+        raise Error("ddphook: %s is on %s but ddphook runs rank "
+                    "%d on cuda:%d (its index among its host's ranks, "
+                    "LOCAL_RANK under torchrun, modulo the GPUs it sees): "
+                    "call torch.cuda.set_device(%d) before building the "
+                    "model, or give each rank one GPU with "
+                    "CUDA_VISIBLE_DEVICES" % (what, device, rank,
+                                              cuda_device, cuda_device),
+                    "DDPH_ERR_MISMATCH")
+    return _capi.CUDA
+
+
+def _resolved(device):
+    """`device` with its index: torch.device("cuda") is the current one."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class _Entry:
     """One GradBucket of the step, until its future is completed."""
     __slots__ = ("fut", "buffer", "params", "grads", "index", "last",
                  "buckets")
 
     def __init__(self, bucket):
-        self.fut = torch.futures.Future()
         self.buffer = bucket.buffer()
+        # A CUDA future: set_result records an event on the stream current
+        # at the time (the communication stream), and DDP's reads wait for
+        # it on DDP's stream.
+        self.fut = torch.futures.Future(devices=[self.buffer.device]) \
+            if self.buffer.device.type == "cuda" else torch.futures.Future()
         self.params = bucket.parameters()
         self.grads = bucket.gradients()
         self.index = bucket.index()
@@ -275,6 +336,8 @@ class HookState:
                                           ctypes.byref(model)),
                   "model '%s'" % name)
         self._created = model
+        self.device = None  # the GPU of a CUDA model (backend = nccl)
+        self._comm = None   # ... and ddphook's communication stream there
         # Kept referenced: the runtime calls it until the job is closed.
         self._callback = _capi.BUCKET_CALLBACK(self._bucket_done)
         job.check(lib().ddph_model_set_bucket_callback(model, self._callback,
@@ -304,22 +367,23 @@ class HookState:
         for h in self._watches:
             h.remove()
         self._watches = []
+        cuda_device = lib().ddph_cuda_device(job.ctx)
         for i, p in enumerate(params):
             pname = self._names.get(id(p), "param%d" % i)
-            if p.device.type != "cpu":
-                raise Error("ddphook: parameter '%s' is on %s: the PyTorch "
-                            "bridge reduces CPU tensors over MPI" %
-                            (pname, p.device), "DDPH_ERR_UNSUPPORTED")
+            where = _placement("parameter '%s'" % pname, _resolved(p.device),
+                               cuda_device, job.rank)
+            if where == _capi.CUDA and self.device is None:
+                self.device = p.device
             if p.dtype not in _DTYPES:
                 raise Error("ddphook: parameter '%s' has dtype %s (float32, "
                             "float64, float16 or bfloat16 only)" %
                             (pname, p.dtype), "DDPH_ERR_UNSUPPORTED")
             shape = list(p.shape) or [1]
-            g = torch.zeros(p.numel(), dtype=p.dtype)
+            g = torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
             job.check(lib().ddph_model_add_param(
                 model, pname.encode(), ctypes.c_void_p(g.data_ptr()),
                 (ctypes.c_int64 * len(shape))(*shape), len(shape),
-                _DTYPES[p.dtype], _capi.CPU, None), "parameter '%s'" % pname)
+                _DTYPES[p.dtype], where, None), "parameter '%s'" % pname)
             self.grads.append(g)
             # For hooks that average parameters (on_step_end), replica
             # checks and the broadcast at finalize (DDP made them equal
@@ -338,6 +402,12 @@ class HookState:
             job.check(lib().ddph_model_grad_ptr(model, i, ctypes.byref(ptr)),
                       "grad_ptr")
             if ptr.value != g.data_ptr():
+                if g.device.type == "cuda":
+                    raise Error("ddphook: [runtime] gradient_as_bucket_view "
+                                "with CUDA parameters: not through the "
+                                "PyTorch bridge (DDP's own "
+                                "gradient_as_bucket_view=True is fine)",
+                                "DDPH_ERR_UNSUPPORTED")
                 raw = (ctypes.c_char * (g.numel() * g.element_size())) \
                     .from_address(ptr.value)
                 self.grads[i] = torch.frombuffer(raw, dtype=g.dtype)
@@ -347,6 +417,11 @@ class HookState:
         for b, members in enumerate(self._layout(model)):
             for i in members:
                 self._bucket_of[i] = b
+        if self.device is not None:
+            # Where the runtime enqueues the results (ddph_cuda_comm_stream):
+            # the bridge's copies into DDP's buckets go there too.
+            self._comm = torch.cuda.ExternalStream(
+                lib().ddph_cuda_comm_stream(job.ctx), device=self.device)
         self.model = model
         if self._load_path is not None:
             path, self._load_path = self._load_path, None
@@ -358,13 +433,13 @@ class HookState:
         if self.job.failed is not None:
             raise Error("ddphook: the job has failed: %s" % self.job.failed)
         entry = _Entry(bucket)
-        if entry.buffer.device.type != "cpu":
-            err = Error("ddphook: bucket %d is on %s: the PyTorch bridge "
-                        "reduces CPU tensors over MPI" %
-                        (entry.index, entry.buffer.device),
-                        "DDPH_ERR_UNSUPPORTED")
+        try:
+            _placement("DDP's bucket %d" % entry.index,
+                       _resolved(entry.buffer.device),
+                       lib().ddph_cuda_device(self.job.ctx), self.job.rank)
+        except Error as err:
             self._abort(err)
-            raise err
+            raise
         self._check_own(entry)
         entries = [entry]
         if self.model is None:
@@ -426,6 +501,12 @@ class HookState:
                 job.step_to_end.step_end()
             # Between steps on every rank: the saves asked for since.
             self._commit_saves("the step after state.save()")
+            if self.device is not None:
+                # DDP's stream (the hook's): the copies below are enqueued
+                # on it, and the runtime's work is ordered after them.
+                job.check(lib().ddph_set_stream(job.ctx, ctypes.c_void_p(
+                    torch.cuda.current_stream(self.device).cuda_stream)),
+                    "set_stream")
             models = (ctypes.c_void_p * 1)(self.model)
             job.check(lib().ddph_step_begin_flags(job.ctx, models, 1,
                                                   _capi.STEP_FORCE_SYNC),
@@ -506,10 +587,14 @@ class HookState:
             e.fut.set_exception(failed[0])
             return
         t0 = time.perf_counter()
-        for p, g in zip(e.params, e.grads):
-            g.copy_(self.grads[self.index[id(p)]].view_as(g))
-        self.bridge_s += time.perf_counter() - t0
-        e.fut.set_result(e.buffer)
+        # On a GPU, after the bucket's results on the communication
+        # stream; set_result records the future's event there.
+        with contextlib.nullcontext() if self._comm is None else \
+                torch.cuda.stream(self._comm):
+            for p, g in zip(e.params, e.grads):
+                g.copy_(self.grads[self.index[id(p)]].view_as(g))
+            self.bridge_s += time.perf_counter() - t0
+            e.fut.set_result(e.buffer)
 
     def _wait_loop(self):
         while self._work.get():

@@ -386,6 +386,11 @@ int ddph_cuda_device(const ddph_ctx *ctx)
     return ctx && ctx->gpu ? ctx->cuda_device : -1;
 }
 
+void *ddph_cuda_comm_stream(const ddph_ctx *ctx)
+{
+    return ctx && ctx->gpu ? ctx->comm_stream : NULL;
+}
+
 ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream)
 {
     if (!ctx)

@@ -159,13 +159,6 @@ ddph_status ddph_model_set_bucket_callback(ddph_model *m,
                                "step (between steps only: a lane may be "
                                "calling the callback)",
                                m->name);
-    /* GPU buckets come back on the communication stream, not by the time
-     * the lane would call. */
-    if (fn && ctx->gpu)
-        return ddph__ctx_failf(ctx, DDPH_ERR_UNSUPPORTED,
-                               "model '%s': set_bucket_callback: host "
-                               "buckets only (backend = nccl)",
-                               m->name);
     pthread_mutex_lock(&ctx->mu);
     m->bucket_callback = fn;
     m->bucket_callback_user = fn ? user : NULL;

@@ -37,6 +37,37 @@ static void copy_back(ddph_model *m, const ddph_rt_bucket *bk)
     }
 }
 
+/* The averaged gradients of a GPU bucket back into the trainer's memory,
+ * enqueued on the communication stream (after the hook's work): a batch
+ * of copies a launch, not one each.  GPU buckets keep the gradients'
+ * dtype. */
+static ddph_status gpu_copy_back(ddph_ctx *ctx, ddph_model *m,
+                                 const ddph_rt_bucket *bk, ddph_err *err)
+{
+    size_t es = ddph__dtype_size(bk->dtype);
+    enum { BATCH = 64 };
+    void *dst[BATCH];
+    const void *src[BATCH];
+    size_t bytes[BATCH], n = 0;
+    ddph_status st = DDPH_OK;
+    for (int j = 0; j < bk->nparams; j++) {
+        ddph_param *p = &m->params[bk->params[j]];
+        dst[n] = p->grad;
+        src[n] = (char *)bk->storage + p->offset * es;
+        bytes[n++] = p->numel * es;
+        if (n < BATCH && j + 1 < bk->nparams)
+            continue;
+        ddph_err later; /* the first failure keeps its message */
+        ddph_status cs = ddph__dev_copy_batch(p->device, dst, src, bytes, n,
+                                              ctx->comm_stream,
+                                              st ? &later : err);
+        if (st == DDPH_OK)
+            st = cs;
+        n = 0;
+    }
+    return st;
+}
+
 static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
 {
     ddph_ctx *ctx = lane->ctx;
@@ -106,6 +137,24 @@ static void run_bucket(ddph_lane *lane, ddph_model *m, int index)
             !ctx->comm_stream) {
             copy_back(m, b);
             b->copied_back = 1;
+        }
+        /* A GPU bucket's results are enqueued, not done: the callback is
+         * told once its copies back are enqueued on the communication
+         * stream too (ddph_cuda_comm_stream), so that what the trainer
+         * orders after that stream (an event recorded on it, a stream
+         * wait) sees them, while its own stream goes on with the
+         * backward pass.  A failed copy fails the bucket. */
+        if (told == DDPH_OK && !ctx->cfg.gradient_as_bucket_view &&
+            ctx->comm_stream) {
+            told = gpu_copy_back(ctx, m, b, &fault);
+            if (told == DDPH_OK) {
+                b->copied_back = 1;
+            } else {
+                st = told;
+                why = fault.msg;
+                message = strdup(fault.msg); /* step_wait reports it */
+                ddph__ctl_fail(ctx->control, st, fault.msg);
+            }
         }
     }
     pthread_mutex_lock(&ctx->mu);
@@ -562,27 +611,12 @@ ddph_status ddph__reducer_wait(ddph_ctx *ctx, ddph_err *err)
                 copy_back(m, bk);
                 continue;
             }
-            /* A batch of copies a launch on the GPU, not one each. */
-            size_t es = ddph__dtype_size(bk->dtype);
-            enum { BATCH = 64 };
-            void *dst[BATCH];
-            const void *src[BATCH];
-            size_t bytes[BATCH], n = 0;
-            for (int j = 0; j < bk->nparams; j++) {
-                ddph_param *p = &m->params[bk->params[j]];
-                dst[n] = p->grad;
-                src[n] = (char *)bk->storage + p->offset * es;
-                bytes[n++] = p->numel * es;
-                if (n < BATCH && j + 1 < bk->nparams)
-                    continue;
-                ddph_err later; /* the first failure keeps its message */
-                ddph_status cs = ddph__dev_copy_batch(
-                    p->device, dst, src, bytes, n, ctx->comm_stream,
-                    st ? &later : err);
-                if (st == DDPH_OK)
-                    st = cs;
-                n = 0;
-            }
+            if (bk->copied_back) /* before its bucket callback */
+                continue;
+            ddph_err later; /* the first failure keeps its message */
+            ddph_status cs = gpu_copy_back(ctx, m, bk, st ? &later : err);
+            if (st == DDPH_OK)
+                st = cs;
         }
     }
     /* GPU copies back run on the hooks' stream: done when it is. */

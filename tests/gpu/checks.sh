@@ -12,6 +12,11 @@
 #   sh checks.sh bench OUT HOOKS COMMAND...
 #       COMMAND (ddphook bench gpu) must succeed and print its baseline
 #       and a line for each hook of the comma-separated HOOKS
+#   sh checks.sh torch OUT LIBDDPHOOK PLUGINS
+#       tests/gpu/torch_cuda.py: a CUDA DDP model through ddphook.torch
+#       (backend = nccl, fp16 and PowerSGD) against the same model on the
+#       CPU; Python is $PYTHON, else python3; exit 77 (with the reason
+#       on the last line) where it has no torch with CUDA
 #   sh checks.sh refused PATTERN COMMAND...
 #       COMMAND must fail, and say PATTERN (grep -E)
 # Logs go to OUT; the output is what the report keeps.
@@ -19,7 +24,7 @@ set -u
 final_loss() { # final_loss LOG: "first last" of "loss A -> B over"
     sed -n 's/.*loss \([0-9.e+-]*\) -> \([0-9.e+-]*\) over.*/\1 \2/p' "$1"
 }
-what=${1:?"usage: checks.sh trainer|bench|refused ..."}
+what=${1:?"usage: checks.sh trainer|bench|torch|refused ..."}
 shift
 case $what in
 trainer)
@@ -53,6 +58,15 @@ bench)
     for h in "raw ncclAllReduce" $(echo "$hooks" | tr ',' ' '); do
         grep -q "$h" "$out/bench.log" || { echo "no result for $h"; exit 1; }
     done
+    ;;
+torch)
+    out=$1 lib=$2 plugins=$3
+    py=${PYTHON:-python3}
+    command -v "$py" >/dev/null 2>&1 || { echo "no $py here"; exit 77; }
+    top=$(cd "$(dirname "$0")/../.." && pwd)
+    DDPHOOK_LIBRARY=$lib PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} \
+        "$py" "$top/tests/gpu/torch_cuda.py" --out "$out/torch_cuda" \
+        --plugin-path "$plugins"
     ;;
 refused)
     pattern=$1

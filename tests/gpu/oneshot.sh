@@ -19,10 +19,13 @@
 #      SGD, on GPU memory against the CPU backend;
 #   5. examples/gpu_trainer under PowerSGD against the same training with
 #      --host (backend = mpi): the loss falls, the final losses within 2%;
-#   6. two ranks on the one GPU: refused at once, naming the shared GPU;
-#   7. ddphook bench gpu at 1 rank: casts against cudaMemcpy, the hooks
+#   6. tests/gpu/torch_cuda.py: a CUDA DDP model through ddphook.torch
+#      (backend = nccl, fp16 and PowerSGD) against the same model on the
+#      CPU (not run where Python has no torch with CUDA);
+#   7. two ranks on the one GPU: refused at once, naming the shared GPU;
+#   8. ddphook bench gpu at 1 rank: casts against cudaMemcpy, the hooks
 #      against an out-of-place ncclAllReduce (at 1 rank, a copy);
-#   8. test_gpu under compute-sanitizer memcheck, with the time left.
+#   9. test_gpu under compute-sanitizer memcheck, with the time left.
 #
 # The report, OUT/oneshot-report.txt, ends each step with "pass", "FAIL"
 # or "not run: REASON", and its last line counts them; exit 0 when every
@@ -70,6 +73,13 @@ gpu_step 90 "every hook at 1 rank against the CPU backend (test_gpu)" \
 trainer_jobs
 gpu_step 120 "gpu_trainer, powersgd, 1 rank, against --host (CPU backend)" \
     sh "$checks" trainer "$out" "$TRAINER" "$job" "$cpu_job"
+# A CUDA DDP model through ddphook.torch (backend = nccl; fp16 and
+# PowerSGD) against the same model on the CPU: not run where Python has
+# no torch with CUDA.
+may_skip=yes
+gpu_step 180 "PyTorch DDP, CUDA model through ddphook.torch, against the CPU" \
+    sh "$checks" torch "$out" "$LIBDDPHOOK" "$PLUGINS"
+may_skip=
 # NCCL refuses two ranks of a communicator on one GPU: ddph_open must say
 # so before NCCL is asked (one GPU made visible, whatever the machine has).
 gpu_step 30 "two ranks on one GPU refused at once" \

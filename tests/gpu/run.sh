@@ -5,7 +5,9 @@
 # tests/gpu/test_device_ops: every CUDA device operation against its CPU
 # twin),
 # the GPU trainer (examples/gpu_trainer under PowerSGD: the loss must
-# fall), the GPU benchmark (`ddphook bench gpu`: casts against cudaMemcpy,
+# fall), a CUDA DDP model through ddphook.torch against the same model on
+# the CPU (tests/gpu/torch_cuda.py; not run where Python has no torch with
+# CUDA), the GPU benchmark (`ddphook bench gpu`: casts against cudaMemcpy,
 # allreduce and fp16 hooks against a raw ncclAllReduce) and, where the
 # machine has compute-sanitizer, the GPU tests under memcheck, and writes
 # a short report to ${OUT:-.}/gpu-report.txt.  About 1-2 minutes on one
@@ -80,6 +82,13 @@ two 90 "test_gpu, 2 ranks" mpiexec -n 2 "$TEST_GPU" "$PLUGINS" "$LSGD"
 trainer_jobs
 gpu_step 120 "examples/gpu_trainer, powersgd, 1 rank, against the CPU backend" \
     sh "$checks" trainer "$out" "$TRAINER" "$job" "$cpu_job"
+# A CUDA DDP model through ddphook.torch (backend = nccl; fp16 and
+# PowerSGD) against the same model on the CPU: not run where Python has
+# no torch with CUDA.
+may_skip=yes
+gpu_step 180 "PyTorch DDP, CUDA model through ddphook.torch, against the CPU" \
+    sh "$checks" torch "$out" "$LIBDDPHOOK" "$PLUGINS"
+may_skip=
 # The benchmark: it must print its baseline and run every hook asked for.
 gpu_step 90 "ddphook bench gpu, 1 rank" \
     sh "$checks" bench "$out" allreduce,fp16,powersgd \

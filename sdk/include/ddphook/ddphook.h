@@ -106,6 +106,15 @@ int ddph_cuda_device(const ddph_ctx *ctx);
  * backward pass.  Returns DDPH_ERR_UNSUPPORTED on other backends. */
 ddph_status ddph_set_stream(ddph_ctx *ctx, void *cuda_stream);
 
+/* With backend = nccl: the communication stream (a cudaStream_t) the
+ * hooks' kernels, collectives and the copies of the results back into the
+ * trainer's gradients are enqueued on.  A bucket callback is called once
+ * its bucket's results are enqueued there, not done: an event the callback
+ * records on this stream completes when they are (ddphook.torch completes
+ * PyTorch's CUDA futures so), and the trainer's own stream is never made
+ * to wait mid-step.  NULL on other backends.  Since 0.9.0. */
+void *ddph_cuda_comm_stream(const ddph_ctx *ctx);
+
 /* ---- models ------------------------------------------------------------- */
 
 /* Creates a model named `name` (used by [model.NAME] sections and in
@@ -267,9 +276,13 @@ ddph_status ddph_step_wait(ddph_ctx *ctx);
  * trainer's calls into this API release that lock (Python's ctypes does).
  * ddph_step_wait returns only after the step's every callback has
  * returned.
+ * With backend = nccl (GPU buckets), status DDPH_OK means the results are
+ * enqueued on ddph_cuda_comm_stream (the hook's work, then the copies into
+ * the gradient memory), not finished: order what reads them after that
+ * stream (record an event on it in the callback).  ddph_step_wait returns
+ * with them finished.
  * Set or cleared (fn = NULL) before ddph_model_finalize or between steps;
- * DDPH_ERR_STATE inside a step.  Host buckets only: DDPH_ERR_UNSUPPORTED
- * with backend = nccl.  Since 0.7.0. */
+ * DDPH_ERR_STATE inside a step.  Since 0.7.0; GPU buckets since 0.9.0. */
 typedef void (*ddph_bucket_callback)(void *user, ddph_model *model,
                                      int bucket, ddph_status status,
                                      const char *message);
