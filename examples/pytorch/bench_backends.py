@@ -4,9 +4,13 @@ powerSGD_hook (gloo) beside ddphook's fp16 and powersgd hooks, over the
 torch backend (an env:// launch, as torchrun's) and over the MPI backend
 (an mpiexec launch), in one run, with the ratios.
 
-    PYTHONPATH=python python3 examples/pytorch/bench_backends.py \\
-        --plugin-path plugins/.libs [--rounds 3] [--steps 20] \\
-        [--launch "mpiexec -n 2"] [--width 256 --layers 4]
+    python3 examples/pytorch/bench_backends.py [--plugin-path DIR] \\
+        [--rounds 3] [--steps 20] [--launch "mpiexec -n 2"] \\
+        [--width 256 --layers 4]
+
+From a build tree: PYTHONPATH=python DDPHOOK_LIBRARY=$PWD/.libs/libddphook.so
+DDPH_BACKEND_DIR=$PWD/runtime/backends/torch/.libs and --plugin-path
+plugins/.libs.
 
 The driver starts --rounds pairs of launches of this script, the two
 backends in turns (the order alternating from round to round), each with
@@ -19,8 +23,7 @@ over the torch backend; the MPI launch runs it over MPI.  So the same
 --launch serves one host and the simulated cluster:
 
     MASTER_ADDR=10.231.0.1 GLOO_SOCKET_IFNAME=eth0 \\
-    PYTHONPATH=python python3 examples/pytorch/bench_backends.py \\
-        --plugin-path plugins/.libs --launch "sh tests/cluster/cluster.sh \\
+    python3 examples/pytorch/bench_backends.py --launch "sh tests/cluster/cluster.sh \\
         --hosts 2 --ranks-per-host 1 --rate 1gbit --"
 
 Within a launch the steps of the four variants are interleaved (PyTorch's

@@ -221,11 +221,12 @@ void read_notice(tpg_job *j, const std::string &body)
     }
 }
 
-/* Reads the notices posted since the last poll (at most every POLL_S). */
-void poll_notices(tpg_job *j)
+/* Reads the notices posted since the last poll (at most every POLL_S,
+ * unless `now`). */
+void poll_notices(tpg_job *j, bool now = false)
 {
     double t = now_s();
-    if (j->broken.load() || t - j->polled.load() < POLL_S)
+    if (j->broken.load() || (!now && t - j->polled.load() < POLL_S))
         return;
     std::unique_lock<std::mutex> reading(j->poll_mu, std::try_to_lock);
     if (!reading.owns_lock())
@@ -483,6 +484,9 @@ ddph_status outcome(tpg_job *j, tpg_work *w, const char *what, char *msg,
         finish(w);
         return DDPH_OK;
     } catch (const std::exception &e) {
+        /* A failing peer leaves its notice before it exits and closes
+         * its connections: its cause, if it is there, is the job's. */
+        poll_notices(j, true);
         char text[1024];
         snprintf(text, sizeof text, "rank %d: %s failed: %s (a peer rank "
                  "died or left the job?)", j->rank, what,
