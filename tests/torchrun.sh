@@ -9,6 +9,8 @@
 #    torch.randn draws it) equal PyTorch's own hooks over gloo, step by
 #    step, within the reference vectors' tolerances (tests/python/ddp_hooks.py,
 #    as tests/pytorch.sh runs it under mpiexec), on 2 ranks;
+#  - a wait of the torch backend ends when gloo completes the collective
+#    (300 small broadcasts, median at most 4 ms; tests/python/pg_wait.py);
 #  - torchrun itself (torch.distributed.run, its agent serving the store)
 #    runs fp16 and PowerSGD equal to PyTorch's;
 #  - the hooks that move data otherwise (int8: ialltoall, iallgather, an
@@ -65,6 +67,17 @@ for w in 2 4; do
         ko "ddp_hooks.py on $w ranks without mpiexec: exit $rc, $got of 6 passed (see $log)"
     fi
 done
+
+# A wait ends when gloo completes the collective (its future wakes the
+# waiting thread), not at the thread's next look (every 20 ms).
+log="$OUT/pg-wait.log"
+timeout 200 $LAUNCH -n 2 --timeout 180 "$S/tests/python/pg_wait.py" >"$log" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q '^\[rank 0\] PASS: ' "$log"; then
+    ok "pg_wait.py: $(sed -n 's/^\[rank 0\] PASS: //p' "$log")"
+else
+    ko "pg_wait.py: exit $rc: $(sed -n 's/^\[rank 0\] FAIL: //p' "$log") (see $log)"
+fi
 
 # torchrun itself: --redirects 1 --tee 1, without which Debian's torchrun
 # (PyTorch 1.13, Python 3.11) crashes in to_map before starting anything.

@@ -6,12 +6,15 @@
 #include <time.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -218,11 +221,12 @@ void read_notice(tpg_job *j, const std::string &body)
     }
 }
 
-/* Reads the notices posted since the last poll (at most every POLL_S). */
-void poll_notices(tpg_job *j)
+/* Reads the notices posted since the last poll (at most every POLL_S,
+ * unless `now`). */
+void poll_notices(tpg_job *j, bool now = false)
 {
     double t = now_s();
-    if (j->broken.load() || t - j->polled.load() < POLL_S)
+    if (j->broken.load() || (!now && t - j->polled.load() < POLL_S))
         return;
     std::unique_lock<std::mutex> reading(j->poll_mu, std::try_to_lock);
     if (!reading.owns_lock())
@@ -295,6 +299,15 @@ c10d::ReduceOp reduce_op(ddph_redop op)
 
 } // namespace
 
+/* Set by gloo's thread when a collective ends (its future's callback):
+ * the waiting thread sleeps on it and wakes at once, with no polling.
+ * Shared with the callback, which may outlive an abandoned tpg_work. */
+struct tpg_waker {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+};
+
 /* A collective in flight, and what its end copies where: a reduce-scatter
  * is an allreduce of a copy (gloo has none), an allgatherv an allgather
  * of blocks padded to the largest, a bfloat16 reduction a float one. */
@@ -307,6 +320,7 @@ struct tpg_work {
     enum { NONE, SLICE, UNPAD, NARROW } finish = NONE;
     std::vector<size_t> counts;
     size_t offset = 0, elem = 0;
+    std::shared_ptr<tpg_waker> waker; /* null: the work has no future */
 };
 
 namespace {
@@ -432,6 +446,35 @@ bool moves_nothing(tpg_group *g, const tpg_args *a)
     return true;
 }
 
+/* Has the work's future wake the waiting thread when it ends.  Without a
+ * future (a process group whose Work has none), waits poll. */
+void watch(tpg_work *w)
+{
+    try {
+        c10::intrusive_ptr<c10::ivalue::Future> fut = w->work->getFuture();
+        auto waker = std::make_shared<tpg_waker>();
+        fut->addCallback([waker](c10::ivalue::Future &) {
+            std::lock_guard<std::mutex> lock(waker->mu);
+            waker->done = true;
+            waker->cv.notify_all();
+        });
+        w->waker = waker;
+    } catch (const std::exception &) {
+        w->waker.reset();
+    }
+}
+
+/* Sleeps until the work ends or `slice_s` passed; 1 once it ended.
+ * gloo completes the future just before the Work itself: outcome()'s
+ * wait() covers the microseconds between. */
+int sleep_on(tpg_work *w, double slice_s)
+{
+    tpg_waker *k = w->waker.get();
+    std::unique_lock<std::mutex> lock(k->mu);
+    return k->cv.wait_for(lock, std::chrono::duration<double>(slice_s),
+                          [k] { return k->done; });
+}
+
 /* The work's outcome once completed: DDPH_OK, or gloo's error. */
 ddph_status outcome(tpg_job *j, tpg_work *w, const char *what, char *msg,
                     size_t cap)
@@ -441,6 +484,9 @@ ddph_status outcome(tpg_job *j, tpg_work *w, const char *what, char *msg,
         finish(w);
         return DDPH_OK;
     } catch (const std::exception &e) {
+        /* A failing peer leaves its notice before it exits and closes
+         * its connections: its cause, if it is there, is the job's. */
+        poll_notices(j, true);
         char text[1024];
         snprintf(text, sizeof text, "rank %d: %s failed: %s (a peer rank "
                  "died or left the job?)", j->rank, what,
@@ -565,6 +611,7 @@ ddph_status tpg_start(tpg_job *j, tpg_group *g, const tpg_args *a,
         return fail(msg, cap, DDPH_ERR_BACKEND, "rank %d: gloo refused: %s",
                     j->rank, first_line(e.what()).c_str());
     }
+    watch(w);
     *out = w;
     return DDPH_OK;
 }
@@ -573,8 +620,9 @@ ddph_status tpg_wait(tpg_job *j, tpg_work *w, const char *what,
                      double deadline, char *msg, size_t cap)
 {
     ddph_status st = DDPH_OK;
-    /* Spins briefly (a small collective completes in microseconds), then
-     * sleeps a little longer each time, up to a millisecond. */
+    /* Sleeps until gloo's thread says the work ended, waking every POLL_S
+     * for the peers' notices and the deadline.  Without a future: spins
+     * briefly, then sleeps a little longer each time, up to 1 ms. */
     for (long pause_ns = 0;; pause_ns = pause_ns < 1000000 ? pause_ns + 20000
                                                            : pause_ns) {
         int c = check(j, w, what, deadline, &st, msg, cap);
@@ -582,7 +630,11 @@ ddph_status tpg_wait(tpg_job *j, tpg_work *w, const char *what,
             break;
         if (c < 0)
             return st; /* w abandoned: gloo may still write its memory */
-        if (pause_ns) {
+        if (w->waker) {
+            double left = deadline - now_s();
+            if (sleep_on(w, left < POLL_S ? (left > 0 ? left : 0) : POLL_S))
+                break;
+        } else if (pause_ns) {
             struct timespec ts = {0, pause_ns};
             nanosleep(&ts, nullptr);
         } else {
