@@ -35,3 +35,18 @@ resumed_checks() {
         fi
     done
 }
+
+# torch_backend_env: the torch backend's tests (torchrun.sh,
+# torchrun_examples.sh) skip (77) where it was not built, else find the
+# bridge, the library and the backend's folder in the build tree.
+torch_backend_env() {
+    if [ ! -f "$B/runtime/backends/torch/.libs/torch.so" ] ||
+        ! ls "$B"/python/ddphook/_torch_backend*.so >/dev/null 2>&1; then
+        echo "SKIP: this ddphook has no torch backend (configure found no libtorch-dev or pybind11-dev)"
+        exit 77
+    fi
+    PYTHONPATH="$S/python${PYTHONPATH:+:$PYTHONPATH}"
+    DDPHOOK_LIBRARY="$B/.libs/libddphook.so"
+    DDPH_BACKEND_DIR="$B/runtime/backends/torch/.libs"
+    export PYTHONPATH DDPHOOK_LIBRARY DDPH_BACKEND_DIR
+}

@@ -34,18 +34,10 @@ set -u
 B=${DDPH_TEST_BUILDDIR:?run through make check}
 S=${DDPH_TEST_SRCDIR:?run through make check}
 . "$S/tests/torch_python.sh"
-MODULE="$B/runtime/backends/torch/.libs/torch.so"
-if [ ! -f "$MODULE" ] || ! ls "$B"/python/ddphook/_torch_backend*.so >/dev/null 2>&1; then
-    echo "SKIP: this ddphook has no torch backend (configure found no libtorch-dev or pybind11-dev)"
-    exit 77
-fi
+torch_backend_env
 OUT="$B/tests/out/torchrun"
 rm -rf "$OUT"
 mkdir -p "$OUT"
-PYTHONPATH="$S/python${PYTHONPATH:+:$PYTHONPATH}"
-DDPHOOK_LIBRARY="$B/.libs/libddphook.so"
-DDPH_BACKEND_DIR="$B/runtime/backends/torch/.libs"
-export PYTHONPATH DDPHOOK_LIBRARY DDPH_BACKEND_DIR
 LAUNCH="$PY $S/tests/python/env_launch.py"
 pass=0
 fail=0

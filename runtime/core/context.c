@@ -95,14 +95,14 @@ static ddph_status choose_backend(const ddph_config *cfg,
     *device = NULL;
     if (cfg && strcmp(cfg->backend, "auto") != 0) {
         const ddph_backend_entry *named = ddph__backend_find(cfg->backend);
-        char names[256];
-        ddph__backend_names(names, sizeof names);
-        if (!named)
+        if (!named) {
+            char names[256];
+            ddph__backend_names(names, sizeof names);
             st = ddph__fail(err, DDPH_ERR_CONFIG,
                             "[runtime] backend = '%s' is not a backend this "
                             "ddphook knows (auto, %s)",
                             cfg->backend, names);
-        else if (named->kind == DDPH__BACKEND_DEVICE)
+        } else if (named->kind == DDPH__BACKEND_DEVICE)
             *device = named;
         else
             e = named;
