@@ -154,6 +154,10 @@ errors hook failing-hook "fake failure on bucket 1" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing.so\n"
 errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
+# An allgatherv whose counts differ on one rank but share their largest
+# count (padded blocks of one size would move, then be cut wrongly).
+errors hook uneven-counts "rank [01] gives rank 0's block [0-9]* elements where this rank gives [0-9]* (the ranks' allgatherv counts differ)" \
+    "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = uneven\nat = 1\n"
 
 # Rank 1 closes the job after 2 steps; rank 0 waits in its third.
 log="$OUT/early-close.log"

@@ -10,7 +10,10 @@
  * counts: every rank averages by an allgatherv of the buckets (f32), that
  * rank with 8 elements moved from its own count to rank 0's (the same
  * total; each rank only receives less than it expects, which MPI
- * accepts).
+ * accepts);
+ * uneven: every rank averages by an allgatherv in which the odd ranks
+ * send 8 elements fewer, that rank with ranks 0 and 1's counts swapped
+ * (the largest count, and so any padding to it, stays the same).
  * Built twice: misstep.so, and misstep_sums.so (MISSTEP_SUMS: the same
  * name, version and options, but it sums without averaging), the "other
  * build" of one hook. */
@@ -91,6 +94,44 @@ static ddph_status gathered_mean(const ddph_services *s, const ddph_bucket *b,
     return st;
 }
 
+/* `mode = uneven`: the odd ranks send their bucket but its last 8
+ * elements; each element is the mean of the ranks that sent it.  `swap`:
+ * this rank's counts swap ranks 0 and 1's. */
+static ddph_status uneven_mean(const ddph_services *s, const ddph_bucket *b,
+                               int swap)
+{
+    int world = s->world_size;
+    if (b->dtype != DDPH_F32 || b->numel < 8 || world < 2)
+        return DDPH_ERR_INVALID;
+    size_t *counts = s->alloc(s, (size_t)world * sizeof *counts);
+    float *all = s->alloc(s, (size_t)world * b->numel * sizeof *all);
+    ddph_status st = counts && all ? DDPH_OK : DDPH_ERR_NOMEM;
+    for (int r = 0; st == DDPH_OK && r < world; r++)
+        counts[r] = b->numel - (r % 2 ? 8 : 0);
+    if (st == DDPH_OK && swap) {
+        size_t c = counts[0];
+        counts[0] = counts[1];
+        counts[1] = c;
+    }
+    if (st == DDPH_OK)
+        st = s->allgatherv(s, s->world, b->buffer, all, counts, DDPH_F32);
+    float *mean = b->buffer;
+    for (size_t i = 0; st == DDPH_OK && i < b->numel; i++) {
+        float sum = 0;
+        int n = 0;
+        size_t at = 0;
+        for (int r = 0; r < world; at += counts[r], r++)
+            if (i < counts[r]) {
+                sum += all[at + i];
+                n++;
+            }
+        mean[i] = sum / (float)n;
+    }
+    s->free(s, all);
+    s->free(s, counts);
+    return st;
+}
+
 static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
                                      const ddph_services *s)
 {
@@ -101,6 +142,8 @@ static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
     ddph_status st = DDPH_OK;
     if (m->mode == 'c')
         return gathered_mean(s, b, me);
+    if (m->mode == 'u')
+        return uneven_mean(s, b, me);
     if (m->mode == 'o' && now) {
         ddph_request *all = NULL, *middle = NULL;
         st = s->iallreduce(s, s->world, b->buffer, b->numel, b->dtype,
@@ -140,7 +183,7 @@ static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
 
 static const ddph_option_spec misstep_options[] = {
     {"mode", DDPH_OPT_STRING, "none", 0, 0,
-     "none | skip | extra | reorder | overlap | counts"},
+     "none | skip | extra | reorder | overlap | counts | uneven"},
     {"at", DDPH_OPT_INT, "-1", -1, 1e9, "the iteration (-1: every one)"},
     {"rank", DDPH_OPT_INT, "-1", -1, 1e6, "the rank (-1: the last)"},
     {NULL, 0, NULL, 0, 0, NULL},

@@ -310,7 +310,10 @@ struct tpg_waker {
 
 /* A collective in flight, and what its end copies where: a reduce-scatter
  * is an allreduce of a copy (gloo has none), an allgatherv an allgather
- * of blocks padded to the largest, a bfloat16 reduction a float one. */
+ * of blocks padded to the largest, a bfloat16 reduction a float one.
+ * Each allgatherv block starts with its sender's counts, which every
+ * rank compares with its own: with counts that differ but share their
+ * largest, the padded blocks would move and be cut wrongly, in silence. */
 struct tpg_work {
     c10::intrusive_ptr<c10d::Work> work;
     std::vector<at::Tensor> tensors;
@@ -325,7 +328,33 @@ struct tpg_work {
 
 namespace {
 
-void finish(tpg_work *w)
+/* The bytes before each allgatherv block: the sender's counts. */
+size_t counts_header(size_t ranks)
+{
+    return ranks * sizeof(uint64_t);
+}
+
+/* Where the blocks' counts differ from this rank's: "" when nowhere. */
+std::string counts_mismatch(const tpg_work *w, size_t block)
+{
+    size_t n = w->counts.size();
+    const uint8_t *in = (const uint8_t *)w->staged.data_ptr();
+    for (size_t r = 0; r < n; r++)
+        for (size_t k = 0; k < n; k++) {
+            uint64_t theirs;
+            memcpy(&theirs, in + r * block + k * sizeof theirs, sizeof theirs);
+            if (theirs != (uint64_t)w->counts[k])
+                return "rank " + std::to_string(r) + " gives rank " +
+                       std::to_string(k) + "'s block " +
+                       std::to_string(theirs) + " elements where this rank "
+                       "gives " + std::to_string(w->counts[k]) +
+                       " (the ranks' allgatherv counts differ)";
+        }
+    return "";
+}
+
+/* Copies the result where it goes; "" or why it cannot be trusted. */
+std::string finish(tpg_work *w)
 {
     switch (w->finish) {
     case tpg_work::NONE:
@@ -338,19 +367,24 @@ void finish(tpg_work *w)
                                          w->target.numel()));
         break;
     case tpg_work::UNPAD: {
-        size_t pad = 0, at_byte = 0;
+        size_t pad = 0, at_byte = 0, head = counts_header(w->counts.size());
         for (size_t c : w->counts)
             pad = c > pad ? c : pad;
+        size_t block = head + pad * w->elem;
+        std::string differ = counts_mismatch(w, block);
+        if (!differ.empty())
+            return differ;
         uint8_t *out = (uint8_t *)w->target.data_ptr();
         const uint8_t *in = (const uint8_t *)w->staged.data_ptr();
         for (size_t r = 0; r < w->counts.size(); r++) {
-            memcpy(out + at_byte, in + r * pad * w->elem,
+            memcpy(out + at_byte, in + r * block + head,
                    w->counts[r] * w->elem);
             at_byte += w->counts[r] * w->elem;
         }
         break;
     }
     }
+    return "";
 }
 
 c10::intrusive_ptr<c10d::Work> launch(tpg_group *g, const tpg_args *a,
@@ -393,20 +427,26 @@ c10::intrusive_ptr<c10d::Work> launch(tpg_group *g, const tpg_args *a,
     }
     case TPG_ALLGATHER:
     case TPG_ALLGATHERV: {
-        size_t pad = a->count;
+        size_t block = a->count * elem;
         if (a->kind == TPG_ALLGATHERV) {
-            pad = 0;
+            size_t pad = 0, head = counts_header((size_t)size);
             for (int r = 0; r < size; r++)
                 pad = a->counts[r] > pad ? a->counts[r] : pad;
             w->counts.assign(a->counts, a->counts + size);
             w->elem = elem;
             w->finish = tpg_work::UNPAD;
-            w->staged = at::empty({(int64_t)(pad * elem * (size_t)size)},
+            block = head + pad * elem;
+            w->staged = at::empty({(int64_t)(block * (size_t)size)},
                                   at::kByte);
             w->target = bytes_over(a->buf, 1, DDPH_U8);
-            at::Tensor mine = at::zeros({(int64_t)(pad * elem)}, at::kByte);
+            at::Tensor mine = at::zeros({(int64_t)block}, at::kByte);
+            uint8_t *at_mine = (uint8_t *)mine.data_ptr();
+            for (int r = 0; r < size; r++) {
+                uint64_t c = a->counts[r];
+                memcpy(at_mine + r * sizeof c, &c, sizeof c);
+            }
             if (a->counts[rank])
-                memcpy(mine.data_ptr(), a->send, a->counts[rank] * elem);
+                memcpy(at_mine + head, a->send, a->counts[rank] * elem);
             w->tensors = {mine};
         } else {
             w->staged = bytes_over(a->buf, a->count * (size_t)size, a->dtype);
@@ -414,8 +454,8 @@ c10::intrusive_ptr<c10d::Work> launch(tpg_group *g, const tpg_args *a,
         }
         std::vector<at::Tensor> blocks;
         for (int r = 0; r < size; r++)
-            blocks.push_back(
-                w->staged.narrow(0, (int64_t)(r * pad * elem), pad * elem));
+            blocks.push_back(w->staged.narrow(0, (int64_t)(r * block),
+                                              (int64_t)block));
         w->gathered = {blocks};
         return g->pg->allgather(w->gathered, w->tensors);
     }
@@ -433,17 +473,13 @@ c10::intrusive_ptr<c10d::Work> launch(tpg_group *g, const tpg_args *a,
 }
 
 /* A collective of no data (gloo refuses empty tensors): counts are the
- * same on every rank, so every rank skips it. */
-bool moves_nothing(tpg_group *g, const tpg_args *a)
+ * same on every rank, so every rank skips it.  An allgatherv always runs:
+ * its blocks carry the counts, which the ranks compare. */
+bool moves_nothing(const tpg_args *a)
 {
-    if (a->kind == TPG_BARRIER)
+    if (a->kind == TPG_BARRIER || a->kind == TPG_ALLGATHERV)
         return false;
-    if (a->kind != TPG_ALLGATHERV)
-        return a->count == 0;
-    for (int r = 0; r < g->pg->getSize(); r++)
-        if (a->counts[r])
-            return false;
-    return true;
+    return a->count == 0;
 }
 
 /* Has the work's future wake the waiting thread when it ends.  Without a
@@ -481,8 +517,14 @@ ddph_status outcome(tpg_job *j, tpg_work *w, const char *what, char *msg,
 {
     try {
         w->work->wait();
-        finish(w);
-        return DDPH_OK;
+        std::string wrong = finish(w);
+        if (wrong.empty())
+            return DDPH_OK;
+        char text[1024];
+        snprintf(text, sizeof text, "rank %d: %s: %s", j->rank, what,
+                 wrong.c_str());
+        fail_job(j, DDPH_ERR_MISMATCH, text);
+        return fault_of(j, msg, cap);
     } catch (const std::exception &e) {
         /* A failing peer leaves its notice before it exits and closes
          * its connections: its cause, if it is there, is the job's. */
@@ -599,7 +641,7 @@ ddph_status tpg_start(tpg_job *j, tpg_group *g, const tpg_args *a,
     ddph_status st = fault_of(j, msg, cap);
     if (st != DDPH_OK)
         return st;
-    if (moves_nothing(g, a))
+    if (moves_nothing(a))
         return DDPH_OK; /* the same on every rank: none calls gloo */
     tpg_work *w = new (std::nothrow) tpg_work;
     if (!w)
