@@ -22,7 +22,8 @@
 #    (tests/python/ddp_resume.py, as tests/pytorch.sh checks it);
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
-#    (tests/python/ddp_errors.py);
+#    (tests/python/ddp_errors.py); so do an allgatherv whose counts differ
+#    on one rank and two sums issued in another order on one rank;
 #  - a rank that closes the job after 2 steps while the other goes on to a
 #    third: the other raises at once, naming it (its closing notice in the
 #    store), and the closing rank learns why;
@@ -158,6 +159,11 @@ errors peer failing-peer "fake failure of the last rank" \
 # count (padded blocks of one size would move, then be cut wrongly).
 errors hook uneven-counts "rank [01] gives rank 0's block [0-9]* elements where this rank gives [0-9]* (the ranks' allgatherv counts differ)" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = uneven\nat = 1\n"
+# Two sums of one size issued in the other order on the last rank: gloo
+# pairs them by order and size, so only the fingerprints' digest, compared
+# at the step's end, can tell.
+errors hook reordered "hook collectives' fingerprints (digest; a rank issued a different or reordered collective)" \
+    "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = reorder\nat = 1\n"
 
 # Rank 1 closes the job after 2 steps; rank 0 waits in its third.
 log="$OUT/early-close.log"

@@ -57,6 +57,17 @@ static inline int64_t ddph__digest_term(size_t index)
     return (int64_t)(index + 1) * 2654435761LL % 1000003;
 }
 
+/* Mixes v into h (splitmix64's finalizer): a digest of a sequence, whose
+ * terms cannot cancel out the way sums can, and in which a value moved
+ * from one place to another shows. */
+static inline uint64_t ddph__mix64(uint64_t h, uint64_t v)
+{
+    uint64_t z = h + v * 0x9e3779b97f4a7c15ULL + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 /* A thread's activity clock: a communication lane binds one (in
  * microseconds of ddph__now) for its hook calls, and every bounded wait
  * of the backends touches it while it waits, so that reducer.c's

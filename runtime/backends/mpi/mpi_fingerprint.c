@@ -45,15 +45,6 @@ static int fp_joined_step(const int64_t *r)
     return r[1] == FP_KIND_STEP_END && r[9] >= 0;
 }
 
-/* Mixes v into h (splitmix64's finalizer): a digest of a sequence, in
- * which a count moved from one rank to another shows. */
-static uint64_t fp_mix(uint64_t h, uint64_t v)
-{
-    uint64_t z = h + v * 0x9e3779b97f4a7c15ULL + 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 static const char *fp_op_name(int64_t op)
 {
@@ -434,7 +425,7 @@ static ddph_status fp_start(ddph_mpi *m, ddph_mpi_group *g,
     if (st != DDPH_OK)
         return st;
     for (int i = 0; i < FP_COMPARED; i++)
-        g->digest = fp_mix(g->digest, (uint64_t)record[i]);
+        g->digest = ddph__mix64(g->digest, (uint64_t)record[i]);
     int64_t *block;
     st = fp_exchange(m, g, record, counts, &pending_fp.req, &block, err);
     if (st != DDPH_OK)
@@ -474,7 +465,7 @@ ddph_status ddph__mpi_fingerprint(ddph_mpi *m, ddph_mpi_group *g,
         return DDPH_OK;
     uint64_t counts_digest = 0;
     for (int r = 0; counts && r < g->size; r++)
-        counts_digest = fp_mix(counts_digest, counts[r]);
+        counts_digest = ddph__mix64(counts_digest, counts[r]);
     const int64_t record[FP_FIELDS] = {
         g->sequence++, fp_kind(what), (int64_t)dtype, (int64_t)count, op,
         root,          iteration,     bucket,         model, offset,

@@ -9,75 +9,17 @@
  * in the store that its peers read while they wait (within ~20 ms). */
 #include "build-config.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/backend.h"
-#include "backends/torch/torch_pg.h"
-#include "support/config.h"
+#include "backends/torch/torch_internal.h"
 
 _Static_assert((int)TPG_DATA_END == (int)DDPH__DEPART_DATA_END &&
                    (int)TPG_TRAINER_CALL == (int)DDPH__DEPART_TRAINER_CALL,
                "torch_pg.h's departures are comm.h's");
-
-/* A group as the tables hand it out: comm.h's head first. */
-typedef struct torch_group {
-    struct ddph_group head;
-    tpg_group *pg;
-    char name[96];   /* its rendezvous in the store */
-    int made;        /* groups made from it so far: names the next */
-    struct torch_group *next;
-} torch_group;
-
-typedef struct torch_state {
-    torch_group world;   /* hooks' collectives (lane 0) */
-    torch_group control; /* the runtime's own: agreements, leave */
-    torch_group trainer; /* ddph_barrier, replica checks */
-    torch_group *groups; /* lanes and splits, freed at close */
-    pthread_mutex_t mu;  /* guards groups */
-    tpg_job *job;
-    double timeout_s;
-    int host_index;      /* which host (its first rank), from find_host */
-    int up;              /* open made every group */
-    int left;            /* leave met every rank */
-    atomic_int in_sync_step;
-    atomic_llong syncs_done, trainer_calls;
-} torch_state;
-
-/* This backend's state of a nonblocking collective, kept in the op. */
-typedef struct torch_op {
-    tpg_work *work;
-} torch_op;
-_Static_assert(sizeof(torch_op) <= DDPH__COMM_OP_STATE,
-               "torch_op must fit in ddph_comm_op.state");
-
-static torch_op *OP(ddph_comm_op *op)
-{
-    return (torch_op *)(void *)op->state;
-}
-
-static torch_group *G(struct ddph_group *g)
-{
-    return (torch_group *)g;
-}
-
-/* A torch_pg.h call's message into err (which may be NULL). */
-#define E(e) (e).msg, sizeof (e).msg
-static ddph_status out_err(ddph_status st, const ddph_err *e, ddph_err *err)
-{
-    return st == DDPH_OK ? st : ddph__fail(err, st, "%s", e->msg);
-}
-
-static void publish(torch_state *s)
-{
-    tpg_set_progress(s->job, atomic_load(&s->in_sync_step),
-                     (int64_t)atomic_load(&s->syncs_done),
-                     (int64_t)atomic_load(&s->trainer_calls));
-}
 
 /* A gloo group of `size` ranks named `name`: made collectively. */
 static ddph_status make_group(torch_state *s, torch_group *g, const char *name,
@@ -93,8 +35,8 @@ static ddph_status make_group(torch_state *s, torch_group *g, const char *name,
     return out_err(st, &e, err);
 }
 
-static ddph_status new_group(torch_state *s, const char *name, int rank,
-                             int size, torch_group **out, ddph_err *err)
+ddph_status ddph__torch_new_group(torch_state *s, const char *name, int rank,
+                                  int size, torch_group **out, ddph_err *err)
 {
     *out = NULL;
     torch_group *g = calloc(1, sizeof *g);
@@ -125,9 +67,8 @@ static ddph_status start(torch_state *s, torch_group *g, const tpg_args *a,
     return out_err(st, &e, err);
 }
 
-/* One collective, to its end within timeout_s. */
-static ddph_status run(torch_state *s, torch_group *g, const tpg_args *a,
-                       const char *what, ddph_err *err)
+ddph_status ddph__torch_run(torch_state *s, torch_group *g, const tpg_args *a,
+                            const char *what, ddph_err *err)
 {
     tpg_work *w = NULL;
     double t0 = ddph__now();
@@ -152,7 +93,7 @@ static ddph_status torch_allreduce(void *self, struct ddph_group *g, void *buf,
 {
     tpg_args a = {.kind = TPG_ALLREDUCE, .buf = buf, .count = count,
                   .dtype = dtype, .op = op};
-    return run(self, G(g), &a, "allreduce", err);
+    return ddph__torch_run(self, G(g), &a, "allreduce", err);
 }
 
 static ddph_status torch_allgather(void *self, struct ddph_group *g,
@@ -161,7 +102,7 @@ static ddph_status torch_allgather(void *self, struct ddph_group *g,
 {
     tpg_args a = {.kind = TPG_ALLGATHER, .send = send, .buf = recv,
                   .count = count, .dtype = dtype};
-    return run(self, G(g), &a, "allgather", err);
+    return ddph__torch_run(self, G(g), &a, "allgather", err);
 }
 
 static ddph_status torch_allgatherv(void *self, struct ddph_group *g,
@@ -171,7 +112,7 @@ static ddph_status torch_allgatherv(void *self, struct ddph_group *g,
 {
     tpg_args a = {.kind = TPG_ALLGATHERV, .send = send, .buf = recv,
                   .counts = counts, .dtype = dtype};
-    return run(self, G(g), &a, "allgatherv", err);
+    return ddph__torch_run(self, G(g), &a, "allgatherv", err);
 }
 
 static ddph_status torch_broadcast(void *self, struct ddph_group *g,
@@ -180,7 +121,7 @@ static ddph_status torch_broadcast(void *self, struct ddph_group *g,
 {
     tpg_args a = {.kind = TPG_BROADCAST, .buf = buf, .count = count,
                   .dtype = dtype, .root = root};
-    return run(self, G(g), &a, "broadcast", err);
+    return ddph__torch_run(self, G(g), &a, "broadcast", err);
 }
 
 static ddph_status torch_reduce_scatter(void *self, struct ddph_group *g,
@@ -190,7 +131,7 @@ static ddph_status torch_reduce_scatter(void *self, struct ddph_group *g,
 {
     tpg_args a = {.kind = TPG_REDUCE_SCATTER, .send = send, .buf = recv,
                   .count = count, .dtype = dtype, .op = op};
-    return run(self, G(g), &a, "reduce_scatter", err);
+    return ddph__torch_run(self, G(g), &a, "reduce_scatter", err);
 }
 
 static ddph_status torch_alltoall(void *self, struct ddph_group *g,
@@ -199,7 +140,7 @@ static ddph_status torch_alltoall(void *self, struct ddph_group *g,
 {
     tpg_args a = {.kind = TPG_ALLTOALL, .send = send, .buf = recv,
                   .count = count, .dtype = dtype};
-    return run(self, G(g), &a, "alltoall", err);
+    return ddph__torch_run(self, G(g), &a, "alltoall", err);
 }
 
 static ddph_status start_op(void *self, struct ddph_group *g,
@@ -312,7 +253,7 @@ static ddph_status torch_split(void *self, struct ddph_group *parent,
     int64_t mine[2] = {color, key};
     tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
                   .count = 2, .dtype = DDPH_I64};
-    ddph_status st = run(s, p, &a, "split", err);
+    ddph_status st = ddph__torch_run(s, p, &a, "split", err);
     int rank = 0, size = 0;
     for (int r = 0; st == DDPH_OK && r < n; r++) {
         if (all[2 * r] != color)
@@ -328,7 +269,7 @@ static ddph_status torch_split(void *self, struct ddph_group *parent,
     char name[96];
     snprintf(name, sizeof name, "%.40s/%d/%d", p->name, made, color);
     torch_group *g = NULL;
-    st = new_group(s, name, rank, size, &g, err);
+    st = ddph__torch_new_group(s, name, rank, size, &g, err);
     *out = g ? &g->head : NULL;
     return st;
 }
@@ -339,192 +280,6 @@ static ddph_status torch_intra_node(void *self, struct ddph_group **out,
     torch_state *s = self;
     return torch_split(self, &s->world.head, s->host_index,
                        s->world.head.rank, out, err);
-}
-
-/* ---- the control plane -------------------------------------------------- */
-
-static ddph_status torch_fault(void *self, ddph_err *err)
-{
-    ddph_err e = {{0}};
-    return out_err(tpg_fault(((torch_state *)self)->job, E(e)), &e, err);
-}
-
-static int torch_broken(void *self)
-{
-    return tpg_broken(((torch_state *)self)->job);
-}
-
-static void torch_fail(void *self, ddph_status st, const char *msg)
-{
-    tpg_fail(((torch_state *)self)->job, st, msg);
-}
-
-static ddph_status torch_allreduce_i64(void *self, int64_t *v, size_t n,
-                                       ddph_redop op, ddph_err *err)
-{
-    torch_state *s = self;
-    tpg_args a = {.kind = TPG_ALLREDUCE, .buf = v, .count = n,
-                  .dtype = DDPH_I64, .op = op};
-    return run(s, &s->control, &a, "the runtime's allreduce", err);
-}
-
-static ddph_status torch_bcast_bytes(void *self, void *buf, size_t n, int root,
-                                     ddph_err *err)
-{
-    torch_state *s = self;
-    tpg_args a = {.kind = TPG_BROADCAST, .buf = buf, .count = n,
-                  .dtype = DDPH_U8, .root = root};
-    return run(s, &s->control, &a, "the runtime's broadcast", err);
-}
-
-/* Every rank's outcome: the lowest failing rank's, with its message. */
-static ddph_status torch_agree(void *self, ddph_status local,
-                               const char *local_msg, ddph_err *err)
-{
-    torch_state *s = self;
-    struct {
-        int32_t status;
-        char msg[1024];
-    } outcome;
-    memset(&outcome, 0, sizeof outcome);
-    outcome.status = (int32_t)local;
-    snprintf(outcome.msg, sizeof outcome.msg, "%s",
-             local != DDPH_OK && local_msg ? local_msg : "");
-    int size = s->world.head.size, rank = s->world.head.rank;
-    int64_t first = local != DDPH_OK ? rank : size;
-    ddph_status st = torch_allreduce_i64(s, &first, 1, DDPH_MIN, err);
-    if (st != DDPH_OK || first == size)
-        return st;
-    st = torch_bcast_bytes(s, &outcome, sizeof outcome, (int)first, err);
-    if (st != DDPH_OK)
-        return st;
-    outcome.msg[sizeof outcome.msg - 1] = '\0';
-    if (first == rank)
-        return ddph__fail(err, local, "%s", outcome.msg);
-    return ddph__fail(err, (ddph_status)outcome.status, "rank %lld failed: %s",
-                      (long long)first, outcome.msg);
-}
-
-/* out[0] the world, out[1..n-1] new groups (each call makes its own, as
- * the MPI backend duplicates the world). */
-static ddph_status torch_lane_groups(void *self, int n,
-                                     struct ddph_group **out, ddph_err *err)
-{
-    torch_state *s = self;
-    if (n < 1 || n > DDPH__MAX_LANES)
-        return ddph__fail(err, DDPH_ERR_INVALID,
-                          "rank %d: %d lanes asked (1 to %d)",
-                          s->world.head.rank, n, DDPH__MAX_LANES);
-    int made = s->world.made++;
-    out[0] = &s->world.head;
-    ddph_status st = DDPH_OK;
-    for (int i = 1; i < n; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "lanes/%d/%d", made, i);
-        torch_group *g = NULL;
-        if (st == DDPH_OK)
-            st = new_group(s, name, s->world.head.rank, s->world.head.size,
-                           &g, err);
-        out[i] = g ? &g->head : NULL;
-    }
-    return st;
-}
-
-/* The end-of-step agreement (with check_collectives): on each lane, every
- * rank's summary, compared with rank 0's.  Under join the passes may
- * differ (a joined rank's shadow step): they are left out. */
-enum { SUMMARY_FIELDS = 6 };
-static const char *const summary_names[SUMMARY_FIELDS] = {
-    "models stepped", "hooks (digest)", "trainer calls",
-    "first model's iteration", "first model", "backward passes"};
-
-static ddph_status torch_step_agree(void *self,
-                                    struct ddph_group *const *groups, int n,
-                                    const ddph_step_summary *sum,
-                                    ddph_err *err)
-{
-    torch_state *s = self;
-    int plain = sum->join_role == DDPH__STEP_PLAIN;
-    const int64_t mine[SUMMARY_FIELDS] = {
-        sum->models,
-        plain ? sum->digest ^ sum->passes_digest : sum->digest,
-        sum->trainer_calls, sum->iteration, sum->first_model,
-        plain ? sum->passes : -1};
-    ddph_status st = DDPH_OK;
-    for (int i = 0; i < n && st == DDPH_OK; i++) {
-        torch_group *g = G(groups[i]);
-        int size = g->head.size;
-        int64_t *all = calloc((size_t)size * SUMMARY_FIELDS, sizeof *all);
-        if (!all)
-            return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-        tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
-                      .count = SUMMARY_FIELDS, .dtype = DDPH_I64};
-        st = run(s, g, &a, "the end-of-step agreement", err);
-        for (int r = 1; st == DDPH_OK && r < size; r++)
-            for (int f = 0; f < SUMMARY_FIELDS; f++)
-                if (all[r * SUMMARY_FIELDS + f] != all[f]) {
-                    st = ddph__fail(err, DDPH_ERR_MISMATCH,
-                                    "the ranks' steps differ: rank %d's %s "
-                                    "is %lld, rank 0's %lld",
-                                    r, summary_names[f],
-                                    (long long)all[r * SUMMARY_FIELDS + f],
-                                    (long long)all[f]);
-                    tpg_fail(s->job, st, err ? err->msg : "steps differ");
-                    break;
-                }
-        free(all);
-    }
-    return st;
-}
-
-static int torch_in_sync_step(void *self, int on)
-{
-    torch_state *s = self;
-    int was = atomic_exchange(&s->in_sync_step, on);
-    publish(s);
-    return was;
-}
-
-static void torch_step_synced(void *self)
-{
-    torch_state *s = self;
-    atomic_fetch_add(&s->syncs_done, 1);
-    atomic_store(&s->in_sync_step, 0);
-    publish(s);
-}
-
-static int64_t torch_syncs_done(void *self)
-{
-    return (int64_t)atomic_load(&((torch_state *)self)->syncs_done);
-}
-
-static int64_t torch_trainer_calls(void *self)
-{
-    return (int64_t)atomic_load(&((torch_state *)self)->trainer_calls);
-}
-
-static void torch_depart(void *self, int kind, const char *what)
-{
-    torch_state *s = self;
-    if (kind == DDPH__DEPART_TRAINER_CALL)
-        atomic_fetch_add(&s->trainer_calls, 1);
-    publish(s);
-    tpg_notify_leaving(s->job, kind, what, torch_syncs_done(s),
-                       torch_trainer_calls(s));
-}
-
-static void torch_closing(void *self)
-{
-    torch_state *s = self;
-    tpg_notify_leaving(s->job, TPG_CLOSED, "", torch_syncs_done(s),
-                       torch_trainer_calls(s));
-}
-
-static void torch_model_named(void *self, int64_t id, const char *name)
-{
-    (void)self; /* named in fingerprints, which this backend has none of */
-    (void)id;
-    (void)name;
 }
 
 static const ddph_comm_ops torch_comm_ops = {
@@ -545,27 +300,8 @@ static const ddph_comm_ops torch_comm_ops = {
     .wait = torch_wait,
     .test = torch_test,
     .progress = torch_progress,
-    .fingerprint = NULL, /* the end-of-step agreement compares the steps */
+    .fingerprint = ddph__torch_fingerprint, /* compared at the step's end */
     .fingerprint_settle = NULL,
-};
-
-static const ddph_control_ops torch_control_ops = {
-    .world = torch_world,
-    .fault = torch_fault,
-    .broken = torch_broken,
-    .fail = torch_fail,
-    .agree = torch_agree,
-    .lane_groups = torch_lane_groups,
-    .allreduce_i64 = torch_allreduce_i64,
-    .bcast_bytes = torch_bcast_bytes,
-    .step_agree = torch_step_agree,
-    .in_sync_step = torch_in_sync_step,
-    .step_synced = torch_step_synced,
-    .syncs_done = torch_syncs_done,
-    .trainer_calls = torch_trainer_calls,
-    .depart = torch_depart,
-    .closing = torch_closing,
-    .model_named = torch_model_named,
 };
 
 /* ---- the job backend ---------------------------------------------------- */
@@ -579,6 +315,7 @@ static ddph_status torch_open(const ddph_backend_args *a, void **state,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
     s->timeout_s = a->timeout_s;
+    s->check_collectives = a->check_collectives;
     s->world.head = (struct ddph_group){0, 1}; /* until the job is joined */
     ddph_err e = {{0}};
     int rank = 0, size = 1;
@@ -614,7 +351,7 @@ static ddph_status torch_find_host(void *self, int *host_rank, int *host_size,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
                   .count = HOST_NAME_BYTES, .dtype = DDPH_U8};
-    ddph_status st = run(s, &s->control, &a, "finding the hosts", err);
+    ddph_status st = ddph__torch_run(s, &s->control, &a, "finding the hosts", err);
     *host_rank = 0;
     *host_size = 1;
     if (st == DDPH_OK) {
@@ -641,7 +378,7 @@ static ddph_comm torch_comm_of(void *self)
 
 static ddph_control torch_control_of(void *self)
 {
-    return (ddph_control){&torch_control_ops, self};
+    return (ddph_control){&ddph__torch_control_ops, self};
 }
 
 static struct ddph_group *torch_trainer_group(void *self)
@@ -653,7 +390,7 @@ static ddph_status torch_barrier(void *self, struct ddph_group *g,
                                  const char *what, ddph_err *err)
 {
     tpg_args a = {.kind = TPG_BARRIER};
-    return run(self, G(g), &a, what, err);
+    return ddph__torch_run(self, G(g), &a, what, err);
 }
 
 static ddph_status torch_gather_bytes(void *self, const void *buf, size_t n,
@@ -668,7 +405,7 @@ static ddph_status torch_gather_bytes(void *self, const void *buf, size_t n,
     int64_t mine = (int64_t)n;
     tpg_args a = {.kind = TPG_ALLGATHER, .send = &mine, .buf = sizes,
                   .count = 1, .dtype = DDPH_I64};
-    ddph_status st = sizes && counts ? run(s, &s->control, &a,
+    ddph_status st = sizes && counts ? ddph__torch_run(s, &s->control, &a,
                                            "gathering the ranks' bytes", err)
                                      : ddph__fail(err, DDPH_ERR_NOMEM,
                                                   "out of memory");
@@ -681,7 +418,7 @@ static ddph_status torch_gather_bytes(void *self, const void *buf, size_t n,
     tpg_args v = {.kind = TPG_ALLGATHERV, .send = buf, .buf = all,
                   .counts = counts, .dtype = DDPH_U8};
     if (st == DDPH_OK)
-        st = run(s, &s->control, &v, "gathering the ranks' bytes", err);
+        st = ddph__torch_run(s, &s->control, &v, "gathering the ranks' bytes", err);
     if (st == DDPH_OK && s->world.head.rank == 0) {
         *out = all;
         *total = sum;
@@ -690,36 +427,6 @@ static ddph_status torch_gather_bytes(void *self, const void *buf, size_t n,
     }
     free(sizes);
     free(counts);
-    return st;
-}
-
-/* The job's last meeting, on the control group: the lowest rank that
- * reports a failure, and its status. */
-static ddph_status torch_leave(void *self, ddph_status local,
-                               ddph_status *job, int *job_rank, ddph_err *err)
-{
-    torch_state *s = self;
-    int rank = s->world.head.rank, size = s->world.head.size;
-    *job = DDPH_OK;
-    *job_rank = -1;
-    ddph_status st = torch_fault(s, err);
-    int64_t first = local != DDPH_OK ? rank : size;
-    if (st == DDPH_OK)
-        st = torch_allreduce_i64(s, &first, 1, DDPH_MIN, err);
-    int32_t status = (int32_t)local;
-    if (st == DDPH_OK && first < size)
-        st = torch_bcast_bytes(s, &status, sizeof status, (int)first, err);
-    if (st == DDPH_OK && first < size) {
-        *job = (ddph_status)status;
-        *job_rank = (int)first;
-    }
-    if (st == DDPH_OK) {
-        s->left = 1;
-    } else if (!tpg_broken(s->job)) {
-        char msg[DDPH__ERR_LEN + 32];
-        snprintf(msg, sizeof msg, "rank %d: %s", rank, err ? err->msg : "");
-        tpg_fail(s->job, st, msg);
-    }
     return st;
 }
 
@@ -745,12 +452,12 @@ static ddph_status torch_close(void *self, ddph_err *err)
     if (s->up && !s->left && !tpg_broken(s->job)) {
         ddph_status job;
         int job_rank;
-        st = torch_leave(s, DDPH_OK, &job, &job_rank, err);
+        st = ddph__torch_leave(s, DDPH_OK, &job, &job_rank, err);
     }
     if (s->job && tpg_broken(s->job)) {
         /* No collective: gloo's threads may still wait on a dead peer,
          * in groups that stay allocated with the state. */
-        st = torch_fault(s, err);
+        st = ddph__torch_fault(s, err);
         /* Under an env:// launcher rank 0's process serves the store:
          * it stays until its peers have read the notices (a few polls). */
         if (s->world.head.rank == 0)
@@ -784,7 +491,7 @@ static const ddph_backend_ops torch_backend = {
     .shared_open = NULL, /* buckets are never shared between ranks */
     .shared_close = NULL,
     .close_hazard = NULL,
-    .leave = torch_leave,
+    .leave = ddph__torch_leave,
     .close = torch_close,
     .linger = torch_linger,
 };

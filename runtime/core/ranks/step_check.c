@@ -3,14 +3,9 @@
 
 #include "core/ranks/step_check.h"
 
-/* Mixes v into h (splitmix64's finalizer): a digest whose terms cannot
- * cancel out the way sums can. */
 static int64_t mix(int64_t h, uint64_t v)
 {
-    uint64_t z = (uint64_t)h + 0x9e3779b97f4a7c15ULL + v;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return (int64_t)(z ^ (z >> 31));
+    return (int64_t)ddph__mix64((uint64_t)h, v);
 }
 
 /* The hook as built: two builds of one name and version differ here. */
