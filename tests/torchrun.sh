@@ -26,7 +26,8 @@
 #    on one rank and two sums issued in another order on one rank;
 #  - a rank that closes the job after 2 steps while the other goes on to a
 #    third: the other raises at once, naming it (its closing notice in the
-#    store), and the closing rank learns why;
+#    store), and the closing rank learns why; a rank whose script ends
+#    with sys.exit(0) there exits 1;
 #  - a rank killed (SIGKILL) mid-training: the other raises within seconds,
 #    saying a peer died, and exits non-zero (timeout_s = 120).
 # Skips (77) without a Python 3 with torch, or a ddphook built without the
@@ -180,6 +181,19 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 1 ] &&
     ok "early-close: rank 0 named rank 1's close, rank 1 heard why, in ${t}s"
 else
     ko "early-close: exit $rc after ${t}s, rank 0 named the close $named times, rank 1 heard it $heard times (see $log)"
+fi
+
+# Rank 1's script ends with sys.exit(0) in its third step (no close of its
+# own: the bridge closes the job at exit): rank 0 names it, and rank 1's
+# process exits 1, not 0, so the launcher sees the job fail.
+log="$OUT/exit0.log"
+timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+    --job "$OUT/early-close.ini" --case exit0 >"$log" 2>&1
+named=$(grep -c '^\[rank 0\] rank 0 raised .*rank 1 closed the job (ddph_close) after 2 synchronised steps' "$log")
+if [ "$named" -ge 1 ] && grep -q '^env_launch.py: rank 1 exited 1$' "$log"; then
+    ok "exit0: rank 1's sys.exit(0) mid-training: rank 0 named it, rank 1 exited 1"
+else
+    ko "exit0: rank 0 named rank 1 $named times; $(grep '^env_launch.py: rank 1 exited' "$log") (see $log)"
 fi
 
 # Rank 1 kills itself (SIGKILL) before its step 5: rank 0's wait on gloo

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--case", required=True,
                     choices=["open", "hook", "peer", "ranks", "two-models",
                              "sigint", "save-insecure", "stale-save",
-                             "stale-load", "killed", "early-close"])
+                             "stale-load", "killed", "early-close", "exit0"])
     ap.add_argument("--swallow", action="store_true")
     ap.add_argument("--dir", help="the folder of the save cases")
     a = ap.parse_args()
@@ -97,6 +97,11 @@ def main():
             # the others wait for it in theirs.
             if a.case == "killed" and step == 5 and last:
                 os.kill(os.getpid(), signal.SIGKILL)
+            # exit0: the last rank's script ends with status 0 before its
+            # third step's backward pass (sys.exit; the bridge closes the
+            # job at exit), while the others go on.
+            if a.case == "exit0" and step == 2 and last:
+                sys.exit(0)
             for m in models:
                 m(torch.randn(4, 16)).sum().backward()
             if a.case == "stale-save" and step == 0:
