@@ -364,9 +364,12 @@ int cmd_check(int argc, char **argv)
     /* Hook names come from trusted plugins only (nothing else is run). */
     ddph_config trusted = cfg;
     trusted.allow_insecure_plugins = 0;
-    if (ddph__job_check_hook_sections(&trusted, warn_stderr, NULL, &e) !=
-        DDPH_OK)
-        check_error(&run, e.msg);
+    /* Its error is kept for the end: a hook that cannot be loaded is also
+     * why a section names no hook, and check_hook says so first. */
+    ddph_err sections;
+    int sections_bad = ddph__job_check_hook_sections(&trusted, warn_stderr,
+                                                     NULL, &sections) !=
+                       DDPH_OK;
     /* The hooks' create() runs against a one-rank job, as the job's own
      * would against its world. */
     if (ddph__hook_probe_open(cfg.timeout_s, &run.probe, &e) != DDPH_OK)
@@ -387,6 +390,11 @@ int cmd_check(int argc, char **argv)
                    who);
     }
     ddph__hook_probe_close(run.probe);
+    for (size_t i = 0; sections_bad && i < run.nerrors; i++)
+        sections_bad = !run.errors[i].msg ||
+                       strcmp(run.errors[i].msg, sections.msg) != 0;
+    if (sections_bad)
+        check_error(&run, sections.msg);
     size_t nerrors = run.nerrors;
     fflush(stdout);
     check_print_errors(&run);

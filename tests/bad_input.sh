@@ -165,6 +165,13 @@ if [ -n "${MPIEXEC:-}" ] && command -v "$MPIEXEC" >/dev/null 2>&1; then
     sed -i 's/shape = 4,3/shape = 4,4/' "$OUT/shape/trace.ini"
     expect "shape mismatch" "rank0.step0.f32 has 64 bytes; trace.ini's parameters make 20 floats = 80 bytes" \
         "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$job" --trace "$OUT/shape" --out "$OUT/o2"
+    # A hook named by a path that does not exist, with a section for the
+    # hook that path was meant to be: ddph_open names the path's line and
+    # why, not the section (which only follows from it).
+    printf '[runtime]\nplugin_path = %s\n[hook]\nname = %s/absent/localsgd.so\n[hook.post_localsgd]\nperiod = 8\n' "$P" "$OUT" > "$OUT/path.ini"
+    expect "a hook path that does not exist, with its section" \
+        "error: $OUT/path.ini:4: hook plugin $OUT/absent/localsgd.so: No such file or directory" \
+        "$MPIEXEC" -n 2 "$B/ddphook" replay --job "$OUT/path.ini" --trace "$OUT/t" --out "$OUT/o3"
     # --out never follows a planted link, nor writes into a folder
     # another user owns.
     mkdir -p "$OUT/victim_dir"

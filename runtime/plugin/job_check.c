@@ -10,9 +10,12 @@
 #include "plugin/loader.h"
 
 /* The name a chosen hook answers to: itself, or for a path the name its
- * plugin declares (the file stem when it cannot be loaded now; loading it
- * for real reports why later, with the model). */
-static char *hook_name_of(const ddph_config *cfg, const char *value)
+ * plugin declares (the file stem when it cannot be loaded now: why goes
+ * to *why, the first such hook's, at its line, for a section that then
+ * names no hook; otherwise loading it for real reports it later, with
+ * the model). */
+static char *hook_name_of(const ddph_config *cfg, const char *value, int line,
+                          ddph_err *why, int *failed)
 {
     if (!strchr(value, '/'))
         return ddph__strdup(value);
@@ -23,6 +26,10 @@ static char *hook_name_of(const ddph_config *cfg, const char *value)
         char *name = ddph__strdup(p->api.name);
         ddph__plugin_unload(p);
         return name;
+    }
+    if (!*failed) {
+        *failed = 1;
+        ddph__fail(why, DDPH_ERR_CONFIG, "%s:%d: %s", cfg->path, line, e.msg);
     }
     const char *base = strrchr(value, '/') + 1;
     char *name = ddph__strdup(base);
@@ -49,10 +56,15 @@ ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
     char **used = calloc(nchosen, sizeof *used);
     if (!used)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    used[0] = hook_name_of(cfg, cfg->hook_name);
+    ddph_err unloadable;
+    int failed = 0;
+    used[0] = hook_name_of(cfg, cfg->hook_name, cfg->hook_line, &unloadable,
+                           &failed);
     for (size_t i = 0; i < cfg->nmodels; i++)
         if (cfg->models[i].hook)
-            used[1 + i] = hook_name_of(cfg, cfg->models[i].hook);
+            used[1 + i] = hook_name_of(cfg, cfg->models[i].hook,
+                                       cfg->models[i].hook_line, &unloadable,
+                                       &failed);
     char **found;
     size_t nfound = ddph__plugin_names(cfg->plugin_path, &found);
     /* Suggestions come from both lists. */
@@ -81,6 +93,10 @@ ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
                 warn(user, msg);
             }
             continue;
+        }
+        if (failed) { /* the section may be that hook's: the cause first */
+            st = ddph__fail(err, DDPH_ERR_CONFIG, "%s", unloadable.msg);
+            break;
         }
         const char *near = ddph__nearest(hs->hook, cands, ncands);
         char hint[160] = "";
