@@ -15,7 +15,24 @@
 #include "fake_comm.h"
 #include "unit.h"
 
-/* The definitions, one element at a time, as plugin.h states them. */
+/* The definitions, one element at a time, as plugin.h states them: the
+ * draw is one round of Wellons' lowbias32 of i * phi + key, the key the
+ * same hash of the seed's halves. */
+static uint32_t ref_lowbias32(uint32_t x)
+{
+    x = (x ^ (x >> 16)) * 0x7feb352du;
+    x = (x ^ (x >> 15)) * 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+
+static float ref_uniform(uint64_t seed, uint32_t i)
+{
+    uint32_t key = ref_lowbias32((uint32_t)seed ^
+                                 ref_lowbias32((uint32_t)(seed >> 32) +
+                                               0x9E3779B9u));
+    return (float)(ref_lowbias32(i * 0x9E3779B9u + key) >> 8) / 16777216.0f;
+}
+
 static int8_t ref_round(float x, float scale, int levels, uint64_t seed,
                         uint32_t i)
 {
@@ -26,7 +43,7 @@ static int8_t ref_round(float x, float scale, int levels, uint64_t seed,
     if (v != v)
         return 0;
     float lo = floorf(v);
-    float r = lo + (ddph__quant_uniform(seed, i) < v - lo ? 1.0f : 0.0f);
+    float r = lo + (ref_uniform(seed, i) < v - lo ? 1.0f : 0.0f);
     if (r > (float)levels)
         r = (float)levels;
     if (r < -(float)levels)

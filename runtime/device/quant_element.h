@@ -43,13 +43,23 @@ static inline DDPH_QUANT_HD uint32_t ddph__quant_mix(uint32_t x)
     return x;
 }
 
-/* The uniform number in [0, 1) that element i draws under seed: 24 bits
- * of the hash, exact in float. */
-static inline DDPH_QUANT_HD float ddph__quant_uniform(uint64_t seed,
+/* The 32-bit key of a 64-bit seed, made once per call: both halves of
+ * the seed through the hash, so that seeds that differ in either half
+ * draw differently. */
+static inline DDPH_QUANT_HD uint32_t ddph__quant_key(uint64_t seed)
+{
+    return ddph__quant_mix((uint32_t)seed ^
+                           ddph__quant_mix((uint32_t)(seed >> 32) +
+                                           0x9E3779B9u));
+}
+
+/* The uniform number in [0, 1) that element i draws under a seed's key:
+ * 24 bits of one round of the hash of i * phi + key, exact in float (one
+ * round per element: the draw is most of rounding's work). */
+static inline DDPH_QUANT_HD float ddph__quant_uniform(uint32_t key,
                                                     uint32_t i)
 {
-    uint32_t h = ddph__quant_mix(i * 0x9E3779B9u + (uint32_t)seed);
-    h = ddph__quant_mix(h ^ (uint32_t)(seed >> 32));
+    uint32_t h = ddph__quant_mix(i * 0x9E3779B9u + key);
     return DDPH_QMUL((float)(h >> 8), 0x1p-24f);
 }
 
@@ -68,14 +78,14 @@ static inline DDPH_QUANT_HD float ddph__quant_inverse(float s)
  * probability its fraction), clamped to [-top, top]; a NaN gives 0. */
 static inline DDPH_QUANT_HD int8_t ddph__quant_round_one(float x, float inv,
                                                          float top,
-                                                         uint64_t seed,
+                                                         uint32_t key,
                                                          uint32_t i)
 {
     float v = DDPH_QMUL(x, inv);
     if (isnan(v))
         return 0;
     float f = floorf(v);
-    float r = DDPH_QADD(f, ddph__quant_uniform(seed, i) < DDPH_QSUB(v, f)
+    float r = DDPH_QADD(f, ddph__quant_uniform(key, i) < DDPH_QSUB(v, f)
                                ? 1.0f
                                : 0.0f);
     r = r > top ? top : r < -top ? -top : r;

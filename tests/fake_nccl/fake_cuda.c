@@ -626,7 +626,8 @@ static int quant_item(fake_item *it)
             k->q_out[i] = ddph__quant_scale_usable(s)
                               ? ddph__quant_round_one(k->x[i],
                                                       ddph__quant_inverse(s),
-                                                      k->top, k->seed,
+                                                      k->top,
+                                                      ddph__quant_key(k->seed),
                                                       (uint32_t)i)
                               : 0;
         } else {

@@ -345,12 +345,13 @@ __global__ void round_stochastic_kernel(const float *x, size_t n, size_t chunk,
                                         const float *scales, float top,
                                         uint64_t seed, int8_t *q)
 {
+    uint32_t key = ddph__quant_key(seed);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float s = scales[i / chunk];
         q[i] = ddph__quant_scale_usable(s)
                    ? ddph__quant_round_one(x[i], ddph__quant_inverse(s), top,
-                                           seed, static_cast<uint32_t>(i))
+                                           key, static_cast<uint32_t>(i))
                    : 0;
     }
 }
