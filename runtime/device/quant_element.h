@@ -121,4 +121,23 @@ static inline DDPH_QUANT_HD float ddph__quant_onto(float beta, float y, float d)
     return DDPH_QADD(DDPH_QMUL(beta, y), d);
 }
 
+/* Element i (of chunk j) of the sum of `count` messages, message r's
+ * codes and scales r * stride bytes after the first's: the first decoded
+ * onto beta * y (beta = 0: y unread), the others added in order. */
+static inline DDPH_QUANT_HD float ddph__quant_sum_one(
+    const uint8_t *packed, const float *scales, int count, size_t stride,
+    size_t i, size_t j, unsigned bits, float beta, float y)
+{
+    float acc = ddph__quant_decode(packed, i, bits, scales[j]);
+    if (beta != 0.0f)
+        acc = ddph__quant_onto(beta, y, acc);
+    for (int r = 1; r < count; r++) {
+        const uint8_t *p = packed + (size_t)r * stride;
+        const float *s = (const float *)(const void *)((const char *)scales +
+                                                       (size_t)r * stride);
+        acc = DDPH_QADD(acc, ddph__quant_decode(p, i, bits, s[j]));
+    }
+    return acc;
+}
+
 #endif

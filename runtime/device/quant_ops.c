@@ -276,22 +276,31 @@ void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
 
 void ddph__cpu_unpack_bits(ddph_simd_path path, const uint8_t *packed,
                            size_t n, int bits, size_t chunk,
-                           const float *scales, float beta, float *y)
+                           const float *scales, int count, size_t stride,
+                           float beta, float *y)
 {
     size_t per = 8 / (size_t)bits;
     for (size_t lo = 0, j = 0; lo < n; lo += chunk, j++) {
         size_t hi = n - lo < chunk ? n : lo + chunk;
-        size_t i = lo;
+        /* Every message onto this chunk of y while it is in cache: y goes
+         * to memory once, whatever the count. */
+        for (int r = 0; r < count; r++) {
+            const uint8_t *codes = packed + (size_t)r * stride;
+            float scale = ((const float *)(const void *)(
+                (const char *)scales + (size_t)r * stride))[j];
+            float b = r == 0 ? beta : 1.0f;
+            size_t i = lo;
 #ifdef HAVE_X86_PATHS
-        if (path != DDPH_SIMD_SCALAR) {
-            size_t aligned = (lo + per - 1) / per * per;
-            aligned = aligned < hi ? aligned : hi;
-            unpack_each(packed, lo, aligned, bits, scales[j], beta, y);
-            i = avx2_unpack(packed, aligned, hi, bits, scales[j], beta, y);
-        }
+            if (path != DDPH_SIMD_SCALAR) {
+                size_t aligned = (lo + per - 1) / per * per;
+                aligned = aligned < hi ? aligned : hi;
+                unpack_each(codes, lo, aligned, bits, scale, b, y);
+                i = avx2_unpack(codes, aligned, hi, bits, scale, b, y);
+            }
 #else
-        (void)path;
+            (void)path;
 #endif
-        unpack_each(packed, i, hi, bits, scales[j], beta, y);
+            unpack_each(codes, i, hi, bits, scale, b, y);
+        }
     }
 }
