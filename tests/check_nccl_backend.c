@@ -1488,8 +1488,8 @@ START_TEST(quantizing_ops_are_enqueued_and_give_the_cpus_bits)
                                            &err),
                      DDPH_OK);
     ck_assert_int_eq(dev->pack_bits(n, q, N, 4, packed, &err), DDPH_OK);
-    ck_assert_int_eq(dev->unpack_bits(n, packed, N, 4, CHUNK, scales, 0.5f, y,
-                                      &err),
+    ck_assert_int_eq(dev->unpack_bits(n, packed, N, 4, CHUNK, scales, 1, 0,
+                                      0.5f, y, &err),
                      DDPH_OK);
     ck_assert_msg(q[0] == 0x55 && packed[0] == 0x55 && y[1] == 1.0f,
                   "a quantizing operation ran before its stream was "
@@ -1499,7 +1499,7 @@ START_TEST(quantizing_ops_are_enqueued_and_give_the_cpus_bits)
                                want_q);
     ddph__cpu_pack_bits(want_q, N, 4, want_packed);
     ddph__cpu_unpack_bits(DDPH_SIMD_SCALAR, want_packed, N, 4, CHUNK, scales,
-                          0.5f, want_y);
+                          1, 0, 0.5f, want_y);
     ck_assert_msg(memcmp(q, want_q, N) == 0, "round_stochastic's codes differ");
     ck_assert_msg(memcmp(packed, want_packed, sizeof packed) == 0,
                   "pack_bits's bytes differ");

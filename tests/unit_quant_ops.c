@@ -15,7 +15,24 @@
 #include "fake_comm.h"
 #include "unit.h"
 
-/* The definitions, one element at a time, as plugin.h states them. */
+/* The definitions, one element at a time, as plugin.h states them: the
+ * draw is one round of Wellons' lowbias32 of i * phi + key, the key the
+ * same hash of the seed's halves. */
+static uint32_t ref_lowbias32(uint32_t x)
+{
+    x = (x ^ (x >> 16)) * 0x7feb352du;
+    x = (x ^ (x >> 15)) * 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+
+static float ref_uniform(uint64_t seed, uint32_t i)
+{
+    uint32_t key = ref_lowbias32((uint32_t)seed ^
+                                 ref_lowbias32((uint32_t)(seed >> 32) +
+                                               0x9E3779B9u));
+    return (float)(ref_lowbias32(i * 0x9E3779B9u + key) >> 8) / 16777216.0f;
+}
+
 static int8_t ref_round(float x, float scale, int levels, uint64_t seed,
                         uint32_t i)
 {
@@ -26,7 +43,7 @@ static int8_t ref_round(float x, float scale, int levels, uint64_t seed,
     if (v != v)
         return 0;
     float lo = floorf(v);
-    float r = lo + (ddph__quant_uniform(seed, i) < v - lo ? 1.0f : 0.0f);
+    float r = lo + (ref_uniform(seed, i) < v - lo ? 1.0f : 0.0f);
     if (r > (float)levels)
         r = (float)levels;
     if (r < -(float)levels)
@@ -212,7 +229,8 @@ START_TEST(codes_pack_and_unpack_on_every_path)
                             continue;
                         memcpy(got, y0, sizeof got);
                         ddph__cpu_unpack_bits((ddph_simd_path)p, packed, n,
-                                              bits, chunk, scales, beta, got);
+                                              bits, chunk, scales, 1, 0, beta,
+                                              got);
                         ck_assert_msg(same_bits(got, want, n),
                                       "%s: bits %d n %zu chunk %zu beta %g",
                                       ddph__simd_name((ddph_simd_path)p), bits,
@@ -221,6 +239,63 @@ START_TEST(codes_pack_and_unpack_on_every_path)
                 }
         }
     }
+}
+END_TEST
+
+/* Several messages in one gathered buffer (each: its codes padded to 4
+ * bytes, then its chunks' scales), unpacked in one call: the bits of one
+ * call per message in turn (the first with beta, the others with 1), on
+ * every path, every length and start of a chunk. */
+START_TEST(unpacking_sums_the_messages_in_order)
+{
+    static const size_t sizes[] = {1, 5, 8, 9, 31, 33, 100, 257};
+    static const size_t chunks[] = {1, 3, 8, 64, 1000};
+    enum { MAX_N = 257, MAX_MSG = 4 };
+    uint32_t st = 4242;
+    size_t stride_max = (MAX_N + 1) / 2 + 4 + 4 * MAX_N;
+    uint8_t *all = malloc(stride_max * MAX_MSG);
+    float y0[MAX_N], got[MAX_N], want[MAX_N];
+    ck_assert_ptr_nonnull(all);
+    for (int bits = 2; bits <= 4; bits += 2)
+        for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+            for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++)
+                for (int count = 1; count <= MAX_MSG; count++)
+                    for (int b = 0; b < 2; b++) {
+        size_t n = sizes[a], chunk = chunks[c], nc = (n + chunk - 1) / chunk;
+        size_t codes = ((n * (size_t)bits + 7) / 8 + 3) / 4 * 4;
+        size_t stride = codes + 4 * nc;
+        float beta = b ? 0.5f : 0.0f;
+        for (size_t k = 0; k < stride * (size_t)count; k++)
+            all[k] = (uint8_t)lcg(&st);
+        for (int r = 0; r < count; r++)
+            for (size_t j = 0; j < nc; j++) {
+                float s = (float)(lcg(&st) % 1000) / 77.0f;
+                memcpy(all + (size_t)r * stride + codes + 4 * j, &s, 4);
+            }
+        for (size_t i = 0; i < n; i++)
+            y0[i] = want[i] = (float)(lcg(&st) % 1000) / 13.0f;
+        for (int r = 0; r < count; r++)
+            for (size_t i = 0; i < n; i++) {
+                float s;
+                memcpy(&s, all + (size_t)r * stride + codes + 4 * (i / chunk),
+                       4);
+                want[i] = ref_unpack(all + (size_t)r * stride, i, bits, s,
+                                     r == 0 ? beta : 1.0f, want[i]);
+            }
+        const float *scales = (const float *)(const void *)(all + codes);
+        for (int p = 0; p < DDPH_SIMD_COUNT; p++) {
+            if (!ddph__simd_available((ddph_simd_path)p))
+                continue;
+            memcpy(got, y0, sizeof got);
+            ddph__cpu_unpack_bits((ddph_simd_path)p, all, n, bits, chunk,
+                                  scales, count, stride, beta, got);
+            ck_assert_msg(same_bits(got, want, n),
+                          "%s: %d messages, bits %d n %zu chunk %zu beta %g",
+                          ddph__simd_name((ddph_simd_path)p), count, bits, n,
+                          chunk, (double)beta);
+        }
+                    }
+    free(all);
 }
 END_TEST
 
@@ -249,7 +324,7 @@ START_TEST(services_check_and_refuse)
     float y[5];
     ck_assert_int_eq(s->round_stochastic(s, x, 5, 5, &scale, 7, 1, q), DDPH_OK);
     ck_assert_int_eq(s->pack_bits(s, q, 5, 4, packed), DDPH_OK);
-    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 0.0f, y),
+    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 1, 0, 0.0f, y),
                      DDPH_OK);
     for (int i = 0; i < 5; i++)
         ck_assert(y[i] == q[i] && fabsf(y[i] - x[i]) < 1.0f);
@@ -261,8 +336,14 @@ START_TEST(services_check_and_refuse)
     ck_assert_ptr_nonnull(strstr(f.hook.message, "levels = 128"));
     ck_assert_int_eq(s->pack_bits(s, q, 5, 3, packed), DDPH_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(f.hook.message, "bits = 3, must be 2 or 4"));
-    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 8, 5, &scale, 0.0f, y),
+    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 8, 5, &scale, 1, 0, 0.0f, y),
                      DDPH_ERR_INVALID);
+    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 0, 0, 0.0f, y),
+                     DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "count = 0"));
+    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 2, 6, 0.0f, y),
+                     DDPH_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(f.hook.message, "multiple of 4"));
     /* A device table without them (the GPU module's, so far): refused,
      * named, nothing called. */
     ddph_dev_ops without = ddph__dev_cpu_ops;
@@ -274,7 +355,7 @@ START_TEST(services_check_and_refuse)
                      DDPH_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(f.hook.message, "round_stochastic: not available"));
     ck_assert_int_eq(s->pack_bits(s, q, 5, 4, packed), DDPH_ERR_UNSUPPORTED);
-    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 0.0f, y),
+    ck_assert_int_eq(s->unpack_bits(s, packed, 5, 4, 5, &scale, 1, 0, 0.0f, y),
                      DDPH_ERR_UNSUPPORTED);
     fake_world_free(f.world);
 }
@@ -288,6 +369,7 @@ Suite *quant_ops_suite(void)
     tcase_add_test(tc, rounding_matches_the_definition_on_every_path);
     tcase_add_test(tc, rounding_is_unbiased_and_fixed_by_its_seed);
     tcase_add_test(tc, codes_pack_and_unpack_on_every_path);
+    tcase_add_test(tc, unpacking_sums_the_messages_in_order);
     tcase_add_test(tc, services_check_and_refuse);
     suite_add_tcase(s, tc);
     return s;

@@ -166,13 +166,13 @@ static int op_pack_bits(ops_buffers *b)
 static int op_unpack_bits(ops_buffers *b)
 {
     ddph__cpu_unpack_bits(ddph__simd_best(), b->codes, b->n, 4, OPS_CHUNK,
-                          b->scales, 0.0f, b->y);
+                          b->scales, 1, 0, 0.0f, b->y);
     return 0;
 }
 static int op_unpack_bits_beta(ops_buffers *b)
 {
     ddph__cpu_unpack_bits(ddph__simd_best(), b->codes, b->n, 4, OPS_CHUNK,
-                          b->scales, 1.0f, b->y);
+                          b->scales, 1, 0, 1.0f, b->y);
     return 0;
 }
 static int op_gemm(ops_buffers *b)

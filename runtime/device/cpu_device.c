@@ -149,11 +149,12 @@ static ddph_status cpu_pack_bits(struct ddph_gpu *g, const int8_t *q,
 
 static ddph_status cpu_unpack_bits(struct ddph_gpu *g, const uint8_t *packed,
                                    size_t count, int bits, size_t chunk,
-                                   const float *scales, float beta, float *y,
+                                   const float *scales, int nmsg,
+                                   size_t stride, float beta, float *y,
                                    ddph_err *err)
 {
     ddph__cpu_unpack_bits(ddph__simd_best(), packed, count, bits, chunk,
-                          scales, beta, y);
+                          scales, nmsg, stride, beta, y);
     return DDPH_OK;
 }
 

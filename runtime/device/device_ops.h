@@ -84,10 +84,12 @@ typedef struct ddph_dev_ops {
     ddph_status (*pack_bits)(struct ddph_gpu *g, const int8_t *q,
                              size_t count, int bits, uint8_t *packed,
                              ddph_err *err);
+    /* The sum of nmsg messages, each stride bytes after the one before
+     * (quant_ops.h's ddph__cpu_unpack_bits). */
     ddph_status (*unpack_bits)(struct ddph_gpu *g, const uint8_t *packed,
                                size_t count, int bits, size_t chunk,
-                               const float *scales, float beta, float *y,
-                               ddph_err *err);
+                               const float *scales, int nmsg, size_t stride,
+                               float beta, float *y, ddph_err *err);
 
     /* ---- memory, zero-filled and 64-byte aligned.  alloc takes
      * ddph__dev_alloc_size(bytes).  The _on forms are ordered on a stream

@@ -43,13 +43,23 @@ static inline DDPH_QUANT_HD uint32_t ddph__quant_mix(uint32_t x)
     return x;
 }
 
-/* The uniform number in [0, 1) that element i draws under seed: 24 bits
- * of the hash, exact in float. */
-static inline DDPH_QUANT_HD float ddph__quant_uniform(uint64_t seed,
+/* The 32-bit key of a 64-bit seed, made once per call: both halves of
+ * the seed through the hash, so that seeds that differ in either half
+ * draw differently. */
+static inline DDPH_QUANT_HD uint32_t ddph__quant_key(uint64_t seed)
+{
+    return ddph__quant_mix((uint32_t)seed ^
+                           ddph__quant_mix((uint32_t)(seed >> 32) +
+                                           0x9E3779B9u));
+}
+
+/* The uniform number in [0, 1) that element i draws under a seed's key:
+ * 24 bits of one round of the hash of i * phi + key, exact in float (one
+ * round per element: the draw is most of rounding's work). */
+static inline DDPH_QUANT_HD float ddph__quant_uniform(uint32_t key,
                                                     uint32_t i)
 {
-    uint32_t h = ddph__quant_mix(i * 0x9E3779B9u + (uint32_t)seed);
-    h = ddph__quant_mix(h ^ (uint32_t)(seed >> 32));
+    uint32_t h = ddph__quant_mix(i * 0x9E3779B9u + key);
     return DDPH_QMUL((float)(h >> 8), 0x1p-24f);
 }
 
@@ -68,14 +78,14 @@ static inline DDPH_QUANT_HD float ddph__quant_inverse(float s)
  * probability its fraction), clamped to [-top, top]; a NaN gives 0. */
 static inline DDPH_QUANT_HD int8_t ddph__quant_round_one(float x, float inv,
                                                          float top,
-                                                         uint64_t seed,
+                                                         uint32_t key,
                                                          uint32_t i)
 {
     float v = DDPH_QMUL(x, inv);
     if (isnan(v))
         return 0;
     float f = floorf(v);
-    float r = DDPH_QADD(f, ddph__quant_uniform(seed, i) < DDPH_QSUB(v, f)
+    float r = DDPH_QADD(f, ddph__quant_uniform(key, i) < DDPH_QSUB(v, f)
                                ? 1.0f
                                : 0.0f);
     r = r > top ? top : r < -top ? -top : r;
@@ -109,6 +119,25 @@ static inline DDPH_QUANT_HD float ddph__quant_decode(const uint8_t *packed,
 static inline DDPH_QUANT_HD float ddph__quant_onto(float beta, float y, float d)
 {
     return DDPH_QADD(DDPH_QMUL(beta, y), d);
+}
+
+/* Element i (of chunk j) of the sum of `count` messages, message r's
+ * codes and scales r * stride bytes after the first's: the first decoded
+ * onto beta * y (beta = 0: y unread), the others added in order. */
+static inline DDPH_QUANT_HD float ddph__quant_sum_one(
+    const uint8_t *packed, const float *scales, int count, size_t stride,
+    size_t i, size_t j, unsigned bits, float beta, float y)
+{
+    float acc = ddph__quant_decode(packed, i, bits, scales[j]);
+    if (beta != 0.0f)
+        acc = ddph__quant_onto(beta, y, acc);
+    for (int r = 1; r < count; r++) {
+        const uint8_t *p = packed + (size_t)r * stride;
+        const float *s = (const float *)(const void *)((const char *)scales +
+                                                       (size_t)r * stride);
+        acc = DDPH_QADD(acc, ddph__quant_decode(p, i, bits, s[j]));
+    }
+    return acc;
 }
 
 #endif

@@ -18,10 +18,10 @@
 /* Elements [lo, hi) of one chunk, one at a time (quant_element.h's
  * definition, which the CUDA kernels compile too). */
 static void round_each(const float *x, size_t lo, size_t hi, float inv,
-                       float top, uint64_t seed, int8_t *q)
+                       float top, uint32_t key, int8_t *q)
 {
     for (size_t i = lo; i < hi; i++)
-        q[i] = ddph__quant_round_one(x[i], inv, top, seed, (uint32_t)i);
+        q[i] = ddph__quant_round_one(x[i], inv, top, key, (uint32_t)i);
 }
 
 /* y[i] for i in [lo, hi) of one chunk, one at a time. */
@@ -51,13 +51,12 @@ avx2_mix(__m256i x)
 /* Rounds [lo, hi) 8 at a time; returns where it stopped. */
 __attribute__((target("avx2"))) static size_t
 avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
-           uint64_t seed, int8_t *q)
+           uint32_t key, int8_t *q)
 {
     const __m256 vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top),
                  vbot = _mm256_set1_ps(-top), one = _mm256_set1_ps(1.0f),
                  unit = _mm256_set1_ps(0x1p-24f);
-    const __m256i k0 = _mm256_set1_epi32((int)(uint32_t)seed),
-                  k1 = _mm256_set1_epi32((int)(uint32_t)(seed >> 32)),
+    const __m256i k0 = _mm256_set1_epi32((int)key),
                   phi = _mm256_set1_epi32((int)0x9E3779B9u),
                   lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     /* i * phi + k0 for the lanes, kept up to date by adding 8 * phi: the
@@ -73,7 +72,6 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
         __m256 f = _mm256_floor_ps(v);
         __m256i h = avx2_mix(hashed);
-        h = avx2_mix(_mm256_xor_si256(h, k1));
         __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)),
                                  unit);
         __m256 up = _mm256_and_ps(_mm256_cmp_ps(u, _mm256_sub_ps(v, f),
@@ -107,13 +105,12 @@ avx512_mix(__m512i x)
  * operations, so the same bits. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
 avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
-             uint64_t seed, int8_t *q)
+             uint32_t key, int8_t *q)
 {
     const __m512 vinv = _mm512_set1_ps(inv), vtop = _mm512_set1_ps(top),
                  vbot = _mm512_set1_ps(-top), one = _mm512_set1_ps(1.0f),
                  unit = _mm512_set1_ps(0x1p-24f);
-    const __m512i k0 = _mm512_set1_epi32((int)(uint32_t)seed),
-                  k1 = _mm512_set1_epi32((int)(uint32_t)(seed >> 32)),
+    const __m512i k0 = _mm512_set1_epi32((int)key),
                   phi = _mm512_set1_epi32((int)0x9E3779B9u),
                   lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
                                            11, 12, 13, 14, 15);
@@ -131,7 +128,6 @@ avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
         __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF |
                                                _MM_FROUND_NO_EXC);
         __m512i h = avx512_mix(hashed);
-        h = avx512_mix(_mm512_xor_si512(h, k1));
         __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)),
                                  unit);
         __mmask16 up = _mm512_cmp_ps_mask(u, _mm512_sub_ps(v, f), _CMP_LT_OQ);
@@ -232,6 +228,7 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
                                 uint64_t seed, int8_t *q)
 {
     float top = (float)levels;
+    uint32_t key = ddph__quant_key(seed);
     for (size_t lo = 0, j = 0; lo < n; lo += chunk, j++) {
         size_t hi = n - lo < chunk ? n : lo + chunk;
         if (!ddph__quant_scale_usable(scales[j])) {
@@ -242,13 +239,13 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
         size_t i = lo;
 #ifdef HAVE_X86_PATHS
         if (path == DDPH_SIMD_AVX512)
-            i = avx512_round(x, lo, hi, inv, top, seed, q);
+            i = avx512_round(x, lo, hi, inv, top, key, q);
         else if (path == DDPH_SIMD_AVX2)
-            i = avx2_round(x, lo, hi, inv, top, seed, q);
+            i = avx2_round(x, lo, hi, inv, top, key, q);
 #else
         (void)path;
 #endif
-        round_each(x, i, hi, inv, top, seed, q);
+        round_each(x, i, hi, inv, top, key, q);
     }
 }
 
@@ -279,22 +276,31 @@ void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
 
 void ddph__cpu_unpack_bits(ddph_simd_path path, const uint8_t *packed,
                            size_t n, int bits, size_t chunk,
-                           const float *scales, float beta, float *y)
+                           const float *scales, int count, size_t stride,
+                           float beta, float *y)
 {
     size_t per = 8 / (size_t)bits;
     for (size_t lo = 0, j = 0; lo < n; lo += chunk, j++) {
         size_t hi = n - lo < chunk ? n : lo + chunk;
-        size_t i = lo;
+        /* Every message onto this chunk of y while it is in cache: y goes
+         * to memory once, whatever the count. */
+        for (int r = 0; r < count; r++) {
+            const uint8_t *codes = packed + (size_t)r * stride;
+            float scale = ((const float *)(const void *)(
+                (const char *)scales + (size_t)r * stride))[j];
+            float b = r == 0 ? beta : 1.0f;
+            size_t i = lo;
 #ifdef HAVE_X86_PATHS
-        if (path != DDPH_SIMD_SCALAR) {
-            size_t aligned = (lo + per - 1) / per * per;
-            aligned = aligned < hi ? aligned : hi;
-            unpack_each(packed, lo, aligned, bits, scales[j], beta, y);
-            i = avx2_unpack(packed, aligned, hi, bits, scales[j], beta, y);
-        }
+            if (path != DDPH_SIMD_SCALAR) {
+                size_t aligned = (lo + per - 1) / per * per;
+                aligned = aligned < hi ? aligned : hi;
+                unpack_each(codes, lo, aligned, bits, scale, b, y);
+                i = avx2_unpack(codes, aligned, hi, bits, scale, b, y);
+            }
 #else
-        (void)path;
+            (void)path;
 #endif
-        unpack_each(packed, i, hi, bits, scales[j], beta, y);
+            unpack_each(codes, i, hi, bits, scale, b, y);
+        }
     }
 }

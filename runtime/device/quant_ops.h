@@ -33,10 +33,16 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
  * [-2^(bits-1), 2^(bits-1)) comes back unchanged); ceil(n * bits / 8)
  * bytes, the last one's unused bits 0. */
 void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out);
-/* y[i] = beta * y[i] + code(i) * scales[i / chunk] (code sign-extended,
- * in f32; beta = 0: y is only written). */
+/* The sum of `count` messages' codes, each times its chunk's scale:
+ * y[i] = beta * y[i] + code_0(i) * scales_0[i / chunk] + code_1(i) *
+ * scales_1[i / chunk] + ..., added in that order (code sign-extended, in
+ * f32; beta = 0: y is only written), message r's codes and scales
+ * r * stride bytes after packed and scales; y is written once.  The same
+ * bits as a call for each message in turn, the first with beta, the
+ * others with 1.  count >= 1; stride a multiple of 4 when count > 1. */
 void ddph__cpu_unpack_bits(ddph_simd_path path, const uint8_t *packed,
                            size_t n, int bits, size_t chunk,
-                           const float *scales, float beta, float *y);
+                           const float *scales, int count, size_t stride,
+                           float beta, float *y);
 
 #endif

@@ -217,15 +217,36 @@ static ddph_status svc_pack_bits(const ddph_services *s, const int8_t *q,
     return keep(h, DEV(h)->pack_bits(h->gpu, q, n, bits, packed, &e), &e);
 }
 
+/* unpack_bits's messages: at least one, and every message's scales as
+ * aligned as the first's. */
+static ddph_status need_messages(const ddph_services *s, int count,
+                                 size_t stride)
+{
+    if (count >= 1 && (count == 1 || stride % sizeof(float) == 0))
+        return DDPH_OK;
+    if (count < 1)
+        snprintf(host(s)->message, sizeof host(s)->message,
+                 "unpack_bits: count = %d, must be at least 1", count);
+    else
+        snprintf(host(s)->message, sizeof host(s)->message,
+                 "unpack_bits: stride %zu bytes between %d messages, must be "
+                 "a multiple of 4 (their scales are f32)",
+                 stride, count);
+    return DDPH_ERR_INVALID;
+}
+
 static ddph_status svc_unpack_bits(const ddph_services *s,
                                    const uint8_t *packed, size_t n, int bits,
                                    size_t chunk, const float *scales,
-                                   float beta, float *y)
+                                   int count, size_t stride, float beta,
+                                   float *y)
 {
     ddph_hook *h = host(s);
     ddph_status bad = need_bits(s, "unpack_bits", bits);
     if (bad == DDPH_OK)
         bad = need_chunk(s, "unpack_bits", chunk);
+    if (bad == DDPH_OK)
+        bad = need_messages(s, count, stride);
     if (bad == DDPH_OK)
         bad = need_op(s, "unpack_bits", DEV(h)->unpack_bits != NULL);
     if (bad != DDPH_OK)
@@ -233,7 +254,7 @@ static ddph_status svc_unpack_bits(const ddph_services *s,
     ddph_err e;
     return keep(h,
                 DEV(h)->unpack_bits(h->gpu, packed, n, bits, chunk, scales,
-                                    beta, y, &e),
+                                    count, stride, beta, y, &e),
                 &e);
 }
 

@@ -204,13 +204,12 @@ static ddph_status qsgd_on_bucket(void *state, const ddph_bucket *b,
         st = s->divide(s, scales, DDPH_F32, nc, (double)world);
     if (st == DDPH_OK)
         st = s->allgather(s, s->world, t->msg, t->all, mb, DDPH_U8);
-    /* Rank order on every rank: the same sum, the same bits. */
-    for (size_t r = 0; st == DDPH_OK && r < world; r++) {
-        const unsigned char *from = t->all + r * mb;
-        st = s->unpack_bits(s, from, n, t->bits, t->chunk,
-                            (const float *)(const void *)(from + codes),
-                            r == 0 ? 0.0f : 1.0f, x);
-    }
+    /* Every rank's message summed in rank order, in one pass over the
+     * bucket: the same sum, the same bits on every rank. */
+    if (st == DDPH_OK)
+        st = s->unpack_bits(s, t->all, n, t->bits, t->chunk,
+                            (const float *)(const void *)(t->all + codes),
+                            (int)world, mb, 0.0f, x);
     if (st == DDPH_OK)
         st = ddph_util_f32_store(s, b, x);
     return st;

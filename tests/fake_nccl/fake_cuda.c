@@ -607,8 +607,9 @@ typedef struct quant_launch {
     int8_t *q_out;
     uint8_t *packed_out;
     float *y;
-    size_t n, chunk;
+    size_t n, chunk, stride;
     unsigned bits;
+    int nmsg;
     float top, beta;
     uint64_t seed;
 } quant_launch;
@@ -626,12 +627,15 @@ static int quant_item(fake_item *it)
             k->q_out[i] = ddph__quant_scale_usable(s)
                               ? ddph__quant_round_one(k->x[i],
                                                       ddph__quant_inverse(s),
-                                                      k->top, k->seed,
+                                                      k->top,
+                                                      ddph__quant_key(k->seed),
                                                       (uint32_t)i)
                               : 0;
         } else {
-            float d = ddph__quant_decode(k->packed, i, k->bits, s);
-            k->y[i] = k->beta == 0.0f ? d : ddph__quant_onto(k->beta, k->y[i], d);
+            k->y[i] = ddph__quant_sum_one(k->packed, k->scales, k->nmsg,
+                                          k->stride, i, i / k->chunk, k->bits,
+                                          k->beta,
+                                          k->beta == 0.0f ? 0.0f : k->y[i]);
         }
     }
     free(it->a);
@@ -668,12 +672,13 @@ int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
                         stream);
 }
 int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n, int bits,
-                           size_t chunk, const float *scales, float beta,
-                           float *y, void *stream)
+                           size_t chunk, const float *scales, int nmsg,
+                           size_t stride, float beta, float *y, void *stream)
 {
     return launch_quant(&(quant_launch){.op = UNPACK, .packed = packed,
                                         .n = n, .bits = (unsigned)bits,
                                         .chunk = chunk, .scales = scales,
+                                        .nmsg = nmsg, .stride = stride,
                                         .beta = beta, .y = y},
                         stream);
 }

@@ -356,8 +356,9 @@ static void quant_case(const float *x, size_t n, size_t chunk, int bits,
         memcpy(y_cpu, x, n * 4);
         cuda_ok(cudaMemcpy(dy, x, n * 4, cudaMemcpyHostToDevice), "copy in");
         ddph__cpu_unpack_bits(DDPH_SIMD_SCALAR, p_cpu, n, bits, chunk, scales,
-                              beta, y_cpu);
-        cuda_ok(ddph__cuda_unpack_bits(dp, n, bits, chunk, ds, beta, dy, stream),
+                              1, 0, beta, y_cpu);
+        cuda_ok(ddph__cuda_unpack_bits(dp, n, bits, chunk, ds, 1, 0, beta, dy,
+                                       stream),
                 "unpack_bits");
         snprintf(what, sizeof what, "unpack_bits, %d bits, n %zu, beta %g",
                  bits, n, (double)beta);

@@ -160,7 +160,8 @@ ddph_status ddph__nccl_pack_bits(ddph_nccl *n, const int8_t *q, size_t count,
                                  int bits, uint8_t *packed, ddph_err *err);
 ddph_status ddph__nccl_unpack_bits(ddph_nccl *n, const uint8_t *packed,
                                    size_t count, int bits, size_t chunk,
-                                   const float *scales, float beta, float *y,
+                                   const float *scales, int nmsg,
+                                   size_t stride, float beta, float *y,
                                    ddph_err *err);
 
 #endif

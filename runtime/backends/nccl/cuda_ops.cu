@@ -345,12 +345,13 @@ __global__ void round_stochastic_kernel(const float *x, size_t n, size_t chunk,
                                         const float *scales, float top,
                                         uint64_t seed, int8_t *q)
 {
+    uint32_t key = ddph__quant_key(seed);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float s = scales[i / chunk];
         q[i] = ddph__quant_scale_usable(s)
                    ? ddph__quant_round_one(x[i], ddph__quant_inverse(s), top,
-                                           seed, static_cast<uint32_t>(i))
+                                           key, static_cast<uint32_t>(i))
                    : 0;
     }
 }
@@ -365,15 +366,17 @@ __global__ void pack_bits_kernel(const int8_t *q, size_t n, unsigned bits,
         out[j] = ddph__quant_pack_byte(q, n, j, bits);
 }
 
+// Every message summed in a thread's registers, y written once.
 __global__ void unpack_bits_kernel(const uint8_t *packed, size_t n,
                                    unsigned bits, size_t chunk,
-                                   const float *scales, float beta, float *y)
+                                   const float *scales, int nmsg,
+                                   size_t stride, float beta, float *y)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float d = ddph__quant_decode(packed, i, bits, scales[i / chunk]);
-        y[i] = beta == 0.0f ? d : ddph__quant_onto(beta, y[i], d);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = ddph__quant_sum_one(packed, scales, nmsg, stride, i,
+                                   i / chunk, bits, beta,
+                                   beta == 0.0f ? 0.0f : y[i]);
 }
 
 unsigned blocks_for(size_t n)
@@ -704,13 +707,15 @@ extern "C" int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
 
 extern "C" int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n,
                                       int bits, size_t chunk,
-                                      const float *scales, float beta,
-                                      float *y, void *stream)
+                                      const float *scales, int nmsg,
+                                      size_t stride, float beta, float *y,
+                                      void *stream)
 {
     if (n == 0)
         return 0;
     unpack_bits_kernel<<<blocks_for(n), 256, 0,
                          static_cast<cudaStream_t>(stream)>>>(
-        packed, n, static_cast<unsigned>(bits), chunk, scales, beta, y);
+        packed, n, static_cast<unsigned>(bits), chunk, scales, nmsg, stride,
+        beta, y);
     return static_cast<int>(cudaGetLastError());
 }

@@ -70,8 +70,8 @@ int ddph__cuda_round_stochastic(const float *x, size_t n, size_t chunk,
 int ddph__cuda_pack_bits(const signed char *q, size_t n, int bits,
                          unsigned char *packed, void *stream);
 int ddph__cuda_unpack_bits(const unsigned char *packed, size_t n, int bits,
-                           size_t chunk, const float *scales, float beta,
-                           float *y, void *stream);
+                           size_t chunk, const float *scales, int nmsg,
+                           size_t stride, float beta, float *y, void *stream);
 
 #ifdef __cplusplus
 }

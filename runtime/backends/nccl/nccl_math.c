@@ -338,10 +338,11 @@ ddph_status ddph__nccl_pack_bits(ddph_nccl *n, const int8_t *q, size_t count,
 
 ddph_status ddph__nccl_unpack_bits(ddph_nccl *n, const uint8_t *packed,
                                    size_t count, int bits, size_t chunk,
-                                   const float *scales, float beta, float *y,
+                                   const float *scales, int nmsg,
+                                   size_t stride, float beta, float *y,
                                    ddph_err *err)
 {
-    int e = ddph__cuda_unpack_bits(packed, count, bits, chunk, scales, beta, y,
-                                   n->stream);
+    int e = ddph__cuda_unpack_bits(packed, count, bits, chunk, scales, nmsg,
+                                   stride, beta, y, n->stream);
     return e ? ddph__cuda_fail(err, e, "unpack_bits kernel") : DDPH_OK;
 }

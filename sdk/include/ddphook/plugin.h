@@ -451,11 +451,20 @@ struct ddph_services {
      * unused bits of the last one 0. */
     ddph_status (*pack_bits)(const ddph_services *s, const int8_t *q,
                              size_t n, int bits, uint8_t *packed);
-    /* y[i] = beta * y[i] + code(i) * scales[i / chunk], the code
-     * sign-extended, in f32; with beta = 0, y is only written. */
+    /* The sum of `count` messages' codes, each times its chunk's scale:
+     * y[i] = beta * y[i] + code_0(i) * scales_0[i / chunk]
+     *        + code_1(i) * scales_1[i / chunk] + ...,
+     * each code sign-extended, each operation in f32 and the terms added
+     * in message order (so every rank that unpacks the same messages gets
+     * the same bits); with beta = 0, y is only written, once whatever the
+     * count.  Message r's codes are r * stride bytes after packed, its
+     * scales r * stride bytes after scales (one gathered buffer of equal
+     * messages: stride is a message's size, a multiple of 4 when
+     * count > 1).  count = 1 unpacks one message (stride unused). */
     ddph_status (*unpack_bits)(const ddph_services *s, const uint8_t *packed,
                                size_t n, int bits, size_t chunk,
-                               const float *scales, float beta, float *y);
+                               const float *scales, int count, size_t stride,
+                               float beta, float *y);
 };
 
 /* ---- the plugin table ------------------------------------------------------ */
