@@ -6,6 +6,9 @@
  * each addition).  Chunks, blocks and the order of the additions are the
  * MPI ring's, so the two backends' sums agree bit for bit.
  *
+ * With 2 ranks too: one exchange of the whole buffer (the same bytes in
+ * one round, twice the additions) was no faster (docs/performance.md).
+ *
  * Why a thread per ring: a step starts when the previous one has been
  * added, and the comm table's starts return at once (the trainer's
  * backward goes on); gloo's own collectives run on its threads likewise. */
