@@ -208,12 +208,17 @@ awk -v gate="$gate" -v gatelist="$tmp/gate" \
     $5 == "U" { use[++nuse] = $0; next }
     $1 == "lib" && $5 ~ /^[ABCDGRSTVWi]$/ {
         where = substr($3, 1, 8) == "runtime/" ? substr($3, 9) : $3
-        if (($4 in def) && def[$4] != where) {
+        # Weak definitions (V, W: the inline functions, templates and
+        # type information of C++, emitted by every file that uses them) are
+        # merged by the linker, not two copies.
+        if (($4 in def) && def[$4] != where && $5 !~ /^[VW]$/ &&
+            !weak[$4]) {
             # Two copies: a file compiled twice, or one name for two things.
             print $3 ": " $4 " (defined in " def[$4] " too)"
             bad++
         }
         def[$4] = where
+        weak[$4] = $5 ~ /^[VW]$/
         deffolder[$4] = $2
         defbackend[$4] = $6
     }

@@ -18,6 +18,9 @@
 #    post_localsgd (groups split from the world) give the same gradients,
 #    bit for bit, as under mpiexec (tests/python/ddp_same.py; where
 #    mpiexec is found);
+#  - the f16 and bf16 sums, at 2, 3 and 4 ranks, equal the order of
+#    additions of the rings (tests/python/ddp_halfsum.py), and the MPI
+#    backend's bit for bit where it goes round its ring too;
 #  - PowerSGD's state saved and loaded from Python resumes a run exactly
 #    (tests/python/ddp_resume.py, as tests/pytorch.sh checks it);
 #  - a hook that fails on every rank, and one that fails on the last rank
@@ -121,6 +124,50 @@ else
     echo "(mpiexec not found: the comparison with the MPI backend is left out)"
 fi
 
+# The f16 and bf16 sums (fp16 and bf16 hooks) at 2, 3 and 4 ranks, bucket
+# by bucket (1 element, fewer than the ranks, odd lengths, one past
+# 32 KiB): the torch backend's equal the rings' order of additions at
+# every size, and the MPI backend's from 32 KiB (where it goes round its
+# ring; below, MPICH adds in an order of its own), and the large bucket's
+# gradients are the same bits under both backends.
+for w in 2 3 4; do
+    log="$OUT/halfsum-torch-ws$w.log"
+    timeout 300 $LAUNCH -n $w --timeout 280 "$S/tests/python/ddp_halfsum.py" \
+        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/halfsum-torch-ws$w" \
+        --all >"$log" 2>&1
+    rc=$?
+    got=$(grep -c '^\[rank 0\] PASS: ' "$log")
+    if [ "$rc" -eq 0 ] && [ "$got" -eq 2 ]; then
+        ok "ddp_halfsum.py on $w ranks (torch backend): $(sed -n 's/^\[rank 0\] PASS: //p' "$log" | tr '\n' ';')"
+    else
+        ko "ddp_halfsum.py on $w ranks (torch backend): exit $rc, $got of 2 hooks passed (see $log)"
+    fi
+    if [ -z "${MPIEXEC:-}" ] || ! command -v "$MPIEXEC" >/dev/null 2>&1; then
+        continue
+    fi
+    log="$OUT/halfsum-mpi-ws$w.log"
+    timeout 300 "$MPIEXEC" -n $w $PY "$S/tests/python/ddp_halfsum.py" \
+        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/halfsum-mpi-ws$w" \
+        </dev/null >"$log" 2>&1
+    rc=$?
+    same=0
+    for h in fp16 bf16; do
+        r=0
+        while [ "$r" -lt "$w" ]; do
+            [ -s "$OUT/halfsum-mpi-ws$w/$h.big.rank$r.f32" ] &&
+                cmp -s "$OUT/halfsum-mpi-ws$w/$h.big.rank$r.f32" \
+                    "$OUT/halfsum-torch-ws$w/$h.big.rank$r.f32" &&
+                same=$((same + 1))
+            r=$((r + 1))
+        done
+    done
+    if [ "$rc" -eq 0 ] && [ "$same" -eq $((2 * w)) ]; then
+        ok "f16 and bf16 sums on $w ranks: the torch backend's = the MPI backend's, bit for bit, on every rank (and both = the ring's order)"
+    else
+        ko "f16 and bf16 sums on $w ranks: MPI run exit $rc, $same of $((2 * w)) gradients equal between backends (see $log)"
+    fi
+done
+
 for phase in full resume resume-resaved resume-without-state; do
     timeout 300 $LAUNCH -n 2 --timeout 250 "$S/tests/python/ddp_resume.py" \
         --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/resume" \
@@ -166,22 +213,42 @@ errors hook uneven-counts "rank [01] gives rank 0's block [0-9]* elements where 
 errors hook reordered "hook collectives' fingerprints (digest; a rank issued a different or reordered collective)" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = reorder\nat = 1\n"
 
-# Rank 1 closes the job after 2 steps; rank 0 waits in its third.
-log="$OUT/early-close.log"
-printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/early-close.ini"
-t0=$(date +%s)
-timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
-    --job "$OUT/early-close.ini" --case early-close >"$log" 2>&1
-rc=$?
-t=$(( $(date +%s) - t0 ))
-named=$(grep -c '^\[rank 0\] rank 0 raised .*rank 1 closed the job (ddph_close) after 2 synchronised steps' "$log")
-heard=$(grep -c '^\[rank 1\] ddphook\[rank 1\]: error: .*rank 0 failed: rank 1 closed the job' "$log")
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 1 ] &&
-    [ "$heard" -ge 1 ] && [ "$t" -le 60 ]; then
-    ok "early-close: rank 0 named rank 1's close, rank 1 heard why, in ${t}s"
-else
-    ko "early-close: exit $rc after ${t}s, rank 0 named the close $named times, rank 1 heard it $heard times (see $log)"
-fi
+# Both with allreduce (gloo's f32 sum) and fp16 (the torch backend's own
+# ring of send/recv for half-precision sums).
+for hk in allreduce fp16; do
+    # Rank 1 closes the job after 2 steps; rank 0 waits in its third.
+    log="$OUT/early-close-$hk.log"
+    printf '%b' "${R}[hook]\nname = $hk\n" > "$OUT/early-close.ini"
+    t0=$(date +%s)
+    timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+        --job "$OUT/early-close.ini" --case early-close >"$log" 2>&1
+    rc=$?
+    t=$(( $(date +%s) - t0 ))
+    named=$(grep -c '^\[rank 0\] rank 0 raised .*rank 1 closed the job (ddph_close) after 2 synchronised steps' "$log")
+    heard=$(grep -c '^\[rank 1\] ddphook\[rank 1\]: error: .*rank 0 failed: rank 1 closed the job' "$log")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 1 ] &&
+        [ "$heard" -ge 1 ] && [ "$t" -le 60 ]; then
+        ok "early-close ($hk): rank 0 named rank 1's close, rank 1 heard why, in ${t}s"
+    else
+        ko "early-close ($hk): exit $rc after ${t}s, rank 0 named the close $named times, rank 1 heard it $heard times (see $log)"
+    fi
+
+    # Rank 1 kills itself (SIGKILL) before its step 5: rank 0's wait on gloo
+    # ends at once (the connection is gone), not after timeout_s = 120.
+    log="$OUT/killed-$hk.log"
+    printf '%b' "${R}[hook]\nname = $hk\n" > "$OUT/killed.ini"
+    t0=$(date +%s)
+    timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+        --job "$OUT/killed.ini" --case killed >"$log" 2>&1
+    t=$(( $(date +%s) - t0 ))
+    said=$(grep -c '^\[rank 0\] rank 0 raised .*a peer rank died' "$log")
+    if grep -q '^env_launch.py: rank 0 exited [1-9]' "$log" && [ "$said" -ge 1 ] &&
+        [ "$t" -le 60 ]; then
+        ok "killed ($hk): rank 1 killed in step 5, rank 0 raised saying a peer died, ${t}s in all"
+    else
+        ko "killed ($hk): after ${t}s, rank 0 raised $said times saying a peer died (see $log)"
+    fi
+done
 
 # Rank 1's script ends with sys.exit(0) in its third step (no close of its
 # own: the bridge closes the job at exit): rank 0 names it, and rank 1's
@@ -194,22 +261,6 @@ if [ "$named" -ge 1 ] && grep -q '^env_launch.py: rank 1 exited 1$' "$log"; then
     ok "exit0: rank 1's sys.exit(0) mid-training: rank 0 named it, rank 1 exited 1"
 else
     ko "exit0: rank 0 named rank 1 $named times; $(grep '^env_launch.py: rank 1 exited' "$log") (see $log)"
-fi
-
-# Rank 1 kills itself (SIGKILL) before its step 5: rank 0's wait on gloo
-# ends at once (the connection is gone), not after timeout_s = 120.
-log="$OUT/killed.log"
-printf '%b' "${R}[hook]\nname = allreduce\n" > "$OUT/killed.ini"
-t0=$(date +%s)
-timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
-    --job "$OUT/killed.ini" --case killed >"$log" 2>&1
-t=$(( $(date +%s) - t0 ))
-said=$(grep -c '^\[rank 0\] rank 0 raised .*a peer rank died' "$log")
-if grep -q '^env_launch.py: rank 0 exited [1-9]' "$log" && [ "$said" -ge 1 ] &&
-    [ "$t" -le 60 ]; then
-    ok "killed: rank 1 killed in step 5, rank 0 raised saying a peer died, ${t}s in all"
-else
-    ko "killed: after ${t}s, rank 0 raised $said times saying a peer died (see $log)"
 fi
 
 echo "$pass passed, $fail failed"

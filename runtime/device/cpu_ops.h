@@ -10,6 +10,10 @@
 
 #include "support/util.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Scalar conversions: the reference every vector path must match. */
 uint16_t ddph__f32_to_f16(float f);
 float ddph__f16_to_f32(uint16_t h);
@@ -50,5 +54,9 @@ int ddph__cpu_blas_threads(int ranks_on_host);
 
 ddph_status ddph__cpu_orthogonalize(float *x, size_t rows, size_t cols,
                                     double eps, ddph_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

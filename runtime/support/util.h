@@ -10,6 +10,12 @@
 #include <ddphook/status.h>
 #include <ddphook/types.h>
 
+/* C++ (the torch backend's torch_ring.cc) reads it too, less what is C's
+ * alone. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DDPH__ERR_LEN 2048
 
 /* Detailed message of a failure, filled by the function that fails. */
@@ -73,7 +79,9 @@ static inline uint64_t ddph__mix64(uint64_t h, uint64_t v)
  * of the backends touches it while it waits, so that reducer.c's
  * watchdog can tell a hook that waits on a collective (which ends within
  * timeout_s by itself) from one stuck in its own code. */
+#ifndef __cplusplus
 void ddph__activity_bind(_Atomic long long *clock_us);
+#endif
 void ddph__activity_touch(void);
 /* Asks the kernel to give the calling thread a short time slice (0.1 ms,
  * Linux's sched_setattr for its fair scheduler; custom slices since
@@ -95,11 +103,17 @@ typedef struct ddph__sched_attr {
     uint32_t priority;
     uint64_t runtime, deadline, period;
 } ddph__sched_attr;
+#ifndef __cplusplus
 _Static_assert(sizeof(ddph__sched_attr) == 48, "sched_attr version 0");
+#endif
 #define DDPH__SHORT_SLICE_NS 100000 /* the least the kernel accepts */
 #define DDPH__SCHED_RESET_ON_FORK 0x01 /* SCHED_FLAG_RESET_ON_FORK */
 /* Chunk c of `count` elements split `parts` ways as evenly as integers
  * allow: elements [*at, *at + *n).  Every rank computes the same split. */
 void ddph__chunk(size_t count, int parts, int c, size_t *at, size_t *n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

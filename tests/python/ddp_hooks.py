@@ -183,12 +183,12 @@ def cases(out, rank):
     }
 
 
-def job_head(plugin_dir):
-    """A job file's [runtime] (CAP-sized buckets) and an allreduce [hook]."""
+def job_head(plugin_dir, cap=CAP):
+    """A job file's [runtime] (cap-sized buckets) and an allreduce [hook]."""
     return ("[runtime]\nplugin_path = %s\nbucket_cap_mb = %r\n"
             "first_bucket_cap_mb = %r\ntimeout_s = 60\n"
-            "[hook]\nname = allreduce\n" % (plugin_dir, CAP / 2**20,
-                                            CAP / 2**20))
+            "[hook]\nname = allreduce\n" % (plugin_dir, cap / 2**20,
+                                            cap / 2**20))
 
 
 def write_job(path, plugin_dir, table):

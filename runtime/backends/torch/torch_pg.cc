@@ -22,6 +22,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backends/torch/torch_attach.h"
+#include "backends/torch/torch_ring.h"
 
 namespace {
 
@@ -78,6 +79,7 @@ ddph_torch_attach_v1(const ddph_torch_attachment *a)
 
 struct tpg_group {
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    std::atomic<uint32_t> rings{0}; /* the tag of the next ring */
 };
 
 struct tpg_job {
@@ -387,10 +389,15 @@ std::string finish(tpg_work *w)
     return "";
 }
 
+/* deadline: for a ring's own waits (a second past the caller's, which
+ * reports the timeout). */
 c10::intrusive_ptr<c10d::Work> launch(tpg_group *g, const tpg_args *a,
-                                      tpg_work *w)
+                                      tpg_work *w, double deadline)
 {
     int size = g->pg->getSize(), rank = g->pg->getRank();
+    if (a->kind == TPG_ALLREDUCE && tpg_ring_takes(size, a->dtype, a->op))
+        return tpg_ring_start(g->pg, a->buf, a->count, a->dtype,
+                              (int)(g->rings++ & 0x7fffffff), deadline);
     at::ScalarType t = scalar_type(a->dtype);
     size_t elem = at::elementSize(t);
     switch (a->kind) {
@@ -647,7 +654,7 @@ ddph_status tpg_start(tpg_job *j, tpg_group *g, const tpg_args *a,
     if (!w)
         return fail(msg, cap, DDPH_ERR_NOMEM, "out of memory");
     try {
-        w->work = launch(g, a, w);
+        w->work = launch(g, a, w, now_s() + j->timeout_s + 1.0);
     } catch (const std::exception &e) {
         delete w;
         return fail(msg, cap, DDPH_ERR_BACKEND, "rank %d: gloo refused: %s",

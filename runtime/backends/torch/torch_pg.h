@@ -40,7 +40,8 @@ ddph_status tpg_group_new(tpg_job *j, const char *name, int rank, int size,
                           tpg_group **out, char *msg, size_t msg_cap);
 
 /* Collectives, started: *out is the work to wait for (NULL when it
- * completed at once).  counts: an allgatherv's, one per rank. */
+ * completed at once).  counts: an allgatherv's, one per rank.  f16 and
+ * bf16 sums go round ddphook's ring (torch_ring.h), the rest to gloo. */
 enum tpg_kind {
     TPG_ALLREDUCE,
     TPG_ALLGATHER,
