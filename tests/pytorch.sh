@@ -86,7 +86,7 @@ for w in 2 4; do
                 set -- "$@" "ddp_static_graph.py $P --out $OUT/static --hook $hook --static $static"
             done
         done
-        for phase in full resume resume-resaved resume-without-state; do
+        for phase in full resume resume-resaved resume-without-state rank0-alone; do
             set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase $phase"
         done
     else
@@ -129,6 +129,11 @@ for w in 2 4; do
         k=$((k + 4))
         exited $k && exited $((k + 1)) && exited $((k + 2)) &&
             exited $((k + 3)) || ko "ddp_state_dict.py (see $log)"
+        if exited $((k + 4)); then
+            ok "state_dict called by rank 0 alone: rank 0 raises after its timeout, naming rank 1"
+        else
+            ko "state_dict called by rank 0 alone (see $log)"
+        fi
     else
         n=$(section $k | sed 's/rank [0-3] raised /\n&/g' | grep -c "^rank [0-3] raised Error: .*the state dict was taken in a job of 2 ranks; this job has 4")
         if exited $k && [ "$n" -eq 4 ]; then

@@ -224,6 +224,16 @@ def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.T
     return state._on_bucket(bucket)
 
 
+def _in_store(store, key):
+    """Whether `key` is in `store` now (torch 1.13's stores have no check
+    in Python: a wait of a millisecond)."""
+    try:
+        store.wait([key], datetime.timedelta(milliseconds=1))
+        return True
+    except RuntimeError:
+        return False
+
+
 def _unwrap(fut):
     """The value, or the exception raised: DDP (C++) then sees an error
     with its message, not an exception object it cannot use as a tensor."""
@@ -842,7 +852,7 @@ class HookState:
         try:
             store.wait(keys, timeout)
         except RuntimeError:
-            missing = [k for k in keys if not store.check([k])]
+            missing = [k for k in keys if not _in_store(store, k)]
             raise Error("ddphook: state_dict: rank 0 waited %s for rank%s "
                         "%s to call state.state_dict(): call it on every "
                         "rank, at the same step (only rank 0 waits, for "

@@ -22,8 +22,11 @@ Refusals (each rank prints "rank R raised ERROR: MESSAGE" and returns 3):
 --phase wrong-world: OUT/ckpt.pt on another world size (refused at once,
 the job goes on: returns 0 after the message); --phase other-hook: the
 same model with the fp16 hook loads it after a step; --phase damaged:
-rank 1's part has one byte changed."""
+rank 1's part has one byte changed.
+--phase rank0-alone: after a step, rank 0 alone calls state_dict (a
+timeout of 2 s): it must raise, naming rank 1 (returns 0 then)."""
 import argparse
+import datetime
 import os
 import sys
 
@@ -41,7 +44,7 @@ def main(argv=None):
     ap.add_argument("--phase", required=True,
                     choices=["full", "resume", "resume-resaved",
                              "resume-without-state", "wrong-world",
-                             "other-hook", "damaged"])
+                             "other-hook", "damaged", "rank0-alone"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -64,6 +67,17 @@ def main(argv=None):
     def step(i):
         train_step(model, opt, i, rank)
 
+    if a.phase == "rank0-alone":
+        step(0)
+        if rank != 0:
+            return 0
+        try:
+            state.state_dict(timeout=datetime.timedelta(seconds=2))
+        except ddphook.Error as e:
+            print("rank 0 raised %s: %s" % (type(e).__name__, e), flush=True)
+            return 0 if "waited 0:00:02 for rank 1 to call" in str(e) else 1
+        print("rank 0: no exception", flush=True)
+        return 1
     if a.phase in ("wrong-world", "other-hook", "damaged"):
         ckpt = torch.load(saved)
         if a.phase == "damaged":
