@@ -15,6 +15,14 @@
 #    collective first: state.save must not wait for the other ranks), or
 #    saved again right after loading; a save no step follows is written at
 #    the job's close (tests/python/ddp_resume.py);
+#  - the hook's state in a rank-0 torch.save checkpoint
+#    (state.state_dict() on every rank after rank 0's lone gloo
+#    collective, load_state_dict on every rank) resumes a run exactly; one
+#    from another world size, another hook, or damaged, is refused on
+#    every rank, naming the cause (tests/python/ddp_state_dict.py);
+#  - DDP's static_graph=True gives the gradients and parameters of
+#    static_graph=False, bit for bit, with fp16 and PowerSGD, and no
+#    bucket layout warning (tests/python/ddp_static_graph.py);
 #  - the bytes each rank sends per step through the bridge, for every hook
 #    above, equal what the C runtime sends for the same parameters,
 #    buckets and job (`ddphook replay` of a trace of the bridge's
@@ -73,6 +81,17 @@ for w in 2 4; do
         for phase in full resume resume-resaved resume-without-state; do
             set -- "$@" "ddp_resume.py $P --out $OUT/resume --phase $phase"
         done
+        for hook in fp16 powersgd; do
+            for static in 0 1; do
+                set -- "$@" "ddp_static_graph.py $P --out $OUT/static --hook $hook --static $static"
+            done
+        done
+        for phase in full resume resume-resaved resume-without-state rank0-alone; do
+            set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase $phase"
+        done
+    else
+        # The 2-rank checkpoint on 4 ranks: refused at once on every rank.
+        set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase wrong-world"
     fi
     log="$OUT/suite-ws$w.log"
     timeout 900 "$MPIEXEC" -n "$w" "$PY" "$S/tests/python/ddp_suite.py" "$@" \
@@ -103,6 +122,25 @@ for w in 2 4; do
     if [ "$w" -eq 2 ]; then
         exited $k && exited $((k + 1)) && exited $((k + 2)) &&
             exited $((k + 3)) || ko "ddp_resume.py (see $log)"
+        k=$((k + 4))
+        exited $k && exited $((k + 1)) && exited $((k + 2)) &&
+            exited $((k + 3)) || ko "ddp_static_graph.py (see $log)"
+        warned=$(for j in 0 1 2 3; do section $((k + j)); done | grep -c 'bucket layout warnings: 0$')
+        k=$((k + 4))
+        exited $k && exited $((k + 1)) && exited $((k + 2)) &&
+            exited $((k + 3)) || ko "ddp_state_dict.py (see $log)"
+        if exited $((k + 4)); then
+            ok "state_dict called by rank 0 alone: rank 0 raises after its timeout, naming rank 1"
+        else
+            ko "state_dict called by rank 0 alone (see $log)"
+        fi
+    else
+        n=$(section $k | sed 's/rank [0-3] raised /\n&/g' | grep -c "^rank [0-3] raised Error: .*the state dict was taken in a job of 2 ranks; this job has 4")
+        if exited $k && [ "$n" -eq 4 ]; then
+            ok "state_dict: a 2-rank checkpoint refused on 4 ranks, on every rank, naming both world sizes"
+        else
+            ko "state_dict: a 2-rank checkpoint on 4 ranks: $n of 4 ranks refused it naming the world sizes (see $log)"
+        fi
     fi
 done
 [ -n "$V" ] || echo "(reference vectors not found at '${REFERENCE_VECTORS:-}': their DDP check is left out; configure --with-reference-vectors=DIR)"
@@ -114,6 +152,60 @@ done
 # the hook's state it does not.  A save no step follows is written when
 # the job closes.
 resumed_checks "$OUT/resume"
+
+# The hook's state in a rank-0 torch.save checkpoint (state_dict, taken
+# after rank 0's lone gloo collective: only rank 0 waits, for the other
+# ranks' state_dict calls alone): a run resumed from it after step 3 ends
+# where an uninterrupted one does, byte for byte, also from the state dict
+# taken again right after loading it; without the hook's state it does
+# not.
+res="$OUT/state_dict"
+for r in 0 1; do
+    if resumed_same "$res" $r; then
+        ok "rank $r: resumed through torch.save(state.state_dict()) and load_state_dict = uninterrupted, byte for byte (and not without it)"
+    else
+        ko "rank $r: resumed through state_dict differs from the uninterrupted run, or equals it without the hook's state (see $res)"
+    fi
+done
+# ... and refused, on both ranks, naming the cause: loaded by a model
+# whose hook is fp16, and with a byte of rank 1's part changed.
+for case in "other-hook:holds the state of model 'model' with hook 'powersgd' [^;]*; this job's is 'model' with hook 'fp16'" \
+    "damaged:the hook state given to rank 1: checksum mismatch"; do
+    name=${case%%:*} want=${case#*:}
+    log="$OUT/state_dict-$name.log"
+    timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_state_dict.py" \
+        $P --out "$res" --phase "$name" </dev/null >"$log" 2>&1
+    rc=$?
+    n=$(sed 's/rank [01] raised /\n&/g' "$log" | grep -c "^rank [01] raised Error: ddphook: load_state_dict: .*$want")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -eq 2 ]; then
+        ok "state_dict $name: refused on both ranks, naming the cause"
+    else
+        ko "state_dict $name: exit $rc, $n of 2 ranks refused naming '$want' (see $log)"
+    fi
+done
+
+# DDP's static_graph=True (its first two steps hand the hook one bucket of
+# every parameter; its buckets are rebuilt at the third) gives the
+# gradients and parameters of static_graph=False, bit for bit, with fp16
+# and PowerSGD; no layout warning: the bridge compares DDP's buckets with
+# its own once DDP has rebuilt them.
+for hook in fp16 powersgd; do
+    same=0
+    for r in 0 1; do
+        cmp -s "$OUT/static/$hook.static0.rank$r.f32" "$OUT/static/$hook.static1.rank$r.f32" &&
+            [ -s "$OUT/static/$hook.static0.rank$r.f32" ] && same=$((same + 1))
+    done
+    if [ "$same" -eq 2 ]; then
+        ok "$hook: static_graph=True = static_graph=False, gradients of 6 steps and parameters, bit for bit, on 2 of 2 ranks"
+    else
+        ko "$hook: static_graph=True differs from static_graph=False on $((2 - same)) of 2 ranks (see $OUT/static)"
+    fi
+done
+if [ "${warned:-0}" -eq 4 ]; then
+    ok "static_graph=True and False: no bucket layout warning in 4 of 4 runs"
+else
+    ko "static_graph: ${warned:-0} of 4 runs without a bucket layout warning (see $OUT/suite-ws2.log)"
+fi
 
 # Bytes per step: the bridge's (state.bytes_sent) against the C runtime's
 # for the same parameters, buckets, hook and options (ddphook replay of a

@@ -13,6 +13,17 @@ if [ -z "$PY" ]; then
     exit 77
 fi
 
+# resumed_same DIR R: rank R's parameters of the runs resumed with the
+# hook's state (resume, resume-resaved) equal the uninterrupted run's
+# (full), byte for byte, and the run resumed without it
+# (resume-without-state) does not.
+resumed_same() {
+    f="$1/full.rank$2.f32"
+    [ -s "$f" ] && cmp -s "$f" "$1/resume.rank$2.f32" &&
+        cmp -s "$f" "$1/resume-resaved.rank$2.f32" &&
+        ! cmp -s "$f" "$1/resume-without-state.rank$2.f32"
+}
+
 # resumed_checks DIR: tests/python/ddp_resume.py's four phases (full,
 # resume, resume-resaved, resume-without-state) wrote DIR; the caller's
 # ok/ko get one verdict per rank (0, 1) for the resumed parameters and
@@ -20,10 +31,7 @@ fi
 resumed_checks() {
     res=$1
     for r in 0 1; do
-        if cmp -s "$res/full.rank$r.f32" "$res/resume.rank$r.f32" &&
-            cmp -s "$res/full.rank$r.f32" "$res/resume-resaved.rank$r.f32" &&
-            [ -s "$res/full.rank$r.f32" ] &&
-            ! cmp -s "$res/full.rank$r.f32" "$res/resume-without-state.rank$r.f32"; then
+        if resumed_same "$res" $r; then
             ok "rank $r: resumed with the hook's state (saved after rank 0's lone gloo collective; saved again after loading) = uninterrupted, byte for byte (and not without it)"
         else
             ko "rank $r: resumed parameters differ from the uninterrupted run's, or equal them without the hook's state"

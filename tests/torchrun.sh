@@ -21,8 +21,10 @@
 #  - the f16 and bf16 sums, at 2, 3 and 4 ranks, equal the order of
 #    additions of the rings (tests/python/ddp_halfsum.py), and the MPI
 #    backend's bit for bit where it goes round its ring too;
-#  - PowerSGD's state saved and loaded from Python resumes a run exactly
-#    (tests/python/ddp_resume.py, as tests/pytorch.sh checks it);
+#  - PowerSGD's state saved and loaded from Python resumes a run exactly,
+#    through state.save/load and through torch.save(state.state_dict())
+#    (tests/python/ddp_resume.py and ddp_state_dict.py, as
+#    tests/pytorch.sh checks them);
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
 #    (tests/python/ddp_errors.py); so do an allgatherv whose counts differ
@@ -175,6 +177,21 @@ for phase in full resume resume-resaved resume-without-state; do
         ko "ddp_resume.py --phase $phase (see $OUT/resume-$phase.log)"
 done
 resumed_checks "$OUT/resume"
+# The same through torch.save(state.state_dict()): rank 0 gathers the
+# other rank's part through the launcher's store.
+for phase in full resume resume-resaved resume-without-state; do
+    timeout 300 $LAUNCH -n 2 --timeout 250 "$S/tests/python/ddp_state_dict.py" \
+        --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/state_dict" \
+        --phase "$phase" >"$OUT/state_dict-$phase.log" 2>&1 ||
+        ko "ddp_state_dict.py --phase $phase (see $OUT/state_dict-$phase.log)"
+done
+for r in 0 1; do
+    if resumed_same "$OUT/state_dict" $r; then
+        ok "rank $r: resumed through torch.save(state.state_dict()) = uninterrupted, byte for byte (and not without it)"
+    else
+        ko "rank $r: resumed through state_dict differs from the uninterrupted run, or equals it without the hook's state (see $OUT/state_dict)"
+    fi
+done
 
 # errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)
 errors() {

@@ -76,6 +76,11 @@ _SIGNATURES = {
     "ddph_state_save": (_I, [_P, _S]),
     "ddph_state_load": (_I, [_P, _S]),
     "ddph_state_check": (_I, [_P, _S]),
+    "ddph_state_save_to_memory": (_I, [_P, ctypes.POINTER(_P),
+                                       ctypes.POINTER(ctypes.c_size_t)]),
+    "ddph_state_free": (None, [_P]),
+    "ddph_state_load_from_memory": (_I, [_P, ctypes.c_char_p,
+                                         ctypes.c_size_t]),
 }
 
 

@@ -49,6 +49,9 @@ from . import Error, _capi, current_job, lib, open_job, status_name
 
 __all__ = ["comm_hook", "init_process_group", "HookState"]
 
+# HookState.state_dict()'s "format": what load_state_dict() accepts.
+_STATE_DICT_FORMAT = "ddphook.torch.HookState.state_dict/1"
+
 _DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
            torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
 
@@ -209,6 +212,9 @@ def comm_hook(job_ini, model=None, name="model"):
         cap = getattr(model, "bucket_bytes_cap", None)  # a DDP module's
         if cap:
             state._caps = (state._caps[0], cap / 2.0 ** 20)
+        if getattr(model, "static_graph", False):
+            # static_graph=True: DDP rebuilds its buckets one step later.
+            state._layout_step = 2
         state._watch(getattr(model, "module", model))
     return state, hook
 
@@ -216,6 +222,16 @@ def comm_hook(job_ini, model=None, name="model"):
 def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP's communication hook: `state` is comm_hook's HookState."""
     return state._on_bucket(bucket)
+
+
+def _in_store(store, key):
+    """Whether `key` is in `store` now (torch 1.13's stores have no check
+    in Python: a wait of a millisecond)."""
+    try:
+        store.wait([key], datetime.timedelta(milliseconds=1))
+        return True
+    except RuntimeError:
+        return False
 
 
 def _unwrap(fut):
@@ -311,11 +327,14 @@ class HookState:
         self._step_open = False
         self._end_pending = False  # step waited, ddph_step_end not yet run
         self._load_path = None
+        self._load_bytes = None  # load_state_dict's, before the first step
+        self._state_dicts = 0  # state_dict() calls: the store's keys
         # state.save() paths, written collectively at the next step's
         # first bucket (or by flush(), load() or the job's close).
         self._saves_pending = []
         job.before_close.append(self._flush_at_close)
         self._warned_layout = False
+        self._layout_step = 1  # the step DDP's buckets are rebuilt by
         self._idle = threading.Event()
         self._idle.set()
         self._work = queue.Queue()
@@ -426,6 +445,9 @@ class HookState:
         if self._load_path is not None:
             path, self._load_path = self._load_path, None
             self._load_now(path)
+        if self._load_bytes is not None:
+            data, self._load_bytes = self._load_bytes, None
+            self._load_memory(data)
 
     # ---- the hook ---------------------------------------------------------
 
@@ -513,7 +535,7 @@ class HookState:
                       "step_begin")
             self._step_open = True
         indices = [self.index[id(p)] for p in e.params]
-        if self.steps == 1 and not self._warned_layout:
+        if self.steps == self._layout_step and not self._warned_layout:
             self._check_layout(e.index, indices)
         e.buckets = frozenset(self._bucket_of[i] for i in indices)
         with self._lock:  # before its buckets can be done
@@ -757,10 +779,142 @@ class HookState:
         if self.model is None:
             if self._saves_pending:
                 self._commit_saves("state.load()")  # raises: no state yet
-            self._load_path = path
+            self._load_path, self._load_bytes = path, None
             return
         self._commit_saves("state.load()")
         self._load_now(path)
+
+    # ---- checkpoints as PyTorch keeps them ------------------------------
+
+    def state_dict(self, gather=True, timeout=datetime.timedelta(minutes=5)):
+        """The hook's state as it is now, for the dict a script gives
+        torch.save: call it on every rank, between steps (where save()
+        would be called).  Each rank's part is its own state (PowerSGD's
+        error feedback differs per rank), in the bytes of its state file
+        (ddph_state_save_to_memory), taken at the call.
+
+        gather=True: rank 0's dict holds every rank's part, so that a
+        rank-0 checkpoint restores every rank exactly.  No collective: the
+        other ranks hand their part to the store of torch.distributed's
+        default group and return at once; rank 0 waits (at most
+        `timeout`) until each of them has called state_dict(), and never
+        for anything else, so the script's own collectives need no new
+        order (rank 0 may evaluate through the DDP model first).  The
+        other ranks' dicts hold their own part.  gather=False: every
+        rank's dict holds its own part only (a checkpoint per rank).
+
+        Before the first backward pass it is what load_state_dict() was
+        given (applied at that pass)."""
+        self._between_steps("state_dict")
+        rank, world = self.job.rank, self.job.world_size
+        gather = gather and world > 1
+        seq = self._state_dicts
+        self._state_dicts += 1
+        store = dist.PrefixStore(
+            "ddphook/state_dict/%s/%d/" % (self.name, seq),
+            dist.distributed_c10d._get_default_store()) if gather else None
+        try:
+            mine = self._own_state("state_dict")
+        except Error as e:
+            if gather and rank != 0:  # rank 0 must not wait for it
+                store.set(str(rank), b"E" + str(e).encode())
+            raise
+        parts = {rank: mine}
+        if gather and rank != 0:
+            store.set(str(rank), b"S" + mine)
+        elif gather:
+            parts.update(self._collect(store, world, timeout))
+        return {"format": _STATE_DICT_FORMAT, "world_size": world,
+                "model": self.name, "hook": self.hook_name(),
+                "ranks": parts}
+
+    def _own_state(self, what):
+        """This rank's state as bytes (ddph_state_save_to_memory); before
+        the first backward pass, the bytes load_state_dict() was given."""
+        if self.model is None:
+            if self._load_bytes is not None:
+                return self._load_bytes
+            raise Error("ddphook: %s: no backward pass has run, so the hook "
+                        "has no state yet (its parameters are registered at "
+                        "the first one)" % what, "DDPH_ERR_STATE")
+        data, size = ctypes.c_void_p(), ctypes.c_size_t()
+        self.job.check(lib().ddph_state_save_to_memory(
+            self.job.ctx, ctypes.byref(data), ctypes.byref(size)), what)
+        try:
+            return ctypes.string_at(data, size.value)
+        finally:
+            lib().ddph_state_free(data)
+
+    def _collect(self, store, world, timeout):
+        """On rank 0: the other ranks' parts from the store, each taken
+        out of it once read."""
+        keys = [str(r) for r in range(1, world)]
+        try:
+            store.wait(keys, timeout)
+        except RuntimeError:
+            missing = [k for k in keys if not _in_store(store, k)]
+            raise Error("ddphook: state_dict: rank 0 waited %s for rank%s "
+                        "%s to call state.state_dict(): call it on every "
+                        "rank, at the same step (only rank 0 waits, for "
+                        "that call alone)" % (
+                            timeout, "s" if len(missing) > 1 else "",
+                            ", ".join(missing)), "DDPH_ERR_TIMEOUT")
+        parts = {}
+        for k in keys:
+            value = store.get(k)
+            try:
+                store.delete_key(k)
+            except RuntimeError:
+                pass  # a store that cannot delete keeps it
+            if value[:1] != b"S":
+                raise Error("ddphook: state_dict: rank %s could not take "
+                            "its part: %s" % (
+                                k, value[1:].decode(errors="replace")),
+                            "DDPH_ERR_STATE")
+            parts[int(k)] = value[1:]
+        return parts
+
+    def load_state_dict(self, state_dict):
+        """Loads what state_dict() returned (torch.load's copy of it): call
+        it on every rank, between steps, with a dict that holds this
+        rank's part (rank 0's gathered one holds every rank's); before the
+        first step it is applied when the parameters are registered.
+        Collective, as load(): a dict of another world size is refused at
+        once; one of another model or hook, another layout, or damaged
+        bytes, on every rank (ddph_state_load_from_memory's checks)."""
+        self._between_steps("load_state_dict")
+        if not isinstance(state_dict, dict) or \
+                state_dict.get("format") != _STATE_DICT_FORMAT:
+            raise Error("ddphook: load_state_dict: not a dict made by "
+                        "ddphook.torch.HookState.state_dict() (format %s)" %
+                        _STATE_DICT_FORMAT, "DDPH_ERR_INVALID")
+        world = state_dict.get("world_size")
+        if world != self.job.world_size:
+            raise Error("ddphook: load_state_dict: the state dict was taken "
+                        "in a job of %s ranks; this job has %d: each rank's "
+                        "hook state (PowerSGD's error feedback) belongs to "
+                        "its rank, and does not carry over to another world "
+                        "size" % (world, self.job.world_size),
+                        "DDPH_ERR_MISMATCH")
+        mine = state_dict.get("ranks", {}).get(self.job.rank)
+        if not isinstance(mine, bytes):
+            why = ("load_state_dict: the state dict holds the hook state of "
+                   "rank%s %s, not rank %d's: load rank 0's gathered dict "
+                   "(state_dict(gather=True)) or this rank's own" % (
+                       "s" if len(state_dict.get("ranks", {})) != 1 else "",
+                       sorted(state_dict.get("ranks", {})), self.job.rank))
+            # The other ranks may hold theirs, and be in the load.
+            self.job.abort(why)
+            raise Error("ddphook: " + why, "DDPH_ERR_MISMATCH")
+        self._commit_saves("state.load_state_dict()")
+        if self.model is None:
+            self._load_path, self._load_bytes = None, mine
+            return
+        self._load_memory(mine)
+
+    def _load_memory(self, data):
+        self.job.check(lib().ddph_state_load_from_memory(
+            self.job.ctx, data, len(data)), "load_state_dict")
 
     def hook_name(self):
         return lib().ddph_model_hook_name(self.model).decode() \

@@ -15,6 +15,7 @@
 #include "core/ranks/roll_call.h"
 #include "core/ranks/replicas.h"
 #include "core/state/state_file.h"
+#include "core/state/state_memory.h"
 #include "core/ranks/step_check.h"
 #include "backends/registry.h"
 
@@ -723,6 +724,31 @@ ddph_status ddph_state_check(ddph_ctx *ctx, const char *path)
     if (st != DDPH_OK)
         memcpy(ctx->error, e.msg, sizeof ctx->error);
     return st;
+}
+
+ddph_status ddph_state_save_to_memory(ddph_ctx *ctx, void **data,
+                                      size_t *len)
+{
+    if (!ctx || !data || !len)
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_save_memory(ctx, data, len, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+void ddph_state_free(void *data)
+{
+    free(data);
+}
+
+ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
+                                        size_t len)
+{
+    if (!ctx || (!data && len))
+        return DDPH_ERR_INVALID;
+    ddph_err e;
+    ddph_status st = ddph__state_load_memory(ctx, data, len, &e);
+    return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
 }
 
 ddph_status ddph_state_load(ddph_ctx *ctx, const char *path)

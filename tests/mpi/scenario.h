@@ -85,6 +85,9 @@ void run_trace(void);
 void run_nonfinite(void);
 void run_bucket_caps(void);
 
+/* scenarios_state.c */
+void run_state_memory(void);
+
 /* scenarios_trust.c */
 void run_models_crossing(void);
 void run_no_sync_one_rank(void);

@@ -95,6 +95,10 @@ static const scenario registry[] = {
     {"powersgd", run_powersgd, "2,4", 0, 120,
      "exact reconstruction of rank-1 gradients, error feedback, bytes on the "
      "wire, statistics, PyTorch's invalid-option rule"},
+    {"state-memory", run_state_memory, "2,3", 0, 120,
+     "PowerSGD's state saved to memory and loaded back: the next steps "
+     "repeat bit for bit; another rank's bytes and damaged bytes refused on "
+     "every rank"},
     {"powersgd-blocks", run_powersgd_blocks, "2,4", 0, 120,
      "per-tensor and batched PowerSGD on matrices of several 256 KiB row "
      "blocks: each step's projection"},

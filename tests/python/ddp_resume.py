@@ -29,6 +29,36 @@ import torch
 import ddphook.torch
 
 
+def start(plugin_dir, job, hook="powersgd"):
+    """Writes the job file `job` (PowerSGD of rank 1 from step 2, or
+    `hook`), opens the job and returns it with the seeded MLP (shared with
+    ddp_state_dict.py)."""
+    with open(job, "w") as f:
+        f.write("[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.01\n"
+                "first_bucket_cap_mb = 0.01\ntimeout_s = 30\n"
+                "[hook]\nname = %s\n"
+                "[hook.powersgd]\nmatrix_approximation_rank = 1\n"
+                "start_powerSGD_iter = 2\n" % (plugin_dir, hook))
+    ddphook.torch.init_process_group(job)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 10))
+    # A buffer, as nanoGPT's attention mask: DDP's forward broadcasts it.
+    net.register_buffer("mask", torch.ones(4))
+    return job, net
+
+
+def train_step(model, opt, step, rank):
+    """One step of SGD on this rank's batch of `step`."""
+    g = torch.Generator().manual_seed(100 * step + rank)
+    x = torch.randn(16, 32, generator=g)
+    y = torch.randint(0, 10, (16,), generator=g)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin-dir", required=True)
@@ -40,20 +70,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
     os.makedirs(a.out, exist_ok=True)
-    job = os.path.join(a.out, "resume.%s.r%d.ini" % (a.phase, rank))
-    with open(job, "w") as f:
-        f.write("[runtime]\nplugin_path = %s\nbucket_cap_mb = 0.01\n"
-                "first_bucket_cap_mb = 0.01\ntimeout_s = 30\n"
-                "[hook]\nname = powersgd\n"
-                "[hook.powersgd]\nmatrix_approximation_rank = 1\n"
-                "start_powerSGD_iter = 2\n" % a.plugin_dir)
-    ddphook.torch.init_process_group(job)
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                              torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                              torch.nn.Linear(64, 10))
-    # A buffer, as nanoGPT's attention mask: DDP's forward broadcasts it.
-    net.register_buffer("mask", torch.ones(4))
+    job, net = start(a.plugin_dir, os.path.join(
+        a.out, "resume.%s.r%d.ini" % (a.phase, rank)))
     model = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     state, hook = ddphook.torch.comm_hook(job, model=model)
@@ -73,12 +91,7 @@ def main(argv=None):
             state.load(resaved + ".hooks")
         first = 3
     for step in range(first, 6):
-        g = torch.Generator().manual_seed(100 * step + rank)
-        x = torch.randn(16, 32, generator=g)
-        y = torch.randint(0, 10, (16,), generator=g)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        train_step(model, opt, step, rank)
         if a.phase == "full" and step == 2:
             if rank == 0:
                 with torch.no_grad():

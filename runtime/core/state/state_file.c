@@ -28,9 +28,7 @@ static char *rank_path(const char *path, int rank, const char *suffix)
     return p;
 }
 
-/* Every rank's share of one save or load succeeded, or every rank fails
- * with the first failing rank's message. */
-static ddph_status agree(ddph_ctx *ctx, ddph_status st, ddph_err *err)
+ddph_status ddph__state_agree(ddph_ctx *ctx, ddph_status st, ddph_err *err)
 {
     ddph_err local = *err;
     return ddph__ctl_agree(ctx->control, st, st != DDPH_OK ? local.msg : NULL,
@@ -40,8 +38,8 @@ static ddph_status agree(ddph_ctx *ctx, ddph_status st, ddph_err *err)
 /* Saving or loading hook state while buckets are in flight races with the
  * communication thread; inside an accumulation window it would resume
  * with a different sync schedule. */
-static ddph_status check_between_steps(ddph_ctx *ctx, const char *what,
-                                       ddph_err *err)
+ddph_status ddph__state_between_steps(const ddph_ctx *ctx, const char *what,
+                                      ddph_err *err)
 {
     if (ctx->in_step)
         return ddph__fail(err, DDPH_ERR_STATE,
@@ -309,7 +307,7 @@ static ddph_status wrote_everywhere(ddph_ctx *ctx, ddph_status local,
         return DDPH_OK;
     unlink(next);
     /* Every rank is here: the failing rank's message to all. */
-    st = agree(ctx, local, err);
+    st = ddph__state_agree(ctx, local, err);
     return st != DDPH_OK ? st
                          : ddph__fail(err, DDPH_ERR_IO, "state_save failed");
 }
@@ -322,7 +320,7 @@ static ddph_status begin(ddph_ctx *ctx, const char *what, const char *path,
                          int saving, rank_set *set, ddph_err *err)
 {
     err->msg[0] = '\0';
-    ddph_status st = check_between_steps(ctx, what, err);
+    ddph_status st = ddph__state_between_steps(ctx, what, err);
     if (set_init(ctx, path, set) != DDPH_OK)
         return st ? st
                   : ddph__fail(err, DDPH_ERR_NOMEM, "%s: out of memory",
@@ -362,7 +360,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
      * written; other bad files are replaced. */
     if (st == DDPH_OK && set.st == DDPH_ERR_INSECURE)
         st = ddph__fail(err, set.st, "%s", set.err.msg);
-    st = agree(ctx, st, err);
+    st = ddph__state_agree(ctx, st, err);
     int chosen = -1;
     int64_t newest = -1;
     if (st == DDPH_OK)
@@ -371,7 +369,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
         warn_skipped(ctx, &set, "state_save",
                      "this save removes or replaces it");
     if (st == DDPH_OK)
-        st = agree(ctx, tidy(&set, chosen, err), err);
+        st = ddph__state_agree(ctx, tidy(&set, chosen, err), err);
     /* The generation orders the saves of this path; the id, random and
      * the same on every rank, tells two saves of one generation apart. */
     uint64_t id = 0;
@@ -402,7 +400,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
                                set.s[SLOT_NEXT].path, strerror(errno));
         else
             local = ddph__dir_sync(set.s[SLOT_FINAL].path, "state file", err);
-        st = agree(ctx, local, err);
+        st = ddph__state_agree(ctx, local, err);
     }
     set_close(&set);
     return st;
@@ -411,7 +409,7 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
     rank_set set;
-    ddph_status st = agree(ctx, begin(ctx, "state_load", path, 0, &set, err),
+    ddph_status st = ddph__state_agree(ctx, begin(ctx, "state_load", path, 0, &set, err),
                            err);
     int chosen = -1;
     int64_t newest = -1;
@@ -423,7 +421,7 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
     if (st == DDPH_OK && chosen < 0) {
         if (set.st != DDPH_OK)
             *err = set.err;
-        st = agree(ctx, set.st, err);
+        st = ddph__state_agree(ctx, set.st, err);
         if (st == DDPH_OK)
             st = ddph__fail(err, DDPH_ERR_MISMATCH,
                             "%s.rank*: no save is complete on every rank: "
@@ -443,7 +441,7 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         if (local == DDPH_OK)
             local = ddph__state_validate(ctx, sl->path, sl->generation, sl->id, &b,
                                          err);
-        st = agree(ctx, local, err);
+        st = ddph__state_agree(ctx, local, err);
     }
     if (st == DDPH_OK) {
         char instead[64];
@@ -464,6 +462,19 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
                       "state_load: %s.rank*: loading generation %llu", path,
                       (unsigned long long)sl->generation);
     }
+    st = ddph__state_apply(ctx, file, st, &b, err);
+    free(b.data);
+    set_close(&set);
+    return st;
+}
+
+/* ---- loading what was read ---------------------------------------------- */
+
+ddph_status ddph__state_apply(ddph_ctx *ctx, const char *file, ddph_status st,
+                              ddph_state_buf *b, ddph_err *err)
+{
+    if (st != DDPH_OK)
+        return st; /* agreed: every rank returns here, with its message */
     /* All or nothing on every rank: each hook's state as it is now is
      * kept (its own save) until every rank has loaded every model; if any
      * rank failed, every rank puts its kept states back. */
@@ -480,16 +491,16 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
         uint64_t iteration = 0, len = 0, numel;
         uint32_t nbuckets = 0;
-        ddph__state_get_str_eq(&b, m->name);
-        ddph__state_get_str_eq(&b, api->name);
-        ddph__state_get_str_eq(&b, api->version);
-        ddph__state_get_u64(&b, &iteration);
-        ddph__state_get_u32(&b, &nbuckets);
+        ddph__state_get_str_eq(b, m->name);
+        ddph__state_get_str_eq(b, api->name);
+        ddph__state_get_str_eq(b, api->version);
+        ddph__state_get_u64(b, &iteration);
+        ddph__state_get_u32(b, &nbuckets);
         for (uint32_t k = 0; k < nbuckets; k++)
-            ddph__state_get_u64(&b, &numel);
-        ddph__state_get_u64(&b, &len);
-        ddph_state_buf payload = {.data = b.data + b.pos, .len = (size_t)len};
-        b.pos += (size_t)len;
+            ddph__state_get_u64(b, &numel);
+        ddph__state_get_u64(b, &len);
+        ddph_state_buf payload = {.data = b->data + b->pos, .len = (size_t)len};
+        b->pos += (size_t)len;
         if (api->load) {
             m->hook->message[0] = '\0';
             st = ddph__hook_status(m->hook, "save",
@@ -531,7 +542,7 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         if (st == DDPH_OK)
             m->iteration = iteration;
     }
-    st = agree(ctx, st, err);
+    st = ddph__state_agree(ctx, st, err);
     for (int i = 0; st != DDPH_OK && kept_iteration && i < ctx->nmodels; i++)
         ctx->models[i]->iteration = kept_iteration[i];
     for (int i = 0; st != DDPH_OK && i < touched; i++) {
@@ -554,7 +565,5 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
         free(kept[i].data);
     free(kept);
     free(kept_iteration);
-    free(b.data);
-    set_close(&set);
     return st;
 }

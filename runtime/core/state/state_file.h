@@ -43,6 +43,7 @@
 #define DDPH_STATE_FILE_H
 
 #include "core/context.h"
+#include "core/state/state_format.h"
 
 /* A save's folder check on this rank alone, nothing written: the
  * refusal ddph__state_save would give first (ddph_state_check). */
@@ -50,5 +51,20 @@ ddph_status ddph__state_check(const ddph_ctx *ctx, const char *path,
                               ddph_err *err);
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err);
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err);
+
+/* The pieces a load from memory (state_memory.c) shares with them.
+ * DDPH_OK where a save or load may run now (between steps, outside an
+ * accumulation window, every model finalized). */
+ddph_status ddph__state_between_steps(const ddph_ctx *ctx, const char *what,
+                                      ddph_err *err);
+/* Collective: every rank's st is DDPH_OK, or every rank fails with the
+ * first failing rank's message. */
+ddph_status ddph__state_agree(ddph_ctx *ctx, ddph_status st, ddph_err *err);
+/* Collective: b (this rank's state, validated: b->pos at the first model)
+ * into every model's hook, all or nothing on every rank; st is the
+ * agreed outcome so far (every rank takes part whatever it is).  file
+ * names b in messages. */
+ddph_status ddph__state_apply(ddph_ctx *ctx, const char *file, ddph_status st,
+                              ddph_state_buf *b, ddph_err *err);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -258,6 +259,20 @@ ddph_status ddph__state_check_sum(int fd, const char *file, uint64_t size,
     return DDPH_OK;
 }
 
+/* A saved string for a message: cut to fit, "?" where b ends first. */
+static void saved_str(ddph_state_buf *b, char *out, size_t cap)
+{
+    uint32_t n = 0;
+    if (!ddph__state_get_u32(b, &n) || b->len - b->pos < n) {
+        snprintf(out, cap, "?");
+        b->pos = b->len;
+        return;
+    }
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1),
+             (const char *)b->data + b->pos);
+    b->pos += n;
+}
+
 /* The owner and mode checks of plugins, for state files: a save applies
  * them to the folder before writing, a load to the file it opens. */
 /* Checks everything in this rank's file against this job and the chosen
@@ -297,11 +312,21 @@ ddph_status ddph__state_validate(ddph_ctx *ctx, const char *file,
         const ddph_plugin_api_v1 *api = &m->hook->plugin->api;
         uint64_t iteration, len, numel;
         uint32_t nbuckets;
+        size_t at = b->pos;
         if (!ddph__state_get_str_eq(b, m->name) || !ddph__state_get_str_eq(b, api->name) ||
-            !ddph__state_get_str_eq(b, api->version))
+            !ddph__state_get_str_eq(b, api->version)) {
+            char name[64], hook[64], version[32];
+            b->pos = at;
+            saved_str(b, name, sizeof name);
+            saved_str(b, hook, sizeof hook);
+            saved_str(b, version, sizeof version);
             return ddph__fail(err, DDPH_ERR_MISMATCH,
-                              "%s: model %d is not '%s' with hook '%s' %s",
-                              file, i, m->name, api->name, api->version);
+                              "%s: model %d holds the state of model '%s' "
+                              "with hook '%s' %s; this job's is '%s' with "
+                              "hook '%s' %s",
+                              file, i, name, hook, version, m->name,
+                              api->name, api->version);
+        }
         if (!ddph__state_get_u64(b, &iteration) || !ddph__state_get_u32(b, &nbuckets))
             return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
         if (nbuckets != (uint32_t)m->nbuckets)

@@ -342,6 +342,19 @@ ddph_status ddph_state_load(ddph_ctx *ctx, const char *path);
  * state.save) and must refuse a path at once.  Since 0.9.0 (library
  * 9:0:8). */
 ddph_status ddph_state_check(ddph_ctx *ctx, const char *path);
+/* This rank's hook state as bytes, for a trainer that keeps it in its own
+ * checkpoint: *data (*len bytes, freed with ddph_state_free) holds what
+ * ddph_state_save writes into PATH.rank<R> (the same format, checksum,
+ * world size and rank).  This rank alone, no collective, between steps.
+ * ddph_state_load_from_memory loads such bytes, each rank its own:
+ * collective, with every check and the all-or-nothing of ddph_state_load
+ * (bytes of another rank, world size, model or hook, and damaged bytes,
+ * are refused on every rank, naming the cause).  Since 0.9.0. */
+ddph_status ddph_state_save_to_memory(ddph_ctx *ctx, void **data,
+                                      size_t *len);
+void ddph_state_free(void *data);
+ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
+                                        size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,99 @@
+/* scenarios_state.c: the scenarios of test_runtime's registry on hook
+ * state in memory (ddph_state_save_to_memory / load_from_memory). */
+#include "build-config.h"
+
+#include "scenario.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Steps first..last-1 of the fixture; every step's reduced gradients
+ * appended to out (NULL: not kept). */
+static void steps(ddph_ctx *ctx, model_fixture *fx, int first, int last,
+                  float *out)
+{
+    size_t at = 0;
+    for (int s = first; s < last; s++) {
+        CHECK_OK(ddph_step_begin(ctx, &fx->m, 1), ctx);
+        for (int p = 0; p < NP; p++)
+            for (size_t i = 0; i < fx->numel[p]; i++)
+                fx->grads[p][i] = value(check_rank, s, p, i) * 0.37f;
+        mark_all_ready(ctx, fx->m);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+        for (int p = 0; out && p < NP; p++) {
+            memcpy(out + at, fx->grads[p], fx->numel[p] * sizeof(float));
+            at += fx->numel[p];
+        }
+    }
+}
+
+/* A refused load: every rank fails with `want` in its message. */
+static void refused(ddph_ctx *ctx, const void *data, size_t len,
+                    const char *want)
+{
+    CHECK(ddph_state_load_from_memory(ctx, data, len) != DDPH_OK,
+          "bytes that should be refused (%s) were loaded", want);
+    CHECK(strstr(ddph_last_error(ctx), want), "refusal '%s', want '%s'",
+          ddph_last_error(ctx), want);
+}
+
+void run_state_memory(void)
+{
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "powersgd",
+                             "[hook.powersgd]\nmatrix_approximation_rank = 1\n"
+                             "start_powerSGD_iter = 2\n[runtime]");
+    model_fixture fx;
+    setup(ctx, &fx, 0);
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    size_t total = 0;
+    for (int p = 0; p < NP; p++)
+        total += fx.numel[p];
+    float *straight = calloc(3 * total, sizeof(float));
+    float *resumed = calloc(3 * total, sizeof(float));
+    CHECK(straight && resumed, "out of memory");
+    /* 3 steps (compressing from the 3rd), the state in memory, 3 more; then
+     * the state put back and the same 3 steps again: the same bits. */
+    steps(ctx, &fx, 0, 3, NULL);
+    void *data = NULL;
+    size_t len = 0;
+    CHECK_OK(ddph_state_save_to_memory(ctx, &data, &len), ctx);
+    CHECK(data && len > 36, "%zu bytes of state", len);
+    steps(ctx, &fx, 3, 6, straight);
+    CHECK_OK(ddph_state_load_from_memory(ctx, data, len), ctx);
+    steps(ctx, &fx, 3, 6, resumed);
+    CHECK(memcmp(straight, resumed, 3 * total * sizeof(float)) == 0,
+          "steps 4-6 after the state was loaded from memory differ from "
+          "the uninterrupted ones");
+    /* Inside a step: refused (no collective ran). */
+    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
+    void *inside = NULL;
+    size_t inside_len = 0;
+    CHECK(ddph_state_save_to_memory(ctx, &inside, &inside_len) ==
+              DDPH_ERR_STATE && !inside,
+          "save_to_memory inside a step: %s", ddph_last_error(ctx));
+    mark_all_ready(ctx, fx.m);
+    CHECK_OK(ddph_step_wait(ctx), ctx);
+    CHECK_OK(ddph_step_end(ctx), ctx);
+    /* The next rank's bytes (same length: the fixture is the same). */
+    unsigned char *peer = malloc(len);
+    CHECK(peer, "out of memory");
+    int world = ddph_world_size(ctx);
+    MPI_Sendrecv(data, (int)len, MPI_BYTE, (check_rank + world - 1) % world,
+                 7, peer, (int)len, MPI_BYTE, (check_rank + 1) % world, 7,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    refused(ctx, peer, len, "was saved by rank");
+    /* One byte changed, on the last rank only: every rank refuses. */
+    memcpy(peer, data, len);
+    if (check_rank == world - 1)
+        peer[len / 2] ^= 0x20;
+    refused(ctx, peer, len, "checksum mismatch");
+    refused(ctx, peer, 10, "not a ddphook state file");
+    free(peer);
+    ddph_state_free(data);
+    free(straight);
+    free(resumed);
+    fixture_free(&fx);
+    ddph_close(ctx); /* the refused loads are the job's outcome */
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""ddp_state_dict.py: the hook's state in a rank-0 torch.save checkpoint
+(HookState.state_dict/load_state_dict) under DDP, PowerSGD with error
+feedback and warm start compressing from step 2.
+
+    mpiexec -n W python3 ddp_state_dict.py --plugin-dir DIR --out DIR --phase P
+
+--phase full: 6 steps of SGD; after step 3, as nanoGPT's train.py does,
+rank 0 alone evaluates through the DDP model (whose forward broadcasts
+the module's buffer over gloo: rank 1 joins that broadcast in its next
+forward), then every rank asks for state.state_dict() and rank 0 alone
+saves it with the model and the optimizer in OUT/ckpt.pt (a state_dict
+that waited for a collective of every rank would hang here); writes the
+parameters after step 6.
+--phase resume: every rank loads OUT/ckpt.pt (the hook's state before the
+first step) and at once takes state_dict() again, which rank 0 saves in
+OUT/ckpt-again.pt; runs steps 4 to 6, writes the parameters.
+--phase resume-resaved: as resume, from OUT/ckpt-again.pt.
+--phase resume-without-state: as resume without the hook's state.
+tests/pytorch.sh compares the parameters byte for byte.
+Refusals (each rank prints "rank R raised ERROR: MESSAGE" and returns 3):
+--phase wrong-world: OUT/ckpt.pt on another world size (refused at once,
+the job goes on: returns 0 after the message); --phase other-hook: the
+same model with the fp16 hook loads it after a step; --phase damaged:
+rank 1's part has one byte changed.
+--phase rank0-alone: after a step, rank 0 alone calls state_dict (a
+timeout of 2 s): it must raise, naming rank 1 (returns 0 then)."""
+import argparse
+import datetime
+import os
+import sys
+
+import torch
+
+import ddphook
+import ddphook.torch
+from ddp_resume import start, train_step
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plugin-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--phase", required=True,
+                    choices=["full", "resume", "resume-resaved",
+                             "resume-without-state", "wrong-world",
+                             "other-hook", "damaged", "rank0-alone"])
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
+    os.makedirs(a.out, exist_ok=True)
+    job, net = start(a.plugin_dir,
+                     os.path.join(a.out, "sd.%s.r%d.ini" % (a.phase, rank)),
+                     "fp16" if a.phase == "other-hook" else "powersgd")
+    # Set here, the same in every phase (ddp_suite.py runs other programs
+    # in this process first): DDP's first bucket of 8 KiB and 10 KB
+    # buckets after it, ddphook's the same (comm_hook's model=), so that
+    # PowerSGD's state has several buckets.
+    torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 8192
+    model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state, hook_fn = ddphook.torch.comm_hook(job, model=model)
+    model.register_comm_hook(state, hook_fn)
+    saved = os.path.join(a.out, "ckpt.pt")
+    resaved = os.path.join(a.out, "ckpt-again.pt")
+
+    def step(i):
+        train_step(model, opt, i, rank)
+
+    if a.phase == "rank0-alone":
+        step(0)
+        if rank != 0:
+            return 0
+        try:
+            state.state_dict(timeout=datetime.timedelta(seconds=2))
+        except ddphook.Error as e:
+            print("rank 0 raised %s: %s" % (type(e).__name__, e), flush=True)
+            return 0 if "waited 0:00:02 for rank 1 to call" in str(e) else 1
+        print("rank 0: no exception", flush=True)
+        return 1
+    if a.phase in ("wrong-world", "other-hook", "damaged"):
+        ckpt = torch.load(saved)
+        if a.phase == "damaged":
+            part = bytearray(ckpt["hooks"]["ranks"][1])
+            part[len(part) // 2] ^= 0x10
+            ckpt["hooks"]["ranks"][1] = bytes(part)
+        step(0)
+        try:
+            state.load_state_dict(ckpt["hooks"])
+        except ddphook.Error as e:
+            # One write with its newline: the ranks share mpiexec's output.
+            sys.stdout.write("rank %d raised %s: %s\n" % (
+                rank, type(e).__name__, e))
+            sys.stdout.flush()
+            return 0 if a.phase == "wrong-world" else 3
+        print("rank %d: no exception" % rank, flush=True)
+        return 1
+    first = 0
+    if a.phase != "full":
+        ckpt = torch.load(saved if a.phase != "resume-resaved" else resaved)
+        model.module.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        if a.phase != "resume-without-state":
+            state.load_state_dict(ckpt["hooks"])
+        if a.phase == "resume":
+            # Before any step: the state just loaded, every rank's.
+            again = state.state_dict()
+            if rank == 0:
+                ckpt["hooks"] = again
+                torch.save(ckpt, resaved)
+        first = 3
+    for i in range(first, 6):
+        step(i)
+        if a.phase == "full" and i == 2:
+            if rank == 0:
+                with torch.no_grad():
+                    model(torch.randn(4, 32))  # a gloo broadcast
+            hooks = state.state_dict()
+            if rank == 0:
+                torch.save({"model": model.module.state_dict(),
+                            "opt": opt.state_dict(), "hooks": hooks}, saved)
+            if sorted(hooks["ranks"]) != (
+                    list(range(2)) if rank == 0 else [rank]):
+                print("FAIL: rank %d: state_dict() holds ranks %s" %
+                      (rank, sorted(hooks["ranks"])), flush=True)
+                return 1
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    flat.numpy().tofile(os.path.join(a.out, "%s.rank%d.f32" % (a.phase, rank)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
