@@ -18,8 +18,10 @@
 #  - the hook's state in a rank-0 torch.save checkpoint
 #    (state.state_dict() on every rank after rank 0's lone gloo
 #    collective, load_state_dict on every rank) resumes a run exactly; one
-#    from another world size, another hook, or damaged, is refused on
-#    every rank, naming the cause (tests/python/ddp_state_dict.py);
+#    from another world size, another hook, damaged, or with a part of
+#    another job's save, is refused on every rank, naming the cause, and
+#    rank 0 refuses to gather a part another rank took by an extra call
+#    (tests/python/ddp_state_dict.py);
 #  - DDP's static_graph=True gives the gradients and parameters of
 #    static_graph=False, bit for bit, with fp16 and PowerSGD, and no
 #    bucket layout warning (tests/python/ddp_static_graph.py);
@@ -168,13 +170,18 @@ for r in 0 1; do
     fi
 done
 # ... and refused, on both ranks, naming the cause: loaded by a model
-# whose hook is fp16, and with a byte of rank 1's part changed.
+# whose hook is fp16, with a byte of rank 1's part changed, and with rank
+# 1's part from another job's save at the same step.
+timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_state_dict.py" \
+    $P --out "$res-other" --phase full </dev/null >"$OUT/state_dict-other.log" 2>&1 ||
+    ko "ddp_state_dict.py --phase full, another job (see $OUT/state_dict-other.log)"
 for case in "other-hook:holds the state of model 'model' with hook 'powersgd' [^;]*; this job's is 'model' with hook 'fp16'" \
-    "damaged:the hook state given to rank 1: checksum mismatch"; do
+    "damaged:the hook state given to rank 1: checksum mismatch" \
+    "mixed:the ranks' parts come from different saves"; do
     name=${case%%:*} want=${case#*:}
     log="$OUT/state_dict-$name.log"
     timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_state_dict.py" \
-        $P --out "$res" --phase "$name" </dev/null >"$log" 2>&1
+        $P --out "$res" --other "$res-other" --phase "$name" </dev/null >"$log" 2>&1
     rc=$?
     n=$(sed 's/rank [01] raised /\n&/g' "$log" | grep -c "^rank [01] raised Error: ddphook: load_state_dict: .*$want")
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -eq 2 ]; then
@@ -183,6 +190,17 @@ for case in "other-hook:holds the state of model 'model' with hook 'powersgd' [^
         ko "state_dict $name: exit $rc, $n of 2 ranks refused naming '$want' (see $log)"
     fi
 done
+
+# Rank 1 calls state_dict() once more than rank 0: rank 0's gathered
+# dict would hold rank 1's part of another step, and is refused.
+log="$OUT/state_dict-skewed.log"
+timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_state_dict.py" \
+    $P --out "$res" --phase skewed </dev/null >"$log" 2>&1
+if [ $? -eq 0 ]; then
+    ok "state_dict called once more on rank 1: rank 0 refuses the part of another call"
+else
+    ko "state_dict called once more on rank 1 (see $log)"
+fi
 
 # DDP's static_graph=True (its first two steps hand the hook one bucket of
 # every parameter; its buckets are rebuilt at the third) gives the

@@ -224,6 +224,13 @@ def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.T
     return state._on_bucket(bucket)
 
 
+def _save_id(part):
+    """The save id in a state's header (state_format.c: magic, version,
+    world size, rank, generation, then the id, little-endian): the same in
+    every rank's part of one save."""
+    return int.from_bytes(part[28:36], "little") if len(part) >= 36 else None
+
+
 def _in_store(store, key):
     """Whether `key` is in `store` now (torch 1.13's stores have no check
     in Python: a wait of a millisecond)."""
@@ -824,6 +831,19 @@ class HookState:
             store.set(str(rank), b"S" + mine)
         elif gather:
             parts.update(self._collect(store, world, timeout))
+            other = sorted(r for r, p in parts.items()
+                           if _save_id(p) != _save_id(mine))
+            if other:
+                raise Error("ddphook: state_dict: the part%s of rank%s %s "
+                            "%s taken by another call than rank 0's (each "
+                            "rank's calls are paired by their number: call "
+                            "state.state_dict() at the same steps on every "
+                            "rank)" % (
+                                "s" if len(other) > 1 else "",
+                                "s" if len(other) > 1 else "",
+                                ", ".join(map(str, other)),
+                                "were" if len(other) > 1 else "was"),
+                            "DDPH_ERR_MISMATCH")
         return {"format": _STATE_DICT_FORMAT, "world_size": world,
                 "model": self.name, "hook": self.hook_name(),
                 "ranks": parts}

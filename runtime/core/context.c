@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "core/cli_internal.h"
 #include "core/context.h"
@@ -30,12 +32,19 @@ static void warn_rank0(void *user, const char *msg)
 
 /* Every rank makes the same number of lane communicators (a collective
  * each): a job file whose [runtime] lanes differs between ranks is an
- * error on every rank, not a hang. */
+ * error on every rank, not a hang.  The same exchange gives every rank
+ * rank 0's random job token. */
 static ddph_status agree_lanes(ddph_ctx *ctx, ddph_err *err)
 {
-    int64_t v[2] = {ctx->cfg.lanes, -(int64_t)ctx->cfg.lanes};
+    uint64_t token = 0;
+    if (ddph__rank(ctx) == 0 && getrandom(&token, sizeof token, 0) !=
+                                    sizeof token)
+        token = (uint64_t)(ddph__now() * 1e9) ^ ((uint64_t)getpid() << 32);
+    int64_t v[3] = {ctx->cfg.lanes, -(int64_t)ctx->cfg.lanes,
+                    (int64_t)(token >> 2)};
     ddph_status st =
-        ddph__ctl_allreduce_i64(ctx->control, v, 2, DDPH_MAX, err);
+        ddph__ctl_allreduce_i64(ctx->control, v, 3, DDPH_MAX, err);
+    ctx->job_token = (uint64_t)v[2];
     if (st == DDPH_OK && v[0] != -v[1])
         st = ddph__fail(err, DDPH_ERR_CONFIG,
                         "%s: [runtime] lanes differs between ranks (%lld on "

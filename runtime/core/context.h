@@ -160,6 +160,11 @@ struct ddph_ctx {
     ddph_model **models;
     int nmodels;
     int64_t models_finalized;
+    /* Random, the same on every rank, new each job: with the count of
+     * this rank's ddph_state_save_to_memory calls, the id of such a save,
+     * which a load compares across ranks (state_memory.c). */
+    uint64_t job_token;
+    uint64_t memory_saves;
     char error[DDPH__ERR_LEN];
     /* The first error any call reported on this rank: ddph_close returns
      * the job's outcome, every rank's errors included. */

@@ -91,6 +91,15 @@ void run_state_memory(void)
     refused(ctx, peer, len, "checksum mismatch");
     refused(ctx, peer, 10, "not a ddphook state file");
     free(peer);
+    /* A second save on the last rank alone: its newer part with the
+     * others' older ones is two saves mixed, each part valid. */
+    void *again = NULL;
+    size_t again_len = 0;
+    if (check_rank == world - 1)
+        CHECK_OK(ddph_state_save_to_memory(ctx, &again, &again_len), ctx);
+    refused(ctx, again ? again : data, again ? again_len : len,
+            "the ranks' parts come from different saves");
+    ddph_state_free(again);
     ddph_state_free(data);
     free(straight);
     free(resumed);

@@ -41,10 +41,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin-dir", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--other", help="mixed: the folder of another job's "
+                    "full phase, whose rank 1 part is taken")
     ap.add_argument("--phase", required=True,
                     choices=["full", "resume", "resume-resaved",
                              "resume-without-state", "wrong-world",
-                             "other-hook", "damaged", "rank0-alone"])
+                             "other-hook", "damaged", "mixed", "skewed",
+                             "rank0-alone"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -78,8 +81,28 @@ def main(argv=None):
             return 0 if "waited 0:00:02 for rank 1 to call" in str(e) else 1
         print("rank 0: no exception", flush=True)
         return 1
-    if a.phase in ("wrong-world", "other-hook", "damaged"):
+    if a.phase == "skewed":
+        # Rank 1 calls state_dict() once more than rank 0, a step early:
+        # rank 0 pairs its call with that one and must refuse the part.
+        step(0)
+        if rank == 1:
+            state.state_dict()
+        step(1)
+        try:
+            state.state_dict()
+        except ddphook.Error as e:
+            print("rank %d raised %s: %s" % (rank, type(e).__name__, e),
+                  flush=True)
+            return 0 if rank == 0 and "the part of rank 1 was taken by " \
+                "another call than rank 0's" in str(e) else 1
+        print("rank %d: no exception" % rank, flush=True)
+        return 0 if rank == 1 else 1
+    if a.phase in ("wrong-world", "other-hook", "damaged", "mixed"):
         ckpt = torch.load(saved)
+        if a.phase == "mixed":
+            # Rank 1's part from another job's save at the same step.
+            other = torch.load(os.path.join(a.other, "ckpt.pt"))
+            ckpt["hooks"]["ranks"][1] = other["hooks"]["ranks"][1]
         if a.phase == "damaged":
             part = bytearray(ckpt["hooks"]["ranks"][1])
             part[len(part) // 2] ^= 0x10

@@ -25,11 +25,17 @@ ddph_status ddph__state_save_memory(ddph_ctx *ctx, void **data, size_t *len,
     err->msg[0] = '\0';
     ddph_status st = ddph__state_between_steps(ctx, "state_save_to_memory",
                                                err);
-    /* Generation 0 and save id 0: the bytes are one rank's, taken alone;
-     * no other rank's save is matched against them. */
+    /* Generation 0, and an id of this job, this rank's call count and
+     * the models' steps: the same on every rank for one call at one step
+     * on each, which a load compares (the ranks' parts of one checkpoint
+     * must come from one save). */
     ddph_state_buf b = {0};
-    if (st == DDPH_OK)
-        st = ddph__state_encode(ctx, 0, 0, &b, err);
+    if (st == DDPH_OK) {
+        uint64_t id = ddph__mix64(ctx->job_token, ++ctx->memory_saves);
+        for (int i = 0; i < ctx->nmodels; i++)
+            id = ddph__mix64(id, ctx->models[i]->iteration);
+        st = ddph__state_encode(ctx, 0, id % DDPH__STATE_ID_LIMIT, &b, err);
+    }
     if (st != DDPH_OK) {
         free(b.data);
         return st;
@@ -37,6 +43,25 @@ ddph_status ddph__state_save_memory(ddph_ctx *ctx, void **data, size_t *len,
     *data = b.data;
     *len = b.len;
     return DDPH_OK;
+}
+
+/* Every rank's part is of one save: of one job, and of the same call of
+ * ddph_state_save_to_memory on every rank (a part another job left, or
+ * taken at another step, would resume the ranks from different points,
+ * with every part valid on its own). */
+static ddph_status one_save(ddph_ctx *ctx, uint64_t id, ddph_err *err)
+{
+    int64_t v[2] = {(int64_t)id, -(int64_t)id};
+    ddph_status st = ddph__ctl_allreduce_i64(ctx->control, v, 2, DDPH_MAX,
+                                             err);
+    if (st == DDPH_OK && v[0] != -v[1])
+        st = ddph__fail(err, DDPH_ERR_MISMATCH,
+                        "state_load_from_memory: the ranks' parts come from "
+                        "different saves (another job's, or another call "
+                        "of state_save_to_memory on some rank: every "
+                        "rank's part must be taken by the same call on "
+                        "every rank); refusing to mix them");
+    return st;
 }
 
 ddph_status ddph__state_load_memory(ddph_ctx *ctx, const void *data,
@@ -69,6 +94,8 @@ ddph_status ddph__state_load_memory(ddph_ctx *ctx, const void *data,
         st = ddph__state_validate(ctx, label, generation, id, &b, err);
     }
     st = ddph__state_agree(ctx, st, err);
+    if (st == DDPH_OK)
+        st = one_save(ctx, id, err);
     st = ddph__state_apply(ctx, label, st, &b, err);
     free(b.data);
     return st;

@@ -348,8 +348,10 @@ ddph_status ddph_state_check(ddph_ctx *ctx, const char *path);
  * world size and rank).  This rank alone, no collective, between steps.
  * ddph_state_load_from_memory loads such bytes, each rank its own:
  * collective, with every check and the all-or-nothing of ddph_state_load
- * (bytes of another rank, world size, model or hook, and damaged bytes,
- * are refused on every rank, naming the cause).  Since 0.9.0. */
+ * (bytes of another rank, world size, model or hook, damaged bytes, and
+ * parts of different saves: another job's, or another call or step on
+ * some rank, are refused on every rank, naming the cause).  Since
+ * 0.9.0. */
 ddph_status ddph_state_save_to_memory(ddph_ctx *ctx, void **data,
                                       size_t *len);
 void ddph_state_free(void *data);
