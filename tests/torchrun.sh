@@ -229,6 +229,11 @@ errors hook uneven-counts "rank [01] gives rank 0's block [0-9]* elements where 
 # at the step's end, can tell.
 errors hook reordered "hook collectives' fingerprints (digest; a rank issued a different or reordered collective)" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = reorder\nat = 1\n"
+# The last rank's hook issues no collective: the other's sum ends at
+# timeout_s, named as the collective that did not complete (its waits keep
+# the lane's activity clock, so the watchdog does not call its hook stuck).
+errors hook skipped "did not complete within timeout_s = 5 s (a peer rank died, is stuck, or called a different collective)" \
+    "[runtime]\nplugin_path = $DDPH_TEST_PLUGIN_DIR\ntimeout_s = 5\n[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = skip\nat = 1\n"
 
 # Both with allreduce (gloo's f32 sum) and fp16 (the torch backend's own
 # ring of send/recv for half-precision sums).

@@ -27,6 +27,11 @@ typedef struct ddph_backend_args {
     char ***argv; /* or NULL */
     double timeout_s;       /* every collective ends within it */
     int check_collectives;  /* [runtime] check_collectives */
+    /* Marks the calling lane busy in a bounded wait (util.h), for a module
+     * whose waits cannot reach the runtime's own thread-local clock: the
+     * watchdog then leaves the wait to end by its own deadline, instead of
+     * blaming the hook for being stuck in its own code. */
+    void (*activity_touch)(void);
 } ddph_backend_args;
 
 /* Memory of one model's buckets shared by the ranks of a one-host job. */

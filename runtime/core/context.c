@@ -169,6 +169,7 @@ ddph_status ddph_open(const char *ini_path, int *argc, char ***argv,
         .argv = argv,
         .timeout_s = timeout_s,
         .check_collectives = cfg_st == DDPH_OK && ctx->cfg.check_collectives,
+        .activity_touch = ddph__activity_touch,
     };
     ctx->timeout_s = timeout_s;
     ddph_status st = ctx->job.ops->open(&args, &ctx->job.state, &e);

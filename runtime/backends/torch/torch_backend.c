@@ -319,7 +319,8 @@ static ddph_status torch_open(const ddph_backend_args *a, void **state,
     s->world.head = (struct ddph_group){0, 1}; /* until the job is joined */
     ddph_err e = {{0}};
     int rank = 0, size = 1;
-    ddph_status st = tpg_job_open(a->timeout_s, &s->job, &rank, &size, E(e));
+    ddph_status st = tpg_job_open(a->timeout_s, a->activity_touch, &s->job, &rank,
+                                  &size, E(e));
     if (st != DDPH_OK)
         return out_err(st, &e, err);
     /* The runtime's groups, each its own gloo group: their collectives

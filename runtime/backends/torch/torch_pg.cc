@@ -87,6 +87,7 @@ struct tpg_job {
     c10::intrusive_ptr<c10d::Store> store; /* this job's prefix */
     int rank = 0, size = 1;
     double timeout_s = 0;
+    void (*activity_touch)(void) = nullptr; /* the waiting lane's clock */
     std::mutex mu; /* guards the fields below */
     std::vector<tpg_group *> groups;
     std::atomic<int> broken{0};
@@ -552,6 +553,8 @@ int check(tpg_job *j, tpg_work *w, const char *what, double deadline,
 {
     if (w->work->isCompleted())
         return 1;
+    if (j->activity_touch)
+        j->activity_touch(); /* a bounded wait, not a stuck hook */
     poll_notices(j);
     if ((*st = fault_of(j, msg, cap)) != DDPH_OK)
         return -1;
@@ -573,8 +576,9 @@ int check(tpg_job *j, tpg_work *w, const char *what, double deadline,
 
 extern "C" {
 
-ddph_status tpg_job_open(double timeout_s, tpg_job **out, int *rank,
-                         int *size, char *msg, size_t cap)
+ddph_status tpg_job_open(double timeout_s, void (*activity_touch)(void),
+                         tpg_job **out, int *rank, int *size, char *msg,
+                         size_t cap)
 {
     tpg_job *j = new (std::nothrow) tpg_job;
     *out = j;
@@ -596,6 +600,7 @@ ddph_status tpg_job_open(double timeout_s, tpg_job **out, int *rank,
     j->rank = *rank = j->at.rank;
     j->size = *size = j->at.size;
     j->timeout_s = timeout_s;
+    j->activity_touch = activity_touch;
     try {
         j->store = c10::make_intrusive<c10d::PrefixStore>(
             "ddphook/" + std::to_string(n), j->at.store);

@@ -26,8 +26,9 @@ typedef struct tpg_work tpg_work;   /* a collective in flight */
 /* Joins the job the Python bridge attached (ddph_torch_attach_v1): its
  * store, rank and size.  *out is set even on failure (freed by
  * tpg_job_free). */
-ddph_status tpg_job_open(double timeout_s, tpg_job **out, int *rank,
-                         int *size, char *msg, size_t msg_cap);
+ddph_status tpg_job_open(double timeout_s, void (*activity_touch)(void),
+                         tpg_job **out, int *rank, int *size, char *msg,
+                         size_t msg_cap);
 /* Frees the job; its groups are released unless `abandon` (a broken job:
  * gloo's threads may still be inside a collective with a dead peer, and
  * releasing a group joins them). */
