@@ -143,8 +143,9 @@ static const char *const summary_names[SUMMARY_FIELDS] = {
     "models stepped", "hooks (digest)", "trainer calls",
     "first model's iteration", "first model", "backward passes",
     "number of hook collectives on this lane so far",
-    "hook collectives' fingerprints (digest; a rank issued a different or "
-    "reordered collective)"};
+    /* (one literal over two lines: clang's -Wstring-concatenation) */
+    ("hook collectives' fingerprints (digest; a rank issued a different "
+     "or reordered collective)")};
 
 static ddph_status torch_step_agree(void *self,
                                     struct ddph_group *const *groups, int n,
