@@ -189,6 +189,47 @@ START_TEST(rounding_is_unbiased_and_fixed_by_its_seed)
 }
 END_TEST
 
+/* Where a draw and a fraction meet: fractions equal to element i's own
+ * draw u (it rounds down: u < frac is false), one step of 2^-24 above (up)
+ * and below (down), in [0, 1) and in [-1, 0), levels among them, at
+ * every offset of the vector lanes.  Random inputs meet there once in
+ * 2^24 elements; the vector paths' integer form must agree here too. */
+START_TEST(rounding_is_exact_where_the_draw_meets_the_fraction)
+{
+    enum { N = 4099 };
+    float *x = malloc(N * sizeof *x);
+    int8_t *got = malloc(N), *want = malloc(N);
+    const float scale = 1.0f;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        for (size_t i = 0; i < N; i++) {
+            float u = ref_uniform(seed, (uint32_t)i);
+            float step = (i / 2) % 3 == 0 ? 0.0f : (i / 2) % 3 == 1 ? 0x1p-24f
+                                                                   : -0x1p-24f;
+            float frac = u + step;
+            if (frac < 0.0f || frac >= 1.0f)
+                frac = u;
+            x[i] = i % 2 ? frac : frac - 1.0f;
+        }
+        for (size_t i = 0; i < N; i++)
+            want[i] = ref_round(x[i], scale, 7, seed, (uint32_t)i);
+        for (int p = 0; p < DDPH_SIMD_COUNT; p++) {
+            if (!ddph__simd_available((ddph_simd_path)p))
+                continue;
+            ddph__cpu_round_stochastic((ddph_simd_path)p, x, N, N, &scale, 7,
+                                       seed, got);
+            for (size_t i = 0; i < N; i++)
+                ck_assert_msg(got[i] == want[i],
+                              "%s: seed %d element %zu (x %a) is %d, not %d",
+                              ddph__simd_name((ddph_simd_path)p), (int)seed, i,
+                              (double)x[i], got[i], want[i]);
+        }
+    }
+    free(x);
+    free(got);
+    free(want);
+}
+END_TEST
+
 START_TEST(codes_pack_and_unpack_on_every_path)
 {
     static const size_t sizes[] = {0, 1, 3, 4, 5, 8, 9, 17, 31, 32, 33, 257};
@@ -250,7 +291,7 @@ START_TEST(unpacking_sums_the_messages_in_order)
 {
     static const size_t sizes[] = {1, 5, 8, 9, 31, 33, 100, 257};
     static const size_t chunks[] = {1, 3, 8, 64, 1000};
-    enum { MAX_N = 257, MAX_MSG = 4 };
+    enum { MAX_N = 257, MAX_MSG = 11 }; /* past the 8 tables AVX-512 holds */
     uint32_t st = 4242;
     size_t stride_max = (MAX_N + 1) / 2 + 4 + 4 * MAX_N;
     uint8_t *all = malloc(stride_max * MAX_MSG);
@@ -368,6 +409,7 @@ Suite *quant_ops_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, rounding_matches_the_definition_on_every_path);
     tcase_add_test(tc, rounding_is_unbiased_and_fixed_by_its_seed);
+    tcase_add_test(tc, rounding_is_exact_where_the_draw_meets_the_fraction);
     tcase_add_test(tc, codes_pack_and_unpack_on_every_path);
     tcase_add_test(tc, unpacking_sums_the_messages_in_order);
     tcase_add_test(tc, services_check_and_refuse);

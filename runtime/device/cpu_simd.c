@@ -5,6 +5,7 @@
 
 #include "device/cpu_simd.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "device/cpu_ops.h"
@@ -216,11 +217,19 @@ avx512_half_op(ddph_half_op op, int bf16, uint16_t *a, const uint16_t *b,
 
 #ifdef HAVE_X86_PATHS
 /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
- * does not know "f16c". */
+ * does not know "f16c".  Asked once: CPUID traps to the hypervisor in a
+ * virtual machine (about 10 us), and the services ask on every call.
+ * Racing first calls store the same answer. */
 static int has_f16c(void)
 {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    static _Atomic int known; /* 0 not asked, 1 no, 2 yes */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k == 0) {
+        unsigned a, b, c, d;
+        k = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k == 2;
 }
 #endif
 

@@ -1,27 +1,29 @@
 /* quant_ops.c: see quant_ops.h.
  *
  * Rounding and unpacking go a chunk at a time, its scale (and its
- * inverse) held for the chunk; inside it the AVX2 path does 8 elements a
- * step with the same operations as the portable loop, in the same order
- * (f32 multiply, floor, subtract, compare, add; the hash in 32-bit integer
- * lanes), so every bit agrees; the ends that do not fill 8 lanes (or,
- * unpacking, do not start on a byte) go element by element; the AVX-512
- * path rounds 16 a step with the same operations.  Packing is
+ * inverse) held for the chunk.  Inside it the AVX2 path rounds 8
+ * elements a step and AVX-512 16, the hash in 32-bit integer lanes and
+ * the rounding in integers (see avx2_round: the same levels as the
+ * portable loop's floats, bit for bit, without a float compare); the
+ * ends that do not fill the lanes go element by element.  Packing is
  * integer work: AVX2 joins 32 codes a step into the same bytes the
- * portable loop writes. */
+ * portable loop writes.  Unpacking, AVX2 decodes 8 codes a step message
+ * by message; AVX-512 looks 16 up a step in a table of each message's
+ * 16 possible terms and adds every message's before writing y once. */
 #include "build-config.h"
 
 #include "device/quant_ops.h"
 
 #include <string.h>
 
-/* Elements [lo, hi) of one chunk, one at a time (quant_element.h's
- * definition, which the CUDA kernels compile too). */
-static void round_each(const float *x, size_t lo, size_t hi, float inv,
-                       float top, uint32_t key, int8_t *q)
+/* Elements [from, hi) of one chunk, one at a time (quant_element.h's
+ * definition, which the CUDA kernels compile too); element i's level
+ * goes to out[i - lo]. */
+static void round_each(const float *x, size_t lo, size_t from, size_t hi,
+                       float inv, float top, uint32_t key, int8_t *out)
 {
-    for (size_t i = lo; i < hi; i++)
-        q[i] = ddph__quant_round_one(x[i], inv, top, key, (uint32_t)i);
+    for (size_t i = from; i < hi; i++)
+        out[i - lo] = ddph__quant_round_one(x[i], inv, top, key, (uint32_t)i);
 }
 
 /* y[i] for i in [lo, hi) of one chunk, one at a time. */
@@ -48,14 +50,24 @@ avx2_mix(__m256i x)
     return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-/* Rounds [lo, hi) 8 at a time; returns where it stopped. */
+/* The vector paths round in integers, with the same result as the
+ * definition's floats: with v clamped to [-top, top] (which changes no
+ * level: beyond the bounds the level is the bound either way) and
+ * C = ceil(v * 2^24) (exact: a power of two times v, then an integer),
+ * the draw k = h >> 8 rounds up, k < 2^24 * (v - floor(v)), exactly when
+ * k < C - 2^24 * floor(v), so the level floor(v) + (k < ...) is
+ * ((C - k - 1) >> 24) + 1, an arithmetic shift.  No float compare, and
+ * no conversion of the draw. */
+
+/* Rounds [lo, hi) 8 at a time, element i's level to out[i - lo];
+ * returns where it stopped. */
 __attribute__((target("avx2"))) static size_t
 avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
-           uint32_t key, int8_t *q)
+           uint32_t key, int8_t *out)
 {
     const __m256 vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top),
-                 vbot = _mm256_set1_ps(-top), one = _mm256_set1_ps(1.0f),
-                 unit = _mm256_set1_ps(0x1p-24f);
+                 vbot = _mm256_set1_ps(-top), s24 = _mm256_set1_ps(0x1p24f);
+    const __m256i one = _mm256_set1_epi32(1);
     const __m256i k0 = _mm256_set1_epi32((int)key),
                   phi = _mm256_set1_epi32((int)0x9E3779B9u),
                   lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -70,23 +82,21 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
     size_t i = lo;
     for (; i + 8 <= hi; i += 8, hashed = _mm256_add_epi32(hashed, step)) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
-        __m256 f = _mm256_floor_ps(v);
-        __m256i h = avx2_mix(hashed);
-        __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)),
-                                 unit);
-        __m256 up = _mm256_and_ps(_mm256_cmp_ps(u, _mm256_sub_ps(v, f),
-                                                _CMP_LT_OQ),
-                                  one);
-        __m256 r = _mm256_add_ps(f, up);
         __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
         /* min/max hand back their second operand for a NaN: the bound,
-         * then replaced by 0. */
-        r = _mm256_min_ps(_mm256_max_ps(r, vbot), vtop);
-        r = _mm256_andnot_ps(nan, r);
-        __m256i w = _mm256_cvtps_epi32(r);
-        __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(w),
-                                      _mm256_extracti128_si256(w, 1));
-        _mm_storel_epi64((__m128i *)(void *)(q + i), _mm_packs_epi16(w16, w16));
+         * its level replaced by 0 below. */
+        v = _mm256_max_ps(_mm256_min_ps(v, vtop), vbot);
+        __m256i c = _mm256_cvtps_epi32(_mm256_ceil_ps(_mm256_mul_ps(v, s24)));
+        __m256i k = _mm256_srli_epi32(avx2_mix(hashed), 8);
+        __m256i r = _mm256_add_epi32(
+            _mm256_srai_epi32(_mm256_sub_epi32(_mm256_sub_epi32(c, k), one),
+                              24),
+            one);
+        r = _mm256_andnot_si256(_mm256_castps_si256(nan), r);
+        __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(r),
+                                      _mm256_extracti128_si256(r, 1));
+        _mm_storel_epi64((__m128i *)(void *)(out + (i - lo)),
+                         _mm_packs_epi16(w16, w16));
     }
     return i;
 }
@@ -101,15 +111,15 @@ avx512_mix(__m512i x)
     return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-/* avx2_round 16 at a time, the comparisons in mask registers: the same
- * operations, so the same bits. */
+/* avx2_round 16 at a time: the same operations, so the same bits, the
+ * ceiling in the conversion's rounding mode. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
 avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
-             uint32_t key, int8_t *q)
+             uint32_t key, int8_t *out)
 {
     const __m512 vinv = _mm512_set1_ps(inv), vtop = _mm512_set1_ps(top),
-                 vbot = _mm512_set1_ps(-top), one = _mm512_set1_ps(1.0f),
-                 unit = _mm512_set1_ps(0x1p-24f);
+                 vbot = _mm512_set1_ps(-top), s24 = _mm512_set1_ps(0x1p24f);
+    const __m512i one = _mm512_set1_epi32(1);
     const __m512i k0 = _mm512_set1_epi32((int)key),
                   phi = _mm512_set1_epi32((int)0x9E3779B9u),
                   lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
@@ -125,19 +135,18 @@ avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
     size_t i = lo;
     for (; i + 16 <= hi; i += 16, hashed = _mm512_add_epi32(hashed, step)) {
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
-        __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF |
-                                               _MM_FROUND_NO_EXC);
-        __m512i h = avx512_mix(hashed);
-        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)),
-                                 unit);
-        __mmask16 up = _mm512_cmp_ps_mask(u, _mm512_sub_ps(v, f), _CMP_LT_OQ);
-        __m512 r = _mm512_mask_add_ps(f, up, f, one);
         __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-        /* As on AVX2: a NaN becomes the bound, then 0. */
-        r = _mm512_maskz_mov_ps(number,
-                                _mm512_min_ps(_mm512_max_ps(r, vbot), vtop));
-        _mm_storeu_si128((__m128i *)(void *)(q + i),
-                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
+        v = _mm512_max_ps(_mm512_min_ps(v, vtop), vbot);
+        __m512i c = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, s24),
+                                             _MM_FROUND_TO_POS_INF |
+                                                 _MM_FROUND_NO_EXC);
+        __m512i k = _mm512_srli_epi32(avx512_mix(hashed), 8);
+        __m512i r = _mm512_add_epi32(
+            _mm512_srai_epi32(_mm512_sub_epi32(_mm512_sub_epi32(c, k), one),
+                              24),
+            one);
+        _mm_storeu_si128((__m128i *)(void *)(out + (i - lo)),
+                         _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(number, r)));
     }
     return i;
 }
@@ -221,7 +230,109 @@ avx2_pack(const int8_t *q, size_t n, int bits, uint8_t *out)
     }
     return i;
 }
+
+/* 16 codes of `bits` bits from p as the lanes' table indices: each lane
+ * gets its code's byte (a shuffle), shifted to put the code in its low
+ * bits; a permute uses only an index's low 4 bits, so the codes above
+ * them need no mask (2 bits: the table repeats every 4). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512i
+avx512_codes(const uint8_t *p, int bits)
+{
+    __m128i raw, spread;
+    if (bits == 4) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        raw = _mm_cvtsi64_si128((long long)word);
+        spread = _mm_shuffle_epi8(
+            raw, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+        return _mm512_srlv_epi32(
+            _mm512_cvtepu8_epi32(spread),
+            _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
+    }
+    uint32_t word;
+    memcpy(&word, p, 4);
+    raw = _mm_cvtsi32_si128((int)word);
+    spread = _mm_shuffle_epi8(
+        raw, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    return _mm512_srlv_epi32(
+        _mm512_cvtepu8_epi32(spread),
+        _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6));
+}
+
+/* Sums messages [0, count) onto y[lo, hi) of one chunk (lo on a byte
+ * boundary), 16 elements a step, returns where it stopped.  Each
+ * message's 16 possible terms, code times its chunk's scale, are a table
+ * made once per chunk with the same f32 multiply as the portable
+ * decoding; the terms are added in message order in a register and y is
+ * written once: the same operations per element, so the same bits.
+ * Message r's codes and chunk scale are r * stride bytes on. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
+avx512_unpack(const uint8_t *packed, const float *scale, int count,
+              size_t stride, size_t lo, size_t hi, int bits, float beta,
+              float *y)
+{
+    /* Sign-extended codes by index (2 bits: 0, 1, -2, -1, four times). */
+    const __m512 codes =
+        bits == 4 ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4,
+                                   -3, -2, -1)
+                  : _mm512_setr_ps(0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1,
+                                   0, 1, -2, -1);
+    const __m512 vb = _mm512_set1_ps(beta);
+    size_t i = lo;
+    /* Eight messages' tables at a time in registers; the next eight go
+     * onto what the first wrote (y holds the same f32 as the register). */
+    for (int r0 = 0; r0 < count; r0 += 8) {
+        int m = count - r0 < 8 ? count - r0 : 8;
+        __m512 table[8];
+        const uint8_t *from[8];
+        for (int k = 0; k < m; k++) {
+            size_t off = (size_t)(r0 + k) * stride;
+            float sc = *(const float *)(const void *)((const char *)scale + off);
+            table[k] = _mm512_mul_ps(codes, _mm512_set1_ps(sc));
+            from[k] = packed + off;
+        }
+        int onto = r0 > 0 || beta != 0.0f;
+        __m512 b = r0 > 0 ? _mm512_set1_ps(1.0f) : vb;
+        for (i = lo; i + 16 <= hi; i += 16) {
+            size_t byte = i * (size_t)bits / 8;
+            __m512 acc = _mm512_permutexvar_ps(avx512_codes(from[0] + byte, bits),
+                                               table[0]);
+            if (onto)
+                acc = _mm512_add_ps(_mm512_mul_ps(b, _mm512_loadu_ps(y + i)),
+                                    acc);
+            for (int k = 1; k < m; k++)
+                acc = _mm512_add_ps(
+                    acc, _mm512_permutexvar_ps(
+                             avx512_codes(from[k] + byte, bits), table[k]));
+            _mm512_storeu_ps(y + i, acc);
+        }
+    }
+    return i;
+}
 #endif
+
+/* Rounds the elements [lo, hi) of one chunk of scale `scale`, element i's
+ * level to out[i - lo]. */
+static void round_chunk(ddph_simd_path path, const float *x, size_t lo,
+                        size_t hi, float scale, float top, uint32_t key,
+                        int8_t *out)
+{
+    if (!ddph__quant_scale_usable(scale)) {
+        memset(out, 0, hi - lo);
+        return;
+    }
+    float inv = ddph__quant_inverse(scale);
+    size_t i = lo;
+#ifdef HAVE_X86_PATHS
+    if (path == DDPH_SIMD_AVX512)
+        i = avx512_round(x, lo, hi, inv, top, key, out);
+    else if (path == DDPH_SIMD_AVX2)
+        i = avx2_round(x, lo, hi, inv, top, key, out);
+#else
+    (void)path;
+#endif
+    round_each(x, lo, i, hi, inv, top, key, out);
+}
 
 void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
                                 size_t chunk, const float *scales, int levels,
@@ -231,21 +342,7 @@ void ddph__cpu_round_stochastic(ddph_simd_path path, const float *x, size_t n,
     uint32_t key = ddph__quant_key(seed);
     for (size_t lo = 0, j = 0; lo < n; lo += chunk, j++) {
         size_t hi = n - lo < chunk ? n : lo + chunk;
-        if (!ddph__quant_scale_usable(scales[j])) {
-            memset(q + lo, 0, hi - lo);
-            continue;
-        }
-        float inv = ddph__quant_inverse(scales[j]);
-        size_t i = lo;
-#ifdef HAVE_X86_PATHS
-        if (path == DDPH_SIMD_AVX512)
-            i = avx512_round(x, lo, hi, inv, top, key, q);
-        else if (path == DDPH_SIMD_AVX2)
-            i = avx2_round(x, lo, hi, inv, top, key, q);
-#else
-        (void)path;
-#endif
-        round_each(x, i, hi, inv, top, key, q);
+        round_chunk(path, x, lo, hi, scales[j], top, key, q + lo);
     }
 }
 
@@ -274,33 +371,50 @@ void ddph__cpu_pack_bits(const int8_t *q, size_t n, int bits, uint8_t *out)
         out[full] = ddph__quant_pack_byte(q, n, full, (unsigned)bits);
 }
 
+/* The elements [lo, hi) of one chunk, message by message. */
+static void unpack_chunk(ddph_simd_path path, const uint8_t *packed,
+                         size_t lo, size_t hi, int bits, const float *scale,
+                         int count, size_t stride, float beta, float *y)
+{
+    size_t per = 8 / (size_t)bits;
+    size_t aligned = (lo + per - 1) / per * per;
+    aligned = aligned < hi ? aligned : hi;
+    /* AVX-512 sums every message in one pass over its part of the chunk;
+     * the elements before it (not on a byte) and after it go one by one,
+     * message by message below: the same order for each element. */
+    size_t simd_hi = aligned;
+#ifdef HAVE_X86_PATHS
+    if (path == DDPH_SIMD_AVX512)
+        simd_hi = avx512_unpack(packed, scale, count, stride, aligned, hi,
+                                bits, beta, y);
+#else
+    (void)path;
+#endif
+    for (int r = 0; r < count; r++) {
+        const uint8_t *codes = packed + (size_t)r * stride;
+        float sc = *(const float *)(const void *)((const char *)scale +
+                                                  (size_t)r * stride);
+        float b = r == 0 ? beta : 1.0f;
+        unpack_each(codes, lo, aligned, bits, sc, b, y);
+        size_t i = simd_hi;
+#ifdef HAVE_X86_PATHS
+        if (path == DDPH_SIMD_AVX2)
+            i = avx2_unpack(codes, aligned, hi, bits, sc, b, y);
+#endif
+        unpack_each(codes, i, hi, bits, sc, b, y);
+    }
+}
+
 void ddph__cpu_unpack_bits(ddph_simd_path path, const uint8_t *packed,
                            size_t n, int bits, size_t chunk,
                            const float *scales, int count, size_t stride,
                            float beta, float *y)
 {
-    size_t per = 8 / (size_t)bits;
+    /* Every message onto a chunk of y while it is in cache: y goes to
+     * memory once, whatever the count. */
     for (size_t lo = 0, j = 0; lo < n; lo += chunk, j++) {
         size_t hi = n - lo < chunk ? n : lo + chunk;
-        /* Every message onto this chunk of y while it is in cache: y goes
-         * to memory once, whatever the count. */
-        for (int r = 0; r < count; r++) {
-            const uint8_t *codes = packed + (size_t)r * stride;
-            float scale = ((const float *)(const void *)(
-                (const char *)scales + (size_t)r * stride))[j];
-            float b = r == 0 ? beta : 1.0f;
-            size_t i = lo;
-#ifdef HAVE_X86_PATHS
-            if (path != DDPH_SIMD_SCALAR) {
-                size_t aligned = (lo + per - 1) / per * per;
-                aligned = aligned < hi ? aligned : hi;
-                unpack_each(codes, lo, aligned, bits, scale, b, y);
-                i = avx2_unpack(codes, aligned, hi, bits, scale, b, y);
-            }
-#else
-            (void)path;
-#endif
-            unpack_each(codes, i, hi, bits, scale, b, y);
-        }
+        unpack_chunk(path, packed, lo, hi, bits, scales + j, count, stride,
+                     beta, y);
     }
 }
