@@ -754,7 +754,9 @@ void ddph_state_free(void *data)
 ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
                                         size_t len)
 {
-    if (!ctx || (!data && len))
+    /* NULL bytes with a length are refused inside the collective, so that
+     * the peers hear of it at once rather than at timeout_s. */
+    if (!ctx)
         return DDPH_ERR_INVALID;
     ddph_err e;
     ddph_status st = ddph__state_load_memory(ctx, data, len, &e);

@@ -91,6 +91,17 @@ void run_state_memory(void)
     refused(ctx, peer, len, "checksum mismatch");
     refused(ctx, peer, 10, "not a ddphook state file");
     free(peer);
+    /* NULL bytes with a length on the last rank: refused inside the
+     * agreement, so every rank hears of it at once, not at timeout_s
+     * (20 s in these jobs). */
+    char null_why[64];
+    snprintf(null_why, sizeof null_why, "on rank %d: data is NULL",
+             world - 1);
+    double asked = MPI_Wtime();
+    refused(ctx, check_rank == world - 1 ? NULL : data, len, null_why);
+    CHECK(MPI_Wtime() - asked < 5,
+          "NULL bytes on rank %d refused after %.1f s (timeout_s is 20)",
+          world - 1, MPI_Wtime() - asked);
     /* A second save on the last rank alone: its newer part with the
      * others' older ones is two saves mixed, each part valid. */
     void *again = NULL;

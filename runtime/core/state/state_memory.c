@@ -72,6 +72,11 @@ ddph_status ddph__state_load_memory(ddph_ctx *ctx, const void *data,
     err->msg[0] = '\0';
     ddph_status st = ddph__state_between_steps(ctx, "state_load_from_memory",
                                                err);
+    if (st == DDPH_OK && !data && len)
+        st = ddph__fail(err, DDPH_ERR_INVALID,
+                        "state_load_from_memory on rank %d: data is NULL "
+                        "with len %zu (NULL goes only with len 0)",
+                        ddph__rank(ctx), len);
     ddph_state_buf b = {0};
     if (st == DDPH_OK && len > ddph__state_largest(ctx))
         st = ddph__fail(err, DDPH_ERR_IO,

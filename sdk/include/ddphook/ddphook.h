@@ -350,8 +350,8 @@ ddph_status ddph_state_check(ddph_ctx *ctx, const char *path);
  * collective, with every check and the all-or-nothing of ddph_state_load
  * (bytes of another rank, world size, model or hook, damaged bytes, and
  * parts of different saves: another job's, or another call or step on
- * some rank, are refused on every rank, naming the cause).  Since
- * 0.9.0. */
+ * some rank, and NULL data with len > 0, are refused on every rank,
+ * naming the rank and the cause).  Since 0.9.0. */
 ddph_status ddph_state_save_to_memory(ddph_ctx *ctx, void **data,
                                       size_t *len);
 void ddph_state_free(void *data);
