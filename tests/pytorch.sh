@@ -176,7 +176,7 @@ timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_sta
     $P --out "$res-other" --phase full </dev/null >"$OUT/state_dict-other.log" 2>&1 ||
     ko "ddp_state_dict.py --phase full, another job (see $OUT/state_dict-other.log)"
 for case in "other-hook:holds the state of model 'model' with hook 'powersgd' [^;]*; this job's is 'model' with hook 'fp16'" \
-    "damaged:the hook state given to rank 1: checksum mismatch" \
+    "damaged:the hook state in memory given to rank 1: checksum mismatch (corrupt or altered bytes)" \
     "mixed:the ranks' parts come from different saves"; do
     name=${case%%:*} want=${case#*:}
     log="$OUT/state_dict-$name.log"

@@ -29,7 +29,8 @@ static void steps(ddph_ctx *ctx, model_fixture *fx, int first, int last,
     }
 }
 
-/* A refused load: every rank fails with `want` in its message. */
+/* A refused load: every rank fails with `want` in its message, which
+ * speaks of bytes in memory: there is no file. */
 static void refused(ddph_ctx *ctx, const void *data, size_t len,
                     const char *want)
 {
@@ -37,6 +38,9 @@ static void refused(ddph_ctx *ctx, const void *data, size_t len,
           "bytes that should be refused (%s) were loaded", want);
     CHECK(strstr(ddph_last_error(ctx), want), "refusal '%s', want '%s'",
           ddph_last_error(ctx), want);
+    CHECK(!strstr(ddph_last_error(ctx), "file"),
+          "refusal of bytes in memory speaks of a file: '%s'",
+          ddph_last_error(ctx));
 }
 
 void run_state_memory(void)
@@ -88,8 +92,10 @@ void run_state_memory(void)
     memcpy(peer, data, len);
     if (check_rank == world - 1)
         peer[len / 2] ^= 0x20;
-    refused(ctx, peer, len, "checksum mismatch");
-    refused(ctx, peer, 10, "not a ddphook state file");
+    refused(ctx, peer, len, "checksum mismatch (corrupt or altered bytes)");
+    refused(ctx, peer, 10, "in memory given to rank");
+    /* Refused by its length alone, before a byte is read. */
+    refused(ctx, peer, (size_t)1 << 40, "the most the hook state");
     free(peer);
     /* NULL bytes with a length on the last rank: refused inside the
      * agreement, so every rank hears of it at once, not at timeout_s

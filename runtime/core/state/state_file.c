@@ -153,8 +153,8 @@ static void scan(ddph_ctx *ctx, rank_set *set)
             n = pread(sl->fd, head, sizeof head, 0);
         ddph_state_buf b = {.data = head, .len = n > 0 ? (size_t)n : 0};
         if (st == DDPH_OK)
-            st = ddph__state_parse_header(ctx, sl->path, &b, &sl->generation, &sl->id,
-                              &e);
+            st = ddph__state_parse_header(ctx, &(ddph_state_source){.name = sl->path},
+                                          &b, &sl->generation, &sl->id, &e);
         if (st == DDPH_OK)
             st = ddph__state_check_sum(sl->fd, sl->path, (uint64_t)sb.st_size, &e);
         if (st != DDPH_OK) {
@@ -382,8 +382,9 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
     }
     ddph_state_buf b = {0};
     if (st == DDPH_OK) {
-        ddph_status local = ddph__state_encode(ctx, (uint64_t)(newest < 0 ? 1 : newest + 1),
-                                   id, &b, err);
+        ddph_status local = ddph__state_encode(
+            ctx, "state_save", (uint64_t)(newest < 0 ? 1 : newest + 1), id,
+            &b, err);
         if (local == DDPH_OK)
             local = ddph__file_write_atomic(set.s[SLOT_NEXT].path, b.data,
                                             b.len, "state file", err);
@@ -439,8 +440,9 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
             sl->fd, sl->path, ddph__state_largest(ctx), DDPH__STATE_LIMIT_WHY,
             &b.data, &b.len, err);
         if (local == DDPH_OK)
-            local = ddph__state_validate(ctx, sl->path, sl->generation, sl->id, &b,
-                                         err);
+            local = ddph__state_validate(ctx,
+                                         &(ddph_state_source){.name = sl->path},
+                                         sl->generation, sl->id, &b, err);
         st = ddph__state_agree(ctx, local, err);
     }
     if (st == DDPH_OK) {
