@@ -81,6 +81,8 @@ _SIGNATURES = {
     "ddph_state_free": (None, [_P]),
     "ddph_state_load_from_memory": (_I, [_P, ctypes.c_char_p,
                                          ctypes.c_size_t]),
+    "ddph_state_save_id": (_I, [ctypes.c_char_p, ctypes.c_size_t,
+                                ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 

@@ -224,11 +224,16 @@ def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.T
     return state._on_bucket(bucket)
 
 
-def _save_id(part):
-    """The save id in a state's header (state_format.c: magic, version,
-    world size, rank, generation, then the id, little-endian): the same in
-    every rank's part of one save."""
-    return int.from_bytes(part[28:36], "little") if len(part) >= 36 else None
+def _save_id(part, rank):
+    """The save id of rank `rank`'s part (ddph_state_save_id): the same in
+    every rank's part of one save; Error for bytes that are not one."""
+    sid = ctypes.c_uint64()
+    st = lib().ddph_state_save_id(part, len(part), ctypes.byref(sid))
+    if st != 0:
+        raise Error("ddphook: state_dict: rank %d's part (%d bytes) is not "
+                    "an intact ddphook hook state (ddph_state_save_id: %s)"
+                    % (rank, len(part), status_name(st)), status_name(st))
+    return sid.value
 
 
 def _in_store(store, key):
@@ -831,8 +836,9 @@ class HookState:
             store.set(str(rank), b"S" + mine)
         elif gather:
             parts.update(self._collect(store, world, timeout))
+            want = _save_id(mine, rank)
             other = sorted(r for r, p in parts.items()
-                           if _save_id(p) != _save_id(mine))
+                           if _save_id(p, r) != want)
             if other:
                 raise Error("ddphook: state_dict: the part%s of rank%s %s "
                             "%s taken by another call than rank 0's (each "

@@ -43,6 +43,42 @@ static void refused(ddph_ctx *ctx, const void *data, size_t len,
           ddph_last_error(ctx));
 }
 
+/* ddph_state_save_id: one call's id on every rank, another call's
+ * differs; bytes that are not an intact state are refused. */
+static void save_ids(ddph_ctx *ctx, const unsigned char *data, size_t len)
+{
+    uint64_t first = 0, later_id = 0, id = 1;
+    CHECK(ddph_state_save_id(data, len, &first) == DDPH_OK && first,
+          "save_id of a save: id %llu", (unsigned long long)first);
+    int64_t v[2] = {(int64_t)first, -(int64_t)first};
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(v[0] == -v[1], "one save's ids differ between ranks");
+    void *later = NULL;
+    size_t later_len = 0;
+    CHECK_OK(ddph_state_save_to_memory(ctx, &later, &later_len), ctx);
+    CHECK(ddph_state_save_id(later, later_len, &later_id) == DDPH_OK &&
+              later_id != first,
+          "two saves' ids: %llu and %llu", (unsigned long long)first,
+          (unsigned long long)later_id);
+    ddph_state_free(later);
+    unsigned char *bad = malloc(len);
+    CHECK(bad, "out of memory");
+    /* The magic's first byte; then a byte of the id; then cut short. */
+    size_t flips[] = {0, 30};
+    for (size_t i = 0; i < sizeof flips / sizeof *flips; i++) {
+        memcpy(bad, data, len);
+        bad[flips[i]] ^= 0x01;
+        CHECK(ddph_state_save_id(bad, len, &id) == DDPH_ERR_IO && id == 0,
+              "save_id of a state with byte %zu changed: id %llu",
+              flips[i], (unsigned long long)id);
+    }
+    CHECK(ddph_state_save_id(data, 30, &id) == DDPH_ERR_IO,
+          "save_id of 30 bytes of a state");
+    CHECK(ddph_state_save_id(NULL, len, &id) == DDPH_ERR_INVALID,
+          "save_id of NULL");
+    free(bad);
+}
+
 void run_state_memory(void)
 {
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "powersgd",
@@ -117,6 +153,7 @@ void run_state_memory(void)
     refused(ctx, again ? again : data, again ? again_len : len,
             "the ranks' parts come from different saves");
     ddph_state_free(again);
+    save_ids(ctx, data, len);
     ddph_state_free(data);
     free(straight);
     free(resumed);

@@ -195,6 +195,23 @@ static const char *damaged_noun(const ddph_state_source *src)
     return src->in_memory ? "bytes" : "file";
 }
 
+/* The header's fields, read with no job to compare them with. */
+typedef enum { HEADER_READ, HEADER_NOT_STATE, HEADER_TRUNCATED } header_read;
+static header_read read_header(ddph_state_buf *b, uint32_t *world,
+                               uint32_t *rank, uint64_t *generation,
+                               uint64_t *id)
+{
+    uint32_t version = 0;
+    if (b->len < 8 + 4 || memcmp(b->data, STATE_MAGIC, 8) != 0 ||
+        (b->pos = 8, !ddph__state_get_u32(b, &version)) ||
+        version != STATE_VERSION)
+        return HEADER_NOT_STATE;
+    if (!ddph__state_get_u32(b, world) || !ddph__state_get_u32(b, rank) ||
+        !ddph__state_get_u64(b, generation) || !ddph__state_get_u64(b, id))
+        return HEADER_TRUNCATED;
+    return HEADER_READ;
+}
+
 /* Checks the header (the first DDPH__STATE_HEADER_BYTES of b) against this job. */
 ddph_status ddph__state_parse_header(const ddph_ctx *ctx,
                                      const ddph_state_source *src,
@@ -202,15 +219,14 @@ ddph_status ddph__state_parse_header(const ddph_ctx *ctx,
                                      uint64_t *id, ddph_err *err)
 {
     const char *file = src->name;
-    uint32_t version = 0, world = 0, rank = 0;
-    if (b->len < 8 + 4 || memcmp(b->data, STATE_MAGIC, 8) != 0 ||
-        (b->pos = 8, !ddph__state_get_u32(b, &version)) || version != STATE_VERSION)
+    uint32_t world = 0, rank = 0;
+    header_read r = read_header(b, &world, &rank, generation, id);
+    if (r == HEADER_NOT_STATE)
         return ddph__fail(err, DDPH_ERR_IO,
                           "%s is not a ddphook state %sof format version %u",
                           file, src->in_memory ? "" : "file ",
                           STATE_VERSION);
-    if (!ddph__state_get_u32(b, &world) || !ddph__state_get_u32(b, &rank) ||
-        !ddph__state_get_u64(b, generation) || !ddph__state_get_u64(b, id))
+    if (r == HEADER_TRUNCATED)
         return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
     if (world != (uint32_t)ddph__size(ctx) ||
         rank != (uint32_t)ddph__rank(ctx))
@@ -225,6 +241,21 @@ ddph_status ddph__state_parse_header(const ddph_ctx *ctx,
                           "or forged %s)",
                           file, damaged_noun(src));
     return DDPH_OK;
+}
+
+ddph_status ddph__state_intact_id(const void *data, size_t len, uint64_t *id)
+{
+    ddph_state_buf b = {.data = (unsigned char *)data, .len = len};
+    uint32_t world, rank, crc = 0;
+    uint64_t generation;
+    if (len < DDPH__STATE_HEADER_BYTES + 8 ||
+        read_header(&b, &world, &rank, &generation, id) != HEADER_READ ||
+        *id >= DDPH__STATE_ID_LIMIT)
+        return DDPH_ERR_IO;
+    b.pos = len - 4;
+    ddph__state_get_u32(&b, &crc);
+    return crc == (uint32_t)crc32_z(0L, b.data, len - 4) ? DDPH_OK
+                                                          : DDPH_ERR_IO;
 }
 
 /* A file whose checksum does not match is damaged: it is skipped like

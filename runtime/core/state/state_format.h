@@ -52,6 +52,10 @@ ddph_status ddph__state_parse_header(const ddph_ctx *ctx,
                                      const ddph_state_source *src,
                                      ddph_state_buf *b, uint64_t *generation,
                                      uint64_t *id, ddph_err *err);
+/* The save id of a whole state (len bytes at data: header, checksum,
+ * nothing judged against a job); DDPH_ERR_IO for bytes that are not one
+ * (another format, short, damaged). */
+ddph_status ddph__state_intact_id(const void *data, size_t len, uint64_t *id);
 /* A file whose checksum does not match is damaged (read in pieces from
  * fd, size bytes). */
 ddph_status ddph__state_check_sum(int fd, const char *file, uint64_t size,

@@ -108,3 +108,15 @@ ddph_status ddph__state_load_memory(ddph_ctx *ctx, const void *data,
     free(b.data);
     return st;
 }
+
+/* A trainer's check that gathered parts belong together (the Python
+ * bridge's state_dict), with no job: the layout stays state_format.c's. */
+ddph_status ddph_state_save_id(const void *data, size_t len, uint64_t *id)
+{
+    if (!data || !id)
+        return DDPH_ERR_INVALID;
+    ddph_status st = ddph__state_intact_id(data, len, id);
+    if (st != DDPH_OK)
+        *id = 0;
+    return st;
+}

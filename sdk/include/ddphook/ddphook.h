@@ -357,6 +357,15 @@ ddph_status ddph_state_save_to_memory(ddph_ctx *ctx, void **data,
 void ddph_state_free(void *data);
 ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
                                         size_t len);
+/* The save id in such bytes, the same in every rank's part of one call of
+ * ddph_state_save_to_memory and different between calls: for a trainer
+ * that gathers the ranks' parts and must tell whether they belong
+ * together before it keeps them.  DDPH_OK and *id, or DDPH_ERR_IO (and
+ * *id = 0) where the bytes are not an intact hook state (another format,
+ * too short, or a checksum that does not match); DDPH_ERR_INVALID for a
+ * NULL argument.  No job needed: no ctx, no collective, nothing kept.
+ * Since 0.9.0. */
+ddph_status ddph_state_save_id(const void *data, size_t len, uint64_t *id);
 
 #ifdef __cplusplus
 }
