@@ -51,6 +51,9 @@ __all__ = ["comm_hook", "init_process_group", "HookState"]
 
 # HookState.state_dict()'s "format": what load_state_dict() accepts.
 _STATE_DICT_FORMAT = "ddphook.torch.HookState.state_dict/1"
+# How often rank 0's gathering state_dict reads the job's notices of its
+# peers while it waits for their parts (each read is a store round trip).
+_PEER_CHECK_S = 0.25
 
 _DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
            torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
@@ -875,16 +878,7 @@ class HookState:
         """On rank 0: the other ranks' parts from the store, each taken
         out of it once read."""
         keys = [str(r) for r in range(1, world)]
-        try:
-            store.wait(keys, timeout)
-        except RuntimeError:
-            missing = [k for k in keys if not _in_store(store, k)]
-            raise Error("ddphook: state_dict: rank 0 waited %s for rank%s "
-                        "%s to call state.state_dict(): call it on every "
-                        "rank, at the same step (only rank 0 waits, for "
-                        "that call alone)" % (
-                            timeout, "s" if len(missing) > 1 else "",
-                            ", ".join(missing)), "DDPH_ERR_TIMEOUT")
+        self._wait_for_parts(store, keys, timeout)
         parts = {}
         for k in keys:
             value = store.get(k)
@@ -899,6 +893,39 @@ class HookState:
                             "DDPH_ERR_STATE")
             parts[int(k)] = value[1:]
         return parts
+
+    def _wait_for_parts(self, store, keys, timeout):
+        """Waits (at most `timeout`) until every key is in the store;
+        between short waits it reads the job's notices of its peers
+        (ddph_check_peers), so that a rank that failed or closed the job
+        is named at once instead of at the timeout."""
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                store.wait(keys, datetime.timedelta(
+                    seconds=max(0.001, min(_PEER_CHECK_S, left))))
+                return
+            except RuntimeError:
+                pass
+            missing = [k for k in keys if not _in_store(store, k)]
+            if not missing:
+                return
+            plural = "s" if len(missing) > 1 else ""
+            st = lib().ddph_check_peers(self.job.ctx)
+            if st != 0:
+                raise Error("ddphook: state_dict: rank 0 stopped waiting "
+                            "for rank%s %s to call state.state_dict(): %s" %
+                            (plural, ", ".join(missing),
+                             lib().ddph_last_error(self.job.ctx).decode(
+                                 errors="replace")), status_name(st))
+            if left <= 0:
+                raise Error("ddphook: state_dict: rank 0 waited %s for "
+                            "rank%s %s to call state.state_dict(): call it "
+                            "on every rank, at the same step (only rank 0 "
+                            "waits, for that call alone)" % (
+                                timeout, plural, ", ".join(missing)),
+                            "DDPH_ERR_TIMEOUT")
 
     def load_state_dict(self, state_dict):
         """Loads what state_dict() returned (torch.load's copy of it): call

@@ -99,6 +99,9 @@ static const scenario registry[] = {
      "PowerSGD's state saved to memory and loaded back: the next steps "
      "repeat bit for bit; another rank's bytes and damaged bytes refused on "
      "every rank"},
+    {"check-peers", run_check_peers, "2,3", 0, 120,
+     "the last rank closes the job: every other rank's ddph_check_peers "
+     "names it within 5 s, no collective, and their jobs end cleanly"},
     {"powersgd-blocks", run_powersgd_blocks, "2,4", 0, 120,
      "per-tensor and batched PowerSGD on matrices of several 256 KiB row "
      "blocks: each step's projection"},
