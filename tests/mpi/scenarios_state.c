@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Steps first..last-1 of the fixture; every step's reduced gradients
  * appended to out (NULL: not kept). */
@@ -41,6 +42,28 @@ static void refused(ddph_ctx *ctx, const void *data, size_t len,
     CHECK(!strstr(ddph_last_error(ctx), "file"),
           "refusal of bytes in memory speaks of a file: '%s'",
           ddph_last_error(ctx));
+}
+
+/* A file save and load given a NULL path on rank `bad` (the others a
+ * path): refused on every rank within seconds, naming it. */
+static void null_path_refused(ddph_ctx *ctx, int bad)
+{
+    char path[4096], want[64];
+    snprintf(path, sizeof path, "%s/null-peer-%d", scratch_dir(),
+             (int)getppid());
+    const char *mine = check_rank == bad ? NULL : path;
+    for (int load = 0; load < 2; load++) {
+        snprintf(want, sizeof want, "%s on rank %d: path is NULL",
+                 load ? "state_load" : "state_save", bad);
+        double asked = MPI_Wtime();
+        ddph_status st = load ? ddph_state_load(ctx, mine)
+                              : ddph_state_save(ctx, mine);
+        CHECK(st == DDPH_ERR_INVALID && strstr(ddph_last_error(ctx), want),
+              "%s: %s, '%s', want '%s'", load ? "load" : "save",
+              ddph_status_name(st), ddph_last_error(ctx), want);
+        CHECK(MPI_Wtime() - asked < 5, "a NULL path on rank %d refused "
+              "after %.1f s (timeout_s is 20)", bad, MPI_Wtime() - asked);
+    }
 }
 
 /* ddph_state_save_id: one call's id on every rank, another call's
@@ -144,6 +167,7 @@ void run_state_memory(void)
     CHECK(MPI_Wtime() - asked < 5,
           "NULL bytes on rank %d refused after %.1f s (timeout_s is 20)",
           world - 1, MPI_Wtime() - asked);
+    null_path_refused(ctx, world - 1);
     /* A second save on the last rank alone: its newer part with the
      * others' older ones is two saves mixed, each part valid. */
     void *again = NULL;

@@ -352,8 +352,20 @@ ddph_status ddph__state_check(const ddph_ctx *ctx, const char *path,
     return st;
 }
 
+/* A NULL path on one rank: refused in the first agreement of a save or a
+ * load, which the peers enter too, so that they hear of it at once rather
+ * than at timeout_s. */
+static ddph_status null_path(ddph_ctx *ctx, const char *what, ddph_err *err)
+{
+    ddph__fail(err, DDPH_ERR_INVALID, "%s on rank %d: path is NULL", what,
+               ddph__rank(ctx));
+    return ddph__state_agree(ctx, DDPH_ERR_INVALID, err);
+}
+
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
+    if (!path)
+        return null_path(ctx, "state_save", err);
     rank_set set;
     ddph_status st = begin(ctx, "state_save", path, 1, &set, err);
     /* A file others could have replaced is refused before anything is
@@ -409,6 +421,8 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
+    if (!path)
+        return null_path(ctx, "state_load", err);
     rank_set set;
     ddph_status st = ddph__state_agree(ctx, begin(ctx, "state_load", path, 0, &set, err),
                            err);

@@ -342,7 +342,8 @@ ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root);
 
 /* Saves every model's hook state (e.g. PowerSGD's error feedback and Q
  * memories) to `path`, atomically; loads it back into a job with the same
- * models and hooks. */
+ * models and hooks.  Collective: a NULL path on one rank fails the call
+ * on every rank (DDPH_ERR_INVALID), naming that rank. */
 ddph_status ddph_state_save(ddph_ctx *ctx, const char *path);
 ddph_status ddph_state_load(ddph_ctx *ctx, const char *path);
 /* Whether ddph_state_save(ctx, path) would pass its first check on this
