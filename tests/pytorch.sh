@@ -20,8 +20,10 @@
 #    collective, load_state_dict on every rank) resumes a run exactly; one
 #    from another world size, another hook, damaged, or with a part of
 #    another job's save, is refused on every rank, naming the cause, and
-#    rank 0 refuses to gather a part another rank took by an extra call
-#    (tests/python/ddp_state_dict.py);
+#    rank 0 refuses to gather a part another rank took by an extra call;
+#    rank 0 alone in state_dict raises at its timeout, naming the rank
+#    that did not call it, and within seconds, naming it, where that rank
+#    closed its job (tests/python/ddp_state_dict.py);
 #  - DDP's static_graph=True gives the gradients and parameters of
 #    static_graph=False, bit for bit, with fp16 and PowerSGD, and no
 #    bucket layout warning (tests/python/ddp_static_graph.py);
@@ -88,7 +90,7 @@ for w in 2 4; do
                 set -- "$@" "ddp_static_graph.py $P --out $OUT/static --hook $hook --static $static"
             done
         done
-        for phase in full resume resume-resaved resume-without-state rank0-alone; do
+        for phase in full resume resume-resaved resume-without-state rank0-alone rank1-closed; do
             set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase $phase"
         done
     else
@@ -136,6 +138,11 @@ for w in 2 4; do
         else
             ko "state_dict called by rank 0 alone (see $log)"
         fi
+        if exited $((k + 5)); then
+            ok "state_dict on rank 0 after rank 1 closed its job: rank 0 raises within 10 s (timeout 2 min), naming rank 1's close"
+        else
+            ko "state_dict on rank 0 after rank 1 closed its job (see $log)"
+        fi
     else
         n=$(section $k | sed 's/rank [0-3] raised /\n&/g' | grep -c "^rank [0-3] raised Error: .*the state dict was taken in a job of 2 ranks; this job has 4")
         if exited $k && [ "$n" -eq 4 ]; then
@@ -176,7 +183,7 @@ timeout 120 "$MPIEXEC" -disable-auto-cleanup -n 2 "$PY" "$S/tests/python/ddp_sta
     $P --out "$res-other" --phase full </dev/null >"$OUT/state_dict-other.log" 2>&1 ||
     ko "ddp_state_dict.py --phase full, another job (see $OUT/state_dict-other.log)"
 for case in "other-hook:holds the state of model 'model' with hook 'powersgd' [^;]*; this job's is 'model' with hook 'fp16'" \
-    "damaged:the hook state given to rank 1: checksum mismatch" \
+    "damaged:the hook state in memory given to rank 1: checksum mismatch (corrupt or altered bytes)" \
     "mixed:the ranks' parts come from different saves"; do
     name=${case%%:*} want=${case#*:}
     log="$OUT/state_dict-$name.log"

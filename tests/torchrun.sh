@@ -24,7 +24,9 @@
 #  - PowerSGD's state saved and loaded from Python resumes a run exactly,
 #    through state.save/load and through torch.save(state.state_dict())
 #    (tests/python/ddp_resume.py and ddp_state_dict.py, as
-#    tests/pytorch.sh checks them);
+#    tests/pytorch.sh checks them); rank 0's gathering state_dict names a
+#    rank that closed its job and exited within seconds (its closing
+#    notice in the store), not at its timeout;
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
 #    (tests/python/ddp_errors.py); so do an allgatherv whose counts differ
@@ -192,6 +194,18 @@ for r in 0 1; do
         ko "rank $r: resumed through state_dict differs from the uninterrupted run, or equals it without the hook's state (see $OUT/state_dict)"
     fi
 done
+# Rank 1 closes its job and exits before state_dict: rank 0's gather (a
+# timeout of 2 minutes) reads its closing notice in the store and raises
+# within 10 s, naming it.
+log="$OUT/state_dict-rank1-closed.log"
+if timeout 300 $LAUNCH -n 2 --timeout 250 "$S/tests/python/ddp_state_dict.py" \
+    --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/state_dict" \
+    --phase rank1-closed >"$log" 2>&1 &&
+    grep -q "^\[rank 0\] rank 0 raised Error after .*rank 1 closed the job" "$log"; then
+    ok "state_dict on rank 0 after rank 1 closed its job and exited: rank 0 raises within 10 s (timeout 2 min), naming rank 1"
+else
+    ko "state_dict on rank 0 after rank 1 closed its job and exited (see $log)"
+fi
 
 # errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)
 errors() {

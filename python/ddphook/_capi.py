@@ -43,6 +43,7 @@ _SIGNATURES = {
     "ddph_close": (_I, [_P]),
     "ddph_abort": (_I, [_P, _S]),
     "ddph_last_error": (_S, [_P]),
+    "ddph_check_peers": (_I, [_P]),
     "ddph_rank": (_I, [_P]),
     "ddph_world_size": (_I, [_P]),
     "ddph_model_create": (_I, [_P, _S, ctypes.POINTER(_P)]),
@@ -81,6 +82,8 @@ _SIGNATURES = {
     "ddph_state_free": (None, [_P]),
     "ddph_state_load_from_memory": (_I, [_P, ctypes.c_char_p,
                                          ctypes.c_size_t]),
+    "ddph_state_save_id": (_I, [ctypes.c_char_p, ctypes.c_size_t,
+                                ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 

@@ -51,6 +51,9 @@ __all__ = ["comm_hook", "init_process_group", "HookState"]
 
 # HookState.state_dict()'s "format": what load_state_dict() accepts.
 _STATE_DICT_FORMAT = "ddphook.torch.HookState.state_dict/1"
+# How often rank 0's gathering state_dict reads the job's notices of its
+# peers while it waits for their parts (each read is a store round trip).
+_PEER_CHECK_S = 0.25
 
 _DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
            torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
@@ -224,11 +227,16 @@ def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.T
     return state._on_bucket(bucket)
 
 
-def _save_id(part):
-    """The save id in a state's header (state_format.c: magic, version,
-    world size, rank, generation, then the id, little-endian): the same in
-    every rank's part of one save."""
-    return int.from_bytes(part[28:36], "little") if len(part) >= 36 else None
+def _save_id(part, rank):
+    """The save id of rank `rank`'s part (ddph_state_save_id): the same in
+    every rank's part of one save; Error for bytes that are not one."""
+    sid = ctypes.c_uint64()
+    st = lib().ddph_state_save_id(part, len(part), ctypes.byref(sid))
+    if st != 0:
+        raise Error("ddphook: state_dict: rank %d's part (%d bytes) is not "
+                    "an intact ddphook hook state (ddph_state_save_id: %s)"
+                    % (rank, len(part), status_name(st)), status_name(st))
+    return sid.value
 
 
 def _in_store(store, key):
@@ -831,8 +839,9 @@ class HookState:
             store.set(str(rank), b"S" + mine)
         elif gather:
             parts.update(self._collect(store, world, timeout))
+            want = _save_id(mine, rank)
             other = sorted(r for r, p in parts.items()
-                           if _save_id(p) != _save_id(mine))
+                           if _save_id(p, r) != want)
             if other:
                 raise Error("ddphook: state_dict: the part%s of rank%s %s "
                             "%s taken by another call than rank 0's (each "
@@ -869,16 +878,7 @@ class HookState:
         """On rank 0: the other ranks' parts from the store, each taken
         out of it once read."""
         keys = [str(r) for r in range(1, world)]
-        try:
-            store.wait(keys, timeout)
-        except RuntimeError:
-            missing = [k for k in keys if not _in_store(store, k)]
-            raise Error("ddphook: state_dict: rank 0 waited %s for rank%s "
-                        "%s to call state.state_dict(): call it on every "
-                        "rank, at the same step (only rank 0 waits, for "
-                        "that call alone)" % (
-                            timeout, "s" if len(missing) > 1 else "",
-                            ", ".join(missing)), "DDPH_ERR_TIMEOUT")
+        self._wait_for_parts(store, keys, timeout)
         parts = {}
         for k in keys:
             value = store.get(k)
@@ -893,6 +893,39 @@ class HookState:
                             "DDPH_ERR_STATE")
             parts[int(k)] = value[1:]
         return parts
+
+    def _wait_for_parts(self, store, keys, timeout):
+        """Waits (at most `timeout`) until every key is in the store;
+        between short waits it reads the job's notices of its peers
+        (ddph_check_peers), so that a rank that failed or closed the job
+        is named at once instead of at the timeout."""
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                store.wait(keys, datetime.timedelta(
+                    seconds=max(0.001, min(_PEER_CHECK_S, left))))
+                return
+            except RuntimeError:
+                pass
+            missing = [k for k in keys if not _in_store(store, k)]
+            if not missing:
+                return
+            plural = "s" if len(missing) > 1 else ""
+            st = lib().ddph_check_peers(self.job.ctx)
+            if st != 0:
+                raise Error("ddphook: state_dict: rank 0 stopped waiting "
+                            "for rank%s %s to call state.state_dict(): %s" %
+                            (plural, ", ".join(missing),
+                             lib().ddph_last_error(self.job.ctx).decode(
+                                 errors="replace")), status_name(st))
+            if left <= 0:
+                raise Error("ddphook: state_dict: rank 0 waited %s for "
+                            "rank%s %s to call state.state_dict(): call it "
+                            "on every rank, at the same step (only rank 0 "
+                            "waits, for that call alone)" % (
+                                timeout, plural, ", ".join(missing)),
+                            "DDPH_ERR_TIMEOUT")
 
     def load_state_dict(self, state_dict):
         """Loads what state_dict() returned (torch.load's copy of it): call

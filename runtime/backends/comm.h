@@ -192,6 +192,9 @@ typedef struct ddph_control_ops {
      * job. */
     void (*depart)(void *self, int kind, const char *what);
     void (*closing)(void *self);
+    /* The first peer whose closing notice (ddph_close) has arrived, the
+     * notices read now; *after: its synchronised steps.  -1: none. */
+    int (*closed_peer)(void *self, int64_t *after);
     /* Names model id `id` in the peers' mismatch messages. */
     void (*model_named)(void *self, int64_t id, const char *name);
 } ddph_control_ops;
@@ -290,6 +293,12 @@ static inline void ddph__ctl_depart(ddph_control c, int kind, const char *what)
 static inline void ddph__ctl_closing(ddph_control c)
 {
     c.ops->closing(c.self);
+}
+
+/* (-1 from a control plane with no closing notices: the tests' fake.) */
+static inline int ddph__ctl_closed_peer(ddph_control c, int64_t *after)
+{
+    return c.ops->closed_peer ? c.ops->closed_peer(c.self, after) : -1;
 }
 
 static inline void ddph__ctl_model_named(ddph_control c, int64_t id,

@@ -717,7 +717,7 @@ ddph_status ddph_step_end(ddph_ctx *ctx)
 
 ddph_status ddph_state_save(ddph_ctx *ctx, const char *path)
 {
-    if (!ctx || !path)
+    if (!ctx) /* a NULL path is refused on every rank (state_file.c) */
         return DDPH_ERR_INVALID;
     ddph_err e;
     ddph_status st = ddph__state_save(ctx, path, &e);
@@ -754,7 +754,9 @@ void ddph_state_free(void *data)
 ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
                                         size_t len)
 {
-    if (!ctx || (!data && len))
+    /* NULL bytes with a length are refused inside the collective, so that
+     * the peers hear of it at once rather than at timeout_s. */
+    if (!ctx)
         return DDPH_ERR_INVALID;
     ddph_err e;
     ddph_status st = ddph__state_load_memory(ctx, data, len, &e);
@@ -763,7 +765,7 @@ ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
 
 ddph_status ddph_state_load(ddph_ctx *ctx, const char *path)
 {
-    if (!ctx || !path)
+    if (!ctx) /* a NULL path is refused on every rank (state_file.c) */
         return DDPH_ERR_INVALID;
     ddph_err e;
     ddph_status st = ddph__state_load(ctx, path, &e);

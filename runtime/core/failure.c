@@ -52,3 +52,29 @@ ddph_status ddph_abort(ddph_ctx *ctx, const char *reason)
     ddph__ctx_failf(ctx, DDPH_ERR_STATE, "%s", msg);
     return DDPH_OK;
 }
+
+/* For a trainer that waits on its peers outside ddphook (the Python
+ * bridge's gathering state_dict): what the peers' notices say now, so
+ * that it stops at once for a rank that will never come. */
+ddph_status ddph_check_peers(ddph_ctx *ctx)
+{
+    if (!ctx)
+        return DDPH_ERR_INVALID;
+    if (!ctx->job_up)
+        return DDPH_OK;
+    ddph_err e;
+    ddph_status st = ddph__ctl_fault(ctx->control, &e);
+    int64_t after = 0;
+    int peer = st == DDPH_OK ? ddph__ctl_closed_peer(ctx->control, &after)
+                             : -1;
+    if (peer >= 0)
+        st = ddph__fail(&e, DDPH_ERR_STATE,
+                        "rank %d closed the job (ddph_close) after %lld "
+                        "synchronised step%s: it will join nothing more",
+                        peer, (long long)after, after == 1 ? "" : "s");
+    /* Told, not failed: the trainer decides what the peer's absence
+     * means (a failed peer has broken the job already). */
+    if (st != DDPH_OK)
+        memcpy(ctx->error, e.msg, sizeof ctx->error);
+    return st;
+}

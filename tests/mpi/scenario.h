@@ -87,6 +87,7 @@ void run_bucket_caps(void);
 
 /* scenarios_state.c */
 void run_state_memory(void);
+void run_check_peers(void);
 
 /* scenarios_trust.c */
 void run_models_crossing(void);

@@ -293,3 +293,33 @@ void run_timeout_shared(void)
                 "timeout_s = 1.5 s",
                 "timeout-shared");
 }
+
+/* ddph_check_peers: DDPH_OK while every rank is in the job; once the last
+ * rank closes it, every other rank names it within seconds, with no
+ * collective, and its own job goes on (told, not failed). */
+void run_check_peers(void)
+{
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
+    int last = ddph_world_size(ctx) - 1;
+    CHECK(ddph_check_peers(ctx) == DDPH_OK, "check_peers with every rank "
+          "in the job: %s", ddph_last_error(ctx));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (check_rank == last) {
+        CHECK(ddph_close(ctx) == DDPH_OK, "close of the last rank");
+        return;
+    }
+    char want[64];
+    snprintf(want, sizeof want, "rank %d closed the job (ddph_close)", last);
+    double asked = MPI_Wtime();
+    ddph_status st = DDPH_OK;
+    while (st == DDPH_OK && MPI_Wtime() - asked < 5) {
+        st = ddph_check_peers(ctx);
+        if (st == DDPH_OK)
+            nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    CHECK(st == DDPH_ERR_STATE && strstr(ddph_last_error(ctx), want),
+          "check_peers %.1f s after rank %d closed: %s, '%s'",
+          MPI_Wtime() - asked, last, ddph_status_name(st),
+          ddph_last_error(ctx));
+    CHECK(ddph_close(ctx) == DDPH_OK, "close after a peer closed first");
+}

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Steps first..last-1 of the fixture; every step's reduced gradients
  * appended to out (NULL: not kept). */
@@ -29,7 +30,8 @@ static void steps(ddph_ctx *ctx, model_fixture *fx, int first, int last,
     }
 }
 
-/* A refused load: every rank fails with `want` in its message. */
+/* A refused load: every rank fails with `want` in its message, which
+ * speaks of bytes in memory: there is no file. */
 static void refused(ddph_ctx *ctx, const void *data, size_t len,
                     const char *want)
 {
@@ -37,6 +39,67 @@ static void refused(ddph_ctx *ctx, const void *data, size_t len,
           "bytes that should be refused (%s) were loaded", want);
     CHECK(strstr(ddph_last_error(ctx), want), "refusal '%s', want '%s'",
           ddph_last_error(ctx), want);
+    CHECK(!strstr(ddph_last_error(ctx), "file"),
+          "refusal of bytes in memory speaks of a file: '%s'",
+          ddph_last_error(ctx));
+}
+
+/* A file save and load given a NULL path on rank `bad` (the others a
+ * path): refused on every rank within seconds, naming it. */
+static void null_path_refused(ddph_ctx *ctx, int bad)
+{
+    char path[4096], want[64];
+    snprintf(path, sizeof path, "%s/null-peer-%d", scratch_dir(),
+             (int)getppid());
+    const char *mine = check_rank == bad ? NULL : path;
+    for (int load = 0; load < 2; load++) {
+        snprintf(want, sizeof want, "%s on rank %d: path is NULL",
+                 load ? "state_load" : "state_save", bad);
+        double asked = MPI_Wtime();
+        ddph_status st = load ? ddph_state_load(ctx, mine)
+                              : ddph_state_save(ctx, mine);
+        CHECK(st == DDPH_ERR_INVALID && strstr(ddph_last_error(ctx), want),
+              "%s: %s, '%s', want '%s'", load ? "load" : "save",
+              ddph_status_name(st), ddph_last_error(ctx), want);
+        CHECK(MPI_Wtime() - asked < 5, "a NULL path on rank %d refused "
+              "after %.1f s (timeout_s is 20)", bad, MPI_Wtime() - asked);
+    }
+}
+
+/* ddph_state_save_id: one call's id on every rank, another call's
+ * differs; bytes that are not an intact state are refused. */
+static void save_ids(ddph_ctx *ctx, const unsigned char *data, size_t len)
+{
+    uint64_t first = 0, later_id = 0, id = 1;
+    CHECK(ddph_state_save_id(data, len, &first) == DDPH_OK && first,
+          "save_id of a save: id %llu", (unsigned long long)first);
+    int64_t v[2] = {(int64_t)first, -(int64_t)first};
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(v[0] == -v[1], "one save's ids differ between ranks");
+    void *later = NULL;
+    size_t later_len = 0;
+    CHECK_OK(ddph_state_save_to_memory(ctx, &later, &later_len), ctx);
+    CHECK(ddph_state_save_id(later, later_len, &later_id) == DDPH_OK &&
+              later_id != first,
+          "two saves' ids: %llu and %llu", (unsigned long long)first,
+          (unsigned long long)later_id);
+    ddph_state_free(later);
+    unsigned char *bad = malloc(len);
+    CHECK(bad, "out of memory");
+    /* The magic's first byte; then a byte of the id; then cut short. */
+    size_t flips[] = {0, 30};
+    for (size_t i = 0; i < sizeof flips / sizeof *flips; i++) {
+        memcpy(bad, data, len);
+        bad[flips[i]] ^= 0x01;
+        CHECK(ddph_state_save_id(bad, len, &id) == DDPH_ERR_IO && id == 0,
+              "save_id of a state with byte %zu changed: id %llu",
+              flips[i], (unsigned long long)id);
+    }
+    CHECK(ddph_state_save_id(data, 30, &id) == DDPH_ERR_IO,
+          "save_id of 30 bytes of a state");
+    CHECK(ddph_state_save_id(NULL, len, &id) == DDPH_ERR_INVALID,
+          "save_id of NULL");
+    free(bad);
 }
 
 void run_state_memory(void)
@@ -88,9 +151,23 @@ void run_state_memory(void)
     memcpy(peer, data, len);
     if (check_rank == world - 1)
         peer[len / 2] ^= 0x20;
-    refused(ctx, peer, len, "checksum mismatch");
-    refused(ctx, peer, 10, "not a ddphook state file");
+    refused(ctx, peer, len, "checksum mismatch (corrupt or altered bytes)");
+    refused(ctx, peer, 10, "in memory given to rank");
+    /* Refused by its length alone, before a byte is read. */
+    refused(ctx, peer, (size_t)1 << 40, "the most the hook state");
     free(peer);
+    /* NULL bytes with a length on the last rank: refused inside the
+     * agreement, so every rank hears of it at once, not at timeout_s
+     * (20 s in these jobs). */
+    char null_why[64];
+    snprintf(null_why, sizeof null_why, "on rank %d: data is NULL",
+             world - 1);
+    double asked = MPI_Wtime();
+    refused(ctx, check_rank == world - 1 ? NULL : data, len, null_why);
+    CHECK(MPI_Wtime() - asked < 5,
+          "NULL bytes on rank %d refused after %.1f s (timeout_s is 20)",
+          world - 1, MPI_Wtime() - asked);
+    null_path_refused(ctx, world - 1);
     /* A second save on the last rank alone: its newer part with the
      * others' older ones is two saves mixed, each part valid. */
     void *again = NULL;
@@ -100,6 +177,7 @@ void run_state_memory(void)
     refused(ctx, again ? again : data, again ? again_len : len,
             "the ranks' parts come from different saves");
     ddph_state_free(again);
+    save_ids(ctx, data, len);
     ddph_state_free(data);
     free(straight);
     free(resumed);

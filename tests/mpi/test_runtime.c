@@ -98,7 +98,11 @@ static const scenario registry[] = {
     {"state-memory", run_state_memory, "2,3", 0, 120,
      "PowerSGD's state saved to memory and loaded back: the next steps "
      "repeat bit for bit; another rank's bytes and damaged bytes refused on "
-     "every rank"},
+     "every rank, in words of bytes in memory; NULL bytes or a NULL path on "
+     "one rank refused on every rank within 5 s; ddph_state_save_id"},
+    {"check-peers", run_check_peers, "2,3", 0, 120,
+     "the last rank closes the job: every other rank's ddph_check_peers "
+     "names it within 5 s, no collective, and their jobs end cleanly"},
     {"powersgd-blocks", run_powersgd_blocks, "2,4", 0, 120,
      "per-tensor and batched PowerSGD on matrices of several 256 KiB row "
      "blocks: each step's projection"},

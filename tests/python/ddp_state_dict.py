@@ -24,11 +24,15 @@ the job goes on: returns 0 after the message); --phase other-hook: the
 same model with the fp16 hook loads it after a step; --phase damaged:
 rank 1's part has one byte changed.
 --phase rank0-alone: after a step, rank 0 alone calls state_dict (a
-timeout of 2 s): it must raise, naming rank 1 (returns 0 then)."""
+timeout of 2 s) while rank 1 waits 4 s: it must raise at its timeout,
+naming rank 1 (returns 0 then); --phase rank1-closed: rank 1 closes its
+job after a step instead: rank 0's state_dict (a timeout of 2 minutes)
+must raise within 10 s, naming rank 1 and its close."""
 import argparse
 import datetime
 import os
 import sys
+import time
 
 import torch
 
@@ -47,7 +51,7 @@ def main(argv=None):
                     choices=["full", "resume", "resume-resaved",
                              "resume-without-state", "wrong-world",
                              "other-hook", "damaged", "mixed", "skewed",
-                             "rank0-alone"])
+                             "rank0-alone", "rank1-closed"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -70,15 +74,28 @@ def main(argv=None):
     def step(i):
         train_step(model, opt, i, rank)
 
-    if a.phase == "rank0-alone":
+    if a.phase in ("rank0-alone", "rank1-closed"):
         step(0)
         if rank != 0:
+            if a.phase == "rank0-alone":
+                time.sleep(4)  # alive, in the job, past rank 0's timeout
+            else:
+                ddphook.current_job().close()
             return 0
+        alone = a.phase == "rank0-alone"
+        start_s = time.monotonic()
         try:
-            state.state_dict(timeout=datetime.timedelta(seconds=2))
+            state.state_dict(timeout=datetime.timedelta(
+                seconds=2 if alone else 120))
         except ddphook.Error as e:
-            print("rank 0 raised %s: %s" % (type(e).__name__, e), flush=True)
-            return 0 if "waited 0:00:02 for rank 1 to call" in str(e) else 1
+            took = time.monotonic() - start_s
+            print("rank 0 raised %s after %.1f s: %s" % (
+                type(e).__name__, took, e), flush=True)
+            if alone:
+                return 0 if "waited 0:00:02 for rank 1 to call" in str(e) \
+                    else 1
+            return 0 if took < 10 and "stopped waiting for rank 1 to call " \
+                "state.state_dict(): rank 1 closed the job" in str(e) else 1
         print("rank 0: no exception", flush=True)
         return 1
     if a.phase == "skewed":

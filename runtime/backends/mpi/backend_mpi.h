@@ -152,6 +152,9 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 /* ddph_close begins: the peers learn that this rank will join no
  * collective of a synchronised step after its syncs_done-th. */
 void ddph__mpi_closing(ddph_mpi *m);
+/* The first peer whose closing notice arrived (the alarms read now), and
+ * its synchronised steps in *after; -1: none. */
+int ddph__mpi_closed_peer(ddph_mpi *m, int64_t *after);
 /* This rank leaves the steps for now: its data ended (no more steps
  * follow), or it calls the trainer collective `what` (counted). */
 void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what);

@@ -110,6 +110,11 @@ static void mpi_closing(void *self)
     ddph__mpi_closing(self);
 }
 
+static int mpi_closed_peer(void *self, int64_t *after)
+{
+    return ddph__mpi_closed_peer(self, after);
+}
+
 static void mpi_model_named(void *self, int64_t id, const char *name)
 {
     ddph__mpi_model_named(self, id, name);
@@ -131,6 +136,7 @@ const ddph_control_ops ddph__mpi_control_ops = {
     .trainer_calls = mpi_trainer_calls,
     .depart = mpi_depart,
     .closing = mpi_closing,
+    .closed_peer = mpi_closed_peer,
     .model_named = mpi_model_named,
 };
 

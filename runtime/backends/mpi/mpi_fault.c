@@ -355,6 +355,15 @@ ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
     return recorded_fault(m, err);
 }
 
+int ddph__mpi_closed_peer(ddph_mpi *m, int64_t *after)
+{
+    poll_alarm(m);
+    if (!atomic_load(&m->peer_closed))
+        return -1;
+    *after = m->closed_after;
+    return m->closed_rank;
+}
+
 /* ddph__mpi_fault for a rank about to wait on a collective: a closed
  * peer may also have ended the job for it. */
 ddph_status ddph__mpi_collective_fault(ddph_mpi *m, ddph_err *err)

@@ -734,6 +734,16 @@ int tpg_broken(tpg_job *j)
     return j->broken.load();
 }
 
+int tpg_closed_peer(tpg_job *j, int64_t *syncs_done)
+{
+    poll_notices(j, true);
+    std::lock_guard<std::mutex> lock(j->mu);
+    if (!j->peer_left || j->left_kind != TPG_CLOSED)
+        return -1;
+    *syncs_done = j->left_syncs;
+    return j->left_rank;
+}
+
 void tpg_fail(tpg_job *j, ddph_status st, const char *msg)
 {
     fail_job(j, st, msg ? msg : "");

@@ -153,8 +153,8 @@ static void scan(ddph_ctx *ctx, rank_set *set)
             n = pread(sl->fd, head, sizeof head, 0);
         ddph_state_buf b = {.data = head, .len = n > 0 ? (size_t)n : 0};
         if (st == DDPH_OK)
-            st = ddph__state_parse_header(ctx, sl->path, &b, &sl->generation, &sl->id,
-                              &e);
+            st = ddph__state_parse_header(ctx, &(ddph_state_source){.name = sl->path},
+                                          &b, &sl->generation, &sl->id, &e);
         if (st == DDPH_OK)
             st = ddph__state_check_sum(sl->fd, sl->path, (uint64_t)sb.st_size, &e);
         if (st != DDPH_OK) {
@@ -352,8 +352,20 @@ ddph_status ddph__state_check(const ddph_ctx *ctx, const char *path,
     return st;
 }
 
+/* A NULL path on one rank: refused in the first agreement of a save or a
+ * load, which the peers enter too, so that they hear of it at once rather
+ * than at timeout_s. */
+static ddph_status null_path(ddph_ctx *ctx, const char *what, ddph_err *err)
+{
+    ddph__fail(err, DDPH_ERR_INVALID, "%s on rank %d: path is NULL", what,
+               ddph__rank(ctx));
+    return ddph__state_agree(ctx, DDPH_ERR_INVALID, err);
+}
+
 ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
+    if (!path)
+        return null_path(ctx, "state_save", err);
     rank_set set;
     ddph_status st = begin(ctx, "state_save", path, 1, &set, err);
     /* A file others could have replaced is refused before anything is
@@ -382,8 +394,9 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
     }
     ddph_state_buf b = {0};
     if (st == DDPH_OK) {
-        ddph_status local = ddph__state_encode(ctx, (uint64_t)(newest < 0 ? 1 : newest + 1),
-                                   id, &b, err);
+        ddph_status local = ddph__state_encode(
+            ctx, "state_save", (uint64_t)(newest < 0 ? 1 : newest + 1), id,
+            &b, err);
         if (local == DDPH_OK)
             local = ddph__file_write_atomic(set.s[SLOT_NEXT].path, b.data,
                                             b.len, "state file", err);
@@ -408,6 +421,8 @@ ddph_status ddph__state_save(ddph_ctx *ctx, const char *path, ddph_err *err)
 
 ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
 {
+    if (!path)
+        return null_path(ctx, "state_load", err);
     rank_set set;
     ddph_status st = ddph__state_agree(ctx, begin(ctx, "state_load", path, 0, &set, err),
                            err);
@@ -439,8 +454,9 @@ ddph_status ddph__state_load(ddph_ctx *ctx, const char *path, ddph_err *err)
             sl->fd, sl->path, ddph__state_largest(ctx), DDPH__STATE_LIMIT_WHY,
             &b.data, &b.len, err);
         if (local == DDPH_OK)
-            local = ddph__state_validate(ctx, sl->path, sl->generation, sl->id, &b,
-                                         err);
+            local = ddph__state_validate(ctx,
+                                         &(ddph_state_source){.name = sl->path},
+                                         sl->generation, sl->id, &b, err);
         st = ddph__state_agree(ctx, local, err);
     }
     if (st == DDPH_OK) {

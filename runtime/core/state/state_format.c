@@ -96,8 +96,9 @@ int ddph__state_get_str_eq(ddph_state_buf *b, const char *want)
     return eq;
 }
 
-ddph_status ddph__state_encode(ddph_ctx *ctx, uint64_t generation, uint64_t id,
-                          ddph_state_buf *b, ddph_err *err)
+ddph_status ddph__state_encode(ddph_ctx *ctx, const char *what,
+                               uint64_t generation, uint64_t id,
+                               ddph_state_buf *b, ddph_err *err)
 {
     ddph_status st = ddph__state_buf_write(b, STATE_MAGIC, 8);
     if (!st)
@@ -128,16 +129,16 @@ ddph_status ddph__state_encode(ddph_ctx *ctx, uint64_t generation, uint64_t id,
         for (int k = 0; k < m->nbuckets && st == DDPH_OK; k++)
             st = put_u64(b, m->buckets[k].numel);
         /* A hook that keeps what it did not send but cannot save it
-         * would resume without it: refuse rather than write a file that
+         * would resume without it: refuse rather than save a state that
          * continues differently. */
         if (!st && !api->save && (api->flags & DDPH_PLUGIN_ERROR_FEEDBACK))
             st = ddph__fail(err, DDPH_ERR_UNSUPPORTED,
-                            "state_save: hook '%s' on model '%s' declares "
+                            "%s: hook '%s' on model '%s' declares "
                             "error feedback (DDPH_PLUGIN_ERROR_FEEDBACK) but "
                             "has no save/load: its error memory cannot be "
-                            "saved, and a job resumed from this file would "
-                            "continue differently; nothing was written",
-                            api->name, m->name);
+                            "saved, and a job resumed from this save would "
+                            "continue differently; nothing was saved",
+                            what, api->name, m->name);
         ddph_state_buf payload = {0};
         if (!st && api->save) {
             m->hook->message[0] = '\0';
@@ -162,7 +163,7 @@ ddph_status ddph__state_encode(ddph_ctx *ctx, uint64_t generation, uint64_t id,
     if (!st)
         st = put_u32(b, (uint32_t)crc32_z(0L, b->data, b->len));
     if (st == DDPH_ERR_NOMEM)
-        return ddph__fail(err, st, "state_save: out of memory");
+        return ddph__fail(err, st, "%s: out of memory", what);
     return st;
 }
 
@@ -188,20 +189,44 @@ size_t ddph__state_largest(const ddph_ctx *ctx)
     return total < STATE_MAX_BYTES ? total : STATE_MAX_BYTES;
 }
 
-/* Checks the header (the first DDPH__STATE_HEADER_BYTES of b) against this job. */
-ddph_status ddph__state_parse_header(const ddph_ctx *ctx, const char *file,
-                                ddph_state_buf *b, uint64_t *generation, uint64_t *id,
-                                ddph_err *err)
+/* What a damaged one is: "(corrupt or altered file)", "... bytes)". */
+static const char *damaged_noun(const ddph_state_source *src)
 {
-    uint32_t version = 0, world = 0, rank = 0;
+    return src->in_memory ? "bytes" : "file";
+}
+
+/* The header's fields, read with no job to compare them with. */
+typedef enum { HEADER_READ, HEADER_NOT_STATE, HEADER_TRUNCATED } header_read;
+static header_read read_header(ddph_state_buf *b, uint32_t *world,
+                               uint32_t *rank, uint64_t *generation,
+                               uint64_t *id)
+{
+    uint32_t version = 0;
     if (b->len < 8 + 4 || memcmp(b->data, STATE_MAGIC, 8) != 0 ||
-        (b->pos = 8, !ddph__state_get_u32(b, &version)) || version != STATE_VERSION)
-        return ddph__fail(err, DDPH_ERR_IO,
-                          "%s is not a ddphook state file of format version "
-                          "%u",
-                          file, STATE_VERSION);
-    if (!ddph__state_get_u32(b, &world) || !ddph__state_get_u32(b, &rank) ||
+        (b->pos = 8, !ddph__state_get_u32(b, &version)) ||
+        version != STATE_VERSION)
+        return HEADER_NOT_STATE;
+    if (!ddph__state_get_u32(b, world) || !ddph__state_get_u32(b, rank) ||
         !ddph__state_get_u64(b, generation) || !ddph__state_get_u64(b, id))
+        return HEADER_TRUNCATED;
+    return HEADER_READ;
+}
+
+/* Checks the header (the first DDPH__STATE_HEADER_BYTES of b) against this job. */
+ddph_status ddph__state_parse_header(const ddph_ctx *ctx,
+                                     const ddph_state_source *src,
+                                     ddph_state_buf *b, uint64_t *generation,
+                                     uint64_t *id, ddph_err *err)
+{
+    const char *file = src->name;
+    uint32_t world = 0, rank = 0;
+    header_read r = read_header(b, &world, &rank, generation, id);
+    if (r == HEADER_NOT_STATE)
+        return ddph__fail(err, DDPH_ERR_IO,
+                          "%s is not a ddphook state %sof format version %u",
+                          file, src->in_memory ? "" : "file ",
+                          STATE_VERSION);
+    if (r == HEADER_TRUNCATED)
         return ddph__fail(err, DDPH_ERR_IO, "%s is truncated", file);
     if (world != (uint32_t)ddph__size(ctx) ||
         rank != (uint32_t)ddph__rank(ctx))
@@ -213,9 +238,24 @@ ddph_status ddph__state_parse_header(const ddph_ctx *ctx, const char *file,
     if (*generation > INT64_MAX || *id >= DDPH__STATE_ID_LIMIT)
         return ddph__fail(err, DDPH_ERR_IO,
                           "%s: generation or save id out of range (corrupt "
-                          "or forged file)",
-                          file);
+                          "or forged %s)",
+                          file, damaged_noun(src));
     return DDPH_OK;
+}
+
+ddph_status ddph__state_intact_id(const void *data, size_t len, uint64_t *id)
+{
+    ddph_state_buf b = {.data = (unsigned char *)data, .len = len};
+    uint32_t world, rank, crc = 0;
+    uint64_t generation;
+    if (len < DDPH__STATE_HEADER_BYTES + 8 ||
+        read_header(&b, &world, &rank, &generation, id) != HEADER_READ ||
+        *id >= DDPH__STATE_ID_LIMIT)
+        return DDPH_ERR_IO;
+    b.pos = len - 4;
+    ddph__state_get_u32(&b, &crc);
+    return crc == (uint32_t)crc32_z(0L, b.data, len - 4) ? DDPH_OK
+                                                          : DDPH_ERR_IO;
 }
 
 /* A file whose checksum does not match is damaged: it is skipped like
@@ -278,10 +318,11 @@ static void saved_str(ddph_state_buf *b, char *out, size_t cap)
 /* Checks everything in this rank's file against this job and the chosen
  * slot's header, without touching any hook (so nothing is half loaded if
  * another rank's file is bad).  Leaves b->pos at the first model. */
-ddph_status ddph__state_validate(ddph_ctx *ctx, const char *file,
+ddph_status ddph__state_validate(ddph_ctx *ctx, const ddph_state_source *src,
                                  uint64_t want_generation, uint64_t want_id,
                                  ddph_state_buf *b, ddph_err *err)
 {
+    const char *file = src->name;
     uint32_t nmodels = 0, crc = 0;
     uint64_t generation = 0, id = 0;
     if (b->len < DDPH__STATE_HEADER_BYTES + 8)
@@ -291,10 +332,10 @@ ddph_status ddph__state_validate(ddph_ctx *ctx, const char *file,
     /* crc32_z: the whole file, whatever its size (crc32 takes a uInt). */
     if (crc != (uint32_t)crc32_z(0L, b->data, b->len - 4))
         return ddph__fail(err, DDPH_ERR_IO,
-                          "%s: checksum mismatch (corrupt or altered file)",
-                          file);
+                          "%s: checksum mismatch (corrupt or altered %s)",
+                          file, damaged_noun(src));
     b->len -= 4; /* the models end exactly at the checksum */
-    ddph_status st = ddph__state_parse_header(ctx, file, b, &generation, &id, err);
+    ddph_status st = ddph__state_parse_header(ctx, src, b, &generation, &id, err);
     if (st != DDPH_OK)
         return st;
     if (generation != want_generation || id != want_id)

@@ -14,7 +14,8 @@
 /* What names the bytes in messages, as a file's path does. */
 static void memory_label(const ddph_ctx *ctx, char *out, size_t n)
 {
-    snprintf(out, n, "the hook state given to rank %d", ddph__rank(ctx));
+    snprintf(out, n, "the hook state in memory given to rank %d",
+             ddph__rank(ctx));
 }
 
 ddph_status ddph__state_save_memory(ddph_ctx *ctx, void **data, size_t *len,
@@ -34,7 +35,8 @@ ddph_status ddph__state_save_memory(ddph_ctx *ctx, void **data, size_t *len,
         uint64_t id = ddph__mix64(ctx->job_token, ++ctx->memory_saves);
         for (int i = 0; i < ctx->nmodels; i++)
             id = ddph__mix64(id, ctx->models[i]->iteration);
-        st = ddph__state_encode(ctx, 0, id % DDPH__STATE_ID_LIMIT, &b, err);
+        st = ddph__state_encode(ctx, "state_save_to_memory", 0,
+                                id % DDPH__STATE_ID_LIMIT, &b, err);
     }
     if (st != DDPH_OK) {
         free(b.data);
@@ -69,15 +71,21 @@ ddph_status ddph__state_load_memory(ddph_ctx *ctx, const void *data,
 {
     char label[64];
     memory_label(ctx, label, sizeof label);
+    const ddph_state_source src = {.name = label, .in_memory = 1};
     err->msg[0] = '\0';
     ddph_status st = ddph__state_between_steps(ctx, "state_load_from_memory",
                                                err);
+    if (st == DDPH_OK && !data && len)
+        st = ddph__fail(err, DDPH_ERR_INVALID,
+                        "state_load_from_memory on rank %d: data is NULL "
+                        "with len %zu (NULL goes only with len 0)",
+                        ddph__rank(ctx), len);
     ddph_state_buf b = {0};
     if (st == DDPH_OK && len > ddph__state_largest(ctx))
         st = ddph__fail(err, DDPH_ERR_IO,
-                        "%s: %zu bytes is more than %zu, the most %s",
-                        label, len, ddph__state_largest(ctx),
-                        DDPH__STATE_LIMIT_WHY);
+                        "%s: %zu bytes is more than %zu, the most the "
+                        "hook state of this job's models can take",
+                        label, len, ddph__state_largest(ctx));
     /* A copy: the hooks read from b, and b's length is trimmed while it is
      * validated; the caller's bytes stay as they were. */
     if (st == DDPH_OK && !(b.data = malloc(len ? len : 1)))
@@ -87,16 +95,28 @@ ddph_status ddph__state_load_memory(ddph_ctx *ctx, const void *data,
         if (len)
             memcpy(b.data, data, len);
         b.len = len;
-        st = ddph__state_parse_header(ctx, label, &b, &generation, &id, err);
+        st = ddph__state_parse_header(ctx, &src, &b, &generation, &id, err);
     }
     if (st == DDPH_OK) {
         b.pos = 0;
-        st = ddph__state_validate(ctx, label, generation, id, &b, err);
+        st = ddph__state_validate(ctx, &src, generation, id, &b, err);
     }
     st = ddph__state_agree(ctx, st, err);
     if (st == DDPH_OK)
         st = one_save(ctx, id, err);
     st = ddph__state_apply(ctx, label, st, &b, err);
     free(b.data);
+    return st;
+}
+
+/* A trainer's check that gathered parts belong together (the Python
+ * bridge's state_dict), with no job: the layout stays state_format.c's. */
+ddph_status ddph_state_save_id(const void *data, size_t len, uint64_t *id)
+{
+    if (!data || !id)
+        return DDPH_ERR_INVALID;
+    ddph_status st = ddph__state_intact_id(data, len, id);
+    if (st != DDPH_OK)
+        *id = 0;
     return st;
 }

@@ -86,6 +86,17 @@ ddph_status ddph_abort(ddph_ctx *ctx, const char *reason);
 /* The detailed message of the most recent failure on ctx ("" if none).
  * Valid until the next call on ctx. */
 const char *ddph_last_error(const ddph_ctx *ctx);
+/* What this rank knows now of its peers: DDPH_OK while none is known to
+ * have failed or closed the job; else the job's failure (a peer that
+ * failed or aborted: "rank R failed: ..."), or DDPH_ERR_STATE for a peer
+ * that closed the job (ddph_close: "rank R closed the job ..."), its
+ * message in ddph_last_error.  This rank alone, no collective, the job
+ * unchanged: for a trainer that waits on its peers outside ddphook (the
+ * Python bridge's gathering state_dict) and must not wait out its
+ * timeout for a rank that is gone.  A rank killed outright (SIGKILL)
+ * leaves no notice: it is found by the next collective that times out.
+ * Since 0.9.0. */
+ddph_status ddph_check_peers(ddph_ctx *ctx);
 int ddph_rank(const ddph_ctx *ctx);
 int ddph_world_size(const ddph_ctx *ctx);
 /* With backend = nccl: this rank's GPU, as a CUDA device index of this
@@ -331,7 +342,8 @@ ddph_status ddph_broadcast(ddph_ctx *ctx, void *data, size_t bytes, int root);
 
 /* Saves every model's hook state (e.g. PowerSGD's error feedback and Q
  * memories) to `path`, atomically; loads it back into a job with the same
- * models and hooks. */
+ * models and hooks.  Collective: a NULL path on one rank fails the call
+ * on every rank (DDPH_ERR_INVALID), naming that rank. */
 ddph_status ddph_state_save(ddph_ctx *ctx, const char *path);
 ddph_status ddph_state_load(ddph_ctx *ctx, const char *path);
 /* Whether ddph_state_save(ctx, path) would pass its first check on this
@@ -350,13 +362,22 @@ ddph_status ddph_state_check(ddph_ctx *ctx, const char *path);
  * collective, with every check and the all-or-nothing of ddph_state_load
  * (bytes of another rank, world size, model or hook, damaged bytes, and
  * parts of different saves: another job's, or another call or step on
- * some rank, are refused on every rank, naming the cause).  Since
- * 0.9.0. */
+ * some rank, and NULL data with len > 0, are refused on every rank,
+ * naming the rank and the cause).  Since 0.9.0. */
 ddph_status ddph_state_save_to_memory(ddph_ctx *ctx, void **data,
                                       size_t *len);
 void ddph_state_free(void *data);
 ddph_status ddph_state_load_from_memory(ddph_ctx *ctx, const void *data,
                                         size_t len);
+/* The save id in such bytes, the same in every rank's part of one call of
+ * ddph_state_save_to_memory and different between calls: for a trainer
+ * that gathers the ranks' parts and must tell whether they belong
+ * together before it keeps them.  DDPH_OK and *id, or DDPH_ERR_IO (and
+ * *id = 0) where the bytes are not an intact hook state (another format,
+ * too short, or a checksum that does not match); DDPH_ERR_INVALID for a
+ * NULL argument.  No job needed: no ctx, no collective, nothing kept.
+ * Since 0.9.0. */
+ddph_status ddph_state_save_id(const void *data, size_t len, uint64_t *id);
 
 #ifdef __cplusplus
 }
