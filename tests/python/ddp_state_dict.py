@@ -25,9 +25,10 @@ same model with the fp16 hook loads it after a step; --phase damaged:
 rank 1's part has one byte changed.
 --phase rank0-alone: after a step, rank 0 alone calls state_dict (a
 timeout of 2 s) while rank 1 waits 4 s: it must raise at its timeout,
-naming rank 1 (returns 0 then); --phase rank1-closed: rank 1 closes its
-job after a step instead: rank 0's state_dict (a timeout of 2 minutes)
-must raise within 10 s, naming rank 1 and its close."""
+naming rank 1 (returns 0 then); --phase rank1-closed: after a step and a
+barrier (a trainer call) rank 1 closes its job instead: rank 0's
+state_dict (a timeout of 2 minutes) must raise within 10 s, naming rank 1
+and its close."""
 import argparse
 import datetime
 import os
@@ -76,6 +77,10 @@ def main(argv=None):
 
     if a.phase in ("rank0-alone", "rank1-closed"):
         step(0)
+        if a.phase == "rank1-closed":
+            # A trainer call on every rank first: its notice comes before
+            # rank 1's closing one, which must still be heard.
+            ddphook.current_job().barrier()
         if rank != 0:
             if a.phase == "rank0-alone":
                 time.sleep(4)  # alive, in the job, past rank 0's timeout
