@@ -26,7 +26,8 @@
 #    (tests/python/ddp_resume.py and ddp_state_dict.py, as
 #    tests/pytorch.sh checks them); rank 0's gathering state_dict names a
 #    rank that closed its job and exited within seconds (its closing
-#    notice in the store), not at its timeout;
+#    notice in the store), not at its timeout, and waits on for a later
+#    rank's part when the rank that closed had given its own;
 #  - a hook that fails on every rank, and one that fails on the last rank
 #    only, raise on every rank, naming the cause, within seconds
 #    (tests/python/ddp_errors.py); so do an allgatherv whose counts differ
@@ -205,6 +206,18 @@ if timeout 300 $LAUNCH -n 2 --timeout 250 "$S/tests/python/ddp_state_dict.py" \
     ok "state_dict on rank 0 after rank 1 closed its job and exited: rank 0 raises within 10 s (timeout 2 min), naming rank 1"
 else
     ko "state_dict on rank 0 after rank 1 closed its job and exited (see $log)"
+fi
+# 3 ranks: rank 1 gives its part and closes its job at once, rank 2 gives
+# its part 2 s later: rank 0's gather waits for it (rank 1's closing notice
+# is no reason to stop) and returns the 3 parts.
+log="$OUT/state_dict-rank1-done-closed.log"
+if timeout 300 $LAUNCH -n 3 --timeout 250 "$S/tests/python/ddp_state_dict.py" \
+    --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/state_dict3" \
+    --phase rank1-done-closed >"$log" 2>&1 &&
+    grep -q "^\[rank 0\] rank 0 gathered 3 parts" "$log"; then
+    ok "state_dict on 3 ranks, rank 1 closed after giving its part: rank 0 waits for rank 2's and returns 3 parts"
+else
+    ko "state_dict on 3 ranks, rank 1 closed after giving its part (see $log)"
 fi
 
 # errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)

@@ -193,7 +193,11 @@ END_TEST
  * draw u (it rounds down: u < frac is false), one step of 2^-24 above (up)
  * and below (down), in [0, 1) and in [-1, 0), levels among them, at
  * every offset of the vector lanes.  Random inputs meet there once in
- * 2^24 elements; the vector paths' integer form must agree here too. */
+ * 2^24 elements; the vector paths' integer form must agree here too.
+ * Also x - 1 + 2^-25 and + 2^-26 in (-0.5, 0): there the definition's
+ * fraction x - floor(x) = x + 1 is rounded to f32 (2^-24 apart), half or
+ * a quarter of a step down onto u, so it rounds down where the exact
+ * fraction would round up. */
 START_TEST(rounding_is_exact_where_the_draw_meets_the_fraction)
 {
     enum { N = 4099 };
@@ -203,12 +207,15 @@ START_TEST(rounding_is_exact_where_the_draw_meets_the_fraction)
     for (uint64_t seed = 1; seed <= 3; seed++) {
         for (size_t i = 0; i < N; i++) {
             float u = ref_uniform(seed, (uint32_t)i);
-            float step = (i / 2) % 3 == 0 ? 0.0f : (i / 2) % 3 == 1 ? 0x1p-24f
-                                                                   : -0x1p-24f;
+            static const float steps[] = {0.0f, 0x1p-24f, -0x1p-24f,
+                                          0x1p-25f, 0x1p-26f};
+            float step = steps[(i / 2) % 5];
             float frac = u + step;
             if (frac < 0.0f || frac >= 1.0f)
                 frac = u;
-            x[i] = i % 2 ? frac : frac - 1.0f;
+            /* u - 1 is exact, and so is a step below 2^-24 added to it
+             * while it is above -0.5 */
+            x[i] = i % 2 ? frac : (u - 1.0f) + (u + step < 1.0f ? step : 0.0f);
         }
         for (size_t i = 0; i < N; i++)
             want[i] = ref_round(x[i], scale, 7, seed, (uint32_t)i);

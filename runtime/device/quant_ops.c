@@ -2,10 +2,9 @@
  *
  * Rounding and unpacking go a chunk at a time, its scale (and its
  * inverse) held for the chunk.  Inside it the AVX2 path rounds 8
- * elements a step and AVX-512 16, the hash in 32-bit integer lanes and
- * the rounding in integers (see avx2_round: the same levels as the
- * portable loop's floats, bit for bit, without a float compare); the
- * ends that do not fill the lanes go element by element.  Packing is
+ * elements a step and AVX-512 16, the hash in 32-bit integer lanes, the
+ * fraction and its compare with the draw in the portable loop's floats
+ * and the level in integers (see avx2_round: bit for bit); the ends that do not fill the lanes go element by element.  Packing is
  * integer work: AVX2 joins 32 codes a step into the same bytes the
  * portable loop writes.  Unpacking, AVX2 decodes 8 codes a step message
  * by message; AVX-512 looks 16 up a step in a table of each message's
@@ -50,14 +49,14 @@ avx2_mix(__m256i x)
     return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-/* The vector paths round in integers, with the same result as the
- * definition's floats: with v clamped to [-top, top] (which changes no
- * level: beyond the bounds the level is the bound either way) and
- * C = ceil(v * 2^24) (exact: a power of two times v, then an integer),
- * the draw k = h >> 8 rounds up, k < 2^24 * (v - floor(v)), exactly when
- * k < C - 2^24 * floor(v), so the level floor(v) + (k < ...) is
- * ((C - k - 1) >> 24) + 1, an arithmetic shift.  No float compare, and
- * no conversion of the draw. */
+/* The vector paths compute the definition's floats up to its compare,
+ * then the level in integers: with v clamped to [-top, top] (which
+ * changes no level: beyond the bounds the level is the bound either way),
+ * f = floor(v) and the fraction d = v - f rounded to f32 as the
+ * definition rounds it (for v in (-0.5, 0), v + 1 loses v's bits below
+ * 2^-24: an exact fraction would round up where the definition does not),
+ * the draw u = (h >> 8) * 2^-24 rounds up when u < d, and the level is
+ * f + 1 there: f's integer minus the compare's all-ones mask. */
 
 /* Rounds [lo, hi) 8 at a time, element i's level to out[i - lo];
  * returns where it stopped. */
@@ -66,8 +65,7 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
            uint32_t key, int8_t *out)
 {
     const __m256 vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top),
-                 vbot = _mm256_set1_ps(-top), s24 = _mm256_set1_ps(0x1p24f);
-    const __m256i one = _mm256_set1_epi32(1);
+                 vbot = _mm256_set1_ps(-top), unit = _mm256_set1_ps(0x1p-24f);
     const __m256i k0 = _mm256_set1_epi32((int)key),
                   phi = _mm256_set1_epi32((int)0x9E3779B9u),
                   lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -86,12 +84,12 @@ avx2_round(const float *x, size_t lo, size_t hi, float inv, float top,
         /* min/max hand back their second operand for a NaN: the bound,
          * its level replaced by 0 below. */
         v = _mm256_max_ps(_mm256_min_ps(v, vtop), vbot);
-        __m256i c = _mm256_cvtps_epi32(_mm256_ceil_ps(_mm256_mul_ps(v, s24)));
-        __m256i k = _mm256_srli_epi32(avx2_mix(hashed), 8);
-        __m256i r = _mm256_add_epi32(
-            _mm256_srai_epi32(_mm256_sub_epi32(_mm256_sub_epi32(c, k), one),
-                              24),
-            one);
+        __m256 f = _mm256_floor_ps(v);
+        __m256 u = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_srli_epi32(avx2_mix(hashed), 8)), unit);
+        __m256 up = _mm256_cmp_ps(u, _mm256_sub_ps(v, f), _CMP_LT_OQ);
+        __m256i r = _mm256_sub_epi32(_mm256_cvtps_epi32(f),
+                                     _mm256_castps_si256(up));
         r = _mm256_andnot_si256(_mm256_castps_si256(nan), r);
         __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(r),
                                       _mm256_extracti128_si256(r, 1));
@@ -112,13 +110,13 @@ avx512_mix(__m512i x)
 }
 
 /* avx2_round 16 at a time: the same operations, so the same bits, the
- * ceiling in the conversion's rounding mode. */
+ * compare in a mask register. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static size_t
 avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
              uint32_t key, int8_t *out)
 {
     const __m512 vinv = _mm512_set1_ps(inv), vtop = _mm512_set1_ps(top),
-                 vbot = _mm512_set1_ps(-top), s24 = _mm512_set1_ps(0x1p24f);
+                 vbot = _mm512_set1_ps(-top), unit = _mm512_set1_ps(0x1p-24f);
     const __m512i one = _mm512_set1_epi32(1);
     const __m512i k0 = _mm512_set1_epi32((int)key),
                   phi = _mm512_set1_epi32((int)0x9E3779B9u),
@@ -137,14 +135,14 @@ avx512_round(const float *x, size_t lo, size_t hi, float inv, float top,
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
         __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
         v = _mm512_max_ps(_mm512_min_ps(v, vtop), vbot);
-        __m512i c = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, s24),
-                                             _MM_FROUND_TO_POS_INF |
-                                                 _MM_FROUND_NO_EXC);
-        __m512i k = _mm512_srli_epi32(avx512_mix(hashed), 8);
-        __m512i r = _mm512_add_epi32(
-            _mm512_srai_epi32(_mm512_sub_epi32(_mm512_sub_epi32(c, k), one),
-                              24),
-            one);
+        __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF |
+                                               _MM_FROUND_NO_EXC);
+        __m512 u = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_srli_epi32(avx512_mix(hashed), 8)),
+            unit);
+        __mmask16 up = _mm512_cmp_ps_mask(u, _mm512_sub_ps(v, f), _CMP_LT_OQ);
+        __m512i fi = _mm512_cvtps_epi32(f);
+        __m512i r = _mm512_mask_add_epi32(fi, up, fi, one);
         _mm_storeu_si128((__m128i *)(void *)(out + (i - lo)),
                          _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(number, r)));
     }

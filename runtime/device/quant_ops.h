@@ -5,7 +5,9 @@
  * so the result does not depend on the order of the work), and codes of
  * 2 or 4 bits packed into bytes and unpacked with a scale per chunk.
  * The vectorised paths give the same bits as the portable one (the tests
- * check each path): codes go from rank to rank, and a rank must be able
+ * check each path; an unpacked NaN is a NaN on each, but which NaN, its
+ * sign and payload, depends on the order a path's adds take their
+ * operands, which C leaves to the compiler): codes go from rank to rank, and a rank must be able
  * to recompute what another one sent. */
 #ifndef DDPH_QUANT_OPS_H
 #define DDPH_QUANT_OPS_H

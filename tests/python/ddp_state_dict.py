@@ -25,9 +25,12 @@ same model with the fp16 hook loads it after a step; --phase damaged:
 rank 1's part has one byte changed.
 --phase rank0-alone: after a step, rank 0 alone calls state_dict (a
 timeout of 2 s) while rank 1 waits 4 s: it must raise at its timeout,
-naming rank 1 (returns 0 then); --phase rank1-closed: rank 1 closes its
-job after a step instead: rank 0's state_dict (a timeout of 2 minutes)
-must raise within 10 s, naming rank 1 and its close."""
+naming rank 1 (returns 0 then); --phase rank1-closed: after a step and a
+barrier (a trainer call) rank 1 closes its job instead: rank 0's
+state_dict (a timeout of 2 minutes) must raise within 10 s, naming rank 1
+and its close; --phase rank1-done-closed (3 ranks or more): rank 1
+gives its part and closes its job, the last rank gives its part 2 s
+later: rank 0's state_dict must return every part."""
 import argparse
 import datetime
 import os
@@ -51,7 +54,8 @@ def main(argv=None):
                     choices=["full", "resume", "resume-resaved",
                              "resume-without-state", "wrong-world",
                              "other-hook", "damaged", "mixed", "skewed",
-                             "rank0-alone", "rank1-closed"])
+                             "rank0-alone", "rank1-closed",
+                             "rank1-done-closed"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -76,6 +80,10 @@ def main(argv=None):
 
     if a.phase in ("rank0-alone", "rank1-closed"):
         step(0)
+        if a.phase == "rank1-closed":
+            # A trainer call on every rank first: its notice comes before
+            # rank 1's closing one, which must still be heard.
+            ddphook.current_job().barrier()
         if rank != 0:
             if a.phase == "rank0-alone":
                 time.sleep(4)  # alive, in the job, past rank 0's timeout
@@ -98,6 +106,30 @@ def main(argv=None):
                 "state.state_dict(): rank 1 closed the job" in str(e) else 1
         print("rank 0: no exception", flush=True)
         return 1
+    if a.phase == "rank1-done-closed":
+        # 3 ranks or more: rank 1 gives its part and closes its job at
+        # once, the last rank gives its part 2 s later; rank 0's gather
+        # must wait for it (rank 1's close is no reason to stop).
+        step(0)
+        last = int(os.environ.get("PMI_SIZE", os.environ.get("WORLD_SIZE")))
+        if rank == last - 1:
+            time.sleep(2)
+        start_s = time.monotonic()
+        try:
+            sd = state.state_dict(timeout=datetime.timedelta(seconds=60))
+        except ddphook.Error as e:
+            print("rank %d raised %s after %.1f s: %s" % (
+                rank, type(e).__name__, time.monotonic() - start_s, e),
+                flush=True)
+            return 1
+        if rank == 1:
+            ddphook.current_job().close()
+            return 0
+        if rank == 0:
+            print("rank 0 gathered %d parts after %.1f s" % (
+                len(sd["ranks"]), time.monotonic() - start_s), flush=True)
+            return 0 if len(sd["ranks"]) == last else 1
+        return 0
     if a.phase == "skewed":
         # Rank 1 calls state_dict() once more than rank 0, a step early:
         # rank 0 pairs its call with that one and must refuse the part.

@@ -100,6 +100,10 @@ struct tpg_job {
     int left_rank = -1, left_kind = 0;
     int64_t left_syncs = 0, left_calls = 0;
     std::string left_what;
+    /* The first peer whose closing notice came, whatever came before it
+     * (tpg_closed_peer: a trainer call's notice must not hide it). */
+    int closed_rank = -1;
+    int64_t closed_syncs = 0;
     std::mutex poll_mu; /* one thread reads the notices at a time */
     std::atomic<double> polled{0};
     /* Where this rank is (torch_backend.c keeps them current). */
@@ -214,7 +218,13 @@ void read_notice(tpg_job *j, const std::string &body)
         set_fault_locked(j, st,
                          "rank " + std::to_string(rank) + " failed: " + text,
                          true);
-    } else if (!j->peer_left) {
+        return;
+    }
+    if (kind - '0' == TPG_CLOSED && j->closed_rank < 0) {
+        j->closed_rank = rank;
+        j->closed_syncs = syncs;
+    }
+    if (!j->peer_left) {
         j->peer_left = true;
         j->left_rank = rank;
         j->left_kind = kind - '0';
@@ -738,10 +748,10 @@ int tpg_closed_peer(tpg_job *j, int64_t *syncs_done)
 {
     poll_notices(j, true);
     std::lock_guard<std::mutex> lock(j->mu);
-    if (!j->peer_left || j->left_kind != TPG_CLOSED)
+    if (j->closed_rank < 0)
         return -1;
-    *syncs_done = j->left_syncs;
-    return j->left_rank;
+    *syncs_done = j->closed_syncs;
+    return j->closed_rank;
 }
 
 void tpg_fail(tpg_job *j, ddph_status st, const char *msg)

@@ -89,13 +89,13 @@ const char *ddph_last_error(const ddph_ctx *ctx);
 /* What this rank knows now of its peers: DDPH_OK while none is known to
  * have failed or closed the job; else the job's failure (a peer that
  * failed or aborted: "rank R failed: ..."), or DDPH_ERR_STATE for a peer
- * that closed the job (ddph_close: "rank R closed the job ..."), its
- * message in ddph_last_error.  This rank alone, no collective, the job
- * unchanged: for a trainer that waits on its peers outside ddphook (the
- * Python bridge's gathering state_dict) and must not wait out its
- * timeout for a rank that is gone.  A rank killed outright (SIGKILL)
- * leaves no notice: it is found by the next collective that times out.
- * Since 0.9.0. */
+ * that closed the job (ddph_close: "rank R closed the job ...", the first
+ * whose notice came), its message in ddph_last_error.  This rank alone,
+ * no collective, the job unchanged: for a trainer that waits on its
+ * peers outside ddphook (the Python bridge's gathering state_dict) and
+ * must not wait out its timeout for a rank that is gone.  A rank killed
+ * outright (SIGKILL) leaves no notice: it is found by the next collective
+ * that times out.  Since 0.9.0. */
 ddph_status ddph_check_peers(ddph_ctx *ctx);
 int ddph_rank(const ddph_ctx *ctx);
 int ddph_world_size(const ddph_ctx *ctx);

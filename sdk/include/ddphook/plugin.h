@@ -456,7 +456,8 @@ struct ddph_services {
      *        + code_1(i) * scales_1[i / chunk] + ...,
      * each code sign-extended, each operation in f32 and the terms added
      * in message order (so every rank that unpacks the same messages gets
-     * the same bits); with beta = 0, y is only written, once whatever the
+     * the same bits; a NaN, from a NaN or infinite y, beta or scale, is a
+     * NaN on every path, its sign and payload not the same); with beta = 0, y is only written, once whatever the
      * count.  Message r's codes are r * stride bytes after packed, its
      * scales r * stride bytes after scales (one gathered buffer of equal
      * messages: stride is a message's size, a multiple of 4 when
