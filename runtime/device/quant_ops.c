@@ -4,7 +4,8 @@
  * inverse) held for the chunk.  Inside it the AVX2 path rounds 8
  * elements a step and AVX-512 16, the hash in 32-bit integer lanes, the
  * fraction and its compare with the draw in the portable loop's floats
- * and the level in integers (see avx2_round: bit for bit); the ends that do not fill the lanes go element by element.  Packing is
+ * and the level in integers (see avx2_round: bit for bit); the ends that
+ * do not fill the lanes go element by element.  Packing is
  * integer work: AVX2 joins 32 codes a step into the same bytes the
  * portable loop writes.  Unpacking, AVX2 decodes 8 codes a step message
  * by message; AVX-512 looks 16 up a step in a table of each message's
