@@ -121,6 +121,15 @@ static inline DDPH_QUANT_HD float ddph__quant_onto(float beta, float y, float d)
     return DDPH_QADD(DDPH_QMUL(beta, y), d);
 }
 
+/* Message r's scales, r * stride bytes after the first message's (its
+ * codes are as far after the first's codes). */
+static inline DDPH_QUANT_HD const float *
+ddph__quant_message_scales(const float *scales, int r, size_t stride)
+{
+    return (const float *)(const void *)((const char *)scales +
+                                         (size_t)r * stride);
+}
+
 /* Element i (of chunk j) of the sum of `count` messages, message r's
  * codes and scales r * stride bytes after the first's: the first decoded
  * onto beta * y (beta = 0: y unread), the others added in order. */
@@ -133,8 +142,7 @@ static inline DDPH_QUANT_HD float ddph__quant_sum_one(
         acc = ddph__quant_onto(beta, y, acc);
     for (int r = 1; r < count; r++) {
         const uint8_t *p = packed + (size_t)r * stride;
-        const float *s = (const float *)(const void *)((const char *)scales +
-                                                       (size_t)r * stride);
+        const float *s = ddph__quant_message_scales(scales, r, stride);
         acc = DDPH_QADD(acc, ddph__quant_decode(p, i, bits, s[j]));
     }
     return acc;

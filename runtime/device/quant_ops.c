@@ -285,10 +285,9 @@ avx512_unpack(const uint8_t *packed, const float *scale, int count,
         __m512 table[8];
         const uint8_t *from[8];
         for (int k = 0; k < m; k++) {
-            size_t off = (size_t)(r0 + k) * stride;
-            float sc = *(const float *)(const void *)((const char *)scale + off);
+            float sc = *ddph__quant_message_scales(scale, r0 + k, stride);
             table[k] = _mm512_mul_ps(codes, _mm512_set1_ps(sc));
-            from[k] = packed + off;
+            from[k] = packed + (size_t)(r0 + k) * stride;
         }
         int onto = r0 > 0 || beta != 0.0f;
         __m512 b = r0 > 0 ? _mm512_set1_ps(1.0f) : vb;
@@ -391,8 +390,7 @@ static void unpack_chunk(ddph_simd_path path, const uint8_t *packed,
 #endif
     for (int r = 0; r < count; r++) {
         const uint8_t *codes = packed + (size_t)r * stride;
-        float sc = *(const float *)(const void *)((const char *)scale +
-                                                  (size_t)r * stride);
+        float sc = *ddph__quant_message_scales(scale, r, stride);
         float b = r == 0 ? beta : 1.0f;
         unpack_each(codes, lo, aligned, bits, sc, b, y);
         size_t i = simd_hi;
