@@ -219,6 +219,18 @@ if timeout 300 $LAUNCH -n 3 --timeout 250 "$S/tests/python/ddp_state_dict.py" \
 else
     ko "state_dict on 3 ranks, rank 1 closed after giving its part (see $log)"
 fi
+# 3 ranks: rank 1 gives its part and closes its job, then rank 2 closes
+# its job without giving its part: rank 0's gather (a timeout of 2
+# minutes) names rank 2 within 10 s, though rank 1's close came first.
+log="$OUT/state_dict-rank1-done-last-closed.log"
+if timeout 300 $LAUNCH -n 3 --timeout 250 "$S/tests/python/ddp_state_dict.py" \
+    --plugin-dir "$DDPH_TEST_PLUGIN_DIR" --out "$OUT/state_dict3" \
+    --phase rank1-done-last-closed >"$log" 2>&1 &&
+    grep -q "^\[rank 0\] rank 0 raised Error after .*rank 2 closed the job" "$log"; then
+    ok "state_dict on 3 ranks, rank 1 closed after giving its part, rank 2 closed without: rank 0 names rank 2 within 10 s (timeout 2 min)"
+else
+    ko "state_dict on 3 ranks, rank 1 closed after giving its part, rank 2 closed without (see $log)"
+fi
 
 # errors: CASE NAME WANT JOB-TEXT (WANT: a pattern every rank's message has)
 errors() {
@@ -280,6 +292,24 @@ for hk in allreduce fp16; do
         ok "early-close ($hk): rank 0 named rank 1's close, rank 1 heard why, in ${t}s"
     else
         ko "early-close ($hk): exit $rc after ${t}s, rank 0 named the close $named times, rank 1 heard it $heard times (see $log)"
+    fi
+    # The same after a barrier on every rank: rank 1's earlier notice
+    # (its trainer call) must not hide its close.
+    if [ "$hk" = allreduce ]; then
+        log="$OUT/early-close-barrier.log"
+        t0=$(date +%s)
+        timeout 240 $LAUNCH -n 2 --timeout 200 "$S/tests/python/ddp_errors.py" \
+            --job "$OUT/early-close.ini" --case early-close --barrier-first \
+            >"$log" 2>&1
+        rc=$?
+        t=$(( $(date +%s) - t0 ))
+        named=$(grep -c '^\[rank 0\] rank 0 raised .*rank 1 closed the job (ddph_close) after 2 synchronised steps' "$log")
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 1 ] &&
+            [ "$t" -le 60 ]; then
+            ok "early-close after a barrier: rank 0 named rank 1's close in ${t}s"
+        else
+            ko "early-close after a barrier: exit $rc after ${t}s, rank 0 named the close $named times (see $log)"
+        fi
     fi
 
     # Rank 1 kills itself (SIGKILL) before its step 5: rank 0's wait on gloo

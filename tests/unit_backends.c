@@ -1,11 +1,15 @@
 /* unit_backends.c: the registry names the backends, says which job
  * backend a launcher's variables choose, and loads a module's table only
- * when its version and size are this library's. */
+ * when its version and size are this library's; the peers' departures
+ * (peer_notices.c) keep every peer's latest notice and break a wait for
+ * each peer that will never join it. */
 #include "build-config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/comm.h"
+#include "backends/peer_notices.h"
 #include "backends/registry.h"
 #include "unit.h"
 
@@ -107,6 +111,71 @@ START_TEST(missing_module_names_file)
 }
 END_TEST
 
+/* Each peer's notice is kept: one peer's trainer call, which this rank
+ * has made too, does not hide another's ended data, nor an earlier
+ * notice a later close. */
+START_TEST(every_peer_departure_is_kept)
+{
+    ddph_peer_notices *n = ddph__notices_new(4);
+    ck_assert_ptr_nonnull(n);
+    char text[512] = "";
+    ddph__notices_record(n, 1, DDPH__DEPART_DATA_END, 5, 0, "");
+    ddph__notices_record(n, 2, DDPH__DEPART_TRAINER_CALL, 3, 1,
+                         "ddph_barrier");
+    /* This rank made the barrier too, and waits on its step 6. */
+    ck_assert_int_eq(ddph__notices_breaking(n, 5, 1, text, sizeof text), 1);
+    ck_assert_ptr_nonnull(strstr(text, "rank 1 ended its data "
+                                       "(DDPH_STEP_LAST) after 5 "
+                                       "synchronised steps"));
+    /* Its step 5: rank 1 still joins that one. */
+    ck_assert_int_eq(ddph__notices_breaking(n, 4, 1, text, sizeof text), -1);
+    /* A barrier this rank has not made yet: rank 2 waits in it. */
+    ck_assert_int_eq(ddph__notices_breaking(n, 3, 0, text, sizeof text), 2);
+    ck_assert_ptr_nonnull(strstr(text, "rank 2 called ddph_barrier"));
+
+    /* Rank 3: a barrier, then steps, then its close after step 7. */
+    ddph__notices_record(n, 3, DDPH__DEPART_TRAINER_CALL, 2, 1,
+                         "ddph_barrier");
+    int64_t after = -1;
+    ck_assert_int_eq(ddph__notices_closed(n, 3, &after), 0);
+    ddph__notices_record(n, 3, DDPH__DEPART_CLOSED, 7, 1, "ddph_close");
+    ck_assert_int_eq(ddph__notices_closed(n, 3, &after), 1);
+    ck_assert_int_eq(after, 7);
+    /* A close is final: a late notice does not reopen it. */
+    ddph__notices_record(n, 3, DDPH__DEPART_TRAINER_CALL, 9, 2, "x");
+    ck_assert_int_eq(ddph__notices_closed(n, 3, &after), 1);
+    ck_assert_int_eq(after, 7);
+    ddph__notices_free(n);
+}
+END_TEST
+
+/* A close breaks a wait past the closer's last step whatever the trainer
+ * calls; notices of ranks outside the job or of unknown kinds are
+ * dropped. */
+START_TEST(closes_and_foreign_notices)
+{
+    ddph_peer_notices *n = ddph__notices_new(3);
+    ck_assert_ptr_nonnull(n);
+    char text[512] = "";
+    ddph__notices_record(n, 3, DDPH__DEPART_CLOSED, 0, 0, "");
+    ddph__notices_record(n, -1, DDPH__DEPART_CLOSED, 0, 0, "");
+    ddph__notices_record(n, 1, 0, 0, 0, "");
+    ddph__notices_record(n, 1, 99, 0, 0, "");
+    ck_assert_int_eq(ddph__notices_breaking(n, 100, 0, text, sizeof text),
+                     -1);
+    ck_assert_int_eq(ddph__notices_closed(n, 3, NULL), 0);
+    ddph__notices_record(n, 2, DDPH__DEPART_CLOSED, 4, 0, "ddph_close");
+    ck_assert_int_eq(ddph__notices_breaking(n, 3, 9, text, sizeof text), -1);
+    ck_assert_int_eq(ddph__notices_breaking(n, 4, 9, text, sizeof text), 2);
+    ck_assert_str_eq(text, "rank 2 closed the job (ddph_close) after 4 "
+                           "synchronised steps, while this rank waits on a "
+                           "collective after its own 4");
+    ck_assert_ptr_null(ddph__notices_new(0));
+    ddph__notices_free(n);
+    ddph__notices_free(NULL);
+}
+END_TEST
+
 Suite *backends_suite(void)
 {
     Suite *s = suite_create("backends");
@@ -115,6 +184,8 @@ Suite *backends_suite(void)
     tcase_add_test(tc, builtin_table_is_whole);
     tcase_add_test(tc, launcher_chooses);
     tcase_add_test(tc, missing_module_names_file);
+    tcase_add_test(tc, every_peer_departure_is_kept);
+    tcase_add_test(tc, closes_and_foreign_notices);
     suite_add_tcase(s, tc);
     return s;
 }

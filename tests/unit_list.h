@@ -24,6 +24,6 @@
 
 /* The tests these suites held when the list last changed: check_unit fails
  * when fewer run.  Raise it with the tests you add. */
-#define DDPH_UNIT_MIN_TESTS 83
+#define DDPH_UNIT_MIN_TESTS 85
 
 #endif

@@ -43,7 +43,7 @@ _SIGNATURES = {
     "ddph_close": (_I, [_P]),
     "ddph_abort": (_I, [_P, _S]),
     "ddph_last_error": (_S, [_P]),
-    "ddph_check_peers": (_I, [_P]),
+    "ddph_check_peers": (_I, [_P, ctypes.POINTER(_I), _I]),
     "ddph_rank": (_I, [_P]),
     "ddph_world_size": (_I, [_P]),
     "ddph_model_create": (_I, [_P, _S, ctypes.POINTER(_P)]),

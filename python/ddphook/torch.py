@@ -37,7 +37,6 @@ import ctypes
 import datetime
 import os
 import queue
-import re
 import socket
 import threading
 import time
@@ -55,8 +54,6 @@ _STATE_DICT_FORMAT = "ddphook.torch.HookState.state_dict/1"
 # How often rank 0's gathering state_dict reads the job's notices of its
 # peers while it waits for their parts (each read is a store round trip).
 _PEER_CHECK_S = 0.25
-# ddph_check_peers' message for a peer that closed its job (failure.c).
-_CLOSED_PEER = re.compile(r"rank (\d+) closed the job \(ddph_close\)")
 
 _DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64,
            torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
@@ -915,14 +912,13 @@ class HookState:
             if not missing:
                 return
             plural = "s" if len(missing) > 1 else ""
-            st = lib().ddph_check_peers(self.job.ctx)
-            why = lib().ddph_last_error(self.job.ctx).decode(
-                errors="replace") if st != 0 else ""
-            # A rank that gave its part and then closed its job is done,
-            # not gone: the others' parts may still come (a later close of
-            # one of them is then found at the timeout).
-            closed = _CLOSED_PEER.match(why)
-            if st != 0 and not (closed and closed.group(1) not in missing):
+            # Only the missing ranks' closes count: a rank that gave its
+            # part and then closed its job is done, not gone.
+            ranks = (ctypes.c_int * len(missing))(*map(int, missing))
+            st = lib().ddph_check_peers(self.job.ctx, ranks, len(missing))
+            if st != 0:
+                why = lib().ddph_last_error(self.job.ctx).decode(
+                    errors="replace")
                 raise Error("ddphook: state_dict: rank 0 stopped waiting "
                             "for rank%s %s to call state.state_dict(): %s" %
                             (plural, ", ".join(missing), why),

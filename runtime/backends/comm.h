@@ -192,15 +192,16 @@ typedef struct ddph_control_ops {
      * job. */
     void (*depart)(void *self, int kind, const char *what);
     void (*closing)(void *self);
-    /* The first peer whose closing notice (ddph_close) has arrived, the
-     * notices read now; *after: its synchronised steps.  -1: none. */
-    int (*closed_peer)(void *self, int64_t *after);
+    /* 1 when peer `rank`'s closing notice (ddph_close) has arrived, the
+     * notices read now; *after: its synchronised steps.  0: not yet. */
+    int (*peer_closed)(void *self, int rank, int64_t *after);
     /* Names model id `id` in the peers' mismatch messages. */
     void (*model_named)(void *self, int64_t id, const char *name);
 } ddph_control_ops;
 
 /* What a departure says this rank is doing: its data ended, or it calls
- * a trainer collective. */
+ * a trainer collective (and peer_notices.h's DDPH__DEPART_CLOSED: it
+ * closed the job). */
 enum { DDPH__DEPART_DATA_END = 1, DDPH__DEPART_TRAINER_CALL = 2 };
 
 typedef struct ddph_control {
@@ -295,10 +296,11 @@ static inline void ddph__ctl_closing(ddph_control c)
     c.ops->closing(c.self);
 }
 
-/* (-1 from a control plane with no closing notices: the tests' fake.) */
-static inline int ddph__ctl_closed_peer(ddph_control c, int64_t *after)
+/* (0 from a control plane with no closing notices: the tests' fake.) */
+static inline int ddph__ctl_peer_closed(ddph_control c, int rank,
+                                        int64_t *after)
 {
-    return c.ops->closed_peer ? c.ops->closed_peer(c.self, after) : -1;
+    return c.ops->peer_closed ? c.ops->peer_closed(c.self, rank, after) : 0;
 }
 
 static inline void ddph__ctl_model_named(ddph_control c, int64_t id,

@@ -53,27 +53,63 @@ ddph_status ddph_abort(ddph_ctx *ctx, const char *reason)
     return DDPH_OK;
 }
 
+/* Appends ", rank R after S" (the first: "rank R closed the job ...")
+ * for a closed peer to the message at out, of cap bytes. */
+static void name_closed(char *out, size_t cap, int count, int rank,
+                        int64_t after)
+{
+    size_t used = strlen(out);
+    if (used + 1 >= cap)
+        return;
+    if (count == 0)
+        snprintf(out + used, cap - used,
+                 "rank %d closed the job (ddph_close) after %lld "
+                 "synchronised step%s",
+                 rank, (long long)after, after == 1 ? "" : "s");
+    else
+        snprintf(out + used, cap - used, ", rank %d after %lld", rank,
+                 (long long)after);
+}
+
 /* For a trainer that waits on its peers outside ddphook (the Python
  * bridge's gathering state_dict): what the peers' notices say now, so
- * that it stops at once for a rank that will never come. */
-ddph_status ddph_check_peers(ddph_ctx *ctx)
+ * that it stops at once for a rank that will never come.  Told, not
+ * failed: the trainer decides what a peer's absence means (a failed
+ * peer has broken the job already). */
+ddph_status ddph_check_peers(ddph_ctx *ctx, const int *ranks, int n)
 {
     if (!ctx)
         return DDPH_ERR_INVALID;
     if (!ctx->job_up)
         return DDPH_OK;
+    int world = ddph__size(ctx);
+    if (n < 0 || (n > 0 && !ranks))
+        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                               "check_peers: %d ranks at %p", n,
+                               (const void *)ranks);
+    for (int i = 0; ranks && i < n; i++)
+        if (ranks[i] < 0 || ranks[i] >= world)
+            return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
+                                   "check_peers: rank %d is not a rank of "
+                                   "this job (0 to %d)",
+                                   ranks[i], world - 1);
     ddph_err e;
     ddph_status st = ddph__ctl_fault(ctx->control, &e);
-    int64_t after = 0;
-    int peer = st == DDPH_OK ? ddph__ctl_closed_peer(ctx->control, &after)
-                             : -1;
-    if (peer >= 0)
-        st = ddph__fail(&e, DDPH_ERR_STATE,
-                        "rank %d closed the job (ddph_close) after %lld "
-                        "synchronised step%s: it will join nothing more",
-                        peer, (long long)after, after == 1 ? "" : "s");
-    /* Told, not failed: the trainer decides what the peer's absence
-     * means (a failed peer has broken the job already). */
+    if (st == DDPH_OK) {
+        char msg[sizeof ctx->error] = "";
+        int closed = 0;
+        for (int i = 0; i < (ranks ? n : world); i++) {
+            int peer = ranks ? ranks[i] : i;
+            int64_t after = 0;
+            if (peer != ddph__rank(ctx) &&
+                ddph__ctl_peer_closed(ctx->control, peer, &after))
+                name_closed(msg, sizeof msg, closed++, peer, after);
+        }
+        if (closed)
+            st = ddph__fail(&e, DDPH_ERR_STATE,
+                            "%s: %s will join nothing more", msg,
+                            closed == 1 ? "it" : "they");
+    }
     if (st != DDPH_OK)
         memcpy(ctx->error, e.msg, sizeof ctx->error);
     return st;

@@ -294,32 +294,68 @@ void run_timeout_shared(void)
                 "timeout-shared");
 }
 
+/* Polls ddph_check_peers(ctx, ranks, n) for up to 5 s until it says
+ * `want` (the notices come one by one). */
+static void check_peers_name(ddph_ctx *ctx, const int *ranks, int n,
+                             const char *want)
+{
+    double asked = MPI_Wtime();
+    ddph_status st = ddph_check_peers(ctx, ranks, n);
+    while ((st == DDPH_OK || !strstr(ddph_last_error(ctx), want)) &&
+           MPI_Wtime() - asked < 5) {
+        nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+        st = ddph_check_peers(ctx, ranks, n);
+    }
+    CHECK(st == DDPH_ERR_STATE && strstr(ddph_last_error(ctx), want),
+          "check_peers %.1f s after the close, wanting '%s': %s, '%s'",
+          MPI_Wtime() - asked, want, ddph_status_name(st),
+          ddph_last_error(ctx));
+}
+
 /* ddph_check_peers: DDPH_OK while every rank is in the job; once the last
  * rank closes it, every other rank names it within seconds, with no
- * collective, and its own job goes on (told, not failed). */
+ * collective, and its own job goes on (told, not failed), while a check
+ * of the ranks still in the job stays DDPH_OK.  At 3 ranks and more the
+ * next rank closes too: both are named. */
 void run_check_peers(void)
 {
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
-    int last = ddph_world_size(ctx) - 1;
-    CHECK(ddph_check_peers(ctx) == DDPH_OK, "check_peers with every rank "
-          "in the job: %s", ddph_last_error(ctx));
+    int world = ddph_world_size(ctx), last = world - 1;
+    CHECK(ddph_check_peers(ctx, NULL, 0) == DDPH_OK, "check_peers with "
+          "every rank in the job: %s", ddph_last_error(ctx));
+    int outside = world;
+    CHECK(ddph_check_peers(ctx, &outside, 1) == DDPH_ERR_INVALID &&
+              strstr(ddph_last_error(ctx), "is not a rank of this job"),
+          "check_peers of rank %d: '%s'", world, ddph_last_error(ctx));
+    CHECK(ddph_check_peers(ctx, NULL, 2) == DDPH_ERR_INVALID,
+          "check_peers of 2 ranks at NULL");
+    /* ddph_close waits for every rank's: the ranks still in the job
+     * order their steps among themselves. */
+    MPI_Comm staying;
+    MPI_Comm_split(MPI_COMM_WORLD, check_rank < last ? 0 : MPI_UNDEFINED, 0,
+                   &staying);
     MPI_Barrier(MPI_COMM_WORLD);
     if (check_rank == last) {
         CHECK(ddph_close(ctx) == DDPH_OK, "close of the last rank");
         return;
     }
-    char want[64];
+    char want[128];
     snprintf(want, sizeof want, "rank %d closed the job (ddph_close)", last);
-    double asked = MPI_Wtime();
-    ddph_status st = DDPH_OK;
-    while (st == DDPH_OK && MPI_Wtime() - asked < 5) {
-        st = ddph_check_peers(ctx);
-        if (st == DDPH_OK)
-            nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
-    }
-    CHECK(st == DDPH_ERR_STATE && strstr(ddph_last_error(ctx), want),
-          "check_peers %.1f s after rank %d closed: %s, '%s'",
-          MPI_Wtime() - asked, last, ddph_status_name(st),
+    check_peers_name(ctx, NULL, 0, want);
+    int others[64], n = 0;
+    for (int r = 0; r < last && n < 64; r++)
+        others[n++] = r;
+    CHECK(ddph_check_peers(ctx, others, n) == DDPH_OK,
+          "check_peers of the ranks still in the job: %s",
           ddph_last_error(ctx));
-    CHECK(ddph_close(ctx) == DDPH_OK, "close after a peer closed first");
+    MPI_Barrier(staying);
+    MPI_Comm_free(&staying);
+    if (world >= 3 && check_rank < last - 1) {
+        snprintf(want, sizeof want,
+                 "rank %d closed the job (ddph_close) after 0 synchronised "
+                 "steps, rank %d after 0: they will join nothing more",
+                 last - 1, last);
+        check_peers_name(ctx, NULL, 0, want);
+    }
+    CHECK(ddph_close(ctx) == DDPH_OK, "close of rank %d", check_rank);
 }

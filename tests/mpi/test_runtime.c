@@ -102,7 +102,9 @@ static const scenario registry[] = {
      "one rank refused on every rank within 5 s; ddph_state_save_id"},
     {"check-peers", run_check_peers, "2,3", 0, 120,
      "the last rank closes the job: every other rank's ddph_check_peers "
-     "names it within 5 s, no collective, and their jobs end cleanly"},
+     "names it within 5 s, no collective, while a check of the ranks still "
+     "in it stays OK; at 3 ranks a second close: both named; ranks outside "
+     "the job refused; and their jobs end cleanly"},
     {"powersgd-blocks", run_powersgd_blocks, "2,4", 0, 120,
      "per-tensor and batched PowerSGD on matrices of several 256 KiB row "
      "blocks: each step's projection"},

@@ -53,6 +53,9 @@ def main():
                              "sigint", "save-insecure", "stale-save",
                              "stale-load", "killed", "early-close", "exit0"])
     ap.add_argument("--swallow", action="store_true")
+    ap.add_argument("--barrier-first", action="store_true",
+                    help="every rank calls ddph_barrier after its first "
+                    "step: a departure notice before the close's")
     ap.add_argument("--dir", help="the folder of the save cases")
     a = ap.parse_args()
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -89,6 +92,8 @@ def main():
         for step in range(3 if a.case != "killed" else 10):
             # early-close: the last rank closes the job after 2 steps,
             # while the others go on to a third.
+            if a.barrier_first and step == 1:
+                ddphook.current_job().barrier()
             if a.case == "early-close" and step == 2 and last:
                 state.step_end()
                 ddphook.current_job().close()

@@ -30,7 +30,14 @@ barrier (a trainer call) rank 1 closes its job instead: rank 0's
 state_dict (a timeout of 2 minutes) must raise within 10 s, naming rank 1
 and its close; --phase rank1-done-closed (3 ranks or more): rank 1
 gives its part and closes its job, the last rank gives its part 2 s
-later: rank 0's state_dict must return every part."""
+later: rank 0's state_dict must return every part; --phase
+rank1-done-last-closed: the same, but the last rank closes its job 2 s
+later without giving its part: rank 0's state_dict (a timeout of 2
+minutes) must raise within 10 s, naming the last rank and its close;
+--phase rank1-forged: rank 1 puts its own part with one byte changed
+where rank 0's gather reads it (as any process that reaches the store
+could): rank 0 must refuse it, naming rank 1's part as not an intact
+hook state."""
 import argparse
 import datetime
 import os
@@ -38,6 +45,7 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
 
 import ddphook
 import ddphook.torch
@@ -55,7 +63,8 @@ def main(argv=None):
                              "resume-without-state", "wrong-world",
                              "other-hook", "damaged", "mixed", "skewed",
                              "rank0-alone", "rank1-closed",
-                             "rank1-done-closed"])
+                             "rank1-done-closed", "rank1-done-last-closed",
+                             "rank1-forged"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -106,7 +115,7 @@ def main(argv=None):
                 "state.state_dict(): rank 1 closed the job" in str(e) else 1
         print("rank 0: no exception", flush=True)
         return 1
-    if a.phase == "rank1-done-closed":
+    if a.phase in ("rank1-done-closed", "rank1-done-last-closed"):
         # 3 ranks or more: rank 1 gives its part and closes its job at
         # once, the last rank gives its part 2 s later; rank 0's gather
         # must wait for it (rank 1's close is no reason to stop).
@@ -114,22 +123,52 @@ def main(argv=None):
         last = int(os.environ.get("PMI_SIZE", os.environ.get("WORLD_SIZE")))
         if rank == last - 1:
             time.sleep(2)
+            if a.phase == "rank1-done-last-closed":
+                ddphook.current_job().close()
+                return 0
         start_s = time.monotonic()
         try:
-            sd = state.state_dict(timeout=datetime.timedelta(seconds=60))
+            sd = state.state_dict(timeout=datetime.timedelta(seconds=120))
         except ddphook.Error as e:
+            took = time.monotonic() - start_s
             print("rank %d raised %s after %.1f s: %s" % (
-                rank, type(e).__name__, time.monotonic() - start_s, e),
-                flush=True)
-            return 1
+                rank, type(e).__name__, took, e), flush=True)
+            return 0 if rank == 0 and a.phase == "rank1-done-last-closed" \
+                and took < 10 and ("stopped waiting for rank %d to call "
+                                   "state.state_dict(): rank %d closed the "
+                                   "job" % (last - 1, last - 1)) in str(e) \
+                else 1
         if rank == 1:
             ddphook.current_job().close()
             return 0
         if rank == 0:
+            if a.phase == "rank1-done-last-closed":
+                print("rank 0: no exception", flush=True)
+                return 1
             print("rank 0 gathered %d parts after %.1f s" % (
                 len(sd["ranks"]), time.monotonic() - start_s), flush=True)
             return 0 if len(sd["ranks"]) == last else 1
         return 0
+    if a.phase == "rank1-forged":
+        step(0)
+        if rank == 1:
+            part = bytearray(state.state_dict(gather=False)["ranks"][1])
+            part[len(part) // 2] ^= 0x10
+            # Where rank 0's gather of the same call reads rank 1's part.
+            seq = state._state_dicts - 1
+            dist.PrefixStore(
+                "ddphook/state_dict/%s/%d/" % (state.name, seq),
+                dist.distributed_c10d._get_default_store()).set(
+                    "1", b"S" + bytes(part))
+            return 0
+        try:
+            state.state_dict(timeout=datetime.timedelta(seconds=60))
+        except ddphook.Error as e:
+            print("rank 0 raised %s: %s" % (type(e).__name__, e), flush=True)
+            return 0 if "rank 1's part (" in str(e) and "bytes) is not an " \
+                "intact ddphook hook state" in str(e) else 1
+        print("rank 0: no exception", flush=True)
+        return 1
     if a.phase == "skewed":
         # Rank 1 calls state_dict() once more than rank 0, a step early:
         # rank 0 pairs its call with that one and must refuse the part.

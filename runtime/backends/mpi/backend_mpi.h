@@ -28,6 +28,7 @@
 #include <ddphook/plugin.h>
 
 #include "backends/comm.h"
+#include "backends/peer_notices.h"
 #include "support/config.h"
 #include "support/util.h"
 
@@ -110,9 +111,6 @@ typedef struct ddph_mpi {
     atomic_int closing;       /* this rank is in ddph_close */
     atomic_int in_sync_step;  /* between a synchronising step_begin and
                                  its step_wait */
-    atomic_int peer_closed;   /* a peer's closing notice arrived: */
-    int closed_rank;          /* which, */
-    int64_t closed_after;     /* after how many synchronised steps */
     int64_t close_notice;     /* what this rank sent (outlives the sends) */
     atomic_int closes_received; /* closing notices received so far */
 
@@ -130,11 +128,8 @@ typedef struct ddph_mpi {
      * pointer, set by ddph__mpi_init, and not a call). */
     ddph_status (*wait_poll)(const MPI_Request *waiting, ddph_err *err);
     struct ddph_departure *departures; /* notices sent, until delivered */
-    pthread_mutex_t departed_mu;  /* guards the fields below */
-    atomic_int departed;          /* a peer's notice arrived: */
-    int departed_rank, departed_kind;
-    int64_t departed_syncs, departed_calls;
-    char departed_what[48];
+    /* Each peer's latest departure and close (peer_notices.h). */
+    ddph_peer_notices *notices;
     atomic_llong alarm_polled_us; /* when the alarms were last probed */
     /* When each peer was last heard on the alarm communicator (any
      * message, microseconds of ddph__now): a rank whose collective timed
@@ -152,9 +147,9 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 /* ddph_close begins: the peers learn that this rank will join no
  * collective of a synchronised step after its syncs_done-th. */
 void ddph__mpi_closing(ddph_mpi *m);
-/* The first peer whose closing notice arrived (the alarms read now), and
- * its synchronised steps in *after; -1: none. */
-int ddph__mpi_closed_peer(ddph_mpi *m, int64_t *after);
+/* 1 when peer `rank`'s closing notice has arrived (the alarms read now),
+ * its synchronised steps in *after; else 0. */
+int ddph__mpi_peer_closed(ddph_mpi *m, int rank, int64_t *after);
 /* This rank leaves the steps for now: its data ended (no more steps
  * follow), or it calls the trainer collective `what` (counted). */
 void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what);

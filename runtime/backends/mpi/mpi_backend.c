@@ -110,9 +110,9 @@ static void mpi_closing(void *self)
     ddph__mpi_closing(self);
 }
 
-static int mpi_closed_peer(void *self, int64_t *after)
+static int mpi_peer_closed(void *self, int rank, int64_t *after)
 {
-    return ddph__mpi_closed_peer(self, after);
+    return ddph__mpi_peer_closed(self, rank, after);
 }
 
 static void mpi_model_named(void *self, int64_t id, const char *name)
@@ -136,7 +136,7 @@ const ddph_control_ops ddph__mpi_control_ops = {
     .trainer_calls = mpi_trainer_calls,
     .depart = mpi_depart,
     .closing = mpi_closing,
-    .closed_peer = mpi_closed_peer,
+    .peer_closed = mpi_peer_closed,
     .model_named = mpi_model_named,
 };
 

@@ -76,44 +76,24 @@ void ddph__mpi_depart(ddph_mpi *m, int kind, const char *what)
     m->departures = d;
 }
 
-/* A peer that left the steps after its syncs-th synchronised step, while
- * this rank waits on a collective of a later one that the peer will not
- * join: its data ended, or it waits in a trainer call this rank has not
- * made. */
-static void check_peer_departed(ddph_mpi *m)
+/* A peer that left the steps (its data ended, it calls a trainer
+ * collective this rank has not made, it closed the job) before the
+ * synchronised step whose collective this rank waits on: it will never
+ * join, so this rank fails at once instead of after timeout_s.  Any
+ * collective outside steps (whose trailing completions cannot be told
+ * from abandoned ones this way) waits for timeout_s as before. */
+static void check_peers_left(ddph_mpi *m)
 {
-    if (!atomic_load(&m->departed) || atomic_load(&m->broken) ||
+    if (atomic_load(&m->broken) || atomic_load(&m->closing) ||
         !atomic_load(&m->in_sync_step))
         return;
-    pthread_mutex_lock(&m->departed_mu);
-    int rank = m->departed_rank, kind = m->departed_kind;
-    int64_t syncs = m->departed_syncs, calls = m->departed_calls;
-    char what[48];
-    snprintf(what, sizeof what, "%s", m->departed_what);
-    pthread_mutex_unlock(&m->departed_mu);
-    int64_t mine = (int64_t)atomic_load(&m->syncs_done);
-    if (mine < syncs ||
-        (kind == DDPH__DEPART_TRAINER_CALL &&
-         (int64_t)atomic_load(&m->trainer_calls) >= calls))
-        return;
     char text[512];
-    if (kind == DDPH__DEPART_DATA_END)
-        snprintf(text, sizeof text,
-                 "rank %d ended its data (DDPH_STEP_LAST) after %lld "
-                 "synchronised step%s, while this rank waits on a collective "
-                 "of its step %lld (uneven inputs: every rank must run the "
-                 "same number of synchronising steps)",
-                 rank, (long long)syncs, syncs == 1 ? "" : "s",
-                 (long long)mine + 1);
-    else
-        snprintf(text, sizeof text,
-                 "rank %d called %s after %lld synchronised step%s, while this "
-                 "rank waits on a collective of its step %lld (uneven inputs: "
-                 "that rank ran out of steps early, or the ranks call the "
-                 "trainer collectives at different points)",
-                 rank, what, (long long)syncs, syncs == 1 ? "" : "s",
-                 (long long)mine + 1);
-    ddph__mpi_fail_job(m, DDPH_ERR_STATE, text);
+    if (ddph__notices_breaking(m->notices,
+                               (int64_t)atomic_load(&m->syncs_done),
+                               (int64_t)atomic_load(&m->trainer_calls), text,
+                               sizeof text) >= 0)
+        /* Told to every peer: a closing rank's own barrier ends too. */
+        ddph__mpi_fail_job(m, DDPH_ERR_STATE, text);
 }
 
 /* Records the first fault; later ones keep it.  notified: the peers know
@@ -197,30 +177,6 @@ void ddph__mpi_closing(ddph_mpi *m)
     }
 }
 
-/* A closing peer breaks the job only for a rank that waits on a
- * collective the peer will never join: one of a synchronised step past
- * the peer's last.  A rank still finishing the peer's last step, or any
- * collective outside steps (whose trailing completions cannot be told
- * from abandoned ones this way), is not affected: those wait for
- * timeout_s as before. */
-static void check_peer_closed(ddph_mpi *m)
-{
-    if (!atomic_load(&m->peer_closed) || atomic_load(&m->closing) ||
-        atomic_load(&m->broken) || !atomic_load(&m->in_sync_step) ||
-        (int64_t)atomic_load(&m->syncs_done) < m->closed_after)
-        return;
-    char text[256];
-    snprintf(text, sizeof text,
-             "rank %d closed the job (ddph_close) after %lld synchronised "
-             "step%s, while this rank waits on a collective after its own "
-             "%lld",
-             m->closed_rank, (long long)m->closed_after,
-             m->closed_after == 1 ? "" : "s",
-             (long long)atomic_load(&m->syncs_done));
-    /* Told to every peer: the closing rank's own barrier ends too. */
-    ddph__mpi_fail_job(m, DDPH_ERR_STATE, text);
-}
-
 /* How often the alarms are probed at most.  MPI_Improbe on the alarm
  * communicator while a collective is on the wire slows that collective
  * down: probing every 256 tests (or every 5 ms) made the allreduce hook's
@@ -274,15 +230,8 @@ static int take_alarm(ddph_mpi *m)
             return 1;
         }
         d.notice.what[sizeof d.notice.what - 1] = '\0';
-        pthread_mutex_lock(&m->departed_mu);
-        m->departed_rank = status.MPI_SOURCE;
-        m->departed_kind = d.notice.kind;
-        m->departed_syncs = d.notice.syncs;
-        m->departed_calls = d.notice.calls;
-        snprintf(m->departed_what, sizeof m->departed_what, "%s",
-                 d.notice.what);
-        pthread_mutex_unlock(&m->departed_mu);
-        atomic_store(&m->departed, 1);
+        ddph__notices_record(m->notices, status.MPI_SOURCE, d.notice.kind,
+                             d.notice.syncs, d.notice.calls, d.notice.what);
         return 1;
     }
     if (status.MPI_TAG == DDPH__TAG_CLOSE) {
@@ -291,11 +240,8 @@ static int take_alarm(ddph_mpi *m)
             MPI_SUCCESS)
             return 1;
         atomic_fetch_add(&m->closes_received, 1);
-        if (!atomic_load(&m->peer_closed)) {
-            m->closed_rank = status.MPI_SOURCE;
-            m->closed_after = after;
-            atomic_store(&m->peer_closed, 1);
-        }
+        ddph__notices_record(m->notices, status.MPI_SOURCE,
+                             DDPH__DEPART_CLOSED, after, 0, "ddph_close");
         return 1;
     }
     struct {
@@ -355,13 +301,10 @@ ddph_status ddph__mpi_fault(ddph_mpi *m, ddph_err *err)
     return recorded_fault(m, err);
 }
 
-int ddph__mpi_closed_peer(ddph_mpi *m, int64_t *after)
+int ddph__mpi_peer_closed(ddph_mpi *m, int rank, int64_t *after)
 {
     poll_alarm(m);
-    if (!atomic_load(&m->peer_closed))
-        return -1;
-    *after = m->closed_after;
-    return m->closed_rank;
+    return ddph__notices_closed(m->notices, rank, after);
 }
 
 /* ddph__mpi_fault for a rank about to wait on a collective: a closed
@@ -369,8 +312,7 @@ int ddph__mpi_closed_peer(ddph_mpi *m, int64_t *after)
 ddph_status ddph__mpi_collective_fault(ddph_mpi *m, ddph_err *err)
 {
     poll_alarm(m);
-    check_peer_closed(m);
-    check_peer_departed(m);
+    check_peers_left(m);
     return recorded_fault(m, err);
 }
 

@@ -91,7 +91,6 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
 {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->fault_mu, NULL);
-    pthread_mutex_init(&m->departed_mu, NULL);
     m->timeout_s = timeout_s;
     m->wait_poll = ddph__mpi_fp_poll;
     m->world.comm = MPI_COMM_NULL;
@@ -149,7 +148,8 @@ ddph_status ddph__mpi_init(ddph_mpi *m, int *argc, char ***argv,
     m->trainer.size = m->world.size;
     m->trainer.owned = 1;
     m->heard_us = calloc((size_t)m->world.size, sizeof *m->heard_us);
-    if (!m->heard_us)
+    m->notices = ddph__notices_new(m->world.size);
+    if (!m->heard_us || !m->notices)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     ddph__mpi_types_init(m);
     return DDPH_OK;
@@ -377,7 +377,7 @@ ddph_status ddph__mpi_finalize(ddph_mpi *m, ddph_err *err)
                                        : FINALIZE_GRACE_S);
 out:
     ddph__mpi_departures_collect(m, 1);
-    pthread_mutex_destroy(&m->departed_mu);
+    ddph__notices_free(m->notices);
     pthread_mutex_destroy(&m->fault_mu);
     memset(m, 0, sizeof *m);
     return st;

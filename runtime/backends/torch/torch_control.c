@@ -229,9 +229,9 @@ static void torch_closing(void *self)
                        torch_trainer_calls(s));
 }
 
-static int torch_closed_peer(void *self, int64_t *after)
+static int torch_peer_closed(void *self, int rank, int64_t *after)
 {
-    return tpg_closed_peer(((torch_state *)self)->job, after);
+    return tpg_peer_closed(((torch_state *)self)->job, rank, after);
 }
 
 static void torch_model_named(void *self, int64_t id, const char *name)
@@ -257,7 +257,7 @@ const ddph_control_ops ddph__torch_control_ops = {
     .trainer_calls = torch_trainer_calls,
     .depart = torch_depart,
     .closing = torch_closing,
-    .closed_peer = torch_closed_peer,
+    .peer_closed = torch_peer_closed,
     .model_named = torch_model_named,
 };
 

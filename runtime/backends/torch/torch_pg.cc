@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "backends/peer_notices.h"
 #include "backends/torch/torch_attach.h"
 #include "backends/torch/torch_ring.h"
 
@@ -95,20 +96,14 @@ struct tpg_job {
     std::string fault_msg;
     bool notified = false; /* the peers know (or it came from one) */
     int64_t notices_seen = 0;
-    /* A peer that left the steps (closed, data ended, trainer call). */
-    bool peer_left = false;
-    int left_rank = -1, left_kind = 0;
-    int64_t left_syncs = 0, left_calls = 0;
-    std::string left_what;
-    /* The first peer whose closing notice came, whatever came before it
-     * (tpg_closed_peer: a trainer call's notice must not hide it). */
-    int closed_rank = -1;
-    int64_t closed_syncs = 0;
+    /* Each peer's latest departure and close (peer_notices.h). */
+    ddph_peer_notices *notices = nullptr;
     std::mutex poll_mu; /* one thread reads the notices at a time */
     std::atomic<double> polled{0};
     /* Where this rank is (torch_backend.c keeps them current). */
     std::atomic<int> in_sync{0}, closing{0};
     std::atomic<int64_t> syncs{0}, calls{0};
+    ~tpg_job() { ddph__notices_free(notices); }
 };
 
 namespace {
@@ -159,45 +154,16 @@ void fail_job(tpg_job *j, ddph_status st, const std::string &msg)
 }
 
 /* A peer that left breaks the job only for a rank waiting on a
- * collective of a synchronised step past the peer's last (what the MPI
- * backend does with its closing and departure notices). */
+ * collective of a synchronised step past the peer's last (the rule and
+ * its words: peer_notices.c, as over MPI). */
 void check_peer_left(tpg_job *j)
 {
-    std::string text;
-    {
-        std::lock_guard<std::mutex> lock(j->mu);
-        if (!j->peer_left || j->broken.load() || j->closing.load() ||
-            !j->in_sync.load() || j->syncs.load() < j->left_syncs)
-            return;
-        if (j->left_kind == TPG_TRAINER_CALL &&
-            j->calls.load() >= j->left_calls)
-            return;
-        long long s = (long long)j->left_syncs,
-                  mine = (long long)j->syncs.load();
-        char buf[512];
-        if (j->left_kind == TPG_CLOSED)
-            snprintf(buf, sizeof buf,
-                     "rank %d closed the job (ddph_close) after %lld "
-                     "synchronised step%s, while this rank waits on a "
-                     "collective after its own %lld",
-                     j->left_rank, s, s == 1 ? "" : "s", mine);
-        else if (j->left_kind == TPG_DATA_END)
-            snprintf(buf, sizeof buf,
-                     "rank %d ended its data (DDPH_STEP_LAST) after %lld "
-                     "synchronised step%s, while this rank waits on a "
-                     "collective of its step %lld (uneven inputs: every "
-                     "rank must run the same number of synchronising steps)",
-                     j->left_rank, s, s == 1 ? "" : "s", mine + 1);
-        else
-            snprintf(buf, sizeof buf,
-                     "rank %d called %s after %lld synchronised step%s, while "
-                     "this rank waits on a collective of its step %lld "
-                     "(uneven inputs)",
-                     j->left_rank, j->left_what.c_str(), s, s == 1 ? "" : "s",
-                     mine + 1);
-        text = buf;
-    }
-    fail_job(j, DDPH_ERR_STATE, text);
+    if (j->broken.load() || j->closing.load() || !j->in_sync.load())
+        return;
+    char text[512];
+    if (ddph__notices_breaking(j->notices, j->syncs.load(), j->calls.load(),
+                               text, sizeof text) >= 0)
+        fail_job(j, DDPH_ERR_STATE, text);
 }
 
 void read_notice(tpg_job *j, const std::string &body)
@@ -220,18 +186,9 @@ void read_notice(tpg_job *j, const std::string &body)
                          true);
         return;
     }
-    if (kind - '0' == TPG_CLOSED && j->closed_rank < 0) {
-        j->closed_rank = rank;
-        j->closed_syncs = syncs;
-    }
-    if (!j->peer_left) {
-        j->peer_left = true;
-        j->left_rank = rank;
-        j->left_kind = kind - '0';
-        j->left_syncs = syncs;
-        j->left_calls = calls;
-        j->left_what = text;
-    }
+    int departure = kind - '0' == TPG_CLOSED ? DDPH__DEPART_CLOSED : kind - '0';
+    ddph__notices_record(j->notices, rank, departure, syncs, calls,
+                         text.c_str());
 }
 
 /* Reads the notices posted since the last poll (at most every POLL_S,
@@ -609,6 +566,9 @@ ddph_status tpg_job_open(double timeout_s, void (*activity_touch)(void),
     }
     j->rank = *rank = j->at.rank;
     j->size = *size = j->at.size;
+    j->notices = ddph__notices_new(j->size);
+    if (!j->notices)
+        return fail(msg, cap, DDPH_ERR_NOMEM, "out of memory");
     j->timeout_s = timeout_s;
     j->activity_touch = activity_touch;
     try {
@@ -744,14 +704,10 @@ int tpg_broken(tpg_job *j)
     return j->broken.load();
 }
 
-int tpg_closed_peer(tpg_job *j, int64_t *syncs_done)
+int tpg_peer_closed(tpg_job *j, int rank, int64_t *syncs_done)
 {
     poll_notices(j, true);
-    std::lock_guard<std::mutex> lock(j->mu);
-    if (j->closed_rank < 0)
-        return -1;
-    *syncs_done = j->closed_syncs;
-    return j->closed_rank;
+    return ddph__notices_closed(j->notices, rank, syncs_done);
 }
 
 void tpg_fail(tpg_job *j, ddph_status st, const char *msg)

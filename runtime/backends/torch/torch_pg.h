@@ -92,10 +92,9 @@ void tpg_set_progress(tpg_job *j, int in_sync_step, int64_t syncs_done,
                       int64_t trainer_calls);
 void tpg_notify_leaving(tpg_job *j, int kind, const char *what,
                         int64_t syncs_done, int64_t trainer_calls);
-/* The peer whose TPG_CLOSED notice came first, the notices read now
- * (a departure notice before it, as every trainer call posts, does not
- * hide it); *syncs_done: its synchronised steps.  -1: none. */
-int tpg_closed_peer(tpg_job *j, int64_t *syncs_done);
+/* 1 when peer `rank`'s TPG_CLOSED notice has come, the notices read now
+ * (*syncs_done: its synchronised steps); else 0. */
+int tpg_peer_closed(tpg_job *j, int rank, int64_t *syncs_done);
 
 #ifdef __cplusplus
 }

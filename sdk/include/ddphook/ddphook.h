@@ -86,17 +86,21 @@ ddph_status ddph_abort(ddph_ctx *ctx, const char *reason);
 /* The detailed message of the most recent failure on ctx ("" if none).
  * Valid until the next call on ctx. */
 const char *ddph_last_error(const ddph_ctx *ctx);
-/* What this rank knows now of its peers: DDPH_OK while none is known to
- * have failed or closed the job; else the job's failure (a peer that
- * failed or aborted: "rank R failed: ..."), or DDPH_ERR_STATE for a peer
- * that closed the job (ddph_close: "rank R closed the job ...", the first
- * whose notice came), its message in ddph_last_error.  This rank alone,
- * no collective, the job unchanged: for a trainer that waits on its
- * peers outside ddphook (the Python bridge's gathering state_dict) and
- * must not wait out its timeout for a rank that is gone.  A rank killed
- * outright (SIGKILL) leaves no notice: it is found by the next collective
- * that times out.  Since 0.9.0. */
-ddph_status ddph_check_peers(ddph_ctx *ctx);
+/* What this rank knows now of the peers it waits for, `ranks` (n of
+ * them; NULL and 0: every peer): DDPH_OK while no peer is known to have
+ * failed and none of `ranks` to have closed the job; else the job's
+ * failure (a peer that failed or aborted: "rank R failed: ..."), or
+ * DDPH_ERR_STATE naming every one of `ranks` whose close notice
+ * (ddph_close) came ("rank R closed the job (ddph_close) after S
+ * synchronised steps, rank Q after T: ..."), its message in
+ * ddph_last_error.  A rank outside the job: DDPH_ERR_INVALID.  This rank
+ * alone, no collective, the job unchanged: for a trainer that waits on
+ * its peers outside ddphook (the Python bridge's gathering state_dict)
+ * and must not wait out its timeout for a rank that is gone, nor stop for
+ * one that closed after it was done.  A rank killed outright (SIGKILL)
+ * leaves no notice: it is found by the next collective that times out.
+ * Since 0.9.0. */
+ddph_status ddph_check_peers(ddph_ctx *ctx, const int *ranks, int n);
 int ddph_rank(const ddph_ctx *ctx);
 int ddph_world_size(const ddph_ctx *ctx);
 /* With backend = nccl: this rank's GPU, as a CUDA device index of this
