@@ -239,14 +239,24 @@ def _save_id(part, rank):
     return sid.value
 
 
-def _in_store(store, key):
-    """Whether `key` is in `store` now (torch 1.13's stores have no check
-    in Python: a wait of a millisecond)."""
-    try:
-        store.wait([key], datetime.timedelta(milliseconds=1))
-        return True
-    except RuntimeError:
-        return False
+# The gather's keys in its store: each rank's part, and the counters it
+# raises once its part is in (read with add(key, 0), never with a wait
+# that may time out: torch 1.13's TCPStore server keeps a timed-out
+# waiter, and its late answer, when the key comes, is read by the
+# client's next call on the shared connection as that call's reply: a
+# get then hangs or fails, and so may a gloo or torch-backend call).
+_PARTS_IN = "in"
+
+
+def _part_in_key(rank):
+    return "in/%d" % rank
+
+
+def _put_part(store, rank, payload):
+    """This rank's part (b"S" + bytes, or b"E" + why) for rank 0."""
+    store.set(str(rank), payload)
+    store.add(_PARTS_IN, 1)  # first: all in once every rank's flag is
+    store.add(_part_in_key(rank), 1)
 
 
 def _unwrap(fut):
@@ -832,11 +842,11 @@ class HookState:
             mine = self._own_state("state_dict")
         except Error as e:
             if gather and rank != 0:  # rank 0 must not wait for it
-                store.set(str(rank), b"E" + str(e).encode())
+                _put_part(store, rank, b"E" + str(e).encode())
             raise
         parts = {rank: mine}
         if gather and rank != 0:
-            store.set(str(rank), b"S" + mine)
+            _put_part(store, rank, b"S" + mine)
         elif gather:
             parts.update(self._collect(store, world, timeout))
             want = _save_id(mine, rank)
@@ -878,14 +888,15 @@ class HookState:
         """On rank 0: the other ranks' parts from the store, each taken
         out of it once read."""
         keys = [str(r) for r in range(1, world)]
-        self._wait_for_parts(store, keys, timeout)
+        self._wait_for_parts(store, range(1, world), timeout)
         parts = {}
         for k in keys:
-            value = store.get(k)
-            try:
-                store.delete_key(k)
-            except RuntimeError:
-                pass  # a store that cannot delete keeps it
+            value = store.get(k)  # in the store: no waiting
+            for key in (k, _part_in_key(int(k))):
+                try:
+                    store.delete_key(key)
+                except RuntimeError:
+                    pass  # a store that cannot delete keeps it
             if value[:1] != b"S":
                 raise Error("ddphook: state_dict: rank %s could not take "
                             "its part: %s" % (
@@ -894,42 +905,52 @@ class HookState:
             parts[int(k)] = value[1:]
         return parts
 
-    def _wait_for_parts(self, store, keys, timeout):
-        """Waits (at most `timeout`) until every key is in the store;
-        between short waits it reads the job's notices of its peers
-        (ddph_check_peers), so that a rank that failed or closed the job
-        is named at once instead of at the timeout."""
-        deadline = time.monotonic() + timeout.total_seconds()
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                store.wait(keys, datetime.timedelta(
-                    seconds=max(0.001, min(_PEER_CHECK_S, left))))
-                return
-            except RuntimeError:
-                pass
-            missing = [k for k in keys if not _in_store(store, k)]
-            if not missing:
-                return
-            plural = "s" if len(missing) > 1 else ""
-            # Only the missing ranks' closes count: a rank that gave its
-            # part and then closed its job is done, not gone.
-            ranks = (ctypes.c_int * len(missing))(*map(int, missing))
-            st = lib().ddph_check_peers(self.job.ctx, ranks, len(missing))
-            if st != 0:
-                why = lib().ddph_last_error(self.job.ctx).decode(
-                    errors="replace")
-                raise Error("ddphook: state_dict: rank 0 stopped waiting "
-                            "for rank%s %s to call state.state_dict(): %s" %
-                            (plural, ", ".join(missing), why),
-                            status_name(st))
-            if left <= 0:
-                raise Error("ddphook: state_dict: rank 0 waited %s for "
-                            "rank%s %s to call state.state_dict(): call it "
-                            "on every rank, at the same step (only rank 0 "
-                            "waits, for that call alone)" % (
-                                timeout, plural, ", ".join(missing)),
-                            "DDPH_ERR_TIMEOUT")
+    def _wait_for_parts(self, store, ranks, timeout):
+        """Waits (at most `timeout`) until every one of `ranks` has put its
+        part in the store; every quarter second it reads the job's notices
+        of the ranks still missing (ddph_check_peers), so that a rank that
+        failed or closed the job is named at once instead of at the
+        timeout.  It polls counters: no wait on the store that may time
+        out (_PARTS_IN says why)."""
+        start = time.monotonic()
+        deadline = start + timeout.total_seconds()
+        next_check = start + _PEER_CHECK_S
+        pause = 0.001
+        while store.add(_PARTS_IN, 0) < len(ranks):
+            now = time.monotonic()
+            if now >= next_check or now >= deadline:
+                missing = [r for r in ranks
+                           if store.add(_part_in_key(r), 0) == 0]
+                if not missing:
+                    break
+                self._stop_for_missing(missing, timeout, now >= deadline)
+                next_check = now + _PEER_CHECK_S
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
+        try:
+            store.delete_key(_PARTS_IN)
+        except RuntimeError:
+            pass
+
+    def _stop_for_missing(self, missing, timeout, timed_out):
+        """Raises when a missing rank failed or closed its job (a rank that
+        gave its part and then closed is done, not gone), or at the
+        timeout."""
+        names = ", ".join(map(str, missing))
+        plural = "s" if len(missing) > 1 else ""
+        ranks = (ctypes.c_int * len(missing))(*missing)
+        st = lib().ddph_check_peers(self.job.ctx, ranks, len(missing))
+        if st != 0:
+            why = lib().ddph_last_error(self.job.ctx).decode(errors="replace")
+            raise Error("ddphook: state_dict: rank 0 stopped waiting for "
+                        "rank%s %s to call state.state_dict(): %s" %
+                        (plural, names, why), status_name(st))
+        if timed_out:
+            raise Error("ddphook: state_dict: rank 0 waited %s for rank%s %s "
+                        "to call state.state_dict(): call it on every rank, "
+                        "at the same step (only rank 0 waits, for that call "
+                        "alone)" % (timeout, plural, names),
+                        "DDPH_ERR_TIMEOUT")
 
     def load_state_dict(self, state_dict):
         """Loads what state_dict() returned (torch.load's copy of it): call

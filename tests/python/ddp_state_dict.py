@@ -37,7 +37,11 @@ minutes) must raise within 10 s, naming the last rank and its close;
 --phase rank1-forged: rank 1 puts its own part with one byte changed
 where rank 0's gather reads it (as any process that reaches the store
 could): rank 0 must refuse it, naming rank 1's part as not an intact
-hook state."""
+hook state; --phase retry-after-timeout: rank 0's gather times out
+(1 s) while rank 1 calls 3 s late, and rank 1's part lands while rank 0
+does nothing; then both call state_dict() again: rank 0 must gather both
+parts of that call (the late part left nothing behind that breaks the
+store's next calls)."""
 import argparse
 import datetime
 import os
@@ -64,7 +68,7 @@ def main(argv=None):
                              "other-hook", "damaged", "mixed", "skewed",
                              "rank0-alone", "rank1-closed",
                              "rank1-done-closed", "rank1-done-last-closed",
-                             "rank1-forged"])
+                             "rank1-forged", "retry-after-timeout"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "0")))
@@ -149,6 +153,27 @@ def main(argv=None):
                 len(sd["ranks"]), time.monotonic() - start_s), flush=True)
             return 0 if len(sd["ranks"]) == last else 1
         return 0
+    if a.phase == "retry-after-timeout":
+        step(0)
+        if rank == 1:
+            time.sleep(3)
+            state.state_dict()
+        else:
+            try:
+                state.state_dict(timeout=datetime.timedelta(seconds=1))
+                print("rank 0: no exception at the timeout", flush=True)
+                return 1
+            except ddphook.Error as e:
+                print("rank 0 raised %s: %s" % (type(e).__name__, e),
+                      flush=True)
+            time.sleep(4)  # rank 1's late part comes meanwhile
+        start_s = time.monotonic()
+        sd = state.state_dict(timeout=datetime.timedelta(seconds=30))
+        if rank == 0:
+            print("rank 0 gathered %d parts after %.1f s" % (
+                len(sd["ranks"]), time.monotonic() - start_s), flush=True)
+            return 0 if len(sd["ranks"]) == 2 else 1
+        return 0
     if a.phase == "rank1-forged":
         step(0)
         if rank == 1:
@@ -156,10 +181,10 @@ def main(argv=None):
             part[len(part) // 2] ^= 0x10
             # Where rank 0's gather of the same call reads rank 1's part.
             seq = state._state_dicts - 1
-            dist.PrefixStore(
+            ddphook.torch._put_part(dist.PrefixStore(
                 "ddphook/state_dict/%s/%d/" % (state.name, seq),
-                dist.distributed_c10d._get_default_store()).set(
-                    "1", b"S" + bytes(part))
+                dist.distributed_c10d._get_default_store()), 1,
+                b"S" + bytes(part))
             return 0
         try:
             state.state_dict(timeout=datetime.timedelta(seconds=60))
