@@ -218,6 +218,9 @@ def comm_hook(job_ini, model=None, name="model"):
         if getattr(model, "static_graph", False):
             # static_graph=True: DDP rebuilds its buckets one step later.
             state._layout_step = 2
+        elif getattr(model, "find_unused_parameters", False):
+            # DDP never rebuilds them: its first buckets are final.
+            state._ddp_layout_final = True
         state._watch(getattr(model, "module", model))
     return state, hook
 
@@ -360,6 +363,7 @@ class HookState:
         job.before_close.append(self._flush_at_close)
         self._warned_layout = False
         self._layout_step = 1  # the step DDP's buckets are rebuilt by
+        self._ddp_layout_final = False  # find_unused_parameters=True
         self._idle = threading.Event()
         self._idle.set()
         self._work = queue.Queue()
@@ -498,7 +502,9 @@ class HookState:
             entries, self._early = sorted(self._early, key=lambda e: e.index), []
             params = [p for e in reversed(entries) for p in e.params]
             by_id = {id(p): p for p in params}
-            if list(self._ready) and set(self._ready) == set(by_id):
+            if self._ddp_layout_final:
+                params = self._take_ddp_layout(entries)
+            elif list(self._ready) and set(self._ready) == set(by_id):
                 # Registered last-ready first: ddphook walks them back.
                 params = [by_id[k] for k in reversed(list(self._ready))]
             try:
@@ -516,6 +522,19 @@ class HookState:
             self._idle.clear()
             self._work.put(True)
         return entry.fut.then(_unwrap)
+
+    def _take_ddp_layout(self, entries):
+        """DDP's buckets of find_unused_parameters=True (filled forward in
+        registration order, then reversed, and never rebuilt), as
+        ddphook's: registered so that ddphook's walk meets them bucket
+        by bucket, bucket 0 closing at its own size, the others at DDP's
+        cap as DDP closed them (with DDP's first cap above its cap, the
+        layout check at step 1 may still warn)."""
+        walk = [p for e in entries for p in e.params]
+        first = sum(p.numel() * p.element_size() for p in entries[0].params)
+        if first > 0:
+            self._caps = (first / 2.0 ** 20, self._caps[1])
+        return list(reversed(walk))
 
     def _check_own(self, entry):
         """A bucket of this state's DDP model, or a clear Error (one state

@@ -61,6 +61,19 @@ class Net(torch.nn.Module):
         return self.head(torch.tanh(self.fc3(x)))
 
 
+class NetUnused(Net):
+    """Net and a layer only odd steps use, for DDP's
+    find_unused_parameters=True (whose buckets DDP never rebuilds)."""
+    def __init__(self):
+        super().__init__()
+        self.spare = torch.nn.Linear(10, 10)
+        self.use_spare = False
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self.spare(y) if self.use_spare else y
+
+
 def bf16_reference_hook(state, bucket):
     """bf16_compress_hook's arithmetic on gloo: cast, divide in bf16, sum in
     bf16 in rank order (gathered as float32, exactly), cast back."""
@@ -180,6 +193,20 @@ def cases(out, rank):
                           lambda: psgd_state(2),
                           QCapture(None, rank, psgd.batched_powerSGD_hook),
                           psgd_tol, psgd_tol),
+        # find_unused_parameters=True (NetUnused): DDP's first buckets,
+        # filled in registration order, are final; options as above.
+        "powersgd_unused": ("powersgd", "none",
+                            {"matrix_approximation_rank": 3,
+                             "start_powerSGD_iter": 2},
+                            lambda: psgd_state(3),
+                            QCapture(None, rank, psgd.powerSGD_hook),
+                            psgd_tol, psgd_tol),
+        "batched_unused": ("batched_powersgd", "none",
+                           {"matrix_approximation_rank": 2,
+                            "start_powerSGD_iter": 2},
+                           lambda: psgd_state(2),
+                           QCapture(None, rank, psgd.batched_powerSGD_hook),
+                           psgd_tol, psgd_tol),
     }
 
 
@@ -241,8 +268,12 @@ def write_trace(folder, state, steps, rank, world):
 
 def compare(a, b, rtol, atol):
     """Largest excess of |a-b| over atol + rtol|a| (<= 0: within)."""
+    if any((x.grad is None) != (y.grad is None)
+           for x, y in zip(a.parameters(), b.parameters())):
+        return float("inf")
     return max(((x.grad - y.grad).abs() - atol - rtol * x.grad.abs()).max().item()
-               for x, y in zip(a.parameters(), b.parameters()))
+               for x, y in zip(a.parameters(), b.parameters())
+               if x.grad is not None)
 
 
 def main(argv=None):
@@ -279,12 +310,14 @@ def main(argv=None):
     for name, case in table.items():
         lazy = name == "allreduce"
         make_state, torch_hook = case[3], case[4]
+        unused = name.endswith("_unused")
         torch.manual_seed(0)
-        net = Net()
+        net = NetUnused() if unused else Net()
         theirs = torch.nn.parallel.DistributedDataParallel(
-            net, bucket_cap_mb=CAP / 2**20)
+            net, bucket_cap_mb=CAP / 2**20, find_unused_parameters=unused)
         ours = torch.nn.parallel.DistributedDataParallel(
-            net_copy(net), bucket_cap_mb=CAP / 2**20)
+            net_copy(net), bucket_cap_mb=CAP / 2**20,
+            find_unused_parameters=unused)
         theirs.register_comm_hook(make_state() if make_state else None,
                                   torch_hook)
         state, hook = ddphook.torch.comm_hook(
@@ -301,6 +334,7 @@ def main(argv=None):
             x = torch.randn(8, 24, generator=g)
             y = torch.randint(0, 10, (8,), generator=g)
             for m in (theirs, ours):
+                m.module.use_spare = step % 2 == 1  # NetUnused's
                 m.zero_grad()
                 torch.nn.functional.cross_entropy(m(x), y).backward()
             worst = max(worst, compare(theirs, ours, rtol, atol))
@@ -336,7 +370,7 @@ def main(argv=None):
 
 
 def net_copy(net):
-    other = Net()
+    other = type(net)()
     other.load_state_dict(net.state_dict())
     return other
 
