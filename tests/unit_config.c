@@ -113,6 +113,18 @@ START_TEST(errors_name_file_and_line)
     expect_error("[runtime]\nbucket_cap_mp = 4\n", DDPH_ERR_CONFIG, 2,
                  "unknown key 'bucket_cap_mp' in [runtime]; did you mean "
                  "'bucket_cap_mb'?");
+    /* A key of another section: the message names the right one. */
+    expect_error("[accumulate]\ntimeout_s = 30\n", DDPH_ERR_CONFIG, 2,
+                 "unknown key 'timeout_s' in [accumulate]: 'timeout_s' is a "
+                 "key of [runtime]; move the line under a [runtime] header");
+    expect_error("[hook]\nsteps = 4\n", DDPH_ERR_CONFIG, 2,
+                 "'steps' is a key of [accumulate]");
+    /* inih keeps quotes: a quoted path or name is refused, not used. */
+    expect_error("[runtime]\ntrace = \"run.json\"\n", DDPH_ERR_CONFIG, 2,
+                 "[runtime] trace = \"run.json\": values take no quotes "
+                 "(they would be part of the value); write trace = run.json");
+    expect_error("[hook]\nname = 'fp16'\n", DDPH_ERR_CONFIG, 2,
+                 "write name = fp16");
     expect_error("[runtim]\nbackend = mpi\n", DDPH_ERR_CONFIG, 2,
                  "unknown section [runtim]; did you mean [runtime]?");
     /* Which backends exist is the registry's to say when the job opens
