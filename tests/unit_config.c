@@ -418,6 +418,28 @@ START_TEST(sections_nobody_reads)
     const char *right[] = {"mpl"};
     ck_assert_int_eq(ddph__job_check_models(&cfg, right, 1, &e), DDPH_OK);
     ddph__config_free(&cfg);
+
+    /* A hook file renamed without its declared name (the template's
+     * my_hook.c copied to mine.c): the section names the right one. */
+    char tmp[] = "/tmp/ddph-unit-renamed-XXXXXX", so[300], cmd[1024];
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(so, sizeof so, "%s/mine.so", tmp);
+    snprintf(cmd, sizeof cmd, "cp '%s/fp16.so' '%s'", dir, so);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(text, sizeof text, "[hook]\nname = %s\n[hook.mine]\nx = 1\n",
+             so);
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_OK);
+    ck_assert_int_eq(ddph__job_check_hook_sections(&cfg, NULL, NULL, &e),
+                     DDPH_ERR_CONFIG);
+    snprintf(want, sizeof want,
+             "%s:3: [hook.mine]: %s declares itself hook 'fp16' (its name "
+             "in ddph_plugin_v1, not its file's), so its options go under "
+             "[hook.fp16]",
+             path, so);
+    ck_assert_str_eq(e.msg, want);
+    ddph__config_free(&cfg);
+    unlink(so);
+    rmdir(tmp);
 }
 END_TEST
 
