@@ -125,6 +125,14 @@ START_TEST(errors_name_file_and_line)
                  "(they would be part of the value); write trace = run.json");
     expect_error("[hook]\nname = 'fp16'\n", DDPH_ERR_CONFIG, 2,
                  "write name = fp16");
+    /* '#' after a value is part of it for inih: refused, saying why. */
+    expect_error("[runtime]\ntrace = run.json # the timeline\n",
+                 DDPH_ERR_CONFIG, 2,
+                 "[runtime] trace = 'run.json # the timeline': '#' starts a "
+                 "comment only at the start of a line; after a value write "
+                 "' ;'");
+    expect_error("[hook.topk]\nratio = 0.1\t# a tenth\n", DDPH_ERR_CONFIG, 2,
+                 "'#' starts a comment only at the start of a line");
     expect_error("[runtim]\nbackend = mpi\n", DDPH_ERR_CONFIG, 2,
                  "unknown section [runtim]; did you mean [runtime]?");
     /* Which backends exist is the registry's to say when the job opens

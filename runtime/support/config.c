@@ -677,6 +677,12 @@ static void set_pending_key(parse_state *ps)
 static int dispatch(parse_state *ps, const char *section, const char *name,
                     const char *value)
 {
+    /* inih ends a value only at ' ;': a '#' after it stays in the value
+     * (trace = run.json # note would name a file with the note). */
+    if (strstr(value, " #") || strstr(value, "\t#"))
+        return fail_at(ps, "[%s] %s = '%s': '#' starts a comment only at "
+                           "the start of a line; after a value write ' ;'",
+                       section, name, value);
     if (strcmp(section, "runtime") == 0 || strcmp(section, "accumulate") == 0 ||
         strcmp(section, "hook") == 0)
         return handle_fixed_section(ps, section, name, value);
