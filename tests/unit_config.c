@@ -116,7 +116,7 @@ START_TEST(errors_name_file_and_line)
     /* A key of another section: the message names the right one. */
     expect_error("[accumulate]\ntimeout_s = 30\n", DDPH_ERR_CONFIG, 2,
                  "unknown key 'timeout_s' in [accumulate]: 'timeout_s' is a "
-                 "key of [runtime]; move the line under a [runtime] header");
+                 "key of [runtime]; move the line under [runtime]");
     expect_error("[hook]\nsteps = 4\n", DDPH_ERR_CONFIG, 2,
                  "'steps' is a key of [accumulate]");
     /* inih keeps quotes: a quoted path or name is refused, not used. */

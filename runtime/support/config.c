@@ -470,7 +470,7 @@ static int handle_fixed_section(parse_state *ps, const char *section,
         if (strcmp(ddph__config_keys[i].key, name) == 0)
             return fail_at(ps,
                            "unknown key '%s' in [%s]: '%s' is a key of "
-                           "[%s]; move the line under a [%s] header",
+                           "[%s]; move the line under [%s]",
                            name, section, name,
                            ddph__config_keys[i].section,
                            ddph__config_keys[i].section);
