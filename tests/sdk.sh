@@ -298,6 +298,12 @@ if printf '%s\n' "$listed" | grep -q "^  topk.so *(not used: $OUT/first/topk.so 
 else
     ko "ddphook plugins --plugin-path: $listed"
 fi
+# Its columns line up: "option(s)" at one place on every hook's line,
+# 0 options or 10 (powersgd's).
+cols=$(printf '%s\n' "$listed" | grep " ABI " | awk '{ print index($0, " option") }' | sort -u)
+[ "$(printf '%s\n' "$cols" | grep -c .)" = 1 ] &&
+    ok "ddphook plugins :: its columns line up" ||
+    ko "ddphook plugins: columns at $(echo $cols): $listed"
 # ddphook bench hooks takes hook options: top-k at ratio 0.5 sends far
 # more than at its default 0.01.
 sent() {
