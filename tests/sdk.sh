@@ -287,6 +287,13 @@ if [ -f "$docdir/plugin-guide.md" ] && [ -f "$docdir/abi.md" ] &&
 else
     ko "docs or example hooks missing from the install ($docdir, $exdir)"; cat "$OUT/topk_example.log" 2>/dev/null
 fi
+# Every document an installed one points to (docs/NAME.md) is installed.
+missing=
+for ref in $(cat "$docdir"/*.md | grep -o 'docs/[a-z_-]*\.md' | sort -u); do
+    [ -f "$docdir/${ref#docs/}" ] || missing="$missing $ref"
+done
+[ -z "$missing" ] && ok "the installed documents' references to docs/*.md are installed" ||
+    ko "installed documents point to documents not installed:$missing"
 # ddphook plugins --plugin-path lists folders in search order, DIRS before
 # the installed folder as bench searches, and says which file is shadowed.
 mkdir -p "$OUT/first"
