@@ -471,7 +471,7 @@ int cmd_plugins(int argc, char **argv)
             int nopt = 0;
             for (const ddph_option_spec *s = p->api.options; s && s->name; s++)
                 nopt++;
-            printf("  %-20s %-8s ABI %u.%u  %d option%s  %s\n", p->api.name,
+            printf("  %-20s %-8s ABI %u.%u  %2d option%s  %s\n", p->api.name,
                    p->api.version, p->api.abi_major, p->api.abi_minor, nopt,
                    nopt == 1 ? " " : "s", p->api.description);
             ddph__plugin_unload(p);

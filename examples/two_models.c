@@ -123,14 +123,21 @@ int main(int argc, char **argv)
         disc_loss = dl;
     }
     ddph_stat st[4];
-    size_t n = 0;
-    ddph_model_hook_stats(gen, st, 4, &n);
-    if (rank == 0)
+    size_t n = 0; /* how many the hook has; st holds the first 4 */
+    if (ddph_model_hook_stats(gen, st, 4, &n) != DDPH_OK)
+        goto fail;
+    if (rank == 0) {
         printf("two_models: %d backward passes, %d synchronised for both "
                "models; generator loss %.4f -> %.4f, discriminator loss "
-               "%.4f; gen's hook statistics: %zu\n",
-               STEPS, synced, first_gen, gen_loss, disc_loss, n);
-    ddph_close(ctx);
+               "%.4f; gen's hook statistics:",
+               STEPS, synced, first_gen, gen_loss, disc_loss);
+        for (size_t i = 0; i < n && i < 4; i++)
+            printf(" %s %g", st[i].name, st[i].value);
+        printf("\n");
+    }
+    /* ddph_close says whether the job ended cleanly on every rank. */
+    if (ddph_close(ctx) != DDPH_OK)
+        return 1;
     return gen_loss < first_gen ? 0 : 1;
 fail:
     fprintf(stderr, "two_models: %s\n", ddph_last_error(ctx));

@@ -7,6 +7,8 @@
 #     at the first save with what to do, and writes nothing; refused on
 #     one rank's folder, it is refused on both; a folder of one's own
 #     beside it saves and loads;
+#   - a save into a folder that does not exist fails as DDPH_ERR_IO, and
+#     a load of a path never saved says that PATH.rank<R> is looked for;
 #   - a damaged PATH.rank1.next of a newer generation is skipped with a
 #     warning naming it: the load takes the intact older generation, and
 #     a save killed after it tidied leaves that generation intact;
@@ -71,6 +73,25 @@ mkdir -p "$OUT/per/r0" "$OUT/per/r1"
 chmod 1777 "$OUT/per/r1"
 refused_save "rank 1's folder alone" "$OUT/per/r%d/ck" "$OUT/per/r0 $OUT/per/r1" \
     "state_save (nothing was written): refusing state file $OUT/per/r1/ck.rank1 (at $OUT/per/r1): its folder"
+# A folder that does not exist: an I/O failure (DDPH_ERR_IO), naming the
+# file and the cause, not a hook plugin's (DDPH_ERR_PLUGIN).
+if out=$(trainer "$OUT/absent/ck" $NUMEL run 2); then
+    bad "a missing folder: saved" "$out"
+elif [ "$(printf '%s\n' "$out" | grep -c "^rank [0-9]: state_save failed: .*cannot write state file $OUT/absent/ck.rank[0-9] (at $OUT/absent): No such file or directory")" != $W ] ||
+    ! printf '%s\n' "$out" | grep -q "reported DDPH_ERR_IO" ||
+    printf '%s\n' "$out" | grep -q DDPH_ERR_PLUGIN; then
+    bad "a missing folder: not refused on every rank as an I/O error" "$out"
+else
+    ok "a missing folder: refused on every rank as DDPH_ERR_IO, naming the file"
+fi
+# A load of a path never saved says what the load looks for.
+if out=$(trainer "$OUT/never" $NUMEL verify "$OUT/never-check"); then
+    bad "a path never saved: loaded" "$out"
+elif [ "$(printf '%s\n' "$out" | grep -c "state_load failed: .*$OUT/never.rank0: No such file or directory: nothing was saved at $OUT/never (ddph_state_save(ctx, PATH) writes PATH.rank<R>: give the load the same PATH)")" != $W ]; then
+    bad "a path never saved: not refused on every rank saying what was looked for" "$out"
+else
+    ok "a path never saved: refused on every rank, naming PATH.rank<R>"
+fi
 mkdir -m 700 "$OUT/sticky/mine"
 if out=$(trainer "$OUT/sticky/mine/ck" $NUMEL run 2); then
     printf '%s\n' "$out" | grep -q warn && bad "saves to a new path warn" "$out" ||

@@ -79,6 +79,11 @@ EOF
     job2="$B/tests/out/two_models.ini"
     { printf '[runtime]\nplugin_path = %s\n' "$DDPH_TEST_PLUGIN_DIR"; cat "$DDPH_TEST_SRCDIR/examples/configs/two_models.ini"; } > "$job2"
     run "$n" "$B/examples/two_models" "$job2"
+    # The summary names the generator's hook statistics (PowerSGD's).
+    if [ $rc -eq 0 ] && ! printf '%s\n' "$out" | grep -q "gen's hook statistics: [a-z_]* [0-9]"; then
+        fail=$((fail + 1))
+        echo "FAIL: -n $n two_models: no hook statistics in its summary: $(printf '%s\n' "$out" | tail -n 1)"
+    fi
     run "$n" "$B/tests/mpi/replicas_trainer" "$DDPH_TEST_PLUGIN_DIR"
     # Uneven inputs under join: rank r has 3 + r batches.  Averages over
     # the world, over the ranks still training, with accumulation, and

@@ -113,6 +113,26 @@ START_TEST(errors_name_file_and_line)
     expect_error("[runtime]\nbucket_cap_mp = 4\n", DDPH_ERR_CONFIG, 2,
                  "unknown key 'bucket_cap_mp' in [runtime]; did you mean "
                  "'bucket_cap_mb'?");
+    /* A key of another section: the message names the right one. */
+    expect_error("[accumulate]\ntimeout_s = 30\n", DDPH_ERR_CONFIG, 2,
+                 "unknown key 'timeout_s' in [accumulate]: 'timeout_s' is a "
+                 "key of [runtime]; move the line under [runtime]");
+    expect_error("[hook]\nsteps = 4\n", DDPH_ERR_CONFIG, 2,
+                 "'steps' is a key of [accumulate]");
+    /* inih keeps quotes: a quoted path or name is refused, not used. */
+    expect_error("[runtime]\ntrace = \"run.json\"\n", DDPH_ERR_CONFIG, 2,
+                 "[runtime] trace = \"run.json\": values take no quotes "
+                 "(they would be part of the value); write trace = run.json");
+    expect_error("[hook]\nname = 'fp16'\n", DDPH_ERR_CONFIG, 2,
+                 "write name = fp16");
+    /* '#' after a value is part of it for inih: refused, saying why. */
+    expect_error("[runtime]\ntrace = run.json # the timeline\n",
+                 DDPH_ERR_CONFIG, 2,
+                 "[runtime] trace = 'run.json # the timeline': '#' starts a "
+                 "comment only at the start of a line; after a value write "
+                 "' ;'");
+    expect_error("[hook.topk]\nratio = 0.1\t# a tenth\n", DDPH_ERR_CONFIG, 2,
+                 "'#' starts a comment only at the start of a line");
     expect_error("[runtim]\nbackend = mpi\n", DDPH_ERR_CONFIG, 2,
                  "unknown section [runtim]; did you mean [runtime]?");
     /* Which backends exist is the registry's to say when the job opens
@@ -406,6 +426,28 @@ START_TEST(sections_nobody_reads)
     const char *right[] = {"mpl"};
     ck_assert_int_eq(ddph__job_check_models(&cfg, right, 1, &e), DDPH_OK);
     ddph__config_free(&cfg);
+
+    /* A hook file renamed without its declared name (the template's
+     * my_hook.c copied to mine.c): the section names the right one. */
+    char tmp[] = "/tmp/ddph-unit-renamed-XXXXXX", so[300], cmd[1024];
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(so, sizeof so, "%s/mine.so", tmp);
+    snprintf(cmd, sizeof cmd, "cp '%s/fp16.so' '%s'", dir, so);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(text, sizeof text, "[hook]\nname = %s\n[hook.mine]\nx = 1\n",
+             so);
+    ck_assert_int_eq(load(text, &cfg, &e, path, sizeof path), DDPH_OK);
+    ck_assert_int_eq(ddph__job_check_hook_sections(&cfg, NULL, NULL, &e),
+                     DDPH_ERR_CONFIG);
+    snprintf(want, sizeof want,
+             "%s:3: [hook.mine]: %s declares itself hook 'fp16' (its name "
+             "in ddph_plugin_v1, not its file's), so its options go under "
+             "[hook.fp16]",
+             path, so);
+    ck_assert_str_eq(e.msg, want);
+    ddph__config_free(&cfg);
+    unlink(so);
+    rmdir(tmp);
 }
 END_TEST
 

@@ -92,7 +92,13 @@ int run_open(tester *t, run *r, const shape_set *set, const char *wrapper,
              char *why, size_t whylen);
 void run_close(run *r);
 int run_step(run *r, int s, char *why, size_t whylen, int rank);
-double error_vs_average(const run *r, int s, int world);
+/* Where a step's largest error vs the average is: for the message that
+ * shows an off-by-one (the last element of a tensor) at a glance. */
+typedef struct worst_at {
+    int step, tensor;
+    size_t element, numel;
+} worst_at;
+double error_vs_average(const run *r, int s, int world, worst_at *at);
 uint32_t checksum(const run *r);
 int same_everywhere(uint64_t v);
 

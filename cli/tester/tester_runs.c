@@ -116,7 +116,7 @@ fail:
 
 /* Largest |out - mean| relative to the largest |mean|, the mean computed
  * in double with a plain MPI_Allreduce. */
-double error_vs_average(const run *r, int s, int world)
+double error_vs_average(const run *r, int s, int world, worst_at *at)
 {
     double worst = 0, scale = 0;
     for (int i = 0; i < r->n; i++) {
@@ -131,8 +131,11 @@ double error_vs_average(const run *r, int s, int world)
         for (size_t k = 0; k < n; k++) {
             double mean = sum[k] / world;
             double d = fabs((double)r->g[i][k] - mean);
-            if (!(d <= worst))
+            if (!(d <= worst)) {
                 worst = d; /* NaN propagates as a failure */
+                *at = (worst_at){.step = s, .tensor = i, .element = k,
+                                 .numel = n};
+            }
             if (fabs(mean) > scale)
                 scale = fabs(mean);
         }
@@ -243,14 +246,17 @@ void check_numerics(tester *t, const shape_set *set, const char *wrapper,
     run r;
     int ok = run_open(t, &r, set, wrapper, why, sizeof why);
     double worst = 0;
+    worst_at at = {0}, step_at = {0};
     int same_result = 1, same_bytes = 1;
     for (int s = 0; ok && s < t->steps; s++) {
         ok = run_step(&r, s, why, sizeof why, t->rank);
         if (!ok)
             break;
-        double err = error_vs_average(&r, s, t->world);
-        if (!(err <= worst))
+        double err = error_vs_average(&r, s, t->world, &step_at);
+        if (!(err <= worst)) {
             worst = err;
+            at = step_at;
+        }
         same_result &= same_everywhere(checksum(&r));
         int nb = ddph_model_bucket_count(r.m);
         for (int b = 0; b < nb; b++) {
@@ -279,8 +285,19 @@ void check_numerics(tester *t, const shape_set *set, const char *wrapper,
             "max error %.3g of max |average|: finite; not judged per step "
             "(error feedback: see its row)",
             worst);
-    else
+    else {
+        char where[160] = "";
+        if (!(worst <= rtol))
+            snprintf(where, sizeof where,
+                     "; the largest at step %d, tensor %d, element %zu of "
+                     "%zu%s (rank %d)",
+                     at.step, at.tensor, at.element, at.numel,
+                     at.element + 1 == at.numel ? " (its last)"
+                     : at.element == 0          ? " (its first)"
+                                                : "",
+                     t->rank);
         row(t, worst <= rtol, 0, check,
-            "max error %.3g of max |average| (rtol %g, %s)", worst, rtol,
-            rtol == t->rtol ? t->rtol_from : "half precision");
+            "max error %.3g of max |average| (rtol %g, %s)%s", worst, rtol,
+            rtol == t->rtol ? t->rtol_from : "half precision", where);
+    }
 }

@@ -46,6 +46,17 @@ static int in_list(const char *name, char *const *list, size_t n)
     return 0;
 }
 
+/* Whether the path `value` names a file `hook`.so: a hook loaded by
+ * path whose file was renamed without its declared name. */
+static int stem_is(const char *value, const char *hook)
+{
+    const char *slash = strrchr(value, '/');
+    if (!slash)
+        return 0;
+    size_t n = strlen(hook);
+    return strncmp(slash + 1, hook, n) == 0 && strcmp(slash + 1 + n, ".so") == 0;
+}
+
 ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
                                           ddph_warn_fn warn, void *user,
                                           ddph_err *err)
@@ -98,6 +109,20 @@ ddph_status ddph__job_check_hook_sections(const ddph_config *cfg,
             st = ddph__fail(err, DDPH_ERR_CONFIG, "%s", unloadable.msg);
             break;
         }
+        for (size_t j = 0; j < nchosen && st == DDPH_OK; j++) {
+            const char *value = j == 0 ? cfg->hook_name
+                                       : cfg->models[j - 1].hook;
+            if (value && used[j] && stem_is(value, hs->hook))
+                st = ddph__fail(err, DDPH_ERR_CONFIG,
+                                "%s:%d: [hook.%s]: %s declares itself hook "
+                                "'%s' (its name in ddph_plugin_v1, not its "
+                                "file's), so its options go under "
+                                "[hook.%s]",
+                                cfg->path, hs->line, hs->hook, value,
+                                used[j], used[j]);
+        }
+        if (st != DDPH_OK)
+            break;
         const char *near = ddph__nearest(hs->hook, cands, ncands);
         char hint[160] = "";
         if (near)

@@ -401,6 +401,15 @@ static int set_key(parse_state *ps, const key_spec *k, const char *value)
     case K_STRING: {
         if (!*value)
             return fail_at(ps, "[%s] %s is empty", k->section, k->key);
+        /* inih keeps quotes in the value: trace = "run.json" would write
+         * a file whose name holds them. */
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && (value[0] == '"' || value[0] == '\'') &&
+            value[vlen - 1] == value[0])
+            return fail_at(ps, "[%s] %s = %s: values take no quotes (they "
+                               "would be part of the value); write %s = %.*s",
+                           k->section, k->key, value, k->key, (int)(vlen - 2),
+                           value + 1);
         char **slot = (char **)(base + k->offset);
         char *v;
         if (strcmp(k->key, "plugin_path") == 0)
@@ -455,6 +464,16 @@ static int handle_fixed_section(parse_state *ps, const char *section,
         if (nc < sizeof cands / sizeof *cands)
             cands[nc++] = ddph__config_keys[i].key;
     }
+    /* A key of another section (timeout_s under [accumulate]) is a
+     * misplaced line, not a typo: say where it goes. */
+    for (size_t i = 0; i < ddph__config_nkeys; i++)
+        if (strcmp(ddph__config_keys[i].key, name) == 0)
+            return fail_at(ps,
+                           "unknown key '%s' in [%s]: '%s' is a key of "
+                           "[%s]; move the line under [%s]",
+                           name, section, name,
+                           ddph__config_keys[i].section,
+                           ddph__config_keys[i].section);
     const char *near = ddph__nearest(name, cands, nc);
     if (near)
         return fail_at(ps, "unknown key '%s' in [%s]; did you mean '%s'?",
@@ -658,6 +677,12 @@ static void set_pending_key(parse_state *ps)
 static int dispatch(parse_state *ps, const char *section, const char *name,
                     const char *value)
 {
+    /* inih ends a value only at ' ;': a '#' after it stays in the value
+     * (trace = run.json # note would name a file with the note). */
+    if (strstr(value, " #") || strstr(value, "\t#"))
+        return fail_at(ps, "[%s] %s = '%s': '#' starts a comment only at "
+                           "the start of a line; after a value write ' ;'",
+                       section, name, value);
     if (strcmp(section, "runtime") == 0 || strcmp(section, "accumulate") == 0 ||
         strcmp(section, "hook") == 0)
         return handle_fixed_section(ps, section, name, value);

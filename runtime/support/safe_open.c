@@ -36,6 +36,7 @@ typedef struct walk {
     int check;            /* 0: the escape key is set */
     int final_link;       /* 0: a link as the last component is refused */
     int folder;           /* 1: walk to the folder a file will be written in */
+    ddph_status not_found; /* replaces DDPH_ERR_PLUGIN: see ddph_trust */
 } walk;
 
 static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
@@ -49,6 +50,8 @@ static ddph_status walk_fail(walk *w, ddph_err *err, ddph_status st,
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    if (st == DDPH_ERR_PLUGIN)
+        st = w->not_found;
     return ddph__fail(err, st, "%s %s %s%s%s%s: %s",
                       st == DDPH_ERR_INSECURE ? "refusing"
                       : w->folder             ? "cannot write"
@@ -117,7 +120,8 @@ ddph_status ddph__safe_open(const char *kind, const char *given, int check,
     const ddph_trust trust = {.kind = kind,
                               .escape = "allow_insecure_plugins",
                               .check = check,
-                              .final_link = 1};
+                              .final_link = 1,
+                              .not_found = DDPH_ERR_PLUGIN};
     return ddph__safe_open_as(&trust, given, fd_out, err);
 }
 
@@ -306,7 +310,8 @@ ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *given,
               .given = given,
               .escape = trust->escape,
               .check = trust->check,
-              .final_link = trust->final_link};
+              .final_link = trust->final_link,
+              .not_found = trust->not_found ? trust->not_found : DDPH_ERR_IO};
     return walk_path(&w, given, fd_out, err);
 }
 
@@ -319,7 +324,8 @@ ddph_status ddph__safe_folder_as(const ddph_trust *trust, const char *given,
               .escape = trust->escape,
               .check = trust->check,
               .final_link = 1,
-              .folder = 1};
+              .folder = 1,
+              .not_found = trust->not_found ? trust->not_found : DDPH_ERR_IO};
     char *copy = ddph__strdup(given);
     if (!copy)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");

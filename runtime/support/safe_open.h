@@ -31,6 +31,9 @@ typedef struct ddph_trust {
     const char *escape;
     int check;
     int final_link;
+    /* What a path that cannot be walked returns (a missing folder, say):
+     * 0 for DDPH_ERR_IO (files); ddph__safe_open uses DDPH_ERR_PLUGIN. */
+    ddph_status not_found;
 } ddph_trust;
 ddph_status ddph__safe_open_as(const ddph_trust *trust, const char *path,
                                int *fd, ddph_err *err);

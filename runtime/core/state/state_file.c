@@ -83,6 +83,7 @@ typedef struct rank_set {
     ddph_status st; /* the first reason a present file was refused */
     ddph_err err;
     int absent; /* neither file is there (st says so) */
+    const char *given; /* PATH as the trainer gave it, for messages */
     char *lock_path; /* PATH.rank<R>.lock: held by a save */
     int lock_fd;
 } rank_set;
@@ -110,6 +111,7 @@ static ddph_status set_init(const ddph_ctx *ctx, const char *path,
     static const char *const suffix[NSLOTS] = {"", ".next"};
     memset(set, 0, sizeof *set);
     set->lock_fd = -1;
+    set->given = path;
     for (int i = 0; i < NSLOTS; i++) {
         set->s[i].fd = -1;
         if (!(set->s[i].path = rank_path(path, ddph__rank(ctx),
@@ -167,8 +169,11 @@ static void scan(ddph_ctx *ctx, rank_set *set)
         ddph_err e;
         set->absent = 1;
         set_refuse(set,
-                   ddph__fail(&e, DDPH_ERR_IO, "%s: %s", set->s[0].path,
-                              strerror(ENOENT)),
+                   ddph__fail(&e, DDPH_ERR_IO,
+                              "%s: %s: nothing was saved at %s "
+                              "(ddph_state_save(ctx, PATH) writes "
+                              "PATH.rank<R>: give the load the same PATH)",
+                              set->s[0].path, strerror(ENOENT), set->given),
                    &e);
     }
 }
