@@ -91,7 +91,7 @@ for w in 2 4; do
                 set -- "$@" "ddp_static_graph.py $P --out $OUT/static --hook $hook --static $static"
             done
         done
-        for phase in full resume resume-resaved resume-without-state rank0-alone rank1-closed rank1-forged retry-after-timeout; do
+        for phase in full resume resume-resaved resume-without-state rank0-alone rank1-closed retry-after-timeout retry-after-timeout rank1-forged; do
             set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase $phase"
         done
     else

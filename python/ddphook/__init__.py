@@ -76,7 +76,10 @@ def _open_capturing_stderr(path):
 class Job:
     """One ddphook job: the INI file's configuration, MPI (initialised
     here unless the program did it), the plugin path and the
-    communication threads.  One per process (open_job); closed at exit."""
+    communication threads.  One per process at a time (open_job); closed
+    at exit."""
+
+    opened = 0  # jobs this process has opened (every rank alike)
 
     def __init__(self, ini_path):
         self.path = os.path.abspath(ini_path) if ini_path else None
@@ -87,6 +90,10 @@ class Job:
                 message or lib().ddph_strerror(st).decode()),
                 status_name(st))
         self.ctx = ctx
+        # This job's number in the process: what tells its keys in the
+        # script's store from an earlier job's (ddphook.torch).
+        self.number = Job.opened
+        Job.opened += 1
         self.closed = False
         self.failed = None  # the message of the failure that ended the job
         self.step_to_end = None  # ddphook.torch: whose step awaits its end

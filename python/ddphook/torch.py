@@ -854,8 +854,10 @@ class HookState:
         gather = gather and world > 1
         seq = self._state_dicts
         self._state_dicts += 1
+        # The job's number too: a part an earlier job left in the store
+        # (its gather timed out) is not this job's.
         store = dist.PrefixStore(
-            "ddphook/state_dict/%s/%d/" % (self.name, seq),
+            "ddphook/state_dict/%d/%s/%d/" % (self.job.number, self.name, seq),
             dist.distributed_c10d._get_default_store()) if gather else None
         try:
             mine = self._own_state("state_dict")

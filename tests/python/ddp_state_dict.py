@@ -41,7 +41,8 @@ hook state; --phase retry-after-timeout: rank 0's gather times out
 (1 s) while rank 1 calls 3 s late, and rank 1's part lands while rank 0
 does nothing; then both call state_dict() again: rank 0 must gather both
 parts of that call (the late part left nothing behind that breaks the
-store's next calls)."""
+store's next calls); run twice in one process (ddp_suite.py), the second
+job's gather must not take the first job's late part."""
 import argparse
 import datetime
 import os
@@ -166,6 +167,10 @@ def main(argv=None):
             except ddphook.Error as e:
                 print("rank 0 raised %s: %s" % (type(e).__name__, e),
                       flush=True)
+                # Run twice in one process: the first run's late part of
+                # rank 1 must not be taken by the second's gather.
+                if "waited 0:00:01 for rank 1 to call" not in str(e):
+                    return 1
             time.sleep(4)  # rank 1's late part comes meanwhile
         start_s = time.monotonic()
         sd = state.state_dict(timeout=datetime.timedelta(seconds=30))
@@ -182,7 +187,8 @@ def main(argv=None):
             # Where rank 0's gather of the same call reads rank 1's part.
             seq = state._state_dicts - 1
             ddphook.torch._put_part(dist.PrefixStore(
-                "ddphook/state_dict/%s/%d/" % (state.name, seq),
+                "ddphook/state_dict/%d/%s/%d/" % (state.job.number,
+                                                  state.name, seq),
                 dist.distributed_c10d._get_default_store()), 1,
                 b"S" + bytes(part))
             return 0
