@@ -231,6 +231,21 @@ refuse_sweep "ef_sign leaking 4 KiB a call" "heap steady over steps" \
     "$FK/ef_sign_leak_step.so" --only numerics
 refuse_sweep "ef_sign writing through a bucket pointer kept past its call" \
     "buckets untouched after their call" "$FK/ef_sign_keep_ptr.so" --only errors
+# Wrong where no per-step row looks: one float written past the bucket
+# (on 1 rank nothing else notices), error buffers leaked at each load.
+refuse_on 1 "ef_sign writing one float past its bucket, 1 rank" \
+    "writes inside its bucket only" "$FK/ef_sign_past_end.so" --only errors
+refuse "ef_sign leaking its error buffers at each load" \
+    "heap steady over state loads" "$FK/ef_sign_load_leak.so" --only state
+# A hook without error feedback trains within 1.25x of the exact run's
+# excess: 4-bit stochastic rounding done right does (1 and 3 ranks: the
+# shipped hooks run on 1, 2 and 4 above); rounding negatives toward zero
+# (every step within its declared tolerance) ends 4-7x and fails.
+for n in 1 3; do
+    conform "$n" "$FK/stoch_round.so" --only trains
+done
+refuse_sweep "stochastic rounding that truncates negatives toward zero" \
+    "trains" "$FK/stoch_round_trunc.so" --only trains
 for n in 1 2 4; do
     for wrong in "half:at 0.5x scale, memory consistent" \
         "double:at 2x scale, memory consistent" \

@@ -161,6 +161,16 @@ void check_error_feedback(tester *t)
 #define TRAIN_FAR_EVERY 37
 #define TRAIN_FAR 50.0
 #define TRAIN_FACTOR 10.0
+/* A hook without error feedback holds nothing back: each step sends that
+ * step's gradient, within its tolerance, so the only harm its errors can
+ * do is add up.  Unbiased errors drawn afresh each step cancel over the
+ * run (4-bit stochastic rounding ends 0.98-1.0x, 2-bit 1.03x; exact and
+ * half precision 1.0x; deterministic rounding to the nearest of 4 bits
+ * 1.1-1.2x); an error that repeats does not: a rounding that favors one
+ * sign (4-8x), a clipped top level (1.3-1.7x), a rank's message dropped
+ * after some steps (3-25x).  Such a hook is held to TRAIN_FACTOR_NO_EF,
+ * not to TRAIN_FACTOR, which is for the delays of error feedback. */
+#define TRAIN_FACTOR_NO_EF 1.25
 /* The least excess accepted, of the exact run's: a hook at the right
  * scale does not beat the exact average by much, one at a wrong scale (a
  * divisor that is not W) converges "faster" by overshooting less, e.g.
@@ -294,6 +304,12 @@ fail:
     return ok;
 }
 
+/* The most excess accepted, of the exact run's. */
+static double train_factor(const tester *t)
+{
+    return t->error_feedback ? TRAIN_FACTOR : TRAIN_FACTOR_NO_EF;
+}
+
 /* One set's training, judged: 1 when it passed; what it measured in said. */
 static int train_set(tester *t, const shape_set *set, char *said, size_t len,
                      int *failed_to_run)
@@ -321,7 +337,7 @@ static int train_set(tester *t, const shape_set *set, char *said, size_t len,
         params += numel;
     }
     double excess = hook_loss - optimum, exact_excess = exact_loss - optimum;
-    int close = excess <= TRAIN_FACTOR * exact_excess && /* NaN fails */
+    int close = excess <= train_factor(t) * exact_excess && /* NaN fails */
                 excess >= TRAIN_LEAST * exact_excess && hook_moved >= TRAIN_MOVED;
     snprintf(said, len,
              "%s (%zu parameters, %d tensors): loss %.6g through the hook, "
@@ -355,9 +371,14 @@ void check_training(tester *t)
         return;
     }
     row(t, passed, 0, check,
-        "%d steps of rate %g: %s; %s (excess %g to %gx: below, a wrong "
-        "scale; a tensor %g of its way or more: less, part of it never "
-        "sent)",
-        TRAIN_STEPS, TRAIN_RATE, said[0], said[1], TRAIN_LEAST, TRAIN_FACTOR,
+        "%d steps of rate %g: %s; %s (excess %g to %gx%s: below, a wrong "
+        "scale; above, %s; a tensor %g of its way or more: less, part of "
+        "it never sent)",
+        TRAIN_STEPS, TRAIN_RATE, said[0], said[1], TRAIN_LEAST,
+        train_factor(t),
+        t->error_feedback ? ", error feedback" : ", no error feedback",
+        t->error_feedback ? "sent too late or wrong"
+                          : "errors that do not cancel over steps (a bias, "
+                            "or the same draws every step)",
         TRAIN_MOVED);
 }

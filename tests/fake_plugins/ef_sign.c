@@ -23,6 +23,9 @@
  *   EF_SIGN_LEAK_STEP  leaks 4 KiB every call, on every rank
  *   EF_SIGN_KEEP_PTR   keeps the bucket pointer past the call and writes
  *                      through it at the next call
+ *   EF_SIGN_PAST_END   zeroes one float past the end of an f32 bucket
+ *   EF_SIGN_LOAD_LEAK  load replaces each error buffer without freeing
+ *                      the one it had
  *
  * Host buckets (f32, or a cast copy); state allocated at a bucket's first
  * call. */
@@ -214,6 +217,10 @@ static ddph_status ef_on_bucket(void *state, const ddph_bucket *b,
         st = s->divide(s, x, DDPH_F32, n, (double)divisor);
     if (st == DDPH_OK)
         st = ddph_util_f32_store(s, b, x);
+#ifdef EF_SIGN_PAST_END
+    if (st == DDPH_OK && b->dtype == DDPH_F32)
+        ((float *)b->buffer)[n] = 0.0f; /* one past the last element */
+#endif
     free(work);
     free(msg);
     free(all);
@@ -243,7 +250,9 @@ static ddph_status ef_load(void *state, const ddph_services *s,
         st = read(source, &count, sizeof count);
         if (st == DDPH_OK && count > (1u << 28))
             st = DDPH_ERR_STATE;
+#ifndef EF_SIGN_LOAD_LEAK
         free(t->errors[i]);
+#endif
         t->errors[i] = calloc(count ? count : 1, sizeof(float));
         t->numel[i] = count;
         if (st == DDPH_OK && !t->errors[i])
