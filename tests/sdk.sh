@@ -231,6 +231,23 @@ refuse_sweep "ef_sign leaking 4 KiB a call" "heap steady over steps" \
     "$FK/ef_sign_leak_step.so" --only numerics
 refuse_sweep "ef_sign writing through a bucket pointer kept past its call" \
     "buckets untouched after their call" "$FK/ef_sign_keep_ptr.so" --only errors
+# A world size's run past --time-limit (a hook that hangs outside its
+# collectives gets a verdict too): stopped, named, and no rank left.
+out=$(MPIEXEC="$MPIEXEC" timeout 300 "$bindir/ddphook-plugin-test" \
+    "$FK/ef_sign.so" --only trains --time-limit 0.05 </dev/null 2>&1)
+rc=$?
+sleep 1
+left=$(pgrep -f "ddphook-plugin-test $FK/ef_sign.so --only trains --time-limit" | wc -l)
+if [ "$rc" -eq 1 ] &&
+    printf '%s\n' "$out" | grep -q "^FAIL  1 rank: did not finish within 0.05 s, stopped" &&
+    printf '%s\n' "$out" | grep -q "^world sizes: 1 FAIL (did not finish)" &&
+    [ "$(printf '%s\n' "$out" | tail -n 1)" = "$FK/ef_sign.so: FAILED" ] &&
+    [ "$left" -eq 0 ]; then
+    ok "a run past --time-limit is stopped and fails, no rank left :: $(printf '%s\n' "$out" | grep '^world sizes')"
+else
+    ko "a run past --time-limit: exit $rc, $left processes left, no 'did not finish' FAIL"
+    printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
+fi
 # Wrong where no per-step row looks: one float written past the bucket
 # (on 1 rank nothing else notices), error buffers leaked at each load.
 refuse_on 1 "ef_sign writing one float past its bucket, 1 rank" \

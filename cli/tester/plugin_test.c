@@ -12,6 +12,9 @@
  * docs/plugin-guide.md. */
 #include "build-config.h"
 
+#include <signal.h>
+#include <time.h>
+
 #include "tester.h"
 
 
@@ -19,11 +22,16 @@
 #define IN_SWEEP "DDPH_PLUGIN_TEST_IN_SWEEP"
 /* The world sizes a hook must conform at: 1 to SWEEP_MAX ranks. */
 #define SWEEP_MAX 4
+/* A sweep's default limit for one world size's run, seconds: a run takes
+ * a minute or two (valgrind's several); a hook that hangs outside every
+ * collective (a deadlock, a corrupted heap) must still get a verdict. */
+#define SWEEP_LIMIT_S 1800
 
 static const char usage[] =
     "usage: [mpiexec -n W] ddphook-plugin-test PLUGIN.so [--option KEY=VALUE]...\n"
     "                      [--rtol R] [--steps N] [--ef-steps K] [--valgrind]\n"
     "                      [--suppressions FILE] [--only CHECKS]\n"
+    "                      [--time-limit S]\n"
     "\n"
     "Checks a hook plugin against the ABI contract and prints a pass/fail\n"
     "table.  Started without mpiexec it runs itself on 1, 2, 3 and 4 ranks\n"
@@ -74,7 +82,12 @@ static const char usage[] =
     "                 numerics, error-feedback, trains, state, errors),\n"
     "                 besides loading and create/destroy; to re-run what\n"
     "                 failed.  The last line then says 'passed CHECKS',\n"
-    "                 never 'conforms'\n";
+    "                 never 'conforms'\n"
+    "  --time-limit S without mpiexec: the most seconds each world size's\n"
+    "                 run may take (default 1800; 0: no limit); a run past\n"
+    "                 it is stopped and fails ('did not finish': a hook\n"
+    "                 that hangs outside its collectives, as on a corrupted\n"
+    "                 heap)\n";
 
 
 
@@ -245,7 +258,37 @@ static int under_mpiexec(void)
  * (many bugs show at some world sizes only: a divisor that is right for
  * powers of two, a rank's chunk that is empty on 3) and prints one
  * verdict.  $MPIEXEC, else the mpiexec found at build time, starts them. */
-static int sweep(int argc, char **argv, const char *plugin, const char *only)
+/* Waits for the run `pid` (the leader of its process group) for at most
+ * limit_s seconds (0: no limit); past it, stops the whole group (mpiexec,
+ * its proxies, the ranks): SIGTERM, then SIGKILL a few seconds later.
+ * Returns the run's exit code, or -1 when it was stopped. */
+static int wait_for_run(pid_t pid, double limit_s)
+{
+    int status = 0;
+    struct timespec pause = {0, 50000000};
+    double waited = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, limit_s > 0 ? WNOHANG : 0);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status)
+                                     : 128 + WTERMSIG(status);
+        if (r < 0)
+            return 127;
+        if (waited >= limit_s)
+            break;
+        nanosleep(&pause, NULL);
+        waited += 0.05;
+    }
+    kill(-pid, SIGTERM);
+    for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; i++)
+        nanosleep(&pause, NULL);
+    kill(-pid, SIGKILL); /* the ranks too, if the launcher left them */
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+static int sweep(int argc, char **argv, const char *plugin, const char *only,
+                 double limit_s)
 {
     const char *mpiexec = getenv("MPIEXEC");
     if (!mpiexec || !*mpiexec)
@@ -277,6 +320,7 @@ static int sweep(int argc, char **argv, const char *plugin, const char *only)
         fflush(NULL);
         pid_t pid = fork();
         if (pid == 0) {
+            setpgid(0, 0); /* its own group: a stopped run leaves no rank */
             setenv(IN_SWEEP, "1", 1);
             execvp(mpiexec, args);
             fprintf(stderr, "ddphook-plugin-test: cannot run %s: %s (set "
@@ -284,17 +328,23 @@ static int sweep(int argc, char **argv, const char *plugin, const char *only)
                     mpiexec, strerror(errno));
             _exit(127);
         }
-        int status = 0;
-        if (pid < 0 || waitpid(pid, &status, 0) != pid)
-            status = 127 << 8;
-        code[n] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (pid > 0)
+            setpgid(pid, pid); /* as the child does: whichever runs first */
+        code[n] = pid < 0 ? 127 : wait_for_run(pid, limit_s);
+        if (code[n] < 0)
+            printf("FAIL  %d rank%s: did not finish within %g s, stopped "
+                   "(a hook that hangs outside its collectives: a deadlock, "
+                   "a corrupted heap; --time-limit sets the limit)\n",
+                   n, n == 1 ? "" : "s", limit_s);
         failed |= code[n] != 0;
         printf("\n");
     }
     free(args);
     printf("world sizes:");
     for (int n = 1; n <= SWEEP_MAX; n++)
-        printf(" %d %s%s", n, code[n] ? "FAIL" : "PASS", n < SWEEP_MAX ? "," : "\n");
+        printf(" %d %s%s", n,
+               code[n] < 0 ? "FAIL (did not finish)" : code[n] ? "FAIL" : "PASS",
+               n < SWEEP_MAX ? "," : "\n");
     print_verdict(plugin, failed, only);
     return failed ? 1 : 0;
 }
@@ -325,10 +375,12 @@ int main(int argc, char **argv)
         {"valgrind", no_argument, NULL, 'v'},
         {"suppressions", required_argument, NULL, 'S'},
         {"only", required_argument, NULL, 'O'},
+        {"time-limit", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     int c, valgrind = 0;
+    double limit_s = SWEEP_LIMIT_S;
     const char *supp = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'o') {
@@ -354,6 +406,15 @@ int main(int argc, char **argv)
             t.steps = atoi(optarg);
         } else if (c == 'e') {
             t.ef_steps = atoi(optarg);
+        } else if (c == 'T') {
+            char *end;
+            limit_s = strtod(optarg, &end);
+            if (end == optarg || *end || !(limit_s >= 0)) {
+                fprintf(stderr, "ddphook-plugin-test: --time-limit %s: "
+                                "seconds, 0 or more\n",
+                        optarg);
+                return 2;
+            }
         } else if (c == 'v') {
             valgrind = 1;
         } else if (c == 'S') {
@@ -378,7 +439,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!under_mpiexec() && !getenv(IN_SWEEP) && !getenv(UNDER_VALGRIND))
-        return sweep(argc, argv, argv[optind], t.only_text);
+        return sweep(argc, argv, argv[optind], t.only_text, limit_s);
     if (valgrind)
         return rerun_under_valgrind(argc, argv, supp, argv[optind],
                                     t.only_text);
