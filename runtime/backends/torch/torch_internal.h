@@ -84,7 +84,21 @@ extern const ddph_control_ops ddph__torch_control_ops;
 ddph_status ddph__torch_fault(void *self, ddph_err *err);
 ddph_status ddph__torch_leave(void *self, ddph_status local, ddph_status *job,
                               int *job_rank, ddph_err *err);
-/* A hook's collective, folded into its group's digest (comm.h). */
+/* The records the ranks of a hook group exchange with check_collectives
+ * (torch_fingerprint.c): a collective's fingerprint before gloo runs it,
+ * or an end of step (a kind of -1, then the TORCH_STEP_FIELDS of the
+ * step's summary), all of one size: a rank with an extra or a missing
+ * collective meets the others' end of step, never their data. */
+enum { TORCH_RECORD_FIELDS = 12, TORCH_STEP_FIELDS = 8 };
+/* Allgathers `mine` on g and compares every rank's: a difference fails
+ * the job on every rank (DDPH_ERR_MISMATCH), naming the odd rank, what
+ * each called and why it matters. */
+ddph_status ddph__torch_exchange(torch_state *s, torch_group *g,
+                                 const int64_t *mine, const char *what,
+                                 ddph_err *err);
+/* A hook's collective (comm.h): with check_collectives its fingerprint is
+ * exchanged and compared before the collective starts, and folded into
+ * its group's digest. */
 ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *g,
                                     const char *what, ddph_dtype dtype,
                                     size_t count, const size_t *counts,
