@@ -37,7 +37,7 @@
 #    on every rank within seconds, naming that rank and what it called
 #    (compared before gloo, which would abort a rank with SIGABRT), and a
 #    hook that skips its collective there is named at once, not at
-#    timeout_s;
+#    timeout_s; so does a trainer broadcast of another size on one rank;
 #  - a rank that closes the job after 2 steps while the other goes on to a
 #    third: the other raises at once, naming it (its closing notice in the
 #    store), and the closing rank learns why; a rank whose script ends
@@ -269,6 +269,10 @@ errors hook reordered "rank 1 called allreduce(f32, [0-9]*, sum) as its hook col
 # its end of step at once.
 errors hook skipped "rank 1 reached the end of its step after [0-9]* hook collectives on this group where rank 0 called allreduce" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = skip\nat = 1\n"
+# A trainer call (ddphook's broadcast_bytes) of 16 bytes on the last rank
+# where rank 0 broadcasts 8: compared before gloo, which would abort.
+errors broadcast-size broadcast-size "the ranks' trainer calls differ (group of 2 ranks): rank 1 called ddph_broadcast(u8, 16, root 0) as its trainer call #1 where rank 0 called ddph_broadcast(u8, 8, root 0)" \
+    "${R}[hook]\nname = allreduce\n"
 
 # mismatch N MODE WANT: on N ranks the last runs misstep's MODE at
 # iteration 1: a collective its peers do not (extra), or one of another

@@ -35,13 +35,15 @@ enum {
     R_BUCKET = 8,
     R_OFFSET = 9,
     R_COUNTS = 10,
-    R_STEP_END = -1
+    R_STEP_END = -1,  /* (R_KIND) */
+    R_TRAINER = -3    /* (R_BUCKET) a trainer call's */
 };
 _Static_assert((int)R_COUNTS < (int)TORCH_RECORD_FIELDS, "a record holds its fields");
 
 static const char *const fp_kinds[] = {
     "allreduce",  "allgather", "broadcast",   "reduce_scatter", "allgatherv",
     "alltoall",   "iallreduce", "iallgather", "iallgatherv",    "ialltoall",
+    "ddph_barrier", "ddph_allreduce_f64", "ddph_average_f64", "ddph_broadcast",
 };
 
 static int64_t fp_kind(const char *what)
@@ -91,6 +93,12 @@ static void describe(const int64_t *r, char *out, size_t cap)
     else if (r[R_COUNTS])
         snprintf(extra, sizeof extra, ", counts digest %llx",
                  (unsigned long long)r[R_COUNTS]);
+    if (r[R_BUCKET] == R_TRAINER) {
+        snprintf(out, cap, "called %s(%s, %lld%s%s) as its trainer call #%lld",
+                 kind, dtype, (long long)r[R_COUNT], op_name(r[R_OP]), extra,
+                 (long long)r[R_NUMBER] + 1);
+        return;
+    }
     if (r[R_BUCKET] >= 0)
         snprintf(where, sizeof where, "iteration %lld, bucket %lld%s",
                  (long long)r[R_ITERATION], (long long)r[R_BUCKET],
@@ -110,6 +118,9 @@ static void describe(const int64_t *r, char *out, size_t cap)
 /* Why two collectives' records differ, in words a user can act on. */
 static const char *hint(const int64_t *a, const int64_t *b)
 {
+    if (a[R_BUCKET] == R_TRAINER)
+        return "a trainer call (barrier, allreduce_f64, average_f64, "
+               "broadcast) differs in kind, size, operation or root";
     if ((a[R_KIND] == R_STEP_END) != (b[R_KIND] == R_STEP_END))
         return "a hook issued an extra or a missing collective on some rank";
     if (a[R_MODEL] != b[R_MODEL] || a[R_ITERATION] != b[R_ITERATION])
@@ -165,8 +176,9 @@ static ddph_status differ(torch_state *s, const torch_group *g,
         describe(want, first, sizeof first);
         describe(theirs, other, sizeof other);
         snprintf(msg, sizeof msg,
-                 "the ranks' collectives differ (group of %d ranks): rank %d "
+                 "the ranks' %s differ (group of %d ranks): rank %d "
                  "%s where rank%s %s %s (%s; compared before gloo ran it)",
+                 want[R_BUCKET] == R_TRAINER ? "trainer calls" : "collectives",
                  size, odd, other, strchr(same, ',') ? "s" : "", same, first,
                  hint(want, theirs));
     }
@@ -195,6 +207,21 @@ ddph_status ddph__torch_exchange(torch_state *s, torch_group *g,
     return st;
 }
 
+/* A record's fields that every call has (the others: -1); numbered on g. */
+static void call_record(int64_t *record, torch_group *g, const char *what,
+                        ddph_dtype dtype, size_t count, int op, int root)
+{
+    for (int i = 0; i < TORCH_RECORD_FIELDS; i++)
+        record[i] = -1;
+    record[R_KIND] = fp_kind(what);
+    record[R_NUMBER] = g->collectives++;
+    record[R_DTYPE] = dtype;
+    record[R_COUNT] = (int64_t)count;
+    record[R_OP] = op;
+    record[R_ROOT] = root;
+    record[R_COUNTS] = 0;
+}
+
 ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *group,
                                     const char *what, ddph_dtype dtype,
                                     size_t count, const size_t *counts,
@@ -209,13 +236,8 @@ ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *group,
     uint64_t counts_digest = 0;
     for (int r = 0; counts && r < g->head.size; r++)
         counts_digest = ddph__mix64(counts_digest, counts[r]);
-    int64_t record[TORCH_RECORD_FIELDS] = {0};
-    record[R_KIND] = fp_kind(what);
-    record[R_NUMBER] = g->collectives++;
-    record[R_DTYPE] = dtype;
-    record[R_COUNT] = (int64_t)count;
-    record[R_OP] = op;
-    record[R_ROOT] = root;
+    int64_t record[TORCH_RECORD_FIELDS];
+    call_record(record, g, what, dtype, count, op, root);
     record[R_MODEL] = model;
     record[R_ITERATION] = iteration;
     record[R_BUCKET] = bucket;
@@ -225,5 +247,20 @@ ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *group,
     for (int i = 0; i < TORCH_RECORD_FIELDS; i++)
         g->digest = ddph__mix64(g->digest, (uint64_t)record[i]);
     return ddph__torch_exchange(s, g, record, "the collective's fingerprint",
+                                err);
+}
+
+ddph_status ddph__torch_trainer_call(void *self, const char *what,
+                                     ddph_dtype dtype, size_t count, int op,
+                                     int root, ddph_err *err)
+{
+    torch_state *s = self;
+    torch_group *g = &s->trainer;
+    if (!s->check_collectives || g->head.size < 2)
+        return DDPH_OK;
+    int64_t record[TORCH_RECORD_FIELDS];
+    call_record(record, g, what, dtype, count, op, root);
+    record[R_BUCKET] = R_TRAINER;
+    return ddph__torch_exchange(s, g, record, "the trainer call's fingerprint",
                                 err);
 }

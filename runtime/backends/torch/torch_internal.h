@@ -105,5 +105,11 @@ ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *g,
                                     int op, int root, int64_t model,
                                     int64_t iteration, int64_t bucket,
                                     int64_t offset, ddph_err *err);
+/* A trainer call about to run on the trainer group (backend.h): with
+ * check_collectives every rank's is compared first, so calls that
+ * differ in kind, size, op or root never meet in gloo. */
+ddph_status ddph__torch_trainer_call(void *self, const char *what,
+                                     ddph_dtype dtype, size_t count, int op,
+                                     int root, ddph_err *err);
 
 #endif
