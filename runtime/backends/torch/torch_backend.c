@@ -253,7 +253,9 @@ static ddph_status torch_split(void *self, struct ddph_group *parent,
     int64_t mine[2] = {color, key};
     tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
                   .count = 2, .dtype = DDPH_I64};
-    ddph_status st = ddph__torch_run(s, p, &a, "split", err);
+    ddph_status st = ddph__torch_split_call(s, p, err);
+    if (st == DDPH_OK)
+        st = ddph__torch_run(s, p, &a, "split", err);
     int rank = 0, size = 0;
     for (int r = 0; st == DDPH_OK && r < n; r++) {
         if (all[2 * r] != color)

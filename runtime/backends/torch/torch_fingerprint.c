@@ -44,6 +44,7 @@ static const char *const fp_kinds[] = {
     "allreduce",  "allgather", "broadcast",   "reduce_scatter", "allgatherv",
     "alltoall",   "iallreduce", "iallgather", "iallgatherv",    "ialltoall",
     "ddph_barrier", "ddph_allreduce_f64", "ddph_average_f64", "ddph_broadcast",
+    "split",
 };
 
 static int64_t fp_kind(const char *what)
@@ -96,6 +97,12 @@ static void describe(const int64_t *r, char *out, size_t cap)
     if (r[R_BUCKET] == R_TRAINER) {
         snprintf(out, cap, "called %s(%s, %lld%s%s) as its trainer call #%lld",
                  kind, dtype, (long long)r[R_COUNT], op_name(r[R_OP]), extra,
+                 (long long)r[R_NUMBER] + 1);
+        return;
+    }
+    if (r[R_ITERATION] < 0 && r[R_BUCKET] < 0) { /* no hook's (a split) */
+        snprintf(out, cap, "called %s(%s, %lld) as its collective #%lld on "
+                 "this group", kind, dtype, (long long)r[R_COUNT],
                  (long long)r[R_NUMBER] + 1);
         return;
     }
@@ -262,5 +269,18 @@ ddph_status ddph__torch_trainer_call(void *self, const char *what,
     call_record(record, g, what, dtype, count, op, root);
     record[R_BUCKET] = R_TRAINER;
     return ddph__torch_exchange(s, g, record, "the trainer call's fingerprint",
+                                err);
+}
+
+ddph_status ddph__torch_split_call(torch_state *s, torch_group *parent,
+                                   ddph_err *err)
+{
+    if (!s->check_collectives || parent->head.size < 2)
+        return DDPH_OK;
+    int64_t record[TORCH_RECORD_FIELDS];
+    call_record(record, parent, "split", DDPH_I64, 2, -1, -1);
+    for (int i = 0; i < TORCH_RECORD_FIELDS; i++)
+        parent->digest = ddph__mix64(parent->digest, (uint64_t)record[i]);
+    return ddph__torch_exchange(s, parent, record, "the split's fingerprint",
                                 err);
 }

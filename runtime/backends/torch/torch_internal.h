@@ -111,5 +111,10 @@ ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *g,
 ddph_status ddph__torch_trainer_call(void *self, const char *what,
                                      ddph_dtype dtype, size_t count, int op,
                                      int root, ddph_err *err);
+/* A split of `parent` about to gather its colors there: compared first,
+ * as a hook collective (a hook that splits on one rank only must not
+ * meet its peers' collectives in gloo). */
+ddph_status ddph__torch_split_call(torch_state *s, torch_group *parent,
+                                   ddph_err *err);
 
 #endif
