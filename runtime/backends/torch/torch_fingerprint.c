@@ -203,7 +203,7 @@ ddph_status ddph__torch_exchange(torch_state *s, torch_group *g,
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
                   .count = TORCH_RECORD_FIELDS, .dtype = DDPH_I64};
-    ddph_status st = ddph__torch_run(s, g, &a, what, err);
+    ddph_status st = ddph__torch_run_on(s, g->checks, &a, what, err);
     if (st != DDPH_OK)
         return st; /* all abandoned: gloo may still write it */
     size_t bytes = TORCH_RECORD_FIELDS * sizeof *all;

@@ -15,6 +15,7 @@
 typedef struct torch_group {
     struct ddph_group head;
     tpg_group *pg;
+    tpg_group *checks; /* the fingerprints' twin (a hook group's), or pg */
     char name[96];   /* its rendezvous in the store */
     int made;        /* groups made from it so far: names the next */
     struct torch_group *next;
@@ -75,6 +76,10 @@ static inline void publish(torch_state *s)
 /* One collective on g, to its end within timeout_s. */
 ddph_status ddph__torch_run(torch_state *s, torch_group *g, const tpg_args *a,
                             const char *what, ddph_err *err);
+/* The same on one of g's gloo groups (pg or its twin, checks). */
+ddph_status ddph__torch_run_on(torch_state *s, tpg_group *pg,
+                               const tpg_args *a, const char *what,
+                               ddph_err *err);
 /* A new group of `size` ranks named `name`, made collectively; freed at
  * close. */
 ddph_status ddph__torch_new_group(torch_state *s, const char *name, int rank,
