@@ -32,6 +32,12 @@
 #    only, raise on every rank, naming the cause, within seconds
 #    (tests/python/ddp_errors.py); so do an allgatherv whose counts differ
 #    on one rank and two sums issued in another order on one rank;
+#  - with check_collectives, a hook that on the last of 2 or 3 ranks runs
+#    an extra collective, or one of another count, dtype or kind, raises
+#    on every rank within seconds, naming that rank and what it called
+#    (compared before gloo, which would abort a rank with SIGABRT), and a
+#    hook that skips its collective there is named at once, not at
+#    timeout_s; so does a trainer broadcast of another size on one rank;
 #  - a rank that closes the job after 2 steps while the other goes on to a
 #    third: the other raises at once, naming it (its closing notice in the
 #    store), and the closing rank learns why; a rank whose script ends
@@ -260,19 +266,60 @@ errors hook failing-hook "fake failure on bucket 1" \
 errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
 # An allgatherv whose counts differ on one rank but share their largest
-# count (padded blocks of one size would move, then be cut wrongly).
-errors hook uneven-counts "rank [01] gives rank 0's block [0-9]* elements where this rank gives [0-9]* (the ranks' allgatherv counts differ)" \
+# count (padded blocks of one size would move, then be cut wrongly): its
+# fingerprint's counts digest tells before it runs; without
+# check_collectives, the counts its blocks carry tell after.
+errors hook uneven-counts "rank 1 called allgatherv(f32, [0-9]*, counts digest [0-9a-f]*) .*(the ranks passed different allgatherv counts" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = uneven\nat = 1\n"
+errors hook uneven-counts-unchecked "rank [01] gives rank 0's block [0-9]* elements where this rank gives [0-9]* (the ranks' allgatherv counts differ)" \
+    "${R}check_collectives = false\n[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = uneven\nat = 1\n"
 # Two sums of one size issued in the other order on the last rank: gloo
-# pairs them by order and size, so only the fingerprints' digest, compared
-# at the step's end, can tell.
-errors hook reordered "hook collectives' fingerprints (digest; a rank issued a different or reordered collective)" \
+# pairs them by order and size; their fingerprints' byte offsets tell.
+errors hook reordered "rank 1 called allreduce(f32, [0-9]*, sum) as its hook collective #[0-9]* on this group (iteration 1, bucket 0, from its byte [1-9][0-9]*) where rank 0 called .*(the ranks reduce different parts of the bucket here" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = reorder\nat = 1\n"
-# The last rank's hook issues no collective: the other's sum ends at
-# timeout_s, named as the collective that did not complete (its waits keep
-# the lane's activity clock, so the watchdog does not call its hook stuck).
-errors hook skipped "did not complete within timeout_s = 5 s (a peer rank died, is stuck, or called a different collective)" \
-    "[runtime]\nplugin_path = $DDPH_TEST_PLUGIN_DIR\ntimeout_s = 5\n[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = skip\nat = 1\n"
+# The last rank's hook issues no collective: the other's fingerprint meets
+# its end of step at once.
+errors hook skipped "rank 1 reached the end of its step after [0-9]* hook collectives on this group where rank 0 called allreduce" \
+    "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = skip\nat = 1\n"
+# A trainer call (ddphook's broadcast_bytes) of 16 bytes on the last rank
+# where rank 0 broadcasts 8: compared before gloo, which would abort.
+errors broadcast-size broadcast-size "the ranks' trainer calls differ (group of 2 ranks): rank 1 called ddph_broadcast(u8, 16, root 0) as its trainer call #1 where rank 0 called ddph_broadcast(u8, 8, root 0)" \
+    "${R}[hook]\nname = allreduce\n"
+
+# mismatch N MODE WANT: on N ranks the last runs misstep's MODE at
+# iteration 1: a collective its peers do not (extra), or one of another
+# count (fewer), dtype (dtype) or kind (gather).  gloo would abort the
+# rank that receives more bytes than it posted (SIGABRT); with
+# check_collectives every rank must raise, naming the last rank and what
+# it called (WANT), within seconds, and none may die of a signal.
+mismatch() {
+    n=$1 mode=$2 want=$3
+    job="$OUT/mismatch-$mode-$n.ini"
+    printf '%b' "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = $mode\nat = 1\n" > "$job"
+    log="$OUT/mismatch-$mode-$n.log"
+    t0=$(date +%s)
+    timeout 240 $LAUNCH -n "$n" --timeout 200 "$S/tests/python/ddp_errors.py" \
+        --job "$job" --case hook >"$log" 2>&1
+    rc=$?
+    t=$(( $(date +%s) - t0 ))
+    last=$((n - 1))
+    raised=$(grep -c "^\[rank [0-9]*\] rank [0-9]* raised .*the ranks' collectives differ (group of $n ranks): rank $last called $want" "$log")
+    signalled=$(grep -c '^env_launch.py: rank [0-9]* exited -' "$log")
+    if [ "$rc" -ne 124 ] && [ "$rc" -ne 0 ] && [ "$raised" -eq "$n" ] &&
+        [ "$signalled" -eq 0 ] && [ "$t" -le 60 ]; then
+        ok "mismatch $mode, $n ranks: every rank raised, naming rank $last's '$want', in ${t}s, none by a signal"
+    else
+        ko "mismatch $mode, $n ranks: exit $rc after ${t}s, $raised of $n ranks raised naming '$want', $signalled died of a signal (see $log)"
+    fi
+}
+mismatch 2 extra "allreduce(f32, [0-9]*, sum) as its hook collective #[0-9]* on this group (iteration 1, bucket 0"
+mismatch 2 fewer "allreduce(f32, [0-9]*, sum) as its hook collective #[0-9]* on this group (iteration 1, bucket 0, from its byte 0) where rank 0 called allreduce(f32, "
+for n in 2 3; do
+    mismatch $n dtype "allreduce(i32, "
+    mismatch $n gather "allgather(f32, "
+done
+mismatch 3 extra "allreduce(f32, [0-9]*, sum) as its hook collective #[0-9]* on this group (iteration 1, bucket 0"
+mismatch 3 fewer "allreduce(f32, [0-9]*, sum) as its hook collective #[0-9]* on this group (iteration 1, bucket 0, from its byte 0) where ranks 0, 1 called allreduce(f32, "
 
 # Both with allreduce (gloo's f32 sum) and fp16 (the torch backend's own
 # ring of send/recv for half-precision sums).

@@ -200,3 +200,21 @@ int ddph__thread_short_slice(void)
     return ENOSYS;
 #endif
 }
+
+int ddph__majority_record(const int64_t *all, int size, size_t fields,
+                          size_t compared)
+{
+    size_t bytes = compared * sizeof *all;
+    int best = 0, most = 0;
+    for (int r = 0; r < size && most <= size / 2; r++) {
+        int same = 0;
+        for (int q = 0; q < size; q++)
+            same += memcmp(all + (size_t)q * fields, all + (size_t)r * fields,
+                           bytes) == 0;
+        if (same > most) {
+            most = same;
+            best = r;
+        }
+    }
+    return best;
+}

@@ -74,6 +74,13 @@ static inline uint64_t ddph__mix64(uint64_t h, uint64_t v)
     return z ^ (z >> 31);
 }
 
+/* Of `size` records of `fields` int64 each, the first whose first
+ * `compared` fields the most ranks share: the one a mismatch message
+ * measures the others against, so that a lone rank 0 is named as the odd
+ * one rather than every other rank (the fingerprint checks; size^2). */
+int ddph__majority_record(const int64_t *all, int size, size_t fields,
+                          size_t compared);
+
 /* A thread's activity clock: a communication lane binds one (in
  * microseconds of ddph__now) for its hook calls, and every bounded wait
  * of the backends touches it while it waits, so that reducer.c's

@@ -1,6 +1,7 @@
 /* misstep.c: an allreduce hook that one rank runs differently on purpose,
  * for the per-step agreement tests (tests/step_agreement.sh).  Options:
- *   mode   none | skip | extra | reorder | overlap
+ *   mode   none | skip | extra | reorder | overlap | counts | uneven |
+ *          fewer | dtype | gather
  *   at     the iteration it misbehaves at (-1: every iteration)
  *   rank   the rank that misbehaves (-1: the last)
  * skip: that rank issues no collective; extra: it sums its bucket twice;
@@ -13,7 +14,11 @@
  * accepts);
  * uneven: every rank averages by an allgatherv in which the odd ranks
  * send 8 elements fewer, that rank with ranks 0 and 1's counts swapped
- * (the largest count, and so any padding to it, stays the same).
+ * (the largest count, and so any padding to it, stays the same);
+ * fewer: that rank sums one element fewer than its peers; dtype: it sums
+ * the bucket's bytes as int32 where its peers sum float32 (the same
+ * bytes: nothing in the transport can tell); gather: it allgathers its
+ * bucket where its peers sum it.
  * Built twice: misstep.so, and misstep_sums.so (MISSTEP_SUMS: the same
  * name, version and options, but it sums without averaging), the "other
  * build" of one hook. */
@@ -159,6 +164,18 @@ static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
         }
     } else if (me && m->mode == 's') {
         /* no collective at all */
+    } else if (me && m->mode == 'f') {
+        st = sum(s, b, 0, b->numel - 1);
+    } else if (me && m->mode == 'd') {
+        st = s->allreduce(s, s->world, b->buffer, b->numel,
+                          b->dtype == DDPH_F32 ? DDPH_I32 : DDPH_BF16,
+                          DDPH_SUM);
+    } else if (me && m->mode == 'g') {
+        void *all = s->alloc(s, (size_t)s->world_size * b->numel * 4);
+        st = all ? s->allgather(s, s->world, b->buffer, all, b->numel,
+                                b->dtype)
+                 : DDPH_ERR_NOMEM;
+        s->free(s, all);
     } else if (me && m->mode == 'r') {
         st = sum(s, b, half, b->numel - half);
         if (st == DDPH_OK)
@@ -183,7 +200,8 @@ static ddph_status misstep_on_bucket(void *state, const ddph_bucket *b,
 
 static const ddph_option_spec misstep_options[] = {
     {"mode", DDPH_OPT_STRING, "none", 0, 0,
-     "none | skip | extra | reorder | overlap | counts | uneven"},
+     "none | skip | extra | reorder | overlap | counts | uneven | "
+     "fewer | dtype | gather"},
     {"at", DDPH_OPT_INT, "-1", -1, 1e9, "the iteration (-1: every one)"},
     {"rank", DDPH_OPT_INT, "-1", -1, 1e6, "the rank (-1: the last)"},
     {NULL, 0, NULL, 0, 0, NULL},

@@ -22,7 +22,9 @@ folder --dir: refused by save() itself, before any step), stale-save
 os._exit before the next step, as a preempted job: the second was never
 written), stale-load (the next run loads that path: rank 0 first removes
 its own marker, so that rank 1 alone knows, and both must fail naming
-the save that was never written).  --swallow: the script catches the exception and
+the save that was never written), broadcast-size (after a step the
+last rank broadcasts 16 bytes where the others broadcast 8: every rank
+must raise naming it).  --swallow: the script catches the exception and
 returns 0, as a careless one would; the process must still exit non-zero
 when ddphook declared the job failed."""
 import argparse
@@ -51,7 +53,8 @@ def main():
     ap.add_argument("--case", required=True,
                     choices=["open", "hook", "peer", "ranks", "two-models",
                              "sigint", "save-insecure", "stale-save",
-                             "stale-load", "killed", "early-close", "exit0"])
+                             "stale-load", "killed", "early-close", "exit0",
+                             "broadcast-size"])
     ap.add_argument("--swallow", action="store_true")
     ap.add_argument("--barrier-first", action="store_true",
                     help="every rank calls ddph_barrier after its first "
@@ -109,6 +112,8 @@ def main():
                 sys.exit(0)
             for m in models:
                 m(torch.randn(4, 16)).sum().backward()
+            if a.case == "broadcast-size" and step == 1:
+                ddphook.current_job().broadcast_bytes(b"x", 16 if last else 8)
             if a.case == "stale-save" and step == 0:
                 state.save(ck)
                 state.flush()

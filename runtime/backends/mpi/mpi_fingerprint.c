@@ -258,25 +258,6 @@ static void fp_counts_detail(const int64_t *all, int size, int me,
     snprintf(out, cap, "; rank %d's counts are what each rank sends", me);
 }
 
-/* The first rank whose record the most ranks share: the one messages
- * measure the others against, so that a lone rank 0 is named as the odd
- * one rather than every other rank.  Only on a mismatch (size^2). */
-static int fp_majority(const int64_t *all, int size, size_t bytes)
-{
-    int best = 0, most = 0;
-    for (int r = 0; r < size && most <= size / 2; r++) {
-        int same = 0;
-        for (int q = 0; q < size; q++)
-            same += memcmp(all + (size_t)q * FP_FIELDS,
-                           all + (size_t)r * FP_FIELDS, bytes) == 0;
-        if (same > most) {
-            most = same;
-            best = r;
-        }
-    }
-    return best;
-}
-
 /* Compares the records of a completed exchange; the first rank whose
  * record differs from the one most ranks share (under join, at a step's
  * end, from the first rank still training's) fails the job on every
@@ -305,7 +286,7 @@ static ddph_status fp_compare(ddph_mpi *m, const int64_t *records, int size,
         all = view;
     }
     if (!view)
-        base = fp_majority(all, size, bytes);
+        base = ddph__majority_record(all, size, FP_FIELDS, FP_COMPARED);
     const int64_t *want = all + (size_t)base * FP_FIELDS;
     int odd = -1;
     for (int r = 0; r < size && odd < 0; r++)

@@ -21,15 +21,24 @@ _Static_assert((int)TPG_DATA_END == (int)DDPH__DEPART_DATA_END &&
                    (int)TPG_TRAINER_CALL == (int)DDPH__DEPART_TRAINER_CALL,
                "torch_pg.h's departures are comm.h's");
 
-/* A gloo group of `size` ranks named `name`: made collectively. */
+/* A gloo group of `size` ranks named `name`: made collectively.  A hook
+ * group (`hooks`) with check_collectives gets a twin for the
+ * fingerprints, so that each exchange waits on no data still moving on
+ * the group (gloo runs a group's collectives from one queue). */
 static ddph_status make_group(torch_state *s, torch_group *g, const char *name,
-                              int rank, int size, ddph_err *err)
+                              int rank, int size, int hooks, ddph_err *err)
 {
     ddph_err e = {{0}};
     snprintf(g->name, sizeof g->name, "%s", name);
     g->head.rank = rank;
     g->head.size = size;
     ddph_status st = tpg_group_new(s->job, name, rank, size, &g->pg, E(e));
+    g->checks = g->pg;
+    if (st == DDPH_OK && hooks && s->check_collectives && size > 1) {
+        char twin[sizeof g->name + 8];
+        snprintf(twin, sizeof twin, "%s/checks", name);
+        st = tpg_group_new(s->job, twin, rank, size, &g->checks, E(e));
+    }
     if (st != DDPH_OK)
         tpg_fail(s->job, st, e.msg);
     return out_err(st, &e, err);
@@ -42,7 +51,7 @@ ddph_status ddph__torch_new_group(torch_state *s, const char *name, int rank,
     torch_group *g = calloc(1, sizeof *g);
     if (!g)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-    ddph_status st = make_group(s, g, name, rank, size, err);
+    ddph_status st = make_group(s, g, name, rank, size, 1, err);
     if (st != DDPH_OK) {
         free(g);
         return st;
@@ -57,11 +66,11 @@ ddph_status ddph__torch_new_group(torch_state *s, const char *name, int rank,
 
 /* ---- collectives -------------------------------------------------------- */
 
-static ddph_status start(torch_state *s, torch_group *g, const tpg_args *a,
+static ddph_status start(torch_state *s, tpg_group *pg, const tpg_args *a,
                          tpg_work **w, ddph_err *err)
 {
     ddph_err e = {{0}};
-    ddph_status st = tpg_start(s->job, g->pg, a, w, E(e));
+    ddph_status st = tpg_start(s->job, pg, a, w, E(e));
     if (st != DDPH_OK && !tpg_broken(s->job))
         tpg_fail(s->job, st, e.msg); /* the peers would wait for us */
     return out_err(st, &e, err);
@@ -70,9 +79,16 @@ static ddph_status start(torch_state *s, torch_group *g, const tpg_args *a,
 ddph_status ddph__torch_run(torch_state *s, torch_group *g, const tpg_args *a,
                             const char *what, ddph_err *err)
 {
+    return ddph__torch_run_on(s, g->pg, a, what, err);
+}
+
+ddph_status ddph__torch_run_on(torch_state *s, tpg_group *pg,
+                               const tpg_args *a, const char *what,
+                               ddph_err *err)
+{
     tpg_work *w = NULL;
     double t0 = ddph__now();
-    ddph_status st = start(s, g, a, &w, err);
+    ddph_status st = start(s, pg, a, &w, err);
     if (st != DDPH_OK)
         return st;
     if (!w)
@@ -148,7 +164,7 @@ static ddph_status start_op(void *self, struct ddph_group *g,
                             ddph_err *err)
 {
     OP(out)->work = NULL;
-    return start(self, G(g), a, &OP(out)->work, err);
+    return start(self, G(g)->pg, a, &OP(out)->work, err);
 }
 
 static ddph_status torch_start_allreduce(void *self, struct ddph_group *g,
@@ -253,7 +269,9 @@ static ddph_status torch_split(void *self, struct ddph_group *parent,
     int64_t mine[2] = {color, key};
     tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
                   .count = 2, .dtype = DDPH_I64};
-    ddph_status st = ddph__torch_run(s, p, &a, "split", err);
+    ddph_status st = ddph__torch_split_call(s, p, err);
+    if (st == DDPH_OK)
+        st = ddph__torch_run(s, p, &a, "split", err);
     int rank = 0, size = 0;
     for (int r = 0; st == DDPH_OK && r < n; r++) {
         if (all[2 * r] != color)
@@ -325,11 +343,11 @@ static ddph_status torch_open(const ddph_backend_args *a, void **state,
         return out_err(st, &e, err);
     /* The runtime's groups, each its own gloo group: their collectives
      * never interleave with one another's or the script's. */
-    st = make_group(s, &s->world, "world", rank, size, err);
+    st = make_group(s, &s->world, "world", rank, size, 1, err);
     if (st == DDPH_OK)
-        st = make_group(s, &s->control, "control", rank, size, err);
+        st = make_group(s, &s->control, "control", rank, size, 0, err);
     if (st == DDPH_OK)
-        st = make_group(s, &s->trainer, "trainer", rank, size, err);
+        st = make_group(s, &s->trainer, "trainer", rank, size, 0, err);
     if (st != DDPH_OK)
         s->world.head = (struct ddph_group){0, 1};
     s->up = st == DDPH_OK;
@@ -486,7 +504,7 @@ static const ddph_backend_ops torch_backend = {
     .comm = torch_comm_of,
     .control = torch_control_of,
     .trainer_group = torch_trainer_group,
-    .trainer_call = NULL, /* the trainer's calls are not compared */
+    .trainer_call = ddph__torch_trainer_call,
     .barrier = torch_barrier,
     .gather_bytes = torch_gather_bytes,
     .shared_open = NULL, /* buckets are never shared between ranks */

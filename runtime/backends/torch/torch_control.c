@@ -103,50 +103,10 @@ static ddph_status torch_lane_groups(void *self, int n,
     return st;
 }
 
-/* Gloo pairs the ranks' collectives by their order and size alone: two
- * of one size issued in another order on one rank (the halves of a
- * bucket swapped) would add the wrong data with no error.  Each hook
- * collective is folded into its group's digest, which the end-of-step
- * agreement compares on the lanes (a split group's ride on the lanes'
- * steps: only theirs are compared). */
-ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *group,
-                                    const char *what, ddph_dtype dtype,
-                                    size_t count, const size_t *counts,
-                                    int op, int root, int64_t model,
-                                    int64_t iteration, int64_t bucket,
-                                    int64_t offset, ddph_err *err)
-{
-    torch_state *s = self;
-    torch_group *g = G(group);
-    (void)err;
-    if (!s->check_collectives || g->head.size < 2)
-        return DDPH_OK;
-    uint64_t h = g->digest;
-    for (const char *c = what; *c; c++)
-        h = ddph__mix64(h, (unsigned char)*c);
-    const int64_t record[] = {dtype, (int64_t)count, op,    root,
-                              model, iteration,      bucket, offset};
-    for (size_t i = 0; i < sizeof record / sizeof *record; i++)
-        h = ddph__mix64(h, (uint64_t)record[i]);
-    for (int r = 0; counts && r < g->head.size; r++)
-        h = ddph__mix64(h, counts[r]);
-    g->digest = h;
-    g->collectives++;
-    return DDPH_OK;
-}
-
 /* The end-of-step agreement (with check_collectives): on each lane, every
- * rank's summary, compared with rank 0's.  Under join the passes may
- * differ (a joined rank's shadow step): they are left out. */
-enum { SUMMARY_FIELDS = 8 };
-static const char *const summary_names[SUMMARY_FIELDS] = {
-    "models stepped", "hooks (digest)", "trainer calls",
-    "first model's iteration", "first model", "backward passes",
-    "number of hook collectives on this lane so far",
-    /* (one literal over two lines: clang's -Wstring-concatenation) */
-    ("hook collectives' fingerprints (digest; a rank issued a different "
-     "or reordered collective)")};
-
+ * rank's summary, as a record of the size of a collective's fingerprint
+ * (torch_fingerprint.c).  Under join the passes may differ (a joined
+ * rank's shadow step): they are left out. */
 static ddph_status torch_step_agree(void *self,
                                     struct ddph_group *const *groups, int n,
                                     const ddph_step_summary *sum,
@@ -157,31 +117,15 @@ static ddph_status torch_step_agree(void *self,
     ddph_status st = DDPH_OK;
     for (int i = 0; i < n && st == DDPH_OK; i++) {
         torch_group *g = G(groups[i]);
-        const int64_t mine[SUMMARY_FIELDS] = {
+        const int64_t summary[TORCH_STEP_FIELDS] = {
             sum->models,
             plain ? sum->digest ^ sum->passes_digest : sum->digest,
             sum->trainer_calls, sum->iteration, sum->first_model,
             plain ? sum->passes : -1, g->collectives, (int64_t)g->digest};
-        int size = g->head.size;
-        int64_t *all = calloc((size_t)size * SUMMARY_FIELDS, sizeof *all);
-        if (!all)
-            return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
-        tpg_args a = {.kind = TPG_ALLGATHER, .send = mine, .buf = all,
-                      .count = SUMMARY_FIELDS, .dtype = DDPH_I64};
-        st = ddph__torch_run(s, g, &a, "the end-of-step agreement", err);
-        for (int r = 1; st == DDPH_OK && r < size; r++)
-            for (int f = 0; f < SUMMARY_FIELDS; f++)
-                if (all[r * SUMMARY_FIELDS + f] != all[f]) {
-                    st = ddph__fail(err, DDPH_ERR_MISMATCH,
-                                    "the ranks' steps differ: rank %d's %s "
-                                    "is %lld, rank 0's %lld",
-                                    r, summary_names[f],
-                                    (long long)all[r * SUMMARY_FIELDS + f],
-                                    (long long)all[f]);
-                    tpg_fail(s->job, st, err ? err->msg : "steps differ");
-                    break;
-                }
-        free(all);
+        int64_t record[TORCH_RECORD_FIELDS] = {-1};
+        memcpy(record + 1, summary, sizeof summary);
+        st = ddph__torch_exchange(s, g, record, "the end-of-step agreement",
+                                  err);
     }
     return st;
 }

@@ -15,6 +15,7 @@
 typedef struct torch_group {
     struct ddph_group head;
     tpg_group *pg;
+    tpg_group *checks; /* the fingerprints' twin (a hook group's), or pg */
     char name[96];   /* its rendezvous in the store */
     int made;        /* groups made from it so far: names the next */
     struct torch_group *next;
@@ -75,6 +76,10 @@ static inline void publish(torch_state *s)
 /* One collective on g, to its end within timeout_s. */
 ddph_status ddph__torch_run(torch_state *s, torch_group *g, const tpg_args *a,
                             const char *what, ddph_err *err);
+/* The same on one of g's gloo groups (pg or its twin, checks). */
+ddph_status ddph__torch_run_on(torch_state *s, tpg_group *pg,
+                               const tpg_args *a, const char *what,
+                               ddph_err *err);
 /* A new group of `size` ranks named `name`, made collectively; freed at
  * close. */
 ddph_status ddph__torch_new_group(torch_state *s, const char *name, int rank,
@@ -84,12 +89,37 @@ extern const ddph_control_ops ddph__torch_control_ops;
 ddph_status ddph__torch_fault(void *self, ddph_err *err);
 ddph_status ddph__torch_leave(void *self, ddph_status local, ddph_status *job,
                               int *job_rank, ddph_err *err);
-/* A hook's collective, folded into its group's digest (comm.h). */
+/* The records the ranks of a hook group exchange with check_collectives
+ * (torch_fingerprint.c): a collective's fingerprint before gloo runs it,
+ * or an end of step (a kind of -1, then the TORCH_STEP_FIELDS of the
+ * step's summary), all of one size: a rank with an extra or a missing
+ * collective meets the others' end of step, never their data. */
+enum { TORCH_RECORD_FIELDS = 12, TORCH_STEP_FIELDS = 8 };
+/* Allgathers `mine` on g and compares every rank's: a difference fails
+ * the job on every rank (DDPH_ERR_MISMATCH), naming the odd rank, what
+ * each called and why it matters. */
+ddph_status ddph__torch_exchange(torch_state *s, torch_group *g,
+                                 const int64_t *mine, const char *what,
+                                 ddph_err *err);
+/* A hook's collective (comm.h): with check_collectives its fingerprint is
+ * exchanged and compared before the collective starts, and folded into
+ * its group's digest. */
 ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *g,
                                     const char *what, ddph_dtype dtype,
                                     size_t count, const size_t *counts,
                                     int op, int root, int64_t model,
                                     int64_t iteration, int64_t bucket,
                                     int64_t offset, ddph_err *err);
+/* A trainer call about to run on the trainer group (backend.h): with
+ * check_collectives every rank's is compared first, so calls that
+ * differ in kind, size, op or root never meet in gloo. */
+ddph_status ddph__torch_trainer_call(void *self, const char *what,
+                                     ddph_dtype dtype, size_t count, int op,
+                                     int root, ddph_err *err);
+/* A split of `parent` about to gather its colors there: compared first,
+ * as a hook collective (a hook that splits on one rank only must not
+ * meet its peers' collectives in gloo). */
+ddph_status ddph__torch_split_call(torch_state *s, torch_group *parent,
+                                   ddph_err *err);
 
 #endif
