@@ -3,6 +3,8 @@
  * (tester.h). */
 #include "build-config.h"
 
+#include <limits.h>
+
 #include "tester.h"
 
 /* ---- a model with realistic, odd and empty tensors ------------------------ */
@@ -239,6 +241,51 @@ void check_create_destroy(tester *t)
                                              : why);
 }
 
+/* Where the ranks' results of step `step` first part from rank 0's (their
+ * checksums differ): the lowest rank that holds other bits, and its first
+ * such tensor and element.  Collective. */
+typedef struct differ_at {
+    int step, rank, tensor;
+    size_t element, numel;
+} differ_at;
+
+static void first_difference(const run *r, int step, int my_rank,
+                             differ_at *d)
+{
+    int tensor = -1;
+    size_t element = 0;
+    for (int i = 0; i < r->n; i++) {
+        size_t bytes = r->numel[i] * sizeof(float);
+        float *ref = malloc(bytes ? bytes : 1);
+        int have = ref != NULL, all = 0;
+        MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all) { /* no room to compare: say no more than the checksum */
+            free(ref);
+            break;
+        }
+        if (my_rank == 0)
+            memcpy(ref, r->g[i], bytes);
+        MPI_Bcast(ref, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+        for (size_t e = 0; tensor < 0 && e < r->numel[i]; e++)
+            if (memcmp(&ref[e], &r->g[i][e], sizeof(float)) != 0) {
+                tensor = i;
+                element = e;
+            }
+        free(ref);
+    }
+    int mine = tensor >= 0 ? my_rank : INT_MAX, lowest = INT_MAX;
+    MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    uint64_t where[2] = {(uint64_t)(tensor + 1), element};
+    d->step = step;
+    d->rank = lowest == INT_MAX ? -1 : lowest;
+    if (d->rank < 0)
+        return;
+    MPI_Bcast(where, 2, MPI_UINT64_T, lowest, MPI_COMM_WORLD);
+    d->tensor = (int)where[0] - 1;
+    d->element = (size_t)where[1];
+    d->numel = r->numel[d->tensor];
+}
+
 void check_numerics(tester *t, const shape_set *set, const char *wrapper,
                            double rtol, const char *label)
 {
@@ -248,6 +295,7 @@ void check_numerics(tester *t, const shape_set *set, const char *wrapper,
     double worst = 0;
     worst_at at = {0}, step_at = {0};
     int same_result = 1, same_bytes = 1;
+    differ_at differ = {.rank = -1};
     for (int s = 0; ok && s < t->steps; s++) {
         ok = run_step(&r, s, why, sizeof why, t->rank);
         if (!ok)
@@ -257,7 +305,10 @@ void check_numerics(tester *t, const shape_set *set, const char *wrapper,
             worst = err;
             at = step_at;
         }
-        same_result &= same_everywhere(checksum(&r));
+        int same = same_everywhere(checksum(&r));
+        if (!same && same_result)
+            first_difference(&r, s, t->rank, &differ);
+        same_result &= same;
         int nb = ddph_model_bucket_count(r.m);
         for (int b = 0; b < nb; b++) {
             ddph_bucket_info info;
@@ -276,9 +327,17 @@ void check_numerics(tester *t, const shape_set *set, const char *wrapper,
     row(t, same_bytes, 0, check, "bytes per bucket %s on all ranks (%d buckets)",
         same_bytes ? "identical" : "DIFFER", nb);
     snprintf(check, sizeof check, "%s: same result", label);
-    row(t, same_result, 0, check, "%s", same_result
-                                            ? "bit-identical on all ranks"
-                                            : "ranks hold different results");
+    char parted[160] = "";
+    if (differ.rank >= 0)
+        snprintf(parted, sizeof parted,
+                 ": rank %d differs from rank 0 first at step %d, tensor %d, "
+                 "element %zu of %zu",
+                 differ.rank, differ.step, differ.tensor, differ.element,
+                 differ.numel);
+    row(t, same_result, 0, check, "%s%s",
+        same_result ? "bit-identical on all ranks"
+                    : "ranks hold different results",
+        parted);
     snprintf(check, sizeof check, "%s: close to average", label);
     if (rtol == 0) /* error feedback: see check_error_feedback */
         row(t, isfinite(worst), 0, check,

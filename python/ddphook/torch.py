@@ -258,7 +258,8 @@ def _part_in_key(rank):
 def _put_part(store, rank, payload):
     """This rank's part (b"S" + bytes, or b"E" + why) for rank 0."""
     store.set(str(rank), payload)
-    store.add(_PARTS_IN, 1)  # first: all in once every rank's flag is
+    # The count before the flag: once every flag is up, every count is in.
+    store.add(_PARTS_IN, 1)
     store.add(_part_in_key(rank), 1)
 
 
