@@ -33,7 +33,8 @@ int main(int argc, char **argv)
         return 1; /* ddph_open has printed why */
     int rank = ddph_rank(ctx), world = ddph_world_size(ctx);
     ddph_model *model;
-    float *grads[NLAYERS] = {0};
+    float *grads[NLAYERS] = {0}; /* ours */
+    float *where[NLAYERS];        /* where backward writes them */
     size_t numel[NLAYERS];
     int rc = 1;
     if (ddph_model_create(ctx, "mlp", &model) != DDPH_OK)
@@ -50,6 +51,14 @@ int main(int argc, char **argv)
     }
     if (ddph_model_finalize(model) != DDPH_OK)
         goto fail;
+    /* Our own arrays, or with [runtime] gradient_as_bucket_view = true
+     * the gradients' place inside the runtime's buckets (no copies). */
+    for (int l = 0; l < NLAYERS; l++) {
+        void *p;
+        if (ddph_model_grad_ptr(model, l, &p) != DDPH_OK)
+            goto fail;
+        where[l] = p;
+    }
 
     double worst = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -57,7 +66,7 @@ int main(int argc, char **argv)
             goto fail;
         for (int l = NLAYERS - 1; l >= 0; l--) { /* backward: last first */
             for (size_t i = 0; i < numel[l]; i++)
-                grads[l][i] = local_grad(rank, s, l, i);
+                where[l][i] = local_grad(rank, s, l, i);
             if (ddph_grad_ready(model, l) != DDPH_OK)
                 goto fail;
         }
@@ -69,7 +78,7 @@ int main(int argc, char **argv)
                 for (int r = 0; r < world; r++)
                     want += local_grad(r, s, l, i);
                 want /= world;
-                double d = fabs(grads[l][i] - want);
+                double d = fabs(where[l][i] - want);
                 worst = d > worst ? d : worst;
             }
         /* ... the optimizer would step here ... */

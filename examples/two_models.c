@@ -41,8 +41,11 @@ int main(int argc, char **argv)
     if (ddph_open(argc > 1 ? argv[1] : NULL, &argc, &argv, &ctx) != DDPH_OK)
         return 1;
     int rank = ddph_rank(ctx);
-    static float G[DOUT * DIN], gG[DOUT * DIN], T[DOUT * DIN];
-    static float D[DOUT], gD[DOUT], bD[1], gbD[1];
+    static float G[DOUT * DIN], T[DOUT * DIN], D[DOUT], bD[1];
+    static float own_gG[DOUT * DIN], own_gD[DOUT], own_gbD[1];
+    /* The gradients: our arrays, or with [runtime] gradient_as_bucket_view
+     * = true their place in the runtime's buckets (after finalize). */
+    float *gG = own_gG, *gD = own_gD, *gbD = own_gbD;
     ddph_model *gen, *disc;
     int64_t gshape[2] = {DOUT, DIN}, dshape[1] = {DOUT}, bshape[1] = {1};
     if (ddph_model_create(ctx, "gen", &gen) != DDPH_OK ||
@@ -50,7 +53,10 @@ int main(int argc, char **argv)
         ddph_model_create(ctx, "disc", &disc) != DDPH_OK ||
         ddph_model_add_param(disc, "w", gD, dshape, 1, DDPH_F32, DDPH_CPU, NULL) ||
         ddph_model_add_param(disc, "b", gbD, bshape, 1, DDPH_F32, DDPH_CPU, NULL) ||
-        ddph_model_finalize(gen) != DDPH_OK || ddph_model_finalize(disc) != DDPH_OK)
+        ddph_model_finalize(gen) != DDPH_OK || ddph_model_finalize(disc) != DDPH_OK ||
+        ddph_model_grad_ptr(gen, 0, (void **)&gG) ||
+        ddph_model_grad_ptr(disc, 0, (void **)&gD) ||
+        ddph_model_grad_ptr(disc, 1, (void **)&gbD))
         goto fail;
     /* The target map is the same everywhere (seed 1); data differ by rank. */
     rng_state = 1;
@@ -110,8 +116,8 @@ int main(int argc, char **argv)
             for (int o = 0; o < DOUT; o++)
                 D[o] -= 0.05f * gD[o];
             bD[0] -= 0.05f * gbD[0];
-            memset(gG, 0, sizeof gG);
-            memset(gD, 0, sizeof gD);
+            memset(gG, 0, sizeof own_gG);
+            memset(gD, 0, sizeof own_gD);
             gbD[0] = 0;
             synced++;
         }

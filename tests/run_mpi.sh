@@ -51,7 +51,7 @@ scenarios=$("$B/tests/mpi/test_runtime" --list) ||
 # The registry held this many scenarios when this line last changed: fewer
 # (an empty or broken --list) would pass by running nothing.  Raise it
 # with the scenarios you add.
-MIN_SCENARIOS=45
+MIN_SCENARIOS=48
 listed=$(printf '%s\n' "$scenarios" | grep -c .)
 if [ "$listed" -lt $MIN_SCENARIOS ]; then
     echo "FAIL: test_runtime --list gives $listed scenarios, fewer than $MIN_SCENARIOS"
@@ -83,6 +83,19 @@ EOF
     if [ $rc -eq 0 ] && ! printf '%s\n' "$out" | grep -q "gen's hook statistics: [a-z_]* [0-9]"; then
         fail=$((fail + 1))
         echo "FAIL: -n $n two_models: no hook statistics in its summary: $(printf '%s\n' "$out" | tail -n 1)"
+    fi
+    # The examples with their gradients inside the buckets (they ask
+    # ddph_model_grad_ptr where to write): the same summary as with copies.
+    copies=$(printf '%s\n' "$out" | tail -n 1)
+    printf 'gradient_as_bucket_view = true\n' >> "$job"
+    run "$n" "$B/examples/minimal_trainer" "$job"
+    sed 's/^\[runtime\]$/[runtime]\ngradient_as_bucket_view = true/' "$job2" > "$job2.view"
+    run "$n" "$B/examples/two_models" "$job2.view"
+    if [ $rc -eq 0 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" != "$copies" ]; then
+        fail=$((fail + 1))
+        echo "FAIL: -n $n two_models as a view ended otherwise than with copies:"
+        echo "    $copies"
+        echo "    $(printf '%s\n' "$out" | tail -n 1)"
     fi
     run "$n" "$B/tests/mpi/replicas_trainer" "$DDPH_TEST_PLUGIN_DIR"
     # Uneven inputs under join: rank r has 3 + r batches.  Averages over

@@ -51,7 +51,8 @@ static const char usage[] =
 
 typedef struct layer {
     float *w, *b;   /* parameters: out x in, out */
-    float *gw, *gb; /* gradients */
+    float *gw, *gb; /* gradients: where backward writes them */
+    float *own_gw, *own_gb; /* this program's allocation of them */
     float *vw, *vb; /* momentum */
     int in, out;
 } layer;
@@ -88,6 +89,8 @@ static void init_layer(layer *l, int in, int out, uint64_t *rng)
     l->vw = calloc(nw, sizeof(float));
     l->b = calloc((size_t)out, sizeof(float));
     l->gb = calloc((size_t)out, sizeof(float));
+    l->own_gw = l->gw;
+    l->own_gb = l->gb;
     l->vb = calloc((size_t)out, sizeof(float));
     /* He initialisation, uniform with the same variance. */
     double a = sqrt(6.0 / in);
@@ -244,6 +247,17 @@ int main(int argc, char **argv)
     }
     if (ddph_model_finalize(model) != DDPH_OK)
         goto fail;
+    /* With [runtime] gradient_as_bucket_view the gradients live in the
+     * runtime's buckets from here on (no copy in or out); otherwise this
+     * hands back our own arrays. */
+    for (int l = 0; l < NLAYERS; l++) {
+        void *gw, *gb;
+        if (ddph_model_grad_ptr(model, idx_w[l], &gw) != DDPH_OK ||
+            ddph_model_grad_ptr(model, idx_b[l], &gb) != DDPH_OK)
+            goto fail;
+        L[l].gw = gw;
+        L[l].gb = gb;
+    }
 
     int local = batch / world, chunk = local > 1000 ? local : 1000;
     float *act[NLAYERS + 1], *delta[NLAYERS + 1];
@@ -391,8 +405,8 @@ int main(int argc, char **argv)
     free(ylocal);
     free(order);
     for (int l = 0; l < NLAYERS; l++) {
-        free(L[l].w); free(L[l].b); free(L[l].gw);
-        free(L[l].gb); free(L[l].vw); free(L[l].vb);
+        free(L[l].w); free(L[l].b); free(L[l].own_gw);
+        free(L[l].own_gb); free(L[l].vw); free(L[l].vb);
     }
     idx_free(&train);
     idx_free(&test);

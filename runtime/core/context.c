@@ -589,6 +589,20 @@ ddph_status ddph_grad_ready(ddph_model *m, int index)
                                "grad_ready: model '%s' has no parameter %d "
                                "(it has %d)",
                                m->name, index, m->nparams);
+    /* Otherwise the bucket would carry the memory's first contents every
+     * step while the trainer steps on its own, unsynchronised gradient. */
+    if (m->params[index].grad_moved_unseen)
+        return ddph__ctx_failf(
+            ctx, DDPH_ERR_STATE,
+            "model '%s' parameter '%s': with [runtime] "
+            "gradient_as_bucket_view = true (%s) its gradient lives in the "
+            "bucket from ddph_model_finalize on, but the trainer gave "
+            "memory of its own to ddph_model_add_param and never asked "
+            "ddph_model_grad_ptr for the new address: it would train on "
+            "its own, unsynchronised gradient. Write the gradients where "
+            "ddph_model_grad_ptr says, or set gradient_as_bucket_view = "
+            "false",
+            m->name, m->params[index].name, ctx->cfg.path);
     ddph_err e;
     ddph_status st = ddph__reducer_ready(m, index, &e);
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);

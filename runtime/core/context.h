@@ -34,6 +34,10 @@ typedef struct ddph_param {
     int bucket;     /* index of its bucket */
     size_t offset;  /* first element inside the bucket */
     int ready;      /* marked ready in the current step */
+    /* gradient_as_bucket_view: the trainer gave memory of its own at
+     * add_param and has not asked ddph_model_grad_ptr where the gradient
+     * went (it would go on writing where the runtime no longer reads). */
+    int grad_moved_unseen;
 } ddph_param;
 
 typedef enum {

@@ -256,6 +256,7 @@ static ddph_status build_buckets(ddph_model *m, ddph_err *err)
                 if (p->grad) /* keep what the caller had, as PyTorch does */
                     st = ddph__dev_copy(bk->device, view, p->grad,
                                         p->numel * es, ctx->compute_stream, err);
+                p->grad_moved_unseen = p->grad != NULL;
                 p->grad = view;
             }
         }
@@ -462,6 +463,7 @@ ddph_status ddph_model_grad_ptr(ddph_model *m, int index, void **out)
         return DDPH_ERR_INVALID;
     if (!m->finalized)
         return DDPH_ERR_STATE;
+    m->params[index].grad_moved_unseen = 0;
     *out = m->params[index].grad;
     return DDPH_OK;
 }

@@ -54,6 +54,7 @@ void run_bucket_callback_error(void);
 void run_leaked_request(void);
 void run_timeout_polled(void);
 void run_misuse(void);
+void run_view_unfetched(void);
 void run_timeout_plain(void);
 void run_timeout_shared(void);
 

@@ -78,6 +78,11 @@ static const scenario registry[] = {
      "then at a rank-dependent place: MPI's results both times"},
     {"misuse", run_misuse, "2,4", 1, 120,
      "grad_ready twice, outside a step, parameters never ready"},
+    {"view-unfetched", run_view_unfetched, "2,4", 1, 120,
+     "gradient_as_bucket_view with gradient memory of the trainer's own: a "
+     "parameter whose new address (ddph_model_grad_ptr) was never asked for "
+     "is refused at grad_ready, naming it (the trainer would step on its "
+     "own, unsynchronised gradient)"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},
