@@ -9,6 +9,8 @@
 #    bit for bit, as a run of 4 steps (allreduce; PowerSGD, top-k and
 #    signsgd, whose error memories go through the hook's state), and
 #    different weights from allreduce's where the hook compresses;
+#  - with gradient_as_bucket_view (backward writing into the buckets) the
+#    weights are the same, bit for bit, as with copies;
 #  - the CSV has the documented header and a row per validation;
 #  - where Debian's python3-torch is installed, the PyTorch twin agrees
 #    with it for 20 steps within 1e-6 relative (they agree to about 1.5e-7):
@@ -87,6 +89,24 @@ for hook in allreduce powersgd topk signsgd; do
     else
         ko "$hook: resumed weights '$resumed' differ from a straight run's '$whole'"
         sed 's/^/    /' "$OUT/save-$hook.log"
+    fi
+done
+# With gradient_as_bucket_view backward writes into the buckets (the
+# trainer asks ddph_model_grad_ptr for each tensor's place): the same
+# weights, bit for bit, as with copies.
+job fp16 >/dev/null
+for hook in allreduce fp16 powersgd; do
+    ini="$OUT/$hook.ini"
+    sed 's/^\[runtime\]$/[runtime]\ngradient_as_bucket_view = true/' "$ini" > "$OUT/$hook-view.ini"
+    copies=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$ini" --tiny --steps 4 \
+        --sample 0 </dev/null 2>&1 | sed -n 's/^weights crc32 //p')
+    view=$(timeout 120 "$MPIEXEC" -n 2 "$GPT" --config "$OUT/$hook-view.ini" --tiny \
+        --steps 4 --sample 0 </dev/null 2>"$OUT/view-$hook.log" | sed -n 's/^weights crc32 //p')
+    if [ -n "$copies" ] && [ "$copies" = "$view" ]; then
+        ok "$hook as a view: 4 steps, the same weights as with copies :: crc32 $view"
+    else
+        ko "$hook as a view: weights '$view', with copies '$copies'"
+        sed 's/^/    /' "$OUT/view-$hook.log"
     fi
 done
 # The CSV.

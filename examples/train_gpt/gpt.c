@@ -36,6 +36,12 @@ const char *gpt_tensor_name(int t) { return tensor_names[t]; }
 
 int gpt_per_layer(int t) { return t >= GPT_LN1W && t <= GPT_FCPROJB; }
 
+/* Slices of tensor t: one per layer, or the whole tensor. */
+static int slice_count(const gpt_config *c, int t)
+{
+    return gpt_per_layer(t) ? c->layers : 1;
+}
+
 size_t gpt_slice_size(const gpt_config *c, int t)
 {
     size_t C = (size_t)c->width;
@@ -135,7 +141,10 @@ int gpt_create(gpt *m, const gpt_config *cfg, int batch)
     m->dacts = calloc(a.total, sizeof *m->dacts);
     m->probs = calloc((size_t)batch * cfg->context * cfg->vocab,
                       sizeof *m->probs);
-    if (!m->params || !m->grads || !m->acts || !m->dacts || !m->probs) {
+    int slices = cfg->layers > 1 ? cfg->layers : 1;
+    m->grad_at = calloc((size_t)GPT_NTENSORS * slices, sizeof *m->grad_at);
+    if (!m->params || !m->grads || !m->acts || !m->dacts || !m->probs ||
+        !m->grad_at) {
         gpt_free(m);
         return -1;
     }
@@ -143,9 +152,33 @@ int gpt_create(gpt *m, const gpt_config *cfg, int batch)
     for (int t = 0; t < GPT_NTENSORS; t++) {
         m->tensor[t] = m->params + at;
         m->grad[t] = m->grads + at;
+        for (int l = 0; l < slice_count(cfg, t); l++)
+            m->grad_at[t * slices + l] =
+                m->grad[t] + gpt_slice_size(cfg, t) * (size_t)l;
         at += gpt_tensor_size(cfg, t);
     }
     return 0;
+}
+
+static real **grad_slot(const gpt *m, int t, int l)
+{
+    int slices = m->cfg.layers > 1 ? m->cfg.layers : 1;
+    return &m->grad_at[t * slices + l];
+}
+
+real *gpt_grad_at(const gpt *m, int t, int l) { return *grad_slot(m, t, l); }
+
+void gpt_place_grad(gpt *m, int t, int l, real *at)
+{
+    *grad_slot(m, t, l) = at;
+}
+
+void gpt_zero_grads(gpt *m)
+{
+    for (int t = 0; t < GPT_NTENSORS; t++)
+        for (int l = 0; l < slice_count(&m->cfg, t); l++)
+            memset(gpt_grad_at(m, t, l), 0,
+                   gpt_slice_size(&m->cfg, t) * sizeof(real));
 }
 
 void gpt_free(gpt *m)
@@ -155,6 +188,7 @@ void gpt_free(gpt *m)
     free(m->acts);
     free(m->dacts);
     free(m->probs);
+    free(m->grad_at);
     memset(m, 0, sizeof *m);
 }
 
@@ -490,15 +524,14 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
     real *A = m->acts, *D = m->dacts;
     memset(D, 0, m->nacts * sizeof *D);
     real *const *P = m->tensor;
-    real *const *G = m->grad;
     /* Softmax and cross-entropy: (p - onehot) / (B T). */
     real *dlogits = D + a.logits;
     for (int i = 0; i < BT; i++)
         for (int v = 0; v < V; v++)
             dlogits[(size_t)i * V + v] =
                 (m->probs[(size_t)i * V + v] - (v == targets[i])) / BT;
-    linear_backward(D + a.lnf, G[GPT_WTE], NULL, dlogits, A + a.lnf,
-                    P[GPT_WTE], BT, C, V);
+    linear_backward(D + a.lnf, gpt_grad_at(m, GPT_WTE, 0), NULL, dlogits,
+                    A + a.lnf, P[GPT_WTE], BT, C, V);
     const real *last = c->layers ? A + a.layers +
                                        a.per_layer * (size_t)(c->layers - 1) +
                                        a.res3
@@ -506,7 +539,8 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
     real *dlast = c->layers ? D + a.layers +
                                   a.per_layer * (size_t)(c->layers - 1) + a.res3
                             : D + a.encoded;
-    layernorm_backward(dlast, G[GPT_LNFW], G[GPT_LNFB], D + a.lnf, last,
+    layernorm_backward(dlast, gpt_grad_at(m, GPT_LNFW, 0),
+                       gpt_grad_at(m, GPT_LNFB, 0), D + a.lnf, last,
                        P[GPT_LNFW], A + a.lnf_mean, A + a.lnf_rstd, BT, C);
     pair_done(done, user, GPT_LNFW, 0);
     for (int l = c->layers - 1; l >= 0; l--) {
@@ -520,19 +554,19 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
             DL[a.res2 + i] += DL[a.res3 + i];
             DL[a.fcproj + i] += DL[a.res3 + i];
         }
-        linear_backward(DL + a.fch_gelu, slice(G, c, GPT_FCPROJW, l),
-                        slice(G, c, GPT_FCPROJB, l), DL + a.fcproj,
+        linear_backward(DL + a.fch_gelu, gpt_grad_at(m, GPT_FCPROJW, l),
+                        gpt_grad_at(m, GPT_FCPROJB, l), DL + a.fcproj,
                         L + a.fch_gelu, slice(P, c, GPT_FCPROJW, l), BT, 4 * C,
                         C);
         pair_done(done, user, GPT_FCPROJW, l);
         gelu_backward(DL + a.fch, L + a.fch, L + a.fch_sig, DL + a.fch_gelu,
                       (size_t)BT * 4 * C);
-        linear_backward(DL + a.ln2, slice(G, c, GPT_FCW, l),
-                        slice(G, c, GPT_FCB, l), DL + a.fch, L + a.ln2,
+        linear_backward(DL + a.ln2, gpt_grad_at(m, GPT_FCW, l),
+                        gpt_grad_at(m, GPT_FCB, l), DL + a.fch, L + a.ln2,
                         slice(P, c, GPT_FCW, l), BT, C, 4 * C);
         pair_done(done, user, GPT_FCW, l);
-        layernorm_backward(DL + a.res2, slice(G, c, GPT_LN2W, l),
-                           slice(G, c, GPT_LN2B, l), DL + a.ln2, L + a.res2,
+        layernorm_backward(DL + a.res2, gpt_grad_at(m, GPT_LN2W, l),
+                           gpt_grad_at(m, GPT_LN2B, l), DL + a.ln2, L + a.res2,
                            slice(P, c, GPT_LN2W, l), L + a.ln2_mean,
                            L + a.ln2_rstd, BT, C);
         pair_done(done, user, GPT_LN2W, l);
@@ -541,26 +575,26 @@ void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
             dx[i] += DL[a.res2 + i];
             DL[a.attproj + i] += DL[a.res2 + i];
         }
-        linear_backward(DL + a.atty, slice(G, c, GPT_ATTPROJW, l),
-                        slice(G, c, GPT_ATTPROJB, l), DL + a.attproj,
+        linear_backward(DL + a.atty, gpt_grad_at(m, GPT_ATTPROJW, l),
+                        gpt_grad_at(m, GPT_ATTPROJB, l), DL + a.attproj,
                         L + a.atty, slice(P, c, GPT_ATTPROJW, l), BT, C, C);
         pair_done(done, user, GPT_ATTPROJW, l);
         attention_backward(DL + a.qkv, DL + a.att, DL + a.atty, L + a.qkv,
                            L + a.att, B, T, C, H);
-        linear_backward(DL + a.ln1, slice(G, c, GPT_QKVW, l),
-                        slice(G, c, GPT_QKVB, l), DL + a.qkv, L + a.ln1,
+        linear_backward(DL + a.ln1, gpt_grad_at(m, GPT_QKVW, l),
+                        gpt_grad_at(m, GPT_QKVB, l), DL + a.qkv, L + a.ln1,
                         slice(P, c, GPT_QKVW, l), BT, C, 3 * C);
         pair_done(done, user, GPT_QKVW, l);
-        layernorm_backward(dx, slice(G, c, GPT_LN1W, l),
-                           slice(G, c, GPT_LN1B, l), DL + a.ln1, x,
+        layernorm_backward(dx, gpt_grad_at(m, GPT_LN1W, l),
+                           gpt_grad_at(m, GPT_LN1B, l), DL + a.ln1, x,
                            slice(P, c, GPT_LN1W, l), L + a.ln1_mean,
                            L + a.ln1_rstd, BT, C);
         pair_done(done, user, GPT_LN1W, l);
     }
     const real *dx = D + a.encoded;
     for (int i = 0; i < BT; i++) {
-        real *gte = G[GPT_WTE] + (size_t)inputs[i] * C;
-        real *gpe = G[GPT_WPE] + (size_t)(i % T) * C;
+        real *gte = gpt_grad_at(m, GPT_WTE, 0) + (size_t)inputs[i] * C;
+        real *gpe = gpt_grad_at(m, GPT_WPE, 0) + (size_t)(i % T) * C;
         for (int j = 0; j < C; j++) {
             gte[j] += dx[(size_t)i * C + j];
             gpe[j] += dx[(size_t)i * C + j];
@@ -597,33 +631,39 @@ void gpt_adamw_step(gpt_adamw *o, gpt *m, double lr, double grad_scale,
                     long t)
 {
     double b1c = 1 - pow(o->beta1, (double)t), b2c = 1 - pow(o->beta2, (double)t);
-    size_t at = 0;
+    size_t at = 0; /* the slice's place in params and the moments */
     for (int k = 0; k < GPT_NTENSORS; k++) {
-        size_t n = gpt_tensor_size(&m->cfg, k);
+        size_t n = gpt_slice_size(&m->cfg, k);
         /* Weight decay on the matrices (embeddings included), not on
          * gains and biases. */
         int decay = k == GPT_WTE || k == GPT_WPE || k == GPT_QKVW ||
                     k == GPT_ATTPROJW || k == GPT_FCW || k == GPT_FCPROJW;
         double wd = decay ? o->weight_decay : 0;
-        for (size_t i = at; i < at + n; i++) {
-            double g = (double)m->grads[i] * grad_scale;
-            double mm = o->beta1 * o->m[i] + (1 - o->beta1) * g;
-            double vv = o->beta2 * o->v[i] + (1 - o->beta2) * g * g;
-            o->m[i] = (real)mm;
-            o->v[i] = (real)vv;
-            double step = (mm / b1c) / (sqrt(vv / b2c) + o->eps);
-            m->params[i] -= (real)(lr * (step + wd * m->params[i]));
+        for (int l = 0; l < slice_count(&m->cfg, k); l++, at += n) {
+            const real *grad = gpt_grad_at(m, k, l);
+            for (size_t i = 0; i < n; i++) {
+                size_t j = at + i;
+                double g = (double)grad[i] * grad_scale;
+                double mm = o->beta1 * o->m[j] + (1 - o->beta1) * g;
+                double vv = o->beta2 * o->v[j] + (1 - o->beta2) * g * g;
+                o->m[j] = (real)mm;
+                o->v[j] = (real)vv;
+                double step = (mm / b1c) / (sqrt(vv / b2c) + o->eps);
+                m->params[j] -= (real)(lr * (step + wd * m->params[j]));
+            }
         }
-        at += n;
     }
 }
 
 double gpt_grad_norm(const gpt *m)
 {
-    double s = 0;
-    size_t n = gpt_param_count(&m->cfg);
-    for (size_t i = 0; i < n; i++)
-        s += (double)m->grads[i] * m->grads[i];
+    double s = 0; /* in the order of m->grads, wherever they live */
+    for (int t = 0; t < GPT_NTENSORS; t++)
+        for (int l = 0; l < slice_count(&m->cfg, t); l++) {
+            const real *g = gpt_grad_at(m, t, l);
+            for (size_t i = 0; i < gpt_slice_size(&m->cfg, t); i++)
+                s += (double)g[i] * g[i];
+        }
     return sqrt(s);
 }
 

@@ -61,6 +61,8 @@ typedef struct gpt {
     real *params, *grads;       /* gpt_param_count each, tensors in order */
     real *tensor[GPT_NTENSORS]; /* into params */
     real *grad[GPT_NTENSORS];   /* into grads */
+    real **grad_at; /* each slice's gradient (gpt_grad_at), layer-major
+                       per tensor: GPT_NTENSORS x max(layers, 1) */
     real *acts;                 /* activations of one forward pass */
     real *dacts;                /* their gradients (backward) */
     size_t nacts;
@@ -89,9 +91,18 @@ void gpt_forward(gpt *m, const int *inputs, const int *targets, int B);
  * block's index as the layer; the embeddings (layer 0) last. */
 typedef void (*gpt_grad_done_fn)(void *user, int tensor, int layer);
 
+/* Where tensor t's gradient for layer l (0 for a whole tensor) lives:
+ * its place in m->grads, unless gpt_place_grad moved it (a trainer whose
+ * gradients live in ddphook's buckets: gradient_as_bucket_view).
+ * Backward, the optimizer and gpt_grad_norm go through it. */
+real *gpt_grad_at(const gpt *m, int t, int l);
+void gpt_place_grad(gpt *m, int t, int l, real *at);
+/* Zeroes every gradient, wherever it lives. */
+void gpt_zero_grads(gpt *m);
+
 /* Backward pass of the last gpt_forward (which had targets): ADDS the
- * gradients of the mean loss into m->grads (zero them between steps, or
- * keep them to accumulate). */
+ * gradients of the mean loss into the gradients (gpt_grad_at; zero them
+ * between steps, or keep them to accumulate). */
 void gpt_backward(gpt *m, const int *inputs, const int *targets, int B,
                   gpt_grad_done_fn done, void *user);
 

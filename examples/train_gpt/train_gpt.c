@@ -252,6 +252,23 @@ static ddph_status register_model(ddph_ctx *ctx, gpt *m, registry *r)
     return st;
 }
 
+/* Backward writes each registered tensor's gradient where ddphook says:
+ * its own place in m->grads, or with [runtime] gradient_as_bucket_view
+ * its place in a bucket (no copies in or out). */
+static ddph_status place_grads(registry *r, gpt *m)
+{
+    for (int t = 0; t < GPT_NTENSORS; t++)
+        for (int l = 0; l < (gpt_per_layer(t) ? r->layers : 1); l++) {
+            void *at;
+            ddph_status st = ddph_model_grad_ptr(
+                r->model, r->index[t * r->layers + l], &at);
+            if (st != DDPH_OK)
+                return st;
+            gpt_place_grad(m, t, l, at);
+        }
+    return DDPH_OK;
+}
+
 /* gpt_backward's callback: tensor t of layer l has its gradient (l = 0
  * for whole tensors), which goes to ddphook at once, so that a bucket
  * starts as soon as its last tensor is done, not its last layer. */
@@ -489,6 +506,8 @@ int main(int argc, char **argv)
     /* Rank 0's initial weights go to every rank here. */
     if ((st = ddph_model_finalize(reg.model)) != DDPH_OK)
         FAIL(ctx, "ddph_model_finalize");
+    if ((st = place_grads(&reg, &m)) != DDPH_OK)
+        FAIL(ctx, "ddph_model_grad_ptr");
     if (o.save_init && rank == 0 && save_model(o.save_init, &m, &opt, 0) != 0)
         fprintf(stderr, "train_gpt: cannot write %s.model\n", o.save_init);
     int accum = ddph_model_accumulate_steps(reg.model);
@@ -527,9 +546,8 @@ int main(int argc, char **argv)
         FAIL(ctx, "out of memory");
     double t0 = now(), train_loss = 0;
     uint64_t sent0 = bytes_sent(reg.model);
-    size_t nparams = gpt_param_count(&o.model);
     for (long step = start; step < o.stop_at; step++) {
-        memset(m.grads, 0, nparams * sizeof *m.grads);
+        gpt_zero_grads(&m);
         double loss = 0;
         for (int micro = 0; micro < accum; micro++) {
             for (int i = 0; i < local; i++)
