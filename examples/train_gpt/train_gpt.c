@@ -275,9 +275,8 @@ static ddph_status place_grads(registry *r, gpt *m)
 static void grad_done(void *user, int t, int l)
 {
     registry *r = user;
-    ddph_status st = ddph_grad_ready(r->model, r->index[t * r->layers + l]);
-    if (st != DDPH_OK && r->failed == DDPH_OK)
-        r->failed = st;
+    if (r->failed == DDPH_OK) /* the first failure is the one to report */
+        r->failed = ddph_grad_ready(r->model, r->index[t * r->layers + l]);
 }
 
 /* ---- checkpoints ------------------------------------------------------------ */
