@@ -373,6 +373,60 @@ static ddph_status hand_layout(ddph_model *m, ddph_err *err)
     return st;
 }
 
+/* One parameter's gradient memory, for finding two that overlap. */
+typedef struct grad_range {
+    ddph_device device;
+    uintptr_t lo, hi; /* [lo, hi) */
+    int index;
+} grad_range;
+
+static int by_device_then_address(const void *a, const void *b)
+{
+    const grad_range *x = a, *y = b;
+    if (x->device != y->device)
+        return x->device < y->device ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Two parameters whose gradient memory overlaps (a slice of a flat array
+ * registered twice, an offset one layer off) would be reduced from the
+ * same bytes, written back over each other, and whatever part of the
+ * trainer's gradient neither covers would never be synchronised. */
+static ddph_status check_grads_apart(const ddph_model *m, ddph_err *err)
+{
+    grad_range *r = malloc((size_t)(m->nparams ? m->nparams : 1) * sizeof *r);
+    if (!r)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    int n = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const ddph_param *p = &m->params[i];
+        size_t bytes = p->numel * ddph__dtype_size(p->dtype);
+        if (p->grad && bytes)
+            r[n++] = (grad_range){p->device, (uintptr_t)p->grad,
+                                  (uintptr_t)p->grad + bytes, i};
+    }
+    qsort(r, (size_t)n, sizeof *r, by_device_then_address);
+    ddph_status st = DDPH_OK;
+    for (int k = 1; k < n && st == DDPH_OK; k++)
+        if (r[k].device == r[k - 1].device && r[k].lo < r[k - 1].hi) {
+            const ddph_param *a = &m->params[r[k - 1].index],
+                             *b = &m->params[r[k].index];
+            st = ddph__fail(err, DDPH_ERR_INVALID,
+                            "parameters '%s' and '%s' were "
+                            "registered with overlapping gradient memory "
+                            "(%zu bytes in common): each step would reduce "
+                            "those bytes twice and leave the rest "
+                            "unsynchronised; give each parameter its own "
+                            "memory",
+                            a->name, b->name,
+                            (size_t)((r[k].hi < r[k - 1].hi ? r[k].hi
+                                                            : r[k - 1].hi) -
+                                     r[k].lo));
+        }
+    free(r);
+    return st;
+}
+
 ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
 {
     ddph_ctx *ctx = m->ctx;
@@ -386,8 +440,10 @@ ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
                                        ctx->gpu_ops, &ctx->log, &m->hook, err);
     if (st == DDPH_OK) {
         m->hook->timeline = &ctx->timeline;
-        st = build_buckets(m, err);
+        st = check_grads_apart(m, err);
     }
+    if (st == DDPH_OK)
+        st = build_buckets(m, err);
     if (st == DDPH_OK)
         st = hand_layout(m, err);
     /* Lanes: the hook's view from each lane, when it allows concurrent

@@ -55,6 +55,7 @@ void run_leaked_request(void);
 void run_timeout_polled(void);
 void run_misuse(void);
 void run_view_unfetched(void);
+void run_overlapping_grads(void);
 void run_timeout_plain(void);
 void run_timeout_shared(void);
 

@@ -302,6 +302,37 @@ void run_view_unfetched(void)
     end_failed_job("view-unfetched");
 }
 
+/* A slice of one array registered for two parameters (an offset one
+ * tensor off): refused at finalize, naming both, on every rank. */
+void run_overlapping_grads(void)
+{
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
+    static float flat[300];
+    int64_t shape[1] = {100};
+    ddph_model *m;
+    CHECK_OK(ddph_model_create(ctx, "flat", &m), ctx);
+    CHECK_OK(ddph_model_add_param(m, "a", flat, shape, 1, DDPH_F32, DDPH_CPU,
+                                  NULL),
+             ctx);
+    CHECK_OK(ddph_model_add_param(m, "b", flat + 200, shape, 1, DDPH_F32,
+                                  DDPH_CPU, NULL),
+             ctx);
+    CHECK_OK(ddph_model_add_param(m, "c", flat + 60, shape, 1, DDPH_F32,
+                                  DDPH_CPU, NULL),
+             ctx);
+    CHECK(ddph_model_finalize(m) == DDPH_ERR_INVALID,
+          "finalize with overlapping gradients");
+    CHECK(strstr(ddph_last_error(ctx), "model 'flat': parameters 'a' and "
+                                       "'c' were registered with "
+                                       "overlapping gradient memory (160 "
+                                       "bytes in common)"),
+          "%s", ddph_last_error(ctx));
+    /* A model refused at finalize never stepped: the job closes. */
+    CHECK_OK(ddph_close(ctx), ctx);
+    if (check_rank == 0)
+        printf("ok overlapping-grads\n");
+}
+
 void run_timeout_plain(void)
 {
     run_timeout(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", "timeout_s = 1.5", 0,

@@ -83,6 +83,10 @@ static const scenario registry[] = {
      "parameter whose new address (ddph_model_grad_ptr) was never asked for "
      "is refused at grad_ready, naming it (the trainer would step on its "
      "own, unsynchronised gradient)"},
+    {"overlapping-grads", run_overlapping_grads, "2,4", 0, 120,
+     "two parameters registered with overlapping gradient memory are refused "
+     "at finalize, naming both (those bytes would be reduced twice, the rest "
+     "of the trainer's gradient never)"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},
