@@ -83,6 +83,10 @@ static const scenario registry[] = {
      "parameter whose new address (ddph_model_grad_ptr) was never asked for "
      "is refused at grad_ready, naming it (the trainer would step on its "
      "own, unsynchronised gradient)"},
+    {"view-join-idle", run_view_join_idle, "2,4", 0, 120,
+     "gradient_as_bucket_view under join: a rank with no data that never "
+     "asked ddph_model_grad_ptr joins at once (its shadow steps' zeros are "
+     "the runtime's own, not refused); exact averages before and after"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},
