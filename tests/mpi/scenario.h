@@ -112,5 +112,6 @@ void run_close_outcome(void);
 /* scenarios_view.c */
 void run_view_unfetched(void);
 void run_view_join_idle(void);
+void run_view_grad_ptr_misuse(void);
 
 #endif

@@ -9,15 +9,42 @@
 #include <string.h>
 
 /* An allreduce job with gradient_as_bucket_view (and `extra` in
- * [runtime]), the fixture registered with its own arrays and finalized. */
-static ddph_ctx *view_job(const char *extra, model_fixture *fx)
+ * [runtime]), the fixture registered with its own arrays; finalized
+ * when `finalize`. */
+static ddph_ctx *view_job(const char *extra, model_fixture *fx, int finalize)
 {
     char keys[256];
     snprintf(keys, sizeof keys, "gradient_as_bucket_view = true\n%s", extra);
     ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", keys);
     setup(ctx, fx, 0);
-    CHECK_OK(ddph_model_finalize(fx->m), ctx);
+    if (finalize)
+        CHECK_OK(ddph_model_finalize(fx->m), ctx);
     return ctx;
+}
+
+/* ddph_model_grad_ptr before finalize and past the last parameter: the
+ * status, and a message naming the model and what to do (a trainer's
+ * "failed: " + ddph_last_error said nothing); the first is a call out of
+ * order, so the job's outcome. */
+void run_view_grad_ptr_misuse(void)
+{
+    model_fixture fx;
+    ddph_ctx *ctx = view_job("", &fx, 0);
+    void *p = NULL;
+    CHECK(ddph_model_grad_ptr(fx.m, 0, &p) == DDPH_ERR_STATE && !p,
+          "grad_ptr before finalize");
+    CHECK(strstr(ddph_last_error(ctx), "ddph_model_grad_ptr on model 'net' "
+                                       "before ddph_model_finalize"),
+          "%s", ddph_last_error(ctx));
+    CHECK_OK(ddph_model_finalize(fx.m), ctx);
+    CHECK(ddph_model_grad_ptr(fx.m, NP, &p) == DDPH_ERR_INVALID && !p,
+          "grad_ptr of parameter %d", NP);
+    CHECK(strstr(ddph_last_error(ctx), "ddph_model_grad_ptr: model 'net' has "
+                                       "no parameter 6 (it has 6)"),
+          "%s", ddph_last_error(ctx));
+    CHECK(ddph_close(ctx) == DDPH_ERR_STATE, "close after a call out of order");
+    fixture_free(&fx);
+    end_failed_job("view-grad-ptr-misuse");
 }
 
 /* gradient_as_bucket_view with a trainer that registered gradient memory
@@ -28,7 +55,7 @@ static ddph_ctx *view_job(const char *extra, model_fixture *fx)
 void run_view_unfetched(void)
 {
     model_fixture fx;
-    ddph_ctx *ctx = view_job("", &fx);
+    ddph_ctx *ctx = view_job("", &fx, 1);
     CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
     void *p;
     CHECK_OK(ddph_model_grad_ptr(fx.m, NP - 1, &p), ctx);
@@ -82,7 +109,7 @@ static void check_sum_over(float *const *where, const size_t *numel,
 void run_view_join_idle(void)
 {
     model_fixture fx;
-    ddph_ctx *ctx = view_job("join = true", &fx);
+    ddph_ctx *ctx = view_job("join = true", &fx, 1);
     int rank = ddph_rank(ctx), world = ddph_world_size(ctx);
     int idle = rank == world - 1;
     float *where[NP];
