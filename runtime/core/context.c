@@ -573,7 +573,9 @@ int ddph_step_syncs(const ddph_ctx *ctx)
     return ctx && ctx->in_step && ctx->syncs;
 }
 
-ddph_status ddph_grad_ready(ddph_model *m, int index)
+/* by_trainer: the trainer wrote the gradient (ddph_grad_ready), not the
+ * runtime itself (a joined rank's zeros, ddph__grad_ready_zeroed). */
+static ddph_status grad_ready(ddph_model *m, int index, int by_trainer)
 {
     if (!m)
         return DDPH_ERR_INVALID;
@@ -591,7 +593,7 @@ ddph_status ddph_grad_ready(ddph_model *m, int index)
                                m->name, index, m->nparams);
     /* Otherwise the bucket would carry the memory's first contents every
      * step while the trainer steps on its own, unsynchronised gradient. */
-    if (m->params[index].grad_moved_unseen)
+    if (by_trainer && m->params[index].grad_moved_unseen)
         return ddph__ctx_failf(
             ctx, DDPH_ERR_STATE,
             "model '%s' parameter '%s': with [runtime] "
@@ -606,6 +608,16 @@ ddph_status ddph_grad_ready(ddph_model *m, int index)
     ddph_err e;
     ddph_status st = ddph__reducer_ready(m, index, &e);
     return st == DDPH_OK ? st : ddph__ctx_fail(ctx, st, &e);
+}
+
+ddph_status ddph_grad_ready(ddph_model *m, int index)
+{
+    return grad_ready(m, index, 1);
+}
+
+ddph_status ddph__grad_ready_zeroed(ddph_model *m, int index)
+{
+    return grad_ready(m, index, 0);
 }
 
 ddph_status ddph_step_wait(ddph_ctx *ctx)

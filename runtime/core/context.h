@@ -223,6 +223,12 @@ ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
 ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* context.c: ddph_grad_ready for a gradient the runtime zeroed itself (a
+ * joined rank's shadow step, join.c): where the trainer writes is not
+ * asked about, so a rank that joins before it ever trained and never
+ * asked ddph_model_grad_ptr is not refused. */
+ddph_status ddph__grad_ready_zeroed(ddph_model *m, int index);
+
 /* model.c (and ddph__model_stats_line, in cli_internal.h) */
 void ddph__model_free(ddph_model *m);
 /* What finalize does on this rank alone: the hook (with ctx->comm), the

@@ -515,10 +515,22 @@ ddph_status ddph_model_finalize(ddph_model *m)
 
 ddph_status ddph_model_grad_ptr(ddph_model *m, int index, void **out)
 {
-    if (!m || !out || index < 0 || index >= m->nparams)
+    if (!m || !out)
         return DDPH_ERR_INVALID;
+    /* Named: a trainer's "failed: " + ddph_last_error said nothing. */
+    if (index < 0 || index >= m->nparams)
+        return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID,
+                               "ddph_model_grad_ptr: model '%s' has no "
+                               "parameter %d (it has %d)",
+                               m->name, index, m->nparams);
     if (!m->finalized)
-        return DDPH_ERR_STATE;
+        return ddph__ctx_failf(m->ctx, DDPH_ERR_STATE,
+                               "ddph_model_grad_ptr on model '%s' before "
+                               "ddph_model_finalize (with "
+                               "gradient_as_bucket_view = true the "
+                               "gradients get their places in the buckets "
+                               "there): ask after it",
+                               m->name);
     m->params[index].grad_moved_unseen = 0;
     *out = m->params[index].grad;
     return DDPH_OK;

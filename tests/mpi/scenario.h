@@ -32,6 +32,9 @@ const char *job(const char *hook_dir, const char *hook, const char *extra);
 ddph_ctx *open_path(const char *path);
 ddph_ctx *open_job(const char *hook_dir, const char *hook, const char *extra);
 const char *env(const char *name);
+/* Ends a scenario whose job failed on purpose (MPI left unfinalized):
+ * rank 0 prints "ok SCENARIO" once every rank got there. */
+void end_failed_job(const char *scenario);
 const char *scratch_dir(void);
 void job_path(char *path, size_t cap, int rank);
 void mark_all_ready(ddph_ctx *ctx, ddph_model *m);
@@ -54,7 +57,6 @@ void run_bucket_callback_error(void);
 void run_leaked_request(void);
 void run_timeout_polled(void);
 void run_misuse(void);
-void run_view_unfetched(void);
 void run_overlapping_grads(void);
 void run_timeout_plain(void);
 void run_timeout_shared(void);
@@ -107,5 +109,10 @@ void run_join_no_sync_beside_joined(void);
 void run_join_no_sync_data_end(void);
 void run_join_accumulate(void);
 void run_close_outcome(void);
+
+/* scenarios_view.c */
+void run_view_unfetched(void);
+void run_view_join_idle(void);
+void run_view_grad_ptr_misuse(void);
 
 #endif

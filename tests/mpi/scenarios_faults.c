@@ -13,19 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Ends a scenario whose job failed: ddph_close left MPI unfinalized (as
- * it must), so the process exits without MPI_Finalize once every rank has
- * checked what it had to. */
-static void end_failed_job(const char *scenario)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (check_rank == 0)
-        printf("ok %s\n", scenario);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(0);
-}
-
 /* A job whose hook is tests/fake_plugins' NAME.so. */
 static ddph_ctx *open_fake(const char *name)
 {
@@ -272,35 +259,6 @@ void run_misuse(void)
 }
 
 
-
-/* gradient_as_bucket_view with a trainer that registered gradient memory
- * of its own and writes there: a parameter whose new address it never
- * asked for is refused at grad_ready (the bucket would hold the memory's
- * first contents every step), and the job is over, as after any misuse;
- * one it asked for is taken. */
-void run_view_unfetched(void)
-{
-    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
-                             "gradient_as_bucket_view = true");
-    model_fixture fx;
-    setup(ctx, &fx, 0);
-    CHECK_OK(ddph_model_finalize(fx.m), ctx);
-    CHECK_OK(ddph_step_begin(ctx, &fx.m, 1), ctx);
-    void *p;
-    CHECK_OK(ddph_model_grad_ptr(fx.m, NP - 1, &p), ctx);
-    CHECK(p != fx.grads[NP - 1], "p5's gradient did not move to its bucket");
-    CHECK_OK(ddph_grad_ready(fx.m, NP - 1), ctx);
-    CHECK(ddph_grad_ready(fx.m, NP - 2) == DDPH_ERR_STATE,
-          "grad_ready of a parameter whose new address was never asked for");
-    CHECK(strstr(ddph_last_error(ctx), "model 'net' parameter 'p4': with "
-                                       "[runtime] gradient_as_bucket_view = "
-                                       "true") &&
-              strstr(ddph_last_error(ctx), "never asked ddph_model_grad_ptr"),
-          "%s", ddph_last_error(ctx));
-    CHECK(ddph_close(ctx) == DDPH_ERR_STATE, "close after the refusal");
-    fixture_free(&fx);
-    end_failed_job("view-unfetched");
-}
 
 /* A slice of one array registered for two parameters (an offset one
  * tensor off): refused at finalize, naming both, on every rank. */

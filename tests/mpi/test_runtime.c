@@ -87,6 +87,13 @@ static const scenario registry[] = {
      "two parameters registered with overlapping gradient memory are refused "
      "at finalize, naming both (those bytes would be reduced twice, the rest "
      "of the trainer's gradient never)"},
+    {"view-join-idle", run_view_join_idle, "2,4", 0, 120,
+     "gradient_as_bucket_view under join: a rank with no data that never "
+     "asked ddph_model_grad_ptr joins at once (its shadow steps' zeros are "
+     "the runtime's own, not refused); exact averages before and after"},
+    {"view-grad-ptr-misuse", run_view_grad_ptr_misuse, "2", 1, 120,
+     "ddph_model_grad_ptr before finalize and past the last parameter: "
+     "refused with a message naming the model and what to do"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},

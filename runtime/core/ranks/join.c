@@ -42,7 +42,7 @@ static ddph_status shadow_step(ddph_ctx *ctx)
             st = zero_grad(m, &m->params[j], &e);
             if (st != DDPH_OK)
                 return ddph__ctx_fail(ctx, st, &e);
-            st = ddph_grad_ready(m, j);
+            st = ddph__grad_ready_zeroed(m, j);
         }
     }
     if (st == DDPH_OK)

@@ -179,7 +179,8 @@ ddph_status ddph_model_finalize(ddph_model *model);
 /* With gradient_as_bucket_view = true: the address where parameter
  * `index`'s gradient lives (inside the runtime's flat bucket storage, owned
  * by the runtime, valid until ddph_close).  Without it: the caller's
- * pointer.  Only after finalize.  With the option, a parameter registered
+ * pointer.  Only after finalize (before it: DDPH_ERR_STATE, a call out of
+ * order, with a message).  With the option, a parameter registered
  * with memory of the caller's own is refused at ddph_grad_ready
  * (DDPH_ERR_STATE) until this was asked for it: the caller would go on
  * writing where the runtime no longer reads. */
