@@ -278,8 +278,9 @@ errors hook uneven-counts-unchecked "rank [01] gives rank 0's block [0-9]* eleme
 errors hook reordered "rank 1 called allreduce(f32, [0-9]*, sum) as its hook collective #[0-9]* on this group (iteration 1, bucket 0, from its byte [1-9][0-9]*) where rank 0 called .*(the ranks reduce different parts of the bucket here" \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = reorder\nat = 1\n"
 # The last rank's hook issues no collective: the other's fingerprint meets
-# its end of step at once.
-errors hook skipped "rank 1 reached the end of its step after [0-9]* hook collectives on this group where rank 0 called allreduce" \
+# its end of step at once.  Iteration 0 issued 2 collectives (ddp_errors.py's
+# buckets): rank 1 stopped after them, rank 0 is in its third.
+errors hook skipped "rank 1 reached the end of its step after 2 hook collectives on this group where rank 0 called allreduce(f32, [0-9]*, sum) as its hook collective #3 " \
     "${R}[hook]\nname = $DDPH_TEST_FAKE_DIR/misstep.so\n[hook.misstep]\nmode = skip\nat = 1\n"
 # A trainer call (ddphook's broadcast_bytes) of 16 bytes on the last rank
 # where rank 0 broadcasts 8: compared before gloo, which would abort.
