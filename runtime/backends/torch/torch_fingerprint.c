@@ -39,6 +39,20 @@ enum {
     R_TRAINER = -3    /* (R_BUCKET) a trainer call's */
 };
 _Static_assert((int)R_COUNTS < (int)TORCH_RECORD_FIELDS, "a record holds its fields");
+/* An end of step's fields after R_KIND, in torch_control.c's order (its
+ * summary) and step_fields'. */
+enum {
+    R_STEP_MODELS = 1,
+    R_STEP_HOOKS,
+    R_STEP_TRAINER_CALLS,
+    R_STEP_ITERATION,
+    R_STEP_FIRST_MODEL,
+    R_STEP_PASSES,
+    R_STEP_COLLECTIVES,
+    R_STEP_DIGEST
+};
+_Static_assert((int)R_STEP_DIGEST == (int)TORCH_STEP_FIELDS,
+               "an end of step's fields are its summary's");
 
 static const char *const fp_kinds[] = {
     "allreduce",  "allgather", "broadcast",   "reduce_scatter", "allgatherv",
@@ -80,7 +94,8 @@ static void describe(const int64_t *r, char *out, size_t cap)
     if (r[R_KIND] == R_STEP_END) {
         snprintf(out, cap, "reached the end of its step after %lld hook "
                  "collective%s "
-                 "on this group", (long long)r[1 + 6], r[1 + 6] == 1 ? "" : "s");
+                 "on this group", (long long)r[R_STEP_COLLECTIVES],
+                 r[R_STEP_COLLECTIVES] == 1 ? "" : "s");
         return;
     }
     size_t nk = sizeof fp_kinds / sizeof *fp_kinds;
@@ -170,14 +185,15 @@ static ddph_status differ(torch_state *s, const torch_group *g,
     const int64_t *theirs = all + (size_t)odd * TORCH_RECORD_FIELDS;
     char msg[DDPH__ERR_LEN];
     if (want[R_KIND] == R_STEP_END && theirs[R_KIND] == R_STEP_END) {
-        int f = 1;
-        while (f < 1 + TORCH_STEP_FIELDS && want[f] == theirs[f])
+        /* The first field that differs (the digest, last, if no other) */
+        int f = R_STEP_MODELS;
+        while (f < R_STEP_DIGEST && want[f] == theirs[f])
             f++;
         snprintf(msg, sizeof msg,
                  "the ranks' steps differ: rank %d's %s is %lld, rank %d's "
                  "%lld",
-                 odd, step_fields[f - 1], (long long)theirs[f], base,
-                 (long long)want[f]);
+                 odd, step_fields[f - R_STEP_MODELS], (long long)theirs[f],
+                 base, (long long)want[f]);
     } else {
         char first[320], other[320];
         describe(want, first, sizeof first);
@@ -212,6 +228,14 @@ ddph_status ddph__torch_exchange(torch_state *s, torch_group *g,
             st = differ(s, g, all, err);
     free(all);
     return st;
+}
+
+/* Folds a record into g's digest of its collectives, which the ranks
+ * compare at the step's end (R_STEP_DIGEST). */
+static void fold_record(torch_group *g, const int64_t *record)
+{
+    for (int i = 0; i < TORCH_RECORD_FIELDS; i++)
+        g->digest = ddph__mix64(g->digest, (uint64_t)record[i]);
 }
 
 /* A record's fields that every call has (the others: -1); numbered on g. */
@@ -250,9 +274,7 @@ ddph_status ddph__torch_fingerprint(void *self, struct ddph_group *group,
     record[R_BUCKET] = bucket;
     record[R_OFFSET] = offset;
     record[R_COUNTS] = (int64_t)counts_digest;
-    /* The step's digest too: compared at its end, as before. */
-    for (int i = 0; i < TORCH_RECORD_FIELDS; i++)
-        g->digest = ddph__mix64(g->digest, (uint64_t)record[i]);
+    fold_record(g, record);
     return ddph__torch_exchange(s, g, record, "the collective's fingerprint",
                                 err);
 }
@@ -279,8 +301,7 @@ ddph_status ddph__torch_split_call(torch_state *s, torch_group *parent,
         return DDPH_OK;
     int64_t record[TORCH_RECORD_FIELDS];
     call_record(record, parent, "split", DDPH_I64, 2, -1, -1);
-    for (int i = 0; i < TORCH_RECORD_FIELDS; i++)
-        parent->digest = ddph__mix64(parent->digest, (uint64_t)record[i]);
+    fold_record(parent, record);
     return ddph__torch_exchange(s, parent, record, "the split's fingerprint",
                                 err);
 }
