@@ -107,6 +107,10 @@ int main(int argc, char **argv)
     cublasHandle_t blas = NULL;
     float *x = NULL, *y = NULL, *w[2] = {0}, *g[2] = {0}, *hid = NULL,
           *res = NULL, *dhid = NULL, *hg[2] = {0};
+    /* The gradients as allocated here; g and hg become where ddphook says
+     * after finalize (the same, or with [runtime] gradient_as_bucket_view
+     * = true their places in its buckets). */
+    float *own_g[2] = {0}, *own_hg[2] = {0};
     static const int64_t shape[2][2] = {{IN, HIDDEN}, {HIDDEN, OUT}};
     size_t numel[2] = {IN * HIDDEN, HIDDEN * OUT};
     /* Data and initial weights, made on the host once. */
@@ -133,9 +137,11 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < numel[l]; i++)
             h[i] = uniform(&init, 1.0f / sqrtf((float)shape[l][0]));
         w[l] = upload(h, numel[l]);
-        if (cudaMalloc((void **)&g[l], numel[l] * sizeof(float)) != cudaSuccess)
+        if (cudaMalloc((void **)&own_g[l], numel[l] * sizeof(float)) !=
+            cudaSuccess)
             goto out;
-        if (on_host && !(hg[l] = malloc(numel[l] * sizeof(float))))
+        g[l] = own_g[l];
+        if (on_host && !(hg[l] = own_hg[l] = malloc(numel[l] * sizeof(float))))
             goto out;
     }
     if (!x || !y || !w[0] || !w[1] ||
@@ -162,6 +168,15 @@ int main(int argc, char **argv)
             goto out;
     if (ddph_model_finalize(model) != DDPH_OK)
         goto out;
+    for (int l = 0; l < 2; l++) {
+        void *at;
+        if (ddph_model_grad_ptr(model, l, &at) != DDPH_OK)
+            goto out;
+        if (on_host)
+            hg[l] = at;
+        else
+            g[l] = at;
+    }
     const float scale = 1.0f / BATCH;
     double first = -1, loss = 0;
     for (int s = 0; s < steps; s++) {
@@ -239,8 +254,8 @@ out:
     cudaFree(res);
     for (int l = 0; l < 2; l++) {
         cudaFree(w[l]);
-        cudaFree(g[l]);
-        free(hg[l]);
+        cudaFree(own_g[l]);
+        free(own_hg[l]);
     }
     free(h);
     free(hy);
