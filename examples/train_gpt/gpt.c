@@ -42,6 +42,12 @@ static int slice_count(const gpt_config *c, int t)
     return gpt_per_layer(t) ? c->layers : 1;
 }
 
+/* Room for the most slices a tensor has, in gpt.grad_at. */
+static int slots_per_tensor(const gpt_config *c)
+{
+    return c->layers > 1 ? c->layers : 1;
+}
+
 size_t gpt_slice_size(const gpt_config *c, int t)
 {
     size_t C = (size_t)c->width;
@@ -141,8 +147,8 @@ int gpt_create(gpt *m, const gpt_config *cfg, int batch)
     m->dacts = calloc(a.total, sizeof *m->dacts);
     m->probs = calloc((size_t)batch * cfg->context * cfg->vocab,
                       sizeof *m->probs);
-    int slices = cfg->layers > 1 ? cfg->layers : 1;
-    m->grad_at = calloc((size_t)GPT_NTENSORS * slices, sizeof *m->grad_at);
+    m->grad_at = calloc((size_t)GPT_NTENSORS * slots_per_tensor(cfg),
+                        sizeof *m->grad_at);
     if (!m->params || !m->grads || !m->acts || !m->dacts || !m->probs ||
         !m->grad_at) {
         gpt_free(m);
@@ -153,8 +159,8 @@ int gpt_create(gpt *m, const gpt_config *cfg, int batch)
         m->tensor[t] = m->params + at;
         m->grad[t] = m->grads + at;
         for (int l = 0; l < slice_count(cfg, t); l++)
-            m->grad_at[t * slices + l] =
-                m->grad[t] + gpt_slice_size(cfg, t) * (size_t)l;
+            gpt_place_grad(m, t, l,
+                           m->grad[t] + gpt_slice_size(cfg, t) * (size_t)l);
         at += gpt_tensor_size(cfg, t);
     }
     return 0;
@@ -162,8 +168,7 @@ int gpt_create(gpt *m, const gpt_config *cfg, int batch)
 
 static real **grad_slot(const gpt *m, int t, int l)
 {
-    int slices = m->cfg.layers > 1 ? m->cfg.layers : 1;
-    return &m->grad_at[t * slices + l];
+    return &m->grad_at[t * slots_per_tensor(&m->cfg) + l];
 }
 
 real *gpt_grad_at(const gpt *m, int t, int l) { return *grad_slot(m, t, l); }
