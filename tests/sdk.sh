@@ -231,6 +231,12 @@ refuse_sweep "ef_sign leaking 4 KiB a call" "heap steady over steps" \
     "$FK/ef_sign_leak_step.so" --only numerics
 refuse_sweep "ef_sign writing through a bucket pointer kept past its call" \
     "buckets untouched after their call" "$FK/ef_sign_keep_ptr.so" --only errors
+# Declaring DDPH_PLUGIN_DIVIDES_FIRST and never dividing: right with
+# copies (the host divides), W times the average as a view (1 rank: the
+# same).
+refuse_sweep "allreduce leaving the division to the host, also as a view" \
+    "f32 buckets as a view: close to average" "$FK/trusts_division.so" \
+    --only numerics
 # A world size's run past --time-limit (a hook that hangs outside its
 # collectives gets a verdict too): stopped, named, and no rank left.
 out=$(MPIEXEC="$MPIEXEC" timeout 300 "$bindir/ddphook-plugin-test" \

@@ -465,6 +465,13 @@ int main(int argc, char **argv)
         check_create_destroy(&t);
         if (runs(&t, ONLY_NUMERICS)) {
             check_numerics(&t, &realistic, "none", t.rtol, "f32 buckets");
+            /* As a view the host neither divides nor casts on the way in
+             * (b->divided_by 0, b->dtype f32), whatever the hook's flags
+             * ask of copies: a hook must then do it itself. */
+            t.as_view = 1;
+            check_numerics(&t, &realistic, "none", t.rtol,
+                           "f32 buckets as a view");
+            t.as_view = 0;
             check_numerics(&t, &odd, "none", t.rtol,
                            "1-element and odd buckets");
             check_numerics(&t, &empty, "none", t.rtol, "empty bucket");

@@ -59,6 +59,10 @@ typedef struct tester {
     int rank, world;
     int failed;
     char dir[256];
+    /* Runs opened while set keep the gradients in the buckets
+     * (gradient_as_bucket_view): the hook gets them undivided and in
+     * their own dtype, whatever its flags ask of copies. */
+    int as_view;
 } tester;
 
 /* One row; status is agreed over all ranks (any failure fails the row). */
@@ -81,7 +85,8 @@ extern const shape_set realistic, odd, empty, large;
 typedef struct run {
     ddph_ctx *ctx;
     ddph_model *m;
-    float *g[8];
+    float *g[8];   /* where the gradients are (ddph_model_grad_ptr) */
+    float *own[8]; /* the run's allocations, given to add_param */
     size_t numel[8];
     int n;
 } run;

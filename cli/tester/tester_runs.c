@@ -48,8 +48,9 @@ const char *write_job(tester *t, const char *wrapper, double cap_mb)
      * word for loading it from a build folder, as root too. */
     setenv(DDPH_INSECURE_AS_ROOT_ENV, "1", 1);
     fprintf(f, "[runtime]\nbucket_cap_mb = %g\nfirst_bucket_cap_mb = %g\n"
-               "timeout_s = 60\nallow_insecure_plugins = true\n[hook]\n",
-            cap_mb, cap_mb / 2);
+               "timeout_s = 60\nallow_insecure_plugins = true\n"
+               "gradient_as_bucket_view = %s\n[hook]\n",
+            cap_mb, cap_mb / 2, t->as_view ? "true" : "false");
     ddph__config_write_kv(f, "name", t->plugin); /* a path may be long */
     fprintf(f, "wrapper = %s\n[hook.%s]\n%s", wrapper, t->name, t->options);
     return fclose(f) == 0 ? path : NULL;
@@ -72,16 +73,22 @@ int run_open(tester *t, run *r, const shape_set *set, const char *wrapper,
         for (int d = 0; d < set->ndims[i]; d++)
             numel *= (size_t)set->shapes[i][d];
         r->numel[i] = numel;
-        r->g[i] = calloc(numel ? numel : 1, sizeof(float));
+        r->own[i] = calloc(numel ? numel : 1, sizeof(float));
         char name[32];
         snprintf(name, sizeof name, "t%d", i);
-        if (ddph_model_add_param(r->m, name, r->g[i], set->shapes[i],
+        if (ddph_model_add_param(r->m, name, r->own[i], set->shapes[i],
                                  set->ndims[i], DDPH_F32, DDPH_CPU,
                                  NULL) != DDPH_OK)
             goto fail;
     }
     if (ddph_model_finalize(r->m) != DDPH_OK)
         goto fail;
+    for (int i = 0; i < set->n; i++) {
+        void *at;
+        if (ddph_model_grad_ptr(r->m, i, &at) != DDPH_OK)
+            goto fail;
+        r->g[i] = at;
+    }
     return 1;
 fail:
     snprintf(why, whylen, "%s", ddph_last_error(r->ctx));
@@ -92,7 +99,7 @@ void run_close(run *r)
 {
     ddph_close(r->ctx);
     for (int i = 0; i < r->n; i++)
-        free(r->g[i]);
+        free(r->own[i]);
     memset(r, 0, sizeof *r);
 }
 
