@@ -237,6 +237,10 @@ refuse_sweep "ef_sign writing through a bucket pointer kept past its call" \
 refuse_sweep "allreduce leaving the division to the host, also as a view" \
     "f32 buckets as a view: close to average" "$FK/trusts_division.so" \
     --only numerics
+# Declaring DDPH_PLUGIN_CONCURRENT_BUCKETS with one scratch buffer for
+# every bucket: buckets on 3 lanes at once overwrite each other there.
+refuse_sweep "allreduce through one scratch buffer, declared concurrent" \
+    "f32 buckets on 3 lanes" "$FK/shared_scratch.so" --only numerics
 # A world size's run past --time-limit (a hook that hangs outside its
 # collectives gets a verdict too): stopped, named, and no rank left.
 out=$(MPIEXEC="$MPIEXEC" timeout 300 "$bindir/ddphook-plugin-test" \

@@ -472,6 +472,17 @@ int main(int argc, char **argv)
             check_numerics(&t, &realistic, "none", t.rtol,
                            "f32 buckets as a view");
             t.as_view = 0;
+            /* A hook that lets buckets run at once: each of the three on
+             * a thread of its own, at the same time. */
+            if (t.concurrent) {
+                t.lanes = 3;
+                check_numerics(&t, &realistic, "none", t.rtol,
+                               "f32 buckets on 3 lanes");
+                t.lanes = 0;
+            } else
+                row(&t, 1, 1, "f32 buckets on 3 lanes",
+                    "the hook does not declare "
+                    "DDPH_PLUGIN_CONCURRENT_BUCKETS (one bucket at a time)");
             check_numerics(&t, &odd, "none", t.rtol,
                            "1-element and odd buckets");
             check_numerics(&t, &empty, "none", t.rtol, "empty bucket");

@@ -52,6 +52,7 @@ typedef struct tester {
     double rtol;           /* < 0 until known: --rtol, or the hook's */
     const char *rtol_from; /* where it came from, for the table */
     int error_feedback;    /* DDPH_PLUGIN_ERROR_FEEDBACK */
+    int concurrent;        /* DDPH_PLUGIN_CONCURRENT_BUCKETS */
     int steps;
     int ef_steps; /* the most steps of the error-feedback check */
     unsigned only;  /* --only: the groups of checks to run (0: all) */
@@ -63,6 +64,8 @@ typedef struct tester {
      * (gradient_as_bucket_view): the hook gets them undivided and in
      * their own dtype, whatever its flags ask of copies. */
     int as_view;
+    /* Communication lanes of the runs opened ([runtime] lanes; 0: 1). */
+    int lanes;
 } tester;
 
 /* One row; status is agreed over all ranks (any failure fails the row). */

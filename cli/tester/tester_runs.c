@@ -49,8 +49,9 @@ const char *write_job(tester *t, const char *wrapper, double cap_mb)
     setenv(DDPH_INSECURE_AS_ROOT_ENV, "1", 1);
     fprintf(f, "[runtime]\nbucket_cap_mb = %g\nfirst_bucket_cap_mb = %g\n"
                "timeout_s = 60\nallow_insecure_plugins = true\n"
-               "gradient_as_bucket_view = %s\n[hook]\n",
-            cap_mb, cap_mb / 2, t->as_view ? "true" : "false");
+               "gradient_as_bucket_view = %s\nlanes = %d\n[hook]\n",
+            cap_mb, cap_mb / 2, t->as_view ? "true" : "false",
+            t->lanes > 1 ? t->lanes : 1);
     ddph__config_write_kv(f, "name", t->plugin); /* a path may be long */
     fprintf(f, "wrapper = %s\n[hook.%s]\n%s", wrapper, t->name, t->options);
     return fclose(f) == 0 ? path : NULL;
@@ -206,6 +207,7 @@ int check_load(tester *t)
                                   "within ranges",
         nopt, nopt == 1 ? "" : "s");
     t->error_feedback = (p->api.flags & DDPH_PLUGIN_ERROR_FEEDBACK) != 0;
+    t->concurrent = (p->api.flags & DDPH_PLUGIN_CONCURRENT_BUCKETS) != 0;
     /* Without --rtol, the numerical checks allow what the hook declares;
      * a hook with error feedback and no tolerance is judged on its sums
      * over steps instead (rtol 0: not judged per step). */
