@@ -140,8 +140,24 @@ ddph_status ddph_model_add_param(ddph_model *m, const char *name, void *grad,
 
 ddph_status ddph_model_set_param_data(ddph_model *m, int index, void *data)
 {
-    if (!m || index < 0 || index >= m->nparams)
+    if (!m)
         return DDPH_ERR_INVALID;
+    if (index < 0 || index >= m->nparams)
+        return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID,
+                               "ddph_model_set_param_data: model '%s' has "
+                               "no parameter %d (it has %d)",
+                               m->name, index, m->nparams);
+    /* Finalize broadcast rank 0's values from the memory given by then:
+     * memory given later would start unequal, unbroadcast, and no check
+     * would have been told before the job's first step. */
+    if (m->finalized)
+        return ddph__ctx_failf(m->ctx, DDPH_ERR_STATE,
+                               "ddph_model_set_param_data on model '%s' "
+                               "(parameter '%s') after ddph_model_finalize, "
+                               "which has broadcast rank 0's values of the "
+                               "memory given by then: give every "
+                               "parameter's memory before finalize",
+                               m->name, m->params[index].name);
     m->params[index].data = data;
     return DDPH_OK;
 }
@@ -373,28 +389,63 @@ static ddph_status hand_layout(ddph_model *m, ddph_err *err)
     return st;
 }
 
-/* One parameter's gradient memory, for finding two that overlap. */
-typedef struct grad_range {
+/* One parameter's gradient or weight memory, for finding overlaps. */
+typedef struct mem_range {
     ddph_device device;
     uintptr_t lo, hi; /* [lo, hi) */
     int index;
-} grad_range;
+    int is_data; /* the weights (set_param_data), not the gradient */
+} mem_range;
 
 static int by_device_then_address(const void *a, const void *b)
 {
-    const grad_range *x = a, *y = b;
+    const mem_range *x = a, *y = b;
     if (x->device != y->device)
         return x->device < y->device ? -1 : 1;
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+static size_t common_bytes(const mem_range *a, const mem_range *b)
+{
+    return (size_t)((a->hi < b->hi ? a->hi : b->hi) -
+                    (a->lo > b->lo ? a->lo : b->lo));
+}
+
+static ddph_status overlap_error(const ddph_model *m, const mem_range *a,
+                                 const mem_range *b, ddph_err *err)
+{
+    const char *an = m->params[a->index].name, *bn = m->params[b->index].name;
+    if (!a->is_data && !b->is_data)
+        return ddph__fail(err, DDPH_ERR_INVALID,
+                          "parameters '%s' and '%s' were registered with "
+                          "overlapping gradient memory (%zu bytes in "
+                          "common): each step would reduce those bytes twice "
+                          "and leave the rest unsynchronised; give each "
+                          "parameter its own memory",
+                          an, bn, common_bytes(a, b));
+    const mem_range *d = a->is_data ? a : b, *g = a->is_data ? b : a;
+    return ddph__fail(err, DDPH_ERR_INVALID,
+                      "the weights of parameter '%s' "
+                      "(ddph_model_set_param_data) overlap the gradient "
+                      "memory of parameter '%s' (%zu bytes in common): rank "
+                      "0's weights would be broadcast and compared there, "
+                      "and the trainer's own never; give set_param_data the "
+                      "parameter's values, not a gradient",
+                      m->params[d->index].name, m->params[g->index].name,
+                      common_bytes(a, b));
+}
+
 /* Two parameters whose gradient memory overlaps (a slice of a flat array
  * registered twice, an offset one layer off) would be reduced from the
  * same bytes, written back over each other, and whatever part of the
- * trainer's gradient neither covers would never be synchronised. */
+ * trainer's gradient neither covers would never be synchronised.  Weights
+ * over gradient memory (a gradient given to set_param_data) would be
+ * broadcast and compared in the trainer's stead.  Weights over weights
+ * are allowed: tied parameters share theirs. */
 static ddph_status check_grads_apart(const ddph_model *m, ddph_err *err)
 {
-    grad_range *r = malloc((size_t)(m->nparams ? m->nparams : 1) * sizeof *r);
+    mem_range *r = malloc((size_t)(m->nparams ? 2 * m->nparams : 1) *
+                          sizeof *r);
     if (!r)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     int n = 0;
@@ -402,27 +453,30 @@ static ddph_status check_grads_apart(const ddph_model *m, ddph_err *err)
         const ddph_param *p = &m->params[i];
         size_t bytes = p->numel * ddph__dtype_size(p->dtype);
         if (p->grad && bytes)
-            r[n++] = (grad_range){p->device, (uintptr_t)p->grad,
-                                  (uintptr_t)p->grad + bytes, i};
+            r[n++] = (mem_range){p->device, (uintptr_t)p->grad,
+                                 (uintptr_t)p->grad + bytes, i, 0};
+        if (p->data && bytes)
+            r[n++] = (mem_range){p->device, (uintptr_t)p->data,
+                                 (uintptr_t)p->data + bytes, i, 1};
     }
     qsort(r, (size_t)n, sizeof *r, by_device_then_address);
+    /* Sorted by start: a range overlaps an earlier one of its device iff
+     * it starts before the furthest end seen so far (of gradients, of
+     * weights). */
     ddph_status st = DDPH_OK;
-    for (int k = 1; k < n && st == DDPH_OK; k++)
-        if (r[k].device == r[k - 1].device && r[k].lo < r[k - 1].hi) {
-            const ddph_param *a = &m->params[r[k - 1].index],
-                             *b = &m->params[r[k].index];
-            st = ddph__fail(err, DDPH_ERR_INVALID,
-                            "parameters '%s' and '%s' were "
-                            "registered with overlapping gradient memory "
-                            "(%zu bytes in common): each step would reduce "
-                            "those bytes twice and leave the rest "
-                            "unsynchronised; give each parameter its own "
-                            "memory",
-                            a->name, b->name,
-                            (size_t)((r[k].hi < r[k - 1].hi ? r[k].hi
-                                                            : r[k - 1].hi) -
-                                     r[k].lo));
-        }
+    const mem_range *far_grad = NULL, *far_data = NULL;
+    for (int k = 0; k < n && st == DDPH_OK; k++) {
+        const mem_range *c = &r[k];
+        if (k > 0 && c->device != r[k - 1].device)
+            far_grad = far_data = NULL;
+        if (far_grad && c->lo < far_grad->hi)
+            st = overlap_error(m, far_grad, c, err);
+        else if (!c->is_data && far_data && c->lo < far_data->hi)
+            st = overlap_error(m, far_data, c, err);
+        const mem_range **far = c->is_data ? &far_data : &far_grad;
+        if (!*far || c->hi > (*far)->hi)
+            *far = c;
+    }
     free(r);
     return st;
 }

@@ -94,6 +94,14 @@ static const scenario registry[] = {
     {"view-grad-ptr-misuse", run_view_grad_ptr_misuse, "2", 1, 120,
      "ddph_model_grad_ptr before finalize and past the last parameter: "
      "refused with a message naming the model and what to do"},
+    {"param-data-late", run_param_data_late, "2,4", 1, 120,
+     "ddph_model_set_param_data after finalize (which broadcast rank 0's "
+     "values of the memory given by then): refused, naming model and "
+     "parameter"},
+    {"param-data-on-grad", run_param_data_on_grad, "2,4", 0, 120,
+     "weights given over gradient memory are refused at finalize, naming "
+     "both parameters (the gradient would be broadcast and compared in the "
+     "weights' stead); tied weights shared by two parameters are taken"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},

@@ -156,8 +156,11 @@ ddph_status ddph_model_add_param(ddph_model *model, const char *name,
  * check_replicas_every = N compares the ranks' values every N synchronised
  * steps, and hooks that average parameters after the optimizer
  * (on_step_end) can see them.  Call it before ddph_model_finalize, with the
- * same parameters on every rank.  In GPU memory the values are handed to
- * hooks but neither broadcast nor compared. */
+ * same parameters on every rank (after it: DDPH_ERR_STATE, the broadcast
+ * is over).  Finalize refuses weights that overlap a parameter's gradient
+ * memory (DDPH_ERR_INVALID); two parameters may share weights (tied).  In
+ * GPU memory the values are handed to hooks but neither broadcast nor
+ * compared. */
 ddph_status ddph_model_set_param_data(ddph_model *model, int index,
                                       void *data);
 
