@@ -389,30 +389,22 @@ static ddph_status hand_layout(ddph_model *m, ddph_err *err)
     return st;
 }
 
-/* One parameter's gradient or weight memory, for finding overlaps. */
-typedef struct mem_range {
-    ddph_device device;
-    uintptr_t lo, hi; /* [lo, hi) */
-    int index;
-    int is_data; /* the weights (set_param_data), not the gradient */
-} mem_range;
-
 static int by_device_then_address(const void *a, const void *b)
 {
-    const mem_range *x = a, *y = b;
+    const ddph_mem_range *x = a, *y = b;
     if (x->device != y->device)
         return x->device < y->device ? -1 : 1;
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-static size_t common_bytes(const mem_range *a, const mem_range *b)
+static size_t common_bytes(const ddph_mem_range *a, const ddph_mem_range *b)
 {
     return (size_t)((a->hi < b->hi ? a->hi : b->hi) -
                     (a->lo > b->lo ? a->lo : b->lo));
 }
 
-static ddph_status overlap_error(const ddph_model *m, const mem_range *a,
-                                 const mem_range *b, ddph_err *err)
+static ddph_status overlap_error(const ddph_model *m, const ddph_mem_range *a,
+                                 const ddph_mem_range *b, ddph_err *err)
 {
     const char *an = m->params[a->index].name, *bn = m->params[b->index].name;
     if (!a->is_data && !b->is_data)
@@ -423,7 +415,7 @@ static ddph_status overlap_error(const ddph_model *m, const mem_range *a,
                           "and leave the rest unsynchronised; give each "
                           "parameter its own memory",
                           an, bn, common_bytes(a, b));
-    const mem_range *d = a->is_data ? a : b, *g = a->is_data ? b : a;
+    const ddph_mem_range *d = a->is_data ? a : b, *g = a->is_data ? b : a;
     return ddph__fail(err, DDPH_ERR_INVALID,
                       "the weights of parameter '%s' "
                       "(ddph_model_set_param_data) overlap the gradient "
@@ -444,7 +436,7 @@ static ddph_status overlap_error(const ddph_model *m, const mem_range *a,
  * are allowed: tied parameters share theirs. */
 static ddph_status check_grads_apart(const ddph_model *m, ddph_err *err)
 {
-    mem_range *r = malloc((size_t)(m->nparams ? 2 * m->nparams : 1) *
+    ddph_mem_range *r = malloc((size_t)(m->nparams ? 2 * m->nparams : 1) *
                           sizeof *r);
     if (!r)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
@@ -453,10 +445,10 @@ static ddph_status check_grads_apart(const ddph_model *m, ddph_err *err)
         const ddph_param *p = &m->params[i];
         size_t bytes = p->numel * ddph__dtype_size(p->dtype);
         if (p->grad && bytes)
-            r[n++] = (mem_range){p->device, (uintptr_t)p->grad,
+            r[n++] = (ddph_mem_range){p->device, (uintptr_t)p->grad,
                                  (uintptr_t)p->grad + bytes, i, 0};
         if (p->data && bytes)
-            r[n++] = (mem_range){p->device, (uintptr_t)p->data,
+            r[n++] = (ddph_mem_range){p->device, (uintptr_t)p->data,
                                  (uintptr_t)p->data + bytes, i, 1};
     }
     qsort(r, (size_t)n, sizeof *r, by_device_then_address);
@@ -464,21 +456,84 @@ static ddph_status check_grads_apart(const ddph_model *m, ddph_err *err)
      * it starts before the furthest end seen so far (of gradients, of
      * weights). */
     ddph_status st = DDPH_OK;
-    const mem_range *far_grad = NULL, *far_data = NULL;
+    const ddph_mem_range *far_grad = NULL, *far_data = NULL;
     for (int k = 0; k < n && st == DDPH_OK; k++) {
-        const mem_range *c = &r[k];
+        const ddph_mem_range *c = &r[k];
         if (k > 0 && c->device != r[k - 1].device)
             far_grad = far_data = NULL;
         if (far_grad && c->lo < far_grad->hi)
             st = overlap_error(m, far_grad, c, err);
         else if (!c->is_data && far_data && c->lo < far_data->hi)
             st = overlap_error(m, far_data, c, err);
-        const mem_range **far = c->is_data ? &far_data : &far_grad;
+        const ddph_mem_range **far = c->is_data ? &far_data : &far_grad;
         if (!*far || c->hi > (*far)->hi)
             *far = c;
     }
     free(r);
     return st;
+}
+
+static ddph_status keep_grad_spans(ddph_model *m, ddph_err *err)
+{
+    m->grad_spans = malloc((size_t)(m->nparams ? m->nparams : 1) *
+                           sizeof *m->grad_spans);
+    if (!m->grad_spans)
+        return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
+    m->ngrad_spans = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const ddph_param *p = &m->params[i];
+        size_t bytes = p->numel * ddph__dtype_size(p->dtype);
+        if (bytes)
+            m->grad_spans[m->ngrad_spans++] = (ddph_mem_range){
+                p->device, (uintptr_t)p->grad, (uintptr_t)p->grad + bytes, i,
+                0};
+    }
+    qsort(m->grad_spans, (size_t)m->ngrad_spans, sizeof *m->grad_spans,
+          by_device_then_address);
+    return DDPH_OK;
+}
+
+/* Two models stepped together over one gradient tensor (a shared layer
+ * registered in both) reduce it twice in one step, and whichever result
+ * is copied back last wins, read by the second model while the first
+ * one's result is being written (a bucket callback copies back early).
+ * In separate steps each model reduces it in its own turn: allowed. */
+ddph_status ddph__models_grads_apart(ddph_model *const *models, int n,
+                                     ddph_err *err)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            const ddph_model *x = models[i], *y = models[j];
+            int a = 0, b = 0; /* each list's spans are apart and sorted */
+            while (a < x->ngrad_spans && b < y->ngrad_spans) {
+                const ddph_mem_range *u = &x->grad_spans[a],
+                                     *v = &y->grad_spans[b];
+                if (u->device != v->device) {
+                    if (u->device < v->device)
+                        a++;
+                    else
+                        b++;
+                    continue;
+                }
+                if (u->lo < v->hi && v->lo < u->hi)
+                    return ddph__fail(
+                        err, DDPH_ERR_INVALID,
+                        "models '%s' and '%s' are given to one step, and "
+                        "their parameters '%s' and '%s' share gradient "
+                        "memory (%zu bytes): the step would reduce those "
+                        "bytes twice, one model's result over the "
+                        "other's; step them in separate ddph_step_begin "
+                        "calls, or register the shared tensor in one "
+                        "model only",
+                        x->name, y->name, x->params[u->index].name,
+                        y->params[v->index].name, common_bytes(u, v));
+                if (u->hi <= v->hi)
+                    a++;
+                else
+                    b++;
+            }
+        }
+    return DDPH_OK;
 }
 
 ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
@@ -498,6 +553,8 @@ ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
     }
     if (st == DDPH_OK)
         st = build_buckets(m, err);
+    if (st == DDPH_OK && !ctx->cfg.gradient_as_bucket_view)
+        st = keep_grad_spans(m, err);
     if (st == DDPH_OK)
         st = hand_layout(m, err);
     /* Lanes: the hook's view from each lane, when it allows concurrent
@@ -753,6 +810,7 @@ void ddph__model_free(ddph_model *m)
         free(m->params[i].shape);
     }
     free(m->params);
+    free(m->grad_spans);
     for (int i = 1; i < m->nlanes; i++)
         ddph__hook_destroy(m->lane_hooks[i]);
     ddph__hook_destroy(m->hook);

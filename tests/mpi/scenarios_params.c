@@ -1,5 +1,5 @@
-/* scenarios_params.c: the parameter (weight) memory a trainer gives with
- * ddph_model_set_param_data, and where it must not be. */
+/* scenarios_params.c: the memory a trainer gives, weights
+ * (ddph_model_set_param_data) and gradients, and where it must not be. */
 #include "build-config.h"
 
 #include "scenario.h"
@@ -97,4 +97,46 @@ void run_param_data_on_grad(void)
                                "'head' (ddph_model_set_param_data) overlap "
                                "the gradient memory of parameter 'emb' (64 "
                                "bytes in common)");
+}
+
+/* Two models over one shared gradient tensor (an encoder registered in
+ * both, each with a head of its own): stepped in turns, each reduces it
+ * in its own step, exactly; given to one step, it would be reduced twice
+ * and one model's result written over the other's (wrong where a bucket
+ * callback copies back early): refused on every rank, naming both. */
+void run_models_shared_grads(void)
+{
+    enum { N = 4096 };
+    static float enc[N], head[2][N];
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce", NULL);
+    int world = ddph_world_size(ctx);
+    ddph_model *task[2];
+    task[0] = pair_model(ctx, "task0", N, enc, head[0], NULL, NULL);
+    task[1] = pair_model(ctx, "task1", N, enc, head[1], NULL, NULL);
+    for (int t = 0; t < 2; t++)
+        CHECK_OK(ddph_model_finalize(task[t]), ctx);
+    for (int t = 0; t < 2; t++) {
+        CHECK_OK(ddph_step_begin(ctx, &task[t], 1), ctx);
+        for (size_t i = 0; i < N; i++)
+            enc[i] = head[t][i] = (float)(check_rank + t);
+        CHECK_OK(ddph_grad_ready(task[t], 1), ctx);
+        CHECK_OK(ddph_grad_ready(task[t], 0), ctx);
+        CHECK_OK(ddph_step_wait(ctx), ctx);
+        CHECK_OK(ddph_step_end(ctx), ctx);
+        float want = (float)(world - 1) / 2 + (float)t;
+        CHECK(enc[N - 1] == want && head[t][0] == want,
+              "task%d stepped alone: enc %g, head %g, not %g", t,
+              enc[N - 1], head[t][0], want);
+    }
+    /* Each rank refuses it; one that comes later may hear of a peer's
+     * refusal first ("rank R failed: step_begin (rank R): ..."). */
+    CHECK(ddph_step_begin(ctx, task, 2) != DDPH_OK,
+          "two models over one gradient tensor given to one step");
+    CHECK(strstr(ddph_last_error(ctx),
+                 "models 'task0' and 'task1' are given to one step, and "
+                 "their parameters 'emb' and 'emb' share gradient memory "
+                 "(16384 bytes)"),
+          "%s", ddph_last_error(ctx));
+    CHECK(ddph_close(ctx) != DDPH_OK, "close after the refused step");
+    end_failed_job("models-shared-grads");
 }

@@ -102,6 +102,10 @@ static const scenario registry[] = {
      "weights given over gradient memory are refused at finalize, naming "
      "both parameters (the gradient would be broadcast and compared in the "
      "weights' stead); tied weights shared by two parameters are taken"},
+    {"models-shared-grads", run_models_shared_grads, "2,4", 1, 120,
+     "two models over one gradient tensor: exact averages stepped in "
+     "turns; given to one step, refused on every rank, naming both (the "
+     "tensor would be reduced twice, one result over the other)"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},
