@@ -116,8 +116,9 @@ struct ddph_model {
      * queue's mutex orders the write before their reads). */
     ddph_bucket_callback bucket_callback;
     void *bucket_callback_user;
-    /* The trainer's gradient memory (none with gradient_as_bucket_view),
-     * by device and address, from finalize: for models stepped together. */
+    /* The gradient memory the trainer registered, by device and address,
+     * from finalize: for models stepped together (and, with
+     * gradient_as_bucket_view, for models sharing it). */
     ddph_mem_range *grad_spans;
     int ngrad_spans;
 };

@@ -483,7 +483,7 @@ static ddph_status keep_grad_spans(ddph_model *m, ddph_err *err)
     for (int i = 0; i < m->nparams; i++) {
         const ddph_param *p = &m->params[i];
         size_t bytes = p->numel * ddph__dtype_size(p->dtype);
-        if (bytes)
+        if (p->grad && bytes)
             m->grad_spans[m->ngrad_spans++] = (ddph_mem_range){
                 p->device, (uintptr_t)p->grad, (uintptr_t)p->grad + bytes, i,
                 0};
@@ -491,6 +491,34 @@ static ddph_status keep_grad_spans(ddph_model *m, ddph_err *err)
     qsort(m->grad_spans, (size_t)m->ngrad_spans, sizeof *m->grad_spans,
           by_device_then_address);
     return DDPH_OK;
+}
+
+/* The first span of x that overlaps one of y's (*in_y), or NULL: a merge
+ * of the two sorted lists (each one's spans are apart). */
+static const ddph_mem_range *shared_span(const ddph_model *x,
+                                         const ddph_model *y,
+                                         const ddph_mem_range **in_y)
+{
+    int a = 0, b = 0;
+    while (a < x->ngrad_spans && b < y->ngrad_spans) {
+        const ddph_mem_range *u = &x->grad_spans[a], *v = &y->grad_spans[b];
+        if (u->device != v->device) {
+            if (u->device < v->device)
+                a++;
+            else
+                b++;
+            continue;
+        }
+        if (u->lo < v->hi && v->lo < u->hi) {
+            *in_y = v;
+            return u;
+        }
+        if (u->hi <= v->hi)
+            a++;
+        else
+            b++;
+    }
+    return NULL;
 }
 
 /* Two models stepped together over one gradient tensor (a shared layer
@@ -504,35 +532,46 @@ ddph_status ddph__models_grads_apart(ddph_model *const *models, int n,
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
             const ddph_model *x = models[i], *y = models[j];
-            int a = 0, b = 0; /* each list's spans are apart and sorted */
-            while (a < x->ngrad_spans && b < y->ngrad_spans) {
-                const ddph_mem_range *u = &x->grad_spans[a],
-                                     *v = &y->grad_spans[b];
-                if (u->device != v->device) {
-                    if (u->device < v->device)
-                        a++;
-                    else
-                        b++;
-                    continue;
-                }
-                if (u->lo < v->hi && v->lo < u->hi)
-                    return ddph__fail(
-                        err, DDPH_ERR_INVALID,
-                        "models '%s' and '%s' are given to one step, and "
-                        "their parameters '%s' and '%s' share gradient "
-                        "memory (%zu bytes): the step would reduce those "
-                        "bytes twice, one model's result over the "
-                        "other's; step them in separate ddph_step_begin "
-                        "calls, or register the shared tensor in one "
-                        "model only",
-                        x->name, y->name, x->params[u->index].name,
-                        y->params[v->index].name, common_bytes(u, v));
-                if (u->hi <= v->hi)
-                    a++;
-                else
-                    b++;
-            }
+            const ddph_mem_range *v, *u = shared_span(x, y, &v);
+            if (u)
+                return ddph__fail(
+                    err, DDPH_ERR_INVALID,
+                    "models '%s' and '%s' are given to one step, and their "
+                    "parameters '%s' and '%s' share gradient memory (%zu "
+                    "bytes): the step would reduce those bytes twice, one "
+                    "model's result over the other's; step them in "
+                    "separate ddph_step_begin calls, or register the "
+                    "shared tensor in one model only",
+                    x->name, y->name, x->params[u->index].name,
+                    y->params[v->index].name, common_bytes(u, v));
         }
+    return DDPH_OK;
+}
+
+/* With gradient_as_bucket_view each model's gradients move into its own
+ * buckets: memory registered in two models (a shared layer) would become
+ * two gradients, and whichever the trainer writes, the other model's
+ * steps would reduce a stale one and the trainer step on its own. */
+static ddph_status check_view_unshared(const ddph_model *m, ddph_err *err)
+{
+    ddph_ctx *ctx = m->ctx;
+    for (int k = 0; k < ctx->nmodels; k++) {
+        const ddph_model *o = ctx->models[k];
+        const ddph_mem_range *v, *u;
+        if (o == m || !o->finalized || !(u = shared_span(m, o, &v)))
+            continue;
+        return ddph__fail(
+            err, DDPH_ERR_INVALID,
+            "parameter '%s' was registered with gradient memory that "
+            "parameter '%s' of model '%s' has too (%zu bytes in common): "
+            "with [runtime] gradient_as_bucket_view = true (%s) each model's "
+            "gradients move into its own buckets, so one tensor would get "
+            "two gradients and each model's steps would reduce a stale one. "
+            "Register the shared tensor in one model, or set "
+            "gradient_as_bucket_view = false",
+            m->params[u->index].name, o->params[v->index].name, o->name,
+            common_bytes(u, v), ctx->cfg.path);
+    }
     return DDPH_OK;
 }
 
@@ -551,10 +590,14 @@ ddph_status ddph__model_build(ddph_model *m, ddph_err *err)
         m->hook->timeline = &ctx->timeline;
         st = check_grads_apart(m, err);
     }
+    /* The trainer's memory, before the buckets take the gradients in
+     * with gradient_as_bucket_view. */
+    if (st == DDPH_OK)
+        st = keep_grad_spans(m, err);
+    if (st == DDPH_OK && ctx->cfg.gradient_as_bucket_view)
+        st = check_view_unshared(m, err);
     if (st == DDPH_OK)
         st = build_buckets(m, err);
-    if (st == DDPH_OK && !ctx->cfg.gradient_as_bucket_view)
-        st = keep_grad_spans(m, err);
     if (st == DDPH_OK)
         st = hand_layout(m, err);
     /* Lanes: the hook's view from each lane, when it allows concurrent

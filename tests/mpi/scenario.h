@@ -120,5 +120,6 @@ void run_view_grad_ptr_misuse(void);
 void run_param_data_late(void);
 void run_param_data_on_grad(void);
 void run_models_shared_grads(void);
+void run_view_shared_grads(void);
 
 #endif

@@ -140,3 +140,24 @@ void run_models_shared_grads(void)
     CHECK(ddph_close(ctx) != DDPH_OK, "close after the refused step");
     end_failed_job("models-shared-grads");
 }
+
+/* The same two models with gradient_as_bucket_view: each model's
+ * gradients move into its own buckets, so the shared tensor would get two
+ * gradients and the model whose copy the trainer does not write would
+ * reduce a stale one every step (stepped in turns, the job ended OK with
+ * the encoder unsynchronised).  The second finalize is refused on every
+ * rank, naming both parameters and the first model. */
+void run_view_shared_grads(void)
+{
+    enum { N = 4096 };
+    static float enc[N], head[2][N];
+    ddph_ctx *ctx = open_job(env("DDPH_TEST_PLUGIN_DIR"), "allreduce",
+                             "gradient_as_bucket_view = true");
+    ddph_model *task0 = pair_model(ctx, "task0", N, enc, head[0], NULL, NULL);
+    CHECK_OK(ddph_model_finalize(task0), ctx);
+    ddph_model *task1 = pair_model(ctx, "task1", N, enc, head[1], NULL, NULL);
+    finalize_refused(ctx, task1, "model 'task1': parameter 'emb' was "
+                                 "registered with gradient memory that "
+                                 "parameter 'emb' of model 'task0' has too "
+                                 "(16384 bytes in common)");
+}

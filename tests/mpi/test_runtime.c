@@ -106,6 +106,10 @@ static const scenario registry[] = {
      "two models over one gradient tensor: exact averages stepped in "
      "turns; given to one step, refused on every rank, naming both (the "
      "tensor would be reduced twice, one result over the other)"},
+    {"view-shared-grads", run_view_shared_grads, "2,4", 0, 120,
+     "gradient_as_bucket_view: a second model registered over a finalized "
+     "model's gradient memory is refused at finalize, naming both (the "
+     "tensor would get a gradient in each model's buckets, one stale)"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},

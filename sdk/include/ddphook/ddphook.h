@@ -140,7 +140,10 @@ ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
 /* Registers one gradient tensor, dense and row-major.  `grad` is the
  * caller's gradient memory of prod(shape) elements (it may be NULL when
  * gradient_as_bucket_view is on: fetch the runtime's pointer with
- * ddph_model_grad_ptr after finalize).  The caller keeps ownership.  The
+ * ddph_model_grad_ptr after finalize).  The caller keeps ownership.
+ * Memory registered in two models: refused at the second finalize with
+ * gradient_as_bucket_view, and at ddph_step_begin when both models are
+ * given to one step (DDPH_ERR_INVALID).  The
  * parameter's index (registration order, from 0) goes to *index_out when it
  * is not NULL.  `name` is copied. */
 ddph_status ddph_model_add_param(ddph_model *model, const char *name,
