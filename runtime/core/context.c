@@ -510,6 +510,14 @@ ddph_status ddph_step_begin_flags(ddph_ctx *ctx, ddph_model *const *models,
                                        "step_begin: model '%s' given twice",
                                        models[i]->name);
     }
+    /* Refused here, the peers would wait in this step's collectives:
+     * the job fails on every rank. */
+    ddph_err apart;
+    if (n > 1 && ddph__models_grads_apart(models, n, &apart) != DDPH_OK) {
+        ddph__err_prefix(&apart, "step_begin (rank %d)", ddph__rank(ctx));
+        ddph__ctl_fail(ctx->control, DDPH_ERR_INVALID, apart.msg);
+        return ddph__ctx_fail(ctx, DDPH_ERR_INVALID, &apart);
+    }
     /* The first step: every [model.X] section names a model by now. */
     if (ctx->step_count == 0) {
         const char **created = calloc((size_t)ctx->nmodels + 1,

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include <ddphook/ddphook.h>
 #include <ddphook/plugin.h>
@@ -75,6 +76,14 @@ typedef struct ddph_rt_bucket {
                                 the model's bucket callback) */
 } ddph_rt_bucket;
 
+/* A parameter's gradient or weight memory, for finding overlaps. */
+typedef struct ddph_mem_range {
+    ddph_device device;
+    uintptr_t lo, hi; /* [lo, hi) */
+    int index;
+    int is_data; /* the weights (set_param_data), not the gradient */
+} ddph_mem_range;
+
 struct ddph_model {
     ddph_ctx *ctx;
     char *name;
@@ -107,6 +116,11 @@ struct ddph_model {
      * queue's mutex orders the write before their reads). */
     ddph_bucket_callback bucket_callback;
     void *bucket_callback_user;
+    /* The gradient memory the trainer registered, by device and address,
+     * from finalize: for models stepped together (and, with
+     * gradient_as_bucket_view, for models sharing it). */
+    ddph_mem_range *grad_spans;
+    int ngrad_spans;
 };
 
 /* One job of the queue a communication lane serves. */
@@ -235,6 +249,10 @@ void ddph__model_free(ddph_model *m);
  * buckets, the layout handed to the hook, the lanes' views.  Finalize
  * then agrees across ranks; the reducer's unit tests use it as is. */
 ddph_status ddph__model_build(ddph_model *m, ddph_err *err);
+/* DDPH_ERR_INVALID naming both when two of the models (given to one
+ * step) have overlapping gradient memory. */
+ddph_status ddph__models_grads_apart(ddph_model *const *models, int n,
+                                     ddph_err *err);
 
 /* reducer.c */
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);

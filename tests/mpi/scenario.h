@@ -35,6 +35,7 @@ const char *env(const char *name);
 /* Ends a scenario whose job failed on purpose (MPI left unfinalized):
  * rank 0 prints "ok SCENARIO" once every rank got there. */
 void end_failed_job(const char *scenario);
+void finalize_refused(ddph_ctx *ctx, ddph_model *m, const char *want);
 const char *scratch_dir(void);
 void job_path(char *path, size_t cap, int rank);
 void mark_all_ready(ddph_ctx *ctx, ddph_model *m);
@@ -114,5 +115,11 @@ void run_close_outcome(void);
 void run_view_unfetched(void);
 void run_view_join_idle(void);
 void run_view_grad_ptr_misuse(void);
+
+/* scenarios_params.c */
+void run_param_data_late(void);
+void run_param_data_on_grad(void);
+void run_models_shared_grads(void);
+void run_view_shared_grads(void);
 
 #endif

@@ -129,6 +129,16 @@ float value(int rank, int step, int p, size_t i)
     return (float)((rank + 1) * (int)((i + (size_t)p) % 5) - step);
 }
 
+/* Finalizing m is refused with DDPH_ERR_INVALID and a message holding
+ * `want`; the model never stepped, so the job then closes OK. */
+void finalize_refused(ddph_ctx *ctx, ddph_model *m, const char *want)
+{
+    CHECK(ddph_model_finalize(m) == DDPH_ERR_INVALID,
+          "finalize was not refused (wanted: %s)", want);
+    CHECK(strstr(ddph_last_error(ctx), want), "%s", ddph_last_error(ctx));
+    CHECK_OK(ddph_close(ctx), ctx);
+}
+
 /* Ends a scenario whose job failed: ddph_close left MPI unfinalized (as
  * it must), so the process exits without MPI_Finalize once every rank has
  * checked what it had to. */

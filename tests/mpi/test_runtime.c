@@ -94,6 +94,22 @@ static const scenario registry[] = {
     {"view-grad-ptr-misuse", run_view_grad_ptr_misuse, "2", 1, 120,
      "ddph_model_grad_ptr before finalize and past the last parameter: "
      "refused with a message naming the model and what to do"},
+    {"param-data-late", run_param_data_late, "2,4", 1, 120,
+     "ddph_model_set_param_data after finalize (which broadcast rank 0's "
+     "values of the memory given by then): refused, naming model and "
+     "parameter"},
+    {"param-data-on-grad", run_param_data_on_grad, "2,4", 0, 120,
+     "weights given over gradient memory are refused at finalize, naming "
+     "both parameters (the gradient would be broadcast and compared in the "
+     "weights' stead); tied weights shared by two parameters are taken"},
+    {"models-shared-grads", run_models_shared_grads, "2,4", 1, 120,
+     "two models over one gradient tensor: exact averages stepped in "
+     "turns; given to one step, refused on every rank, naming both (the "
+     "tensor would be reduced twice, one result over the other)"},
+    {"view-shared-grads", run_view_shared_grads, "2,4", 0, 120,
+     "gradient_as_bucket_view: a second model registered over a finalized "
+     "model's gradient memory is refused at finalize, naming both (the "
+     "tensor would get a gradient in each model's buckets, one stale)"},
     {"fp16-overflow", run_fp16_overflow, "2,4", 0, 120,
      "gradients of 1e5 through fp16 become Inf (cast before dividing, as "
      "PyTorch), through bf16 they stay finite"},

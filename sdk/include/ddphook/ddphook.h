@@ -140,7 +140,10 @@ ddph_status ddph_model_create(ddph_ctx *ctx, const char *name,
 /* Registers one gradient tensor, dense and row-major.  `grad` is the
  * caller's gradient memory of prod(shape) elements (it may be NULL when
  * gradient_as_bucket_view is on: fetch the runtime's pointer with
- * ddph_model_grad_ptr after finalize).  The caller keeps ownership.  The
+ * ddph_model_grad_ptr after finalize).  The caller keeps ownership.
+ * Memory registered in two models: refused at the second finalize with
+ * gradient_as_bucket_view, and at ddph_step_begin when both models are
+ * given to one step (DDPH_ERR_INVALID).  The
  * parameter's index (registration order, from 0) goes to *index_out when it
  * is not NULL.  `name` is copied. */
 ddph_status ddph_model_add_param(ddph_model *model, const char *name,
@@ -156,8 +159,11 @@ ddph_status ddph_model_add_param(ddph_model *model, const char *name,
  * check_replicas_every = N compares the ranks' values every N synchronised
  * steps, and hooks that average parameters after the optimizer
  * (on_step_end) can see them.  Call it before ddph_model_finalize, with the
- * same parameters on every rank.  In GPU memory the values are handed to
- * hooks but neither broadcast nor compared. */
+ * same parameters on every rank (after it: DDPH_ERR_STATE, the broadcast
+ * is over).  Finalize refuses weights that overlap a parameter's gradient
+ * memory (DDPH_ERR_INVALID); two parameters may share weights (tied).  In
+ * GPU memory the values are handed to hooks but neither broadcast nor
+ * compared. */
 ddph_status ddph_model_set_param_data(ddph_model *model, int index,
                                       void *data);
 
