@@ -11,6 +11,7 @@
 #include "core/cli_internal.h"
 #include "core/context.h"
 #include "core/exit_guard.h"
+#include "core/trainer_memory.h"
 #include "device/cpu_ops.h"
 #include "device/device.h"
 #include "plugin/job_check.h"

@@ -249,10 +249,6 @@ void ddph__model_free(ddph_model *m);
  * buckets, the layout handed to the hook, the lanes' views.  Finalize
  * then agrees across ranks; the reducer's unit tests use it as is. */
 ddph_status ddph__model_build(ddph_model *m, ddph_err *err);
-/* DDPH_ERR_INVALID naming both when two of the models (given to one
- * step) have overlapping gradient memory. */
-ddph_status ddph__models_grads_apart(ddph_model *const *models, int n,
-                                     ddph_err *err);
 
 /* reducer.c */
 ddph_status ddph__reducer_start(ddph_ctx *ctx, ddph_err *err);
