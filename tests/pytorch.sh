@@ -4,7 +4,8 @@
 #  - DDP's gradients through ddphook's allreduce, fp16 (hook and wrapper),
 #    bf16, PowerSGD (with and without error feedback and warm start) and
 #    batched PowerSGD equal those of PyTorch's own hooks, step by step,
-#    also on DDP's buckets of find_unused_parameters=True (never rebuilt),
+#    also on DDP's buckets of find_unused_parameters=True (never rebuilt)
+#    and of static_graph=True with a layer no step uses,
 #    within the reference vectors' tolerances, every DDP bucket's future
 #    but the step's last completed by ddphook's communication thread
 #    (tests/python/ddp_hooks.py);
@@ -83,7 +84,7 @@ P="--plugin-dir $DDPH_TEST_PLUGIN_DIR"
 for w in 2 4; do
     set -- "ddp_hooks.py $P --out $OUT/ws$w --only $MAIN" \
         "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_noef" \
-        "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_own_q,batched_own_q,powersgd_unused,batched_unused"
+        "ddp_hooks.py $P --out $OUT/ws$w --only powersgd_own_q,batched_own_q,powersgd_unused,batched_unused,powersgd_static_unused"
     if [ "$w" -eq 2 ]; then
         # The bridge's bytes per step, and replay's inputs for them.
         set -- "$1 --bytes-dir $BYTES" "$2 --bytes-dir $BYTES" "$3"
@@ -117,10 +118,10 @@ for w in 2 4; do
     passed() { section "$1" | grep -c '^PASS: '; }
     exited() { section "$1" | grep -q '^exit 0$'; }
     got=$(( $(passed 1) + $(passed 2) + $(passed 3) ))
-    if exited 1 && exited 2 && exited 3 && [ "$got" -eq 11 ]; then
-        ok "ddp_hooks.py on $w ranks: $got of 11 hooks equal PyTorch's"
+    if exited 1 && exited 2 && exited 3 && [ "$got" -eq 12 ]; then
+        ok "ddp_hooks.py on $w ranks: $got of 12 hooks equal PyTorch's"
     else
-        ko "ddp_hooks.py on $w ranks: $got of 11 passed (see $log)"
+        ko "ddp_hooks.py on $w ranks: $got of 12 passed (see $log)"
     fi
     k=4
     if [ -n "$V" ]; then

@@ -536,9 +536,15 @@ class HookState:
             by_id = {id(p): p for p in params}
             if self._ddp_layout_final:
                 params = self._take_ddp_layout(entries)
-            elif list(self._ready) and set(self._ready) == set(by_id):
+            elif self._ready and set(self._ready) <= set(by_id):
                 # Registered last-ready first: ddphook walks them back.
-                params = [by_id[k] for k in reversed(list(self._ready))]
+                # Parameters that got no gradient (static_graph=True's
+                # unused ones) follow in DDP's order, as in DDP's rebuild.
+                order = list(self._ready) + [
+                    k for k in self._names if k in by_id and
+                    k not in self._ready]
+                if len(order) == len(by_id):
+                    params = [by_id[k] for k in reversed(order)]
             try:
                 self._build(params)
             except BaseException as exc:
