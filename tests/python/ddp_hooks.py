@@ -63,7 +63,8 @@ class Net(torch.nn.Module):
 
 class NetUnused(Net):
     """Net and a layer only odd steps use, for DDP's
-    find_unused_parameters=True (whose buckets DDP never rebuilds)."""
+    find_unused_parameters=True (whose buckets DDP never rebuilds), and
+    for static_graph=True with the layer never used."""
     def __init__(self):
         super().__init__()
         self.spare = torch.nn.Linear(10, 10)
@@ -201,6 +202,14 @@ def cases(out, rank):
                             lambda: psgd_state(3),
                             QCapture(None, rank, psgd.powerSGD_hook),
                             psgd_tol, psgd_tol),
+        # static_graph=True with a layer no step uses (NetUnused): DDP's
+        # rebuilt buckets put it after the others, ddphook's too.
+        "powersgd_static_unused": ("powersgd", "none",
+                                   {"matrix_approximation_rank": 3,
+                                    "start_powerSGD_iter": 2},
+                                   lambda: psgd_state(3),
+                                   QCapture(None, rank, psgd.powerSGD_hook),
+                                   psgd_tol, psgd_tol),
         "batched_unused": ("batched_powersgd", "none",
                            {"matrix_approximation_rank": 2,
                             "start_powerSGD_iter": 2},
@@ -311,13 +320,13 @@ def main(argv=None):
         lazy = name == "allreduce"
         make_state, torch_hook = case[3], case[4]
         unused = name.endswith("_unused")
+        static = "_static_" in name
         torch.manual_seed(0)
         net = NetUnused() if unused else Net()
-        theirs = torch.nn.parallel.DistributedDataParallel(
-            net, bucket_cap_mb=CAP / 2**20, find_unused_parameters=unused)
-        ours = torch.nn.parallel.DistributedDataParallel(
-            net_copy(net), bucket_cap_mb=CAP / 2**20,
-            find_unused_parameters=unused)
+        theirs, ours = (torch.nn.parallel.DistributedDataParallel(
+            n, bucket_cap_mb=CAP / 2**20, static_graph=static,
+            find_unused_parameters=unused and not static)
+            for n in (net, net_copy(net)))
         theirs.register_comm_hook(make_state() if make_state else None,
                                   torch_hook)
         state, hook = ddphook.torch.comm_hook(
@@ -334,7 +343,8 @@ def main(argv=None):
             x = torch.randn(8, 24, generator=g)
             y = torch.randint(0, 10, (8,), generator=g)
             for m in (theirs, ours):
-                m.module.use_spare = step % 2 == 1  # NetUnused's
+                # NetUnused's; never under static_graph=True
+                m.module.use_spare = step % 2 == 1 and not m.static_graph
                 m.zero_grad()
                 torch.nn.functional.cross_entropy(m(x), y).backward()
             worst = max(worst, compare(theirs, ours, rtol, atol))
@@ -355,9 +365,11 @@ def main(argv=None):
         layout = "" if state is None or not state._warned_layout else \
             ", but DDP's buckets are not ddphook's"
         # All but the step's last DDP bucket (two or more a step here,
-        # after DDP's first) are completed as their buckets are reduced.
+        # once DDP has rebuilt its buckets: after its first step, its
+        # second with static_graph=True) are completed as their buckets
+        # are reduced.
         early = bridge.completed_by_comm_thread
-        if early < 2 * (a.steps - 1):
+        if early < 2 * (a.steps - (2 if ours.static_graph else 1)):
             layout += ", only %d futures completed by ddphook's " \
                 "communication thread" % early
         verdict = "PASS" if worst <= 0 and not layout else "FAIL"
