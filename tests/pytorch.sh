@@ -33,17 +33,10 @@
 #    above, equal what the C runtime sends for the same parameters,
 #    buckets and job (`ddphook replay` of a trace of the bridge's
 #    parameters);
-#  - two DDP models in one job, each with its own pair: one made after
-#    the other's step (its end still pending), and one backward pass
-#    through both (one fed by the other's output, or their losses
-#    summed) give PyTorch's allreduce_hook's gradients and parameters,
-#    bit for bit (tests/python/ddp_two_models.py);
 #  - a bad job file, a missing plugin, a hook that fails on every rank and
 #    one that fails on the last rank only raise on every rank, naming the
 #    cause, within seconds; so does one comm_hook pair registered on two
-#    DDP models, and so does a DDP model run inside another's forward
-#    pass (one backward pass interleaves their buckets), and the process
-#    exits non-zero even when the script
+#    DDP models, and the process exits non-zero even when the script
 #    catches that exception and returns 0; a rank interrupted by SIGINT
 #    says so and the other names it (never the other way round);
 #    processes started without mpiexec are refused
@@ -102,7 +95,6 @@ for w in 2 4; do
         for phase in full resume resume-resaved resume-without-state rank0-alone rank1-closed retry-after-timeout retry-after-timeout rank1-forged; do
             set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase $phase"
         done
-        set -- "$@" "ddp_two_models.py $P --out $OUT/two_models"
     else
         # The 2-rank checkpoint on 4 ranks: refused at once on every rank.
         set -- "$@" "ddp_state_dict.py $P --out $OUT/state_dict --phase wrong-world"
@@ -152,12 +144,6 @@ for w in 2 4; do
             ok "state_dict on rank 0 after rank 1 closed its job: rank 0 raises within 10 s (timeout 2 min), naming rank 1's close"
         else
             ko "state_dict on rank 0 after rank 1 closed its job (see $log)"
-        fi
-        # k+6..k+8: the rest of ddp_state_dict.py's phases
-        if exited $((k + 9)) && [ "$(passed $((k + 9)))" -eq 3 ]; then
-            ok "ddp_two_models.py: two DDP models, one made after the other's step, one backward pass through both (chained, summed) = PyTorch's allreduce_hook, bit for bit"
-        else
-            ko "ddp_two_models.py: $(passed $((k + 9))) of 3 phases passed (see $log)"
         fi
     else
         n=$(section $k | sed 's/rank [0-3] raised /\n&/g' | grep -c "^rank [0-3] raised Error: .*the state dict was taken in a job of 2 ranks; this job has 4")
@@ -296,9 +282,6 @@ errors peer failing-peer "fake failure of the last rank" \
     "${R}${CAPS}[hook]\nname = $DDPH_TEST_FAKE_DIR/failing_last_rank.so\n"
 
 errors two-models two-models "one comm_hook pair serves one DDP model" "${R}[hook]\nname = allreduce\n"
-# A DDP model run inside another's forward pass: its buckets come
-# between the other's in one backward pass.
-errors interleaved interleaved "DDP model 'inner' reached its communication hook while the backward pass of model 'model' was still under way" "${R}[hook]\nname = allreduce\n"
 # The script catches the exception and returns 0: ddphook declared the
 # job failed, so the process still exits non-zero.
 errors two-models two-models-swallowed "one comm_hook pair serves one DDP model" \

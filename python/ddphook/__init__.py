@@ -97,7 +97,6 @@ class Job:
         self.closed = False
         self.failed = None  # the message of the failure that ended the job
         self.step_to_end = None  # ddphook.torch: whose step awaits its end
-        self.step_owner = None  # ddphook.torch: whose step began last
         # Collective work the job owes before it closes (ddphook.torch's
         # deferred state saves): run by close() on a healthy job.
         self.before_close = []

@@ -330,43 +330,12 @@ class _Entry:
         self.buckets = frozenset()  # ddphook's buckets of its parameters
 
 
-def _end_job_step(job, starting):
-    """Ends the job's last step before `starting` (a HookState, or None
-    for a new model) begins one: one step at a time in a job.  Another
-    DDP model's step whose last bucket is in (one model's backward pass
-    after the other's, as a model fed by another's output) is waited for
-    (its end is on the bridge's thread); one whose backward pass is still
-    under way (their buckets interleaved: one model run inside the
-    other's forward) is refused: its step cannot take this model in."""
-    other = job.step_owner
-    if other is not None and other is not starting:
-        if other._step_open and other._idle.is_set():
-            if starting is None:  # comm_hook() inside a backward pass
-                return  # the runtime refuses it: "inside a step"
-            raise Error(
-                "ddphook: DDP model '%s' reached its communication hook "
-                "while the backward pass of model '%s' was still under way "
-                "(their buckets interleave in one backward pass, as where "
-                "one model runs inside the other's forward): the bridge "
-                "runs one DDP model's step at a time; run them one after "
-                "the other in the forward pass, or wrap both modules in "
-                "one DistributedDataParallel (rank %d)"
-                % (starting.name, other.name, job.rank),
-                "DDPH_ERR_UNSUPPORTED")
-        other.wait_idle()
-    if job.step_to_end is not None:
-        job.step_to_end.step_end()
-
-
 class HookState:
     """The hook's state: one ddphook model whose parameters are DDP's, its
     gradient memory, and the step in progress.  Steps, iterations and the
     hook's per-bucket state are the runtime's, as for a C trainer."""
 
     def __init__(self, job, name):
-        # A model is created between steps: another model's last step
-        # (its end pending until its next forward pass) ends first.
-        _end_job_step(job, None)
         self.job = job
         self.name = name
         self.model = None  # ddph_model *, once the parameters are known
@@ -601,7 +570,8 @@ class HookState:
         if not self._step_open:
             # One step at a time in a job: the last one (this model's or
             # another's) ends first.
-            _end_job_step(job, self)
+            if getattr(job, "step_to_end", None) is not None:
+                job.step_to_end.step_end()
             # Between steps on every rank: the saves asked for since.
             self._commit_saves("the step after state.save()")
             if self.device is not None:
@@ -615,7 +585,6 @@ class HookState:
                                                   _capi.STEP_FORCE_SYNC),
                       "step_begin")
             self._step_open = True
-            job.step_owner = self
         indices = [self.index[id(p)] for p in e.params]
         if self.steps == self._layout_step and not self._warned_layout:
             self._check_layout(e.index, indices)
@@ -737,11 +706,6 @@ class HookState:
             self._complete(e)
 
     # ---- between steps -----------------------------------------------------
-
-    def wait_idle(self):
-        """Returns once the step whose last bucket is in has been waited
-        for (on this module's thread)."""
-        self._idle.wait()
 
     def step_end(self):
         """Ends the last step (ddph_step_end: the hook's on_step_end, e.g.

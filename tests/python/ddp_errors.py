@@ -13,10 +13,7 @@ last rank's hook fails, the others hear it), ranks (started without
 mpiexec, as torchrun would, with RANK, WORLD_SIZE and a file rendezvous
 RENDEZVOUS: each process is an MPI job of its own, and comm_hook must
 refuse rather than reduce each rank alone), two-models (one comm_hook
-pair registered on two DDP models: a clear ddphook.Error), interleaved
-(a DDP model with a pair of its own called inside the first model's
-forward pass: its buckets come between the first's in one backward
-pass, which the bridge refuses, naming both), sigint (the
+pair registered on two DDP models: a clear ddphook.Error), sigint (the
 last rank gets SIGINT between steps, as from a terminal's Ctrl-C, and
 dies of its KeyboardInterrupt: it must say it was interrupted and the
 others must name it), save-insecure (state.save() into the world-writable
@@ -55,7 +52,7 @@ def main():
     ap.add_argument("--job", required=True)
     ap.add_argument("--case", required=True,
                     choices=["open", "hook", "peer", "ranks", "two-models",
-                             "sigint", "save-insecure", "stale-save", "interleaved",
+                             "sigint", "save-insecure", "stale-save",
                              "stale-load", "killed", "early-close", "exit0",
                              "broadcast-size"])
     ap.add_argument("--swallow", action="store_true")
@@ -94,13 +91,6 @@ def main():
             models.append(torch.nn.parallel.DistributedDataParallel(
                 torch.nn.Linear(16, 4)))
             models[1].register_comm_hook(*pair)
-        if a.case == "interleaved":
-            inner = torch.nn.parallel.DistributedDataParallel(
-                torch.nn.Linear(16, 16), bucket_cap_mb=200 / 2**20)
-            inner.register_comm_hook(*ddphook.torch.comm_hook(
-                a.job, model=inner, name="inner"))
-            # Not a submodule: the outer model's DDP leaves it alone.
-            net.forward = lambda x: net[1](inner(net[0](x)))
         last = rank == torch.distributed.get_world_size() - 1
         for step in range(3 if a.case != "killed" else 10):
             # early-close: the last rank closes the job after 2 steps,
