@@ -15,49 +15,101 @@
 #define HEAP_STEPS 24
 #define HEAP_SLACK 256
 
-#ifdef HAVE_MALLINFO2
 static long long heap_in_use(void)
 {
+#ifdef HAVE_MALLINFO2
     struct mallinfo2 mi = mallinfo2();
     return (long long)mi.uordblks + (long long)mi.hblkhd;
-}
+#else
+    return 0; /* not measured: heap_unmeasured says why */
 #endif
+}
 
-void check_heap(tester *t)
+/* Why the heap rows cannot judge here, or NULL. */
+static const char *heap_unmeasured(void)
 {
-    const char *check = "heap steady over steps";
 #ifdef HAVE_MALLINFO2
-    if (getenv(UNDER_VALGRIND)) {
-        row(t, 1, 1, check, "not under valgrind (its leak check instead)");
-        return;
-    }
-    char why[512] = "";
-    run r;
+    return getenv(UNDER_VALGRIND) ? "not under valgrind (its leak check "
+                                    "instead)"
+                                  : NULL;
+#else
+    return "this build has no mallinfo2 (glibc 2.33+): --valgrind checks "
+           "leaks";
+#endif
+}
+
+/* One repetition (a step, a load); 0 when it failed, why said. */
+typedef int (*heap_repeat)(void *arg, int k, char *why, size_t whylen);
+
+/* The heap's growth a repetition over each of two windows of `repeats`
+ * after `warmup` unmeasured ones, in per[]; 0 when a repetition failed. */
+static int heap_growth(heap_repeat once, void *arg, int warmup, int repeats,
+                       double per[2], char *why, size_t whylen)
+{
     long long at[3] = {0, 0, 0};
-    int ok = run_open(t, &r, &realistic, "none", why, sizeof why);
-    for (int s = 0; ok && s < HEAP_WARMUP + 2 * HEAP_STEPS; s++) {
-        if (s >= HEAP_WARMUP && (s - HEAP_WARMUP) % HEAP_STEPS == 0)
-            at[(s - HEAP_WARMUP) / HEAP_STEPS] = heap_in_use();
-        ok = run_step(&r, s, why, sizeof why, t->rank);
+    for (int k = 0; k < warmup + 2 * repeats; k++) {
+        if (k >= warmup && (k - warmup) % repeats == 0)
+            at[(k - warmup) / repeats] = heap_in_use();
+        if (!once(arg, k, why, whylen))
+            return 0;
     }
     at[2] = heap_in_use();
-    run_close(&r);
+    per[0] = (double)(at[1] - at[0]) / repeats;
+    per[1] = (double)(at[2] - at[1]) / repeats;
+    return 1;
+}
+
+/* A heap row: steady when one of the two windows grew by HEAP_SLACK bytes
+ * a repetition or less.  unit: "step"; over: "steps"; leak: the words of
+ * a failure. */
+static void heap_row(tester *t, const char *check, int ok, const char *why,
+                     const double per[2], int repeats, const char *unit,
+                     const char *over, const char *leak)
+{
+    const char *skip = heap_unmeasured();
+    if (skip) {
+        row(t, 1, 1, check, "%s", skip);
+        return;
+    }
     if (!ok) {
         row(t, 0, 0, check, "%s", why);
         return;
     }
-    double first = (double)(at[1] - at[0]) / HEAP_STEPS,
-           second = (double)(at[2] - at[1]) / HEAP_STEPS;
-    int steady = first <= HEAP_SLACK || second <= HEAP_SLACK;
+    int steady = per[0] <= HEAP_SLACK || per[1] <= HEAP_SLACK;
     row(t, steady, 0, check,
-        "rank %d: %+.0f then %+.0f bytes a step over 2 x %d steps (at most "
-        "%d in one of them)%s",
-        t->rank, first, second, HEAP_STEPS, HEAP_SLACK,
-        steady ? "" : ": a leak every step (--valgrind shows where)");
-#else
-    row(t, 1, 1, check, "this build has no mallinfo2 (glibc 2.33+): "
-                        "--valgrind checks leaks");
-#endif
+        "rank %d: %+.0f then %+.0f bytes a %s over 2 x %d %s (at most %d in "
+        "one of them)%s%s",
+        t->rank, per[0], per[1], unit, repeats, over, HEAP_SLACK,
+        steady ? "" : ": ", steady ? "" : leak);
+}
+
+typedef struct heap_steps {
+    tester *t;
+    run *r;
+} heap_steps;
+
+static int heap_step(void *arg, int k, char *why, size_t whylen)
+{
+    heap_steps *h = arg;
+    return run_step(h->r, k, why, whylen, h->t->rank);
+}
+
+void check_heap(tester *t)
+{
+    const char *check = "heap steady over steps";
+    char why[512] = "";
+    double per[2] = {0, 0};
+    int ok = 1;
+    if (!heap_unmeasured()) {
+        run r;
+        heap_steps h = {t, &r};
+        ok = run_open(t, &r, &realistic, "none", why, sizeof why) &&
+             heap_growth(heap_step, &h, HEAP_WARMUP, HEAP_STEPS, per, why,
+                         sizeof why);
+        run_close(&r);
+    }
+    heap_row(t, check, ok, why, per, HEAP_STEPS, "step", "steps",
+             "a leak every step (--valgrind shows where)");
 }
 
 /* A hook without save/load must keep nothing across steps that changes
@@ -135,54 +187,19 @@ static void check_stateless(tester *t)
 #define LOAD_WARMUP 2
 #define LOAD_REPEATS 8
 
-/* The heap's growth a load, over each window, in per_load; 0 when a load
- * failed (the reason in why). */
-static int load_growth(run *r, const char *state, double per_load[2],
-                       char *why, size_t whylen)
-{
-#ifdef HAVE_MALLINFO2
-    long long at[3] = {0, 0, 0};
-    for (int k = 0; k < LOAD_WARMUP + 2 * LOAD_REPEATS; k++) {
-        if (k >= LOAD_WARMUP && (k - LOAD_WARMUP) % LOAD_REPEATS == 0)
-            at[(k - LOAD_WARMUP) / LOAD_REPEATS] = heap_in_use();
-        if (ddph_state_load(r->ctx, state) != DDPH_OK) {
-            snprintf(why, whylen, "%s", ddph_last_error(r->ctx));
-            return 0;
-        }
-    }
-    at[2] = heap_in_use();
-    per_load[0] = (double)(at[1] - at[0]) / LOAD_REPEATS;
-    per_load[1] = (double)(at[2] - at[1]) / LOAD_REPEATS;
-#else
-    (void)r, (void)state, (void)why, (void)whylen;
-    per_load[0] = per_load[1] = 0;
-#endif
-    return 1;
-}
+typedef struct state_load {
+    run *r;
+    const char *state;
+} state_load;
 
-static void row_load_heap(tester *t, int ok, const double per_load[2],
-                          const char *why)
+static int heap_load(void *arg, int k, char *why, size_t whylen)
 {
-    const char *check = "heap steady over state loads";
-#ifdef HAVE_MALLINFO2
-    if (getenv(UNDER_VALGRIND)) {
-        row(t, 1, 1, check, "not under valgrind (its leak check instead)");
-        return;
-    }
-    int steady = per_load[0] <= HEAP_SLACK || per_load[1] <= HEAP_SLACK;
-    if (!ok)
-        row(t, 0, 0, check, "%s", why);
-    else
-        row(t, steady, 0, check,
-            "rank %d: %+.0f then %+.0f bytes a load over 2 x %d loads of the "
-            "saved state (at most %d in one of them)%s",
-            t->rank, per_load[0], per_load[1], LOAD_REPEATS, HEAP_SLACK,
-            steady ? "" : ": load leaks (--valgrind shows where)");
-#else
-    (void)ok, (void)per_load, (void)why;
-    row(t, 1, 1, check, "this build has no mallinfo2 (glibc 2.33+): "
-                        "--valgrind checks leaks");
-#endif
+    state_load *l = arg;
+    (void)k;
+    if (ddph_state_load(l->r->ctx, l->state) == DDPH_OK)
+        return 1;
+    snprintf(why, whylen, "%s", ddph_last_error(l->r->ctx));
+    return 0;
 }
 
 void check_save_load(tester *t)
@@ -226,8 +243,14 @@ void check_save_load(tester *t)
             ok = run_step(&b, s, why, sizeof why, t->rank);
             same &= ok && checksum(&b) == want[s - half];
         }
-        loads_ok = ok && load_growth(&b, state, per_load, load_why,
-                                     sizeof load_why);
+        state_load l = {&b, state};
+#ifdef HAVE_MALLINFO2 /* under valgrind too: its leak check sees them */
+        loads_ok = ok && heap_growth(heap_load, &l, LOAD_WARMUP, LOAD_REPEATS,
+                                     per_load, load_why, sizeof load_why);
+#else
+        (void)l, (void)heap_load;
+        loads_ok = ok;
+#endif
         run_close(&b);
     }
     char path[320];
@@ -238,7 +261,9 @@ void check_save_load(tester *t)
         !ok ? why
             : same ? "a loaded instance continues bit for bit"
                    : "results after load differ from the saved run's");
-    row_load_heap(t, loads_ok, per_load, load_why);
+    heap_row(t, "heap steady over state loads", loads_ok, load_why,
+             per_load, LOAD_REPEATS, "load", "loads of the saved state",
+             "load leaks (--valgrind shows where)");
 }
 
 /* ---- failure injection -------------------------------------------------------
