@@ -10,6 +10,20 @@
 #include "core/context.h"
 #include "core/trainer_memory.h"
 
+/* Appends parameter i's memory at `at` (its gradient, or its weights:
+ * is_data) to r[0..n), unless there is none; returns the new n. */
+static int add_span(ddph_mem_range *r, int n, const ddph_model *m, int i,
+                    const void *at, int is_data)
+{
+    const ddph_param *p = &m->params[i];
+    size_t bytes = p->numel * ddph__dtype_size(p->dtype);
+    if (!at || !bytes)
+        return n;
+    r[n] = (ddph_mem_range){p->device, (uintptr_t)at, (uintptr_t)at + bytes,
+                            i, is_data};
+    return n + 1;
+}
+
 static int by_device_then_address(const void *a, const void *b)
 {
     const ddph_mem_range *x = a, *y = b;
@@ -63,14 +77,8 @@ ddph_status ddph__check_memory_apart(const ddph_model *m, ddph_err *err)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     int n = 0;
     for (int i = 0; i < m->nparams; i++) {
-        const ddph_param *p = &m->params[i];
-        size_t bytes = p->numel * ddph__dtype_size(p->dtype);
-        if (p->grad && bytes)
-            r[n++] = (ddph_mem_range){p->device, (uintptr_t)p->grad,
-                                 (uintptr_t)p->grad + bytes, i, 0};
-        if (p->data && bytes)
-            r[n++] = (ddph_mem_range){p->device, (uintptr_t)p->data,
-                                 (uintptr_t)p->data + bytes, i, 1};
+        n = add_span(r, n, m, i, m->params[i].grad, 0);
+        n = add_span(r, n, m, i, m->params[i].data, 1);
     }
     qsort(r, (size_t)n, sizeof *r, by_device_then_address);
     /* Sorted by start: a range overlaps an earlier one of its device iff
@@ -101,14 +109,9 @@ ddph_status ddph__keep_grad_spans(ddph_model *m, ddph_err *err)
     if (!m->grad_spans)
         return ddph__fail(err, DDPH_ERR_NOMEM, "out of memory");
     m->ngrad_spans = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const ddph_param *p = &m->params[i];
-        size_t bytes = p->numel * ddph__dtype_size(p->dtype);
-        if (p->grad && bytes)
-            m->grad_spans[m->ngrad_spans++] = (ddph_mem_range){
-                p->device, (uintptr_t)p->grad, (uintptr_t)p->grad + bytes, i,
-                0};
-    }
+    for (int i = 0; i < m->nparams; i++)
+        m->ngrad_spans = add_span(m->grad_spans, m->ngrad_spans, m, i,
+                                  m->params[i].grad, 0);
     qsort(m->grad_spans, (size_t)m->ngrad_spans, sizeof *m->grad_spans,
           by_device_then_address);
     return DDPH_OK;
