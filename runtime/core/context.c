@@ -582,6 +582,15 @@ int ddph_step_syncs(const ddph_ctx *ctx)
     return ctx && ctx->in_step && ctx->syncs;
 }
 
+ddph_status ddph__param_index(ddph_model *m, const char *call, int index)
+{
+    if (index >= 0 && index < m->nparams)
+        return DDPH_OK;
+    return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID,
+                           "%s: model '%s' has no parameter %d (it has %d)",
+                           call, m->name, index, m->nparams);
+}
+
 /* by_trainer: the trainer wrote the gradient (ddph_grad_ready), not the
  * runtime itself (a joined rank's zeros, ddph__grad_ready_zeroed). */
 static ddph_status grad_ready(ddph_model *m, int index, int by_trainer)
@@ -595,11 +604,9 @@ static ddph_status grad_ready(ddph_model *m, int index, int by_trainer)
                                "(not in the models given to ddph_step_begin, "
                                "or after ddph_step_wait)",
                                m->name);
-    if (index < 0 || index >= m->nparams)
-        return ddph__ctx_failf(ctx, DDPH_ERR_INVALID,
-                               "grad_ready: model '%s' has no parameter %d "
-                               "(it has %d)",
-                               m->name, index, m->nparams);
+    ddph_status known = ddph__param_index(m, "grad_ready", index);
+    if (known != DDPH_OK)
+        return known;
     /* Otherwise the bucket would carry the memory's first contents every
      * step while the trainer steps on its own, unsynchronised gradient. */
     if (by_trainer && m->params[index].grad_moved_unseen)

@@ -237,6 +237,10 @@ ddph_status ddph__ctx_fail(ddph_ctx *ctx, ddph_status st, const ddph_err *err);
 ddph_status ddph__ctx_failf(ddph_ctx *ctx, ddph_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* context.c: DDPH_OK when `index` names a parameter of m, else
+ * DDPH_ERR_INVALID with "CALL: model 'M' has no parameter I (it has N)"
+ * as the job's last error. */
+ddph_status ddph__param_index(ddph_model *m, const char *call, int index);
 /* context.c: ddph_grad_ready for a gradient the runtime zeroed itself (a
  * joined rank's shadow step, join.c): where the trainer writes is not
  * asked about, so a rank that joins before it ever trained and never

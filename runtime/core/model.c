@@ -143,11 +143,10 @@ ddph_status ddph_model_set_param_data(ddph_model *m, int index, void *data)
 {
     if (!m)
         return DDPH_ERR_INVALID;
-    if (index < 0 || index >= m->nparams)
-        return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID,
-                               "ddph_model_set_param_data: model '%s' has "
-                               "no parameter %d (it has %d)",
-                               m->name, index, m->nparams);
+    ddph_status known = ddph__param_index(m, "ddph_model_set_param_data",
+                                          index);
+    if (known != DDPH_OK)
+        return known;
     /* Finalize broadcast rank 0's values from the memory given by then:
      * memory given later would start unequal, unbroadcast, and no check
      * would have been told before the job's first step. */
@@ -487,11 +486,9 @@ ddph_status ddph_model_grad_ptr(ddph_model *m, int index, void **out)
     if (!m || !out)
         return DDPH_ERR_INVALID;
     /* Named: a trainer's "failed: " + ddph_last_error said nothing. */
-    if (index < 0 || index >= m->nparams)
-        return ddph__ctx_failf(m->ctx, DDPH_ERR_INVALID,
-                               "ddph_model_grad_ptr: model '%s' has no "
-                               "parameter %d (it has %d)",
-                               m->name, index, m->nparams);
+    ddph_status known = ddph__param_index(m, "ddph_model_grad_ptr", index);
+    if (known != DDPH_OK)
+        return known;
     if (!m->finalized)
         return ddph__ctx_failf(m->ctx, DDPH_ERR_STATE,
                                "ddph_model_grad_ptr on model '%s' before "
