@@ -255,6 +255,15 @@ def _part_in_key(rank):
     return "in/%d" % rank
 
 
+def _forget(store, *keys):
+    """Takes keys out of the store (one that cannot delete keeps them)."""
+    for key in keys:
+        try:
+            store.delete_key(key)
+        except RuntimeError:
+            pass
+
+
 def _put_part(store, rank, payload):
     """This rank's part (b"S" + bytes, or b"E" + why) for rank 0."""
     store.set(str(rank), payload)
@@ -920,11 +929,7 @@ class HookState:
         parts = {}
         for k in keys:
             value = store.get(k)  # in the store: no waiting
-            for key in (k, _part_in_key(int(k))):
-                try:
-                    store.delete_key(key)
-                except RuntimeError:
-                    pass  # a store that cannot delete keeps it
+            _forget(store, k, _part_in_key(int(k)))
             if value[:1] != b"S":
                 raise Error("ddphook: state_dict: rank %s could not take "
                             "its part: %s" % (
@@ -955,10 +960,7 @@ class HookState:
                 next_check = now + _PEER_CHECK_S
             time.sleep(pause)
             pause = min(2 * pause, 0.02)
-        try:
-            store.delete_key(_PARTS_IN)
-        except RuntimeError:
-            pass
+        _forget(store, _PARTS_IN)
 
     def _stop_for_missing(self, missing, timeout, timed_out):
         """Raises when a missing rank failed or closed its job (a rank that
